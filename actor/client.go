@@ -1,0 +1,153 @@
+package actor
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	protoactor "github.com/asynkron/protoactor-go/actor"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	rdmapb "github.com/rdmamgr/rdmamgr/proto"
+	"github.com/rdmamgr/rdmamgr/queuepair"
+	"google.golang.org/protobuf/proto"
+)
+
+// Client is a typed client of one manager actor, local or remote. Its
+// methods build the request, wait for the reply within ctx (or the default
+// timeout) and turn wire errors into Go errors wrapping sentinels.
+type Client struct {
+	sys     *protoactor.ActorSystem
+	pid     *protoactor.PID
+	local   *Manager // set when the manager is in this process
+	timeout time.Duration
+	maxMsg  int
+}
+
+// NewClient returns a client of the manager at pid, sending from sys.
+func NewClient(sys *protoactor.ActorSystem, pid *protoactor.PID) *Client {
+	return &Client{sys: sys, pid: pid, timeout: 10 * time.Second, maxMsg: DefaultMaxMessageSize}
+}
+
+// PID returns the manager's PID.
+func (c *Client) PID() *protoactor.PID { return c.pid }
+
+// Ref returns the manager's reference as a message field.
+func (c *Client) Ref() *rdmapb.ManagerRef {
+	return &rdmapb.ManagerRef{Address: c.pid.Address, Id: c.pid.Id}
+}
+
+// request sends msg and waits for a reply of type T.
+func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message) (T, error) {
+	var zero T
+	if n := proto.Size(msg); n > c.maxMsg {
+		return zero, fmt.Errorf("%T of %d bytes, limit %d: %w", msg, n, c.maxMsg, ErrMessageTooLarge)
+	}
+	timeout := c.timeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	if timeout <= 0 {
+		return zero, fmt.Errorf("%T to %s: %w", msg, c.pid, context.DeadlineExceeded)
+	}
+	f := c.sys.Root.RequestFuture(c.pid, msg, timeout)
+	type result struct {
+		v   any
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() { v, err := f.Result(); ch <- result{v, err} }()
+	var res result
+	select {
+	case res = <-ch:
+	case <-ctx.Done():
+		return zero, fmt.Errorf("%T to %s: %w", msg, c.pid, ctx.Err())
+	}
+	if res.err != nil {
+		return zero, fmt.Errorf("%T to %s: %w: %w", msg, c.pid, ErrTimeout, res.err)
+	}
+	switch v := res.v.(type) {
+	case T:
+		return v, nil
+	case *rdmapb.ErrorReply:
+		return zero, fmt.Errorf("%T to %s: %w", msg, c.pid, toError(v.Error))
+	}
+	return zero, fmt.Errorf("%T to %s: reply %T: %w", msg, c.pid, res.v, ErrBadResponse)
+}
+
+// Ping checks the manager is alive and returns its id.
+func (c *Client) Ping(ctx context.Context) (uint64, error) {
+	r, err := request[*rdmapb.Pong](ctx, c, &rdmapb.Ping{})
+	if err != nil {
+		return 0, err
+	}
+	return r.ManagerId, nil
+}
+
+// RequestBuffer asks the manager for size bytes of registered memory that
+// remote peers may use with access.
+func (c *Client) RequestBuffer(ctx context.Context, size uint64, access buffer.Access) (buffer.Buffer, error) {
+	r, err := request[*rdmapb.RequestBufferResponse](ctx, c, &rdmapb.RequestBuffer{Size: size, Access: uint32(access)})
+	if err != nil {
+		return buffer.Buffer{}, err
+	}
+	if err := toError(r.Error); err != nil {
+		return buffer.Buffer{}, fmt.Errorf("request_buffer %d bytes: %w", size, err)
+	}
+	b, err := buffer.FromProto(r.Buffer)
+	if err != nil {
+		return buffer.Buffer{}, fmt.Errorf("request_buffer reply: %w: %w", ErrBadResponse, err)
+	}
+	return b, nil
+}
+
+// ReleaseBuffer releases a buffer at its owner; it returns once no byte of
+// the region can be touched any more.
+func (c *Client) ReleaseBuffer(ctx context.Context, b buffer.Buffer) error {
+	r, err := request[*rdmapb.ReleaseBufferResponse](ctx, c, &rdmapb.ReleaseBuffer{Buffer: b.Proto()})
+	if err != nil {
+		return err
+	}
+	if err := toError(r.Error); err != nil {
+		return fmt.Errorf("release_buffer %v: %w", b, err)
+	}
+	return nil
+}
+
+// RequestQueuePair asks the local manager for a queue pair to the manager at
+// peer. The manager sets up (or reuses) the route; the returned handle moves
+// data without going through the actor.
+func (c *Client) RequestQueuePair(ctx context.Context, peer *protoactor.PID) (*queuepair.QueuePair, error) {
+	if c.local == nil {
+		return nil, fmt.Errorf("request_queue_pair: %w", ErrNotLocal)
+	}
+	if peer == nil {
+		return nil, fmt.Errorf("request_queue_pair without peer: %w", buffer.ErrInvalid)
+	}
+	req := &rdmapb.RequestQueuePair{Peer: &rdmapb.ManagerRef{Address: peer.Address, Id: peer.Id}}
+	if dl, ok := ctx.Deadline(); ok {
+		req.TimeoutMs = uint64(max(time.Until(dl).Milliseconds(), 1))
+	}
+	r, err := request[*rdmapb.RequestQueuePairResponse](ctx, c, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := toError(r.Error); err != nil {
+		return nil, fmt.Errorf("request_queue_pair to %s: %w", peer, err)
+	}
+	return c.local.takeQueuePair(r.QpId)
+}
+
+// ReleaseQueuePair releases a queue pair (same as qp.Release).
+func (c *Client) ReleaseQueuePair(ctx context.Context, qp *queuepair.QueuePair) error {
+	qp.Release()
+	return nil
+}
+
+// Status returns the manager's buffers, routes and counters.
+func (c *Client) Status(ctx context.Context) (*rdmapb.StatusResponse, error) {
+	r, err := request[*rdmapb.StatusResponse](ctx, c, &rdmapb.StatusRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return r, toError(r.Error)
+}

@@ -1,0 +1,67 @@
+package actor
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	rdmapb "github.com/rdmamgr/rdmamgr/proto"
+)
+
+var (
+	// ErrUnknownMessage: the manager does not handle the message.
+	ErrUnknownMessage = errors.New("actor: unknown message")
+	// ErrUnknownPeer: the peer manager could not be reached or named.
+	ErrUnknownPeer = errors.New("actor: unknown or unreachable peer")
+	// ErrTimeout: no answer from the manager in time.
+	ErrTimeout = errors.New("actor: request timed out")
+	// ErrNotLocal: the operation needs a manager in this process.
+	ErrNotLocal = errors.New("actor: manager is not in this process")
+	// ErrMessageTooLarge: a message over the configured gRPC limit.
+	ErrMessageTooLarge = errors.New("actor: message too large")
+	// ErrClosed: the manager is closed.
+	ErrClosed = errors.New("actor: manager closed")
+	// ErrBadResponse: a reply of the wrong type or shape.
+	ErrBadResponse = errors.New("actor: bad response")
+)
+
+// toError turns a wire Error into a Go error wrapping the matching sentinel.
+func toError(e *rdmapb.Error) error {
+	if e == nil || e.Code == rdmapb.Code_OK {
+		return nil
+	}
+	var s error
+	switch e.Code {
+	case rdmapb.Code_UNKNOWN_MESSAGE:
+		s = ErrUnknownMessage
+	case rdmapb.Code_UNKNOWN_PEER:
+		s = ErrUnknownPeer
+	case rdmapb.Code_WRONG_PEER:
+		s = ErrUnknownPeer
+	default:
+		s = backend.Sentinel(e.Code)
+	}
+	if s == nil {
+		return fmt.Errorf("%s: %s", e.Code, e.Message)
+	}
+	return fmt.Errorf("%s: %w", e.Message, s)
+}
+
+// fromError turns a Go error into the wire Error.
+func fromError(err error) *rdmapb.Error {
+	if err == nil {
+		return nil
+	}
+	code := backend.Code(err)
+	switch {
+	case errors.Is(err, ErrUnknownMessage):
+		code = rdmapb.Code_UNKNOWN_MESSAGE
+	case errors.Is(err, ErrUnknownPeer), errors.Is(err, ErrTimeout):
+		code = rdmapb.Code_UNKNOWN_PEER
+	case errors.Is(err, ErrClosed):
+		code = rdmapb.Code_CLOSED
+	case errors.Is(err, ErrNotLocal):
+		code = rdmapb.Code_INVALID_ARGUMENT
+	}
+	return &rdmapb.Error{Code: code, Message: err.Error()}
+}

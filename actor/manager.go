@@ -1,0 +1,614 @@
+package actor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	protoactor "github.com/asynkron/protoactor-go/actor"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
+	"github.com/rdmamgr/rdmamgr/backend/tcp"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	rdmapb "github.com/rdmamgr/rdmamgr/proto"
+	"github.com/rdmamgr/rdmamgr/queuepair"
+)
+
+// ProtocolVersion is the version of the manager-to-manager handshake.
+const ProtocolVersion = 1
+
+// DefaultName is the actor name of a manager.
+const DefaultName = "rdma-manager"
+
+// Config configures a Manager. Zero fields take defaults.
+type Config struct {
+	// Name is the manager's actor name (DefaultName).
+	Name string
+	// Backend selects the data plane: "tcp" (default) or "ibverbs".
+	Backend backend.Kind
+	// TCP configures the TCP backend.
+	TCP tcp.Config
+	// IBVerbs configures the ibverbs backend.
+	IBVerbs ibverbs.Config
+	// Limits bound the registry.
+	Limits buffer.Limits
+	// MaxRoutes bounds the routes to peers (0: 4096).
+	MaxRoutes int
+	// RouteTimeout bounds a route setup (10 s).
+	RouteTimeout time.Duration
+	// OpTimeout is the default deadline of Put and Get (30 s).
+	OpTimeout time.Duration
+	// RequestTimeout bounds actor request round trips (10 s).
+	RequestTimeout time.Duration
+	// MaxMessageSize bounds control messages (DefaultMaxMessageSize).
+	MaxMessageSize int
+	// Logger receives the manager's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Name == "" {
+		c.Name = DefaultName
+	}
+	if c.Backend == "" {
+		c.Backend = backend.KindTCP
+	}
+	if c.MaxRoutes == 0 {
+		c.MaxRoutes = 4096
+	}
+	if c.RouteTimeout == 0 {
+		c.RouteTimeout = 10 * time.Second
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = queuepair.DefaultTimeout
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 10 * time.Second
+	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Manager is one endpoint's RDMA manager: registry, backend, routes and the
+// actor that serves them.
+type Manager struct {
+	sys *protoactor.ActorSystem
+	cfg Config
+	id  uint64
+	reg *buffer.Registry
+	be  backend.Backend
+	log *slog.Logger
+
+	mu sync.Mutex // guards the fields below
+	// pid is set by Start.
+	pid    *protoactor.PID
+	routes map[string]*routeEntry // by peer PID "address/id"
+	qps    map[uint64]*qpEntry
+	nextQP uint64
+	closed bool
+
+	wg sync.WaitGroup // route setups and replies sent from goroutines
+}
+
+// routeEntry is the cached route to one peer manager.
+type routeEntry struct {
+	key   string
+	peer  *protoactor.PID
+	ready chan struct{} // closed when setup ended; then the fields below are fixed
+	route backend.Route
+	// peerID is the peer manager's id.
+	peerID uint64
+	err    error
+	// refs counts queue pairs on the route; guarded by Manager.mu.
+	refs int
+}
+
+type qpEntry struct {
+	qp    *queuepair.QueuePair
+	route *routeEntry
+	taken bool // handed to the local caller; guarded by Manager.mu
+}
+
+// New builds a manager on sys. It does no I/O: Start does.
+func New(sys *protoactor.ActorSystem, cfg Config) (*Manager, error) {
+	cfg = cfg.withDefaults()
+	var idb [8]byte
+	if _, err := rand.Read(idb[:]); err != nil {
+		return nil, err
+	}
+	id := binary.LittleEndian.Uint64(idb[:]) | 1 // never 0
+	reg := buffer.NewRegistry(id, cfg.Limits)
+	log := cfg.Logger.With("manager", fmt.Sprintf("%016x", id))
+	var be backend.Backend
+	switch cfg.Backend {
+	case backend.KindTCP:
+		t, err := tcp.New(cfg.TCP, reg, log)
+		if err != nil {
+			return nil, err
+		}
+		be = t
+	case backend.KindIBVerbs:
+		b, err := ibverbs.New(cfg.IBVerbs, reg, log)
+		if err != nil {
+			return nil, err
+		}
+		be = b
+	default:
+		return nil, fmt.Errorf("backend %q: %w", cfg.Backend, backend.ErrNotSupported)
+	}
+	return &Manager{
+		sys:    sys,
+		cfg:    cfg,
+		id:     id,
+		reg:    reg,
+		be:     be,
+		log:    log,
+		routes: make(map[string]*routeEntry),
+		qps:    make(map[uint64]*qpEntry),
+	}, nil
+}
+
+// Start starts the backend and spawns the manager actor under its name.
+// Start protoactor remote on the system first for peers in other processes.
+func (m *Manager) Start(ctx context.Context) error {
+	m.reg.SetOwnerAddr(m.sys.Address())
+	if err := m.be.Start(ctx); err != nil {
+		return err
+	}
+	pid, err := m.sys.Root.SpawnNamed(protoactor.PropsFromProducer(func() protoactor.Actor { return &managerActor{m: m} }), m.cfg.Name)
+	if err != nil {
+		m.be.Close()
+		return fmt.Errorf("spawn manager %q: %w", m.cfg.Name, err)
+	}
+	m.mu.Lock()
+	m.pid = pid
+	m.mu.Unlock()
+	m.log.Info("manager started", "pid", pid.String(), "backend", m.be.Kind(), "data", m.be.Addr())
+	return nil
+}
+
+// PID returns the manager actor's PID (nil before Start).
+func (m *Manager) PID() *protoactor.PID {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pid
+}
+
+// ID returns the manager's random id.
+func (m *Manager) ID() uint64 { return m.id }
+
+// Registry returns the manager's registry.
+func (m *Manager) Registry() *buffer.Registry { return m.reg }
+
+// Backend returns the manager's backend.
+func (m *Manager) Backend() backend.Backend { return m.be }
+
+// Client returns a typed client bound to this manager, able to hand out
+// queue pairs.
+func (m *Manager) Client() *Client {
+	c := NewClient(m.sys, m.PID())
+	c.local = m
+	c.timeout = m.cfg.RequestTimeout
+	c.maxMsg = m.cfg.MaxMessageSize
+	return c
+}
+
+// Bytes returns the memory of a buffer this manager owns, for filling and
+// reading it between transfers. The slice is invalid once the buffer is
+// released.
+func (m *Manager) Bytes(b buffer.Buffer) ([]byte, error) { return m.reg.Bytes(b) }
+
+// Register registers the caller's memory in place (pinned until released).
+func (m *Manager) Register(p []byte, access buffer.Access) (buffer.Buffer, error) {
+	return m.reg.Register(p, access)
+}
+
+// Release releases a buffer of this manager, waiting for in-flight work.
+func (m *Manager) Release(ctx context.Context, b buffer.Buffer) error {
+	return m.reg.Release(ctx, b)
+}
+
+// Close stops the actor, closes routes and the backend, releases every
+// region and waits for the manager's goroutines. Idempotent.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		m.wg.Wait()
+		return nil
+	}
+	m.closed = true
+	pid := m.pid
+	routes := m.routes
+	m.routes = make(map[string]*routeEntry)
+	m.qps = make(map[uint64]*qpEntry)
+	m.mu.Unlock()
+	if pid != nil {
+		_ = m.sys.Root.StopFuture(pid).Wait()
+	}
+	m.wg.Wait()
+	for _, e := range routes {
+		<-e.ready
+		if e.route != nil {
+			e.route.Close()
+		}
+	}
+	err := m.be.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if rerr := m.reg.Close(ctx); rerr != nil && err == nil {
+		err = rerr
+	}
+	return err
+}
+
+func peerKey(p *protoactor.PID) string { return p.Address + "/" + p.Id }
+
+// getRoute returns the live route to peer, setting one up if needed. Callers
+// for the same peer share one setup.
+func (m *Manager) getRoute(ctx context.Context, peer *protoactor.PID) (*routeEntry, error) {
+	key := peerKey(peer)
+	for {
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return nil, ErrClosed
+		}
+		e := m.routes[key]
+		if e != nil {
+			select {
+			case <-e.ready:
+				if e.err != nil || routeDead(e.route) {
+					delete(m.routes, key)
+					if r := e.route; r != nil {
+						m.wg.Add(1)
+						go func() { defer m.wg.Done(); r.Close() }() // its queue pairs fail with the route's error
+					}
+					e = nil
+				}
+			default:
+			}
+		}
+		if e == nil {
+			if len(m.routes) >= m.cfg.MaxRoutes {
+				m.mu.Unlock()
+				return nil, fmt.Errorf("%d routes: %w", len(m.routes), backend.ErrLimit)
+			}
+			e = &routeEntry{key: key, peer: peer, ready: make(chan struct{})}
+			m.routes[key] = e
+			m.wg.Add(1)
+			go m.setupRoute(e)
+		}
+		e.refs++
+		m.mu.Unlock()
+
+		select {
+		case <-e.ready:
+		case <-ctx.Done():
+			m.dropRef(e)
+			return nil, fmt.Errorf("route to %s: %w", key, ctx.Err())
+		}
+		if e.err != nil {
+			m.dropRef(e)
+			return nil, e.err
+		}
+		return e, nil
+	}
+}
+
+func routeDead(r backend.Route) bool {
+	if r == nil {
+		return true
+	}
+	select {
+	case <-r.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// setupRoute runs the handshake with the peer manager and connects the
+// backend route.
+func (m *Manager) setupRoute(e *routeEntry) {
+	defer m.wg.Done()
+	defer close(e.ready)
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RouteTimeout)
+	defer cancel()
+	pr, info, err := m.be.PrepareRoute(ctx, 0)
+	if err != nil {
+		e.err = fmt.Errorf("prepare route to %s: %w", e.key, err)
+		return
+	}
+	hs := &rdmapb.RouteHandshake{
+		Version:       ProtocolVersion,
+		InitiatorId:   m.id,
+		InitiatorAddr: m.sys.Address(),
+		Backend:       string(m.be.Kind()),
+		Endpoint:      info,
+	}
+	res, err := m.sys.Root.RequestFuture(e.peer, hs, m.cfg.RouteTimeout).Result()
+	if err != nil {
+		pr.Abort()
+		e.err = fmt.Errorf("handshake with %s: %w: %w", e.key, ErrUnknownPeer, err)
+		return
+	}
+	resp, ok := res.(*rdmapb.RouteHandshakeResponse)
+	if !ok {
+		pr.Abort()
+		if er, ok := res.(*rdmapb.ErrorReply); ok {
+			e.err = fmt.Errorf("handshake with %s: %w", e.key, toError(er.Error))
+			return
+		}
+		e.err = fmt.Errorf("handshake with %s: reply %T: %w", e.key, res, ErrBadResponse)
+		return
+	}
+	if err := toError(resp.Error); err != nil {
+		pr.Abort()
+		e.err = fmt.Errorf("handshake with %s: %w", e.key, err)
+		return
+	}
+	if resp.Version != ProtocolVersion {
+		pr.Abort()
+		e.err = fmt.Errorf("handshake with %s: peer version %d, ours %d: %w", e.key, resp.Version, ProtocolVersion, backend.ErrVersion)
+		return
+	}
+	if resp.ResponderId == 0 || resp.Backend != string(m.be.Kind()) {
+		pr.Abort()
+		e.err = fmt.Errorf("handshake with %s: responder id %x backend %q: %w", e.key, resp.ResponderId, resp.Backend, backend.ErrProtocol)
+		return
+	}
+	r, err := pr.Complete(ctx, resp.Endpoint)
+	if err != nil {
+		e.err = fmt.Errorf("connect route to %s: %w", e.key, err)
+		return
+	}
+	e.route = r
+	e.peerID = resp.ResponderId
+	m.log.Info("route up", "peer", e.key, "peer_id", fmt.Sprintf("%016x", e.peerID))
+}
+
+// dropRef releases one reference to e; the last one closes the route.
+func (m *Manager) dropRef(e *routeEntry) {
+	m.mu.Lock()
+	e.refs--
+	last := e.refs == 0
+	if last && m.routes[e.key] == e {
+		delete(m.routes, e.key)
+	}
+	m.mu.Unlock()
+	if last {
+		select {
+		case <-e.ready:
+			if e.route != nil {
+				e.route.Close()
+			}
+		default:
+			// Setup still running: whoever finds it done closes it; the
+			// entry is already unreachable, so close after it ends.
+			m.wg.Add(1)
+			go func() {
+				defer m.wg.Done()
+				<-e.ready
+				if e.route != nil {
+					e.route.Close()
+				}
+			}()
+		}
+	}
+}
+
+// newQueuePair makes a queue pair on a fresh reference to e.
+func (m *Manager) newQueuePair(e *routeEntry) (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return 0, ErrClosed
+	}
+	m.nextQP++
+	id := m.nextQP
+	qe := &qpEntry{route: e}
+	qe.qp = queuepair.New(id, e.peerID, e.route, m.reg, queuepair.Options{
+		Timeout:   m.cfg.OpTimeout,
+		OnRelease: func() { m.releaseQP(id) },
+	})
+	m.qps[id] = qe
+	return id, nil
+}
+
+// takeQueuePair hands the queue pair id to the local caller, once.
+func (m *Manager) takeQueuePair(id uint64) (*queuepair.QueuePair, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	qe := m.qps[id]
+	if qe == nil || qe.taken {
+		return nil, fmt.Errorf("queue pair %d: %w", id, queuepair.ErrReleased)
+	}
+	qe.taken = true
+	return qe.qp, nil
+}
+
+// releaseQP drops the queue pair and its route reference.
+func (m *Manager) releaseQP(id uint64) error {
+	m.mu.Lock()
+	qe := m.qps[id]
+	delete(m.qps, id)
+	m.mu.Unlock()
+	if qe == nil {
+		return fmt.Errorf("queue pair %d: %w", id, queuepair.ErrReleased)
+	}
+	m.dropRef(qe.route)
+	return nil
+}
+
+// status builds the status reply.
+func (m *Manager) status() *rdmapb.StatusResponse {
+	st := m.reg.Stats()
+	sv := m.be.Served()
+	resp := &rdmapb.StatusResponse{
+		ManagerId:       m.id,
+		Address:         m.sys.Address(),
+		Backend:         string(m.be.Kind()),
+		DataAddr:        m.be.Addr(),
+		RegisteredBytes: st.Bytes,
+		ServedOps:       sv.Ops,
+		ServedBytesIn:   sv.BytesIn,
+		ServedBytesOut:  sv.BytesOut,
+		RejectedOps:     sv.Rejected,
+	}
+	for _, r := range m.reg.Regions() {
+		resp.Buffers = append(resp.Buffers, &rdmapb.BufferStatus{
+			Region: r.ID(), Length: uint64(r.Len()), Access: uint32(r.Access()), UserMemory: r.Kind() == buffer.KindUser,
+		})
+	}
+	m.mu.Lock()
+	entries := make([]*routeEntry, 0, len(m.routes))
+	refs := make([]int, 0, len(m.routes))
+	for _, e := range m.routes {
+		entries = append(entries, e)
+		refs = append(refs, e.refs)
+	}
+	m.mu.Unlock()
+	for i, e := range entries {
+		rs := &rdmapb.RouteStatus{PeerAddr: e.key, Backend: string(m.be.Kind()), Refs: uint32(refs[i])}
+		select {
+		case <-e.ready:
+			switch {
+			case e.err != nil:
+				rs.State = "failed: " + e.err.Error()
+			case routeDead(e.route):
+				rs.State = "down: " + fmt.Sprint(e.route.Err())
+			default:
+				rs.State = "up"
+			}
+			if e.route != nil {
+				s := e.route.Stats()
+				rs.PeerId, rs.Ops, rs.BytesPut, rs.BytesGot, rs.Errors = e.peerID, s.Ops, s.BytesPut, s.BytesGot, s.Errors
+			}
+		default:
+			rs.State = "connecting"
+		}
+		resp.Routes = append(resp.Routes, rs)
+	}
+	return resp
+}
+
+// managerActor is the actor; its state lives in the Manager.
+type managerActor struct{ m *Manager }
+
+func (a *managerActor) Receive(ctx protoactor.Context) {
+	m := a.m
+	switch msg := ctx.Message().(type) {
+	case *protoactor.Started, *protoactor.Stopping, *protoactor.Stopped, *protoactor.Restarting:
+	case *rdmapb.Ping:
+		ctx.Respond(&rdmapb.Pong{ManagerId: m.id})
+	case *rdmapb.RequestBuffer:
+		b, err := m.reg.Allocate(msg.Size, buffer.Access(msg.Access))
+		if err != nil {
+			ctx.Respond(&rdmapb.RequestBufferResponse{Error: fromError(err)})
+			return
+		}
+		ctx.Respond(&rdmapb.RequestBufferResponse{Buffer: b.Proto()})
+	case *rdmapb.ReleaseBuffer:
+		b, err := buffer.FromProto(msg.Buffer)
+		if err == nil && b.OwnerID != m.id {
+			err = fmt.Errorf("buffer owned by %016x: %w", b.OwnerID, buffer.ErrReleased)
+		}
+		if err != nil {
+			ctx.Respond(&rdmapb.ReleaseBufferResponse{Error: fromError(err)})
+			return
+		}
+		// Release waits for in-flight work: do it off the mailbox.
+		sender := ctx.Sender()
+		m.goReply(sender, func() any {
+			rctx, cancel := context.WithTimeout(context.Background(), m.cfg.OpTimeout)
+			defer cancel()
+			return &rdmapb.ReleaseBufferResponse{Error: fromError(m.reg.Release(rctx, b))}
+		})
+	case *rdmapb.RequestQueuePair:
+		if ctx.Sender() == nil || ctx.Sender().Address != ctx.Self().Address {
+			ctx.Respond(&rdmapb.RequestQueuePairResponse{Error: fromError(fmt.Errorf("queue pairs are handed only to callers in the manager's process: %w", ErrNotLocal))})
+			return
+		}
+		if msg.Peer == nil || msg.Peer.Address == "" || msg.Peer.Id == "" {
+			ctx.Respond(&rdmapb.RequestQueuePairResponse{Error: fromError(fmt.Errorf("request_queue_pair without peer: %w", buffer.ErrInvalid))})
+			return
+		}
+		peer := protoactor.NewPID(msg.Peer.Address, msg.Peer.Id)
+		timeout := m.cfg.RouteTimeout
+		if msg.TimeoutMs > 0 && time.Duration(msg.TimeoutMs)*time.Millisecond < timeout {
+			timeout = time.Duration(msg.TimeoutMs) * time.Millisecond
+		}
+		m.goReply(ctx.Sender(), func() any {
+			rctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			e, err := m.getRoute(rctx, peer)
+			if err != nil {
+				return &rdmapb.RequestQueuePairResponse{Error: fromError(err)}
+			}
+			id, err := m.newQueuePair(e)
+			if err != nil {
+				m.dropRef(e)
+				return &rdmapb.RequestQueuePairResponse{Error: fromError(err)}
+			}
+			return &rdmapb.RequestQueuePairResponse{QpId: id, PeerId: e.peerID, Backend: string(m.be.Kind())}
+		})
+	case *rdmapb.ReleaseQueuePair:
+		ctx.Respond(&rdmapb.ReleaseQueuePairResponse{Error: fromError(m.releaseQP(msg.QpId))})
+	case *rdmapb.RouteHandshake:
+		ctx.Respond(m.acceptRoute(msg))
+	case *rdmapb.StatusRequest:
+		ctx.Respond(m.status())
+	default:
+		m.log.Warn("unknown message", "type", fmt.Sprintf("%T", msg), "sender", fmt.Sprint(ctx.Sender()))
+		if ctx.Sender() != nil {
+			ctx.Respond(&rdmapb.ErrorReply{Error: fromError(fmt.Errorf("message %T: %w", msg, ErrUnknownMessage))})
+		}
+	}
+}
+
+func (m *Manager) acceptRoute(hs *rdmapb.RouteHandshake) *rdmapb.RouteHandshakeResponse {
+	resp := &rdmapb.RouteHandshakeResponse{Version: ProtocolVersion, ResponderId: m.id, Backend: string(m.be.Kind())}
+	switch {
+	case hs.Version != ProtocolVersion:
+		resp.Error = fromError(fmt.Errorf("handshake version %d, ours %d: %w", hs.Version, ProtocolVersion, backend.ErrVersion))
+	case hs.Backend != string(m.be.Kind()):
+		resp.Error = fromError(fmt.Errorf("handshake for backend %q, ours %q: %w", hs.Backend, m.be.Kind(), backend.ErrNotSupported))
+	case hs.InitiatorId == 0:
+		resp.Error = fromError(fmt.Errorf("handshake without initiator id: %w", buffer.ErrInvalid))
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RouteTimeout)
+		defer cancel()
+		info, err := m.be.AcceptRoute(ctx, hs.InitiatorId, hs.Endpoint)
+		if err != nil {
+			resp.Error = fromError(err)
+		} else {
+			resp.Endpoint = info
+		}
+	}
+	if resp.Error != nil {
+		m.log.Warn("route handshake refused", "initiator", hs.InitiatorAddr, "err", resp.Error.Message)
+	}
+	return resp
+}
+
+// goReply computes a reply off the mailbox and sends it to sender.
+func (m *Manager) goReply(sender *protoactor.PID, f func() any) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		r := f()
+		if sender != nil {
+			m.sys.Root.Send(sender, r)
+		}
+	}()
+}

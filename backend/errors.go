@@ -1,0 +1,112 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/rdmamgr/rdmamgr/buffer"
+	rdmapb "github.com/rdmamgr/rdmamgr/proto"
+)
+
+// Sentinel errors of the data path; buffer's sentinels (ErrBadKey,
+// ErrOutOfRange, ErrAccess, ErrReleased) are used for remote validation
+// failures too, so one errors.Is works whichever side found the fault.
+var (
+	// ErrPeerGone: the peer closed the route or died.
+	ErrPeerGone = errors.New("backend: peer gone")
+	// ErrDeadline: the work request missed its deadline.
+	ErrDeadline = errors.New("backend: deadline exceeded")
+	// ErrClosed: the route or backend is closed.
+	ErrClosed = errors.New("backend: closed")
+	// ErrProtocol: a malformed frame or handshake.
+	ErrProtocol = errors.New("backend: protocol error")
+	// ErrUnauthenticated: a bad, expired or reused route token.
+	ErrUnauthenticated = errors.New("backend: unauthenticated")
+	// ErrVersion: the peer speaks another protocol version.
+	ErrVersion = errors.New("backend: version mismatch")
+	// ErrNotSupported: the backend is not available in this build or machine.
+	ErrNotSupported = errors.New("backend: not supported")
+	// ErrLimit: a limit (in-flight, routes, frame size) was hit.
+	ErrLimit = errors.New("backend: limit exceeded")
+)
+
+// Code maps an error to the wire code; nil is OK.
+func Code(err error) rdmapb.Code {
+	switch {
+	case err == nil:
+		return rdmapb.Code_OK
+	case errors.Is(err, buffer.ErrBadKey):
+		return rdmapb.Code_BAD_KEY
+	case errors.Is(err, buffer.ErrOutOfRange):
+		return rdmapb.Code_OUT_OF_RANGE
+	case errors.Is(err, buffer.ErrAccess):
+		return rdmapb.Code_ACCESS_DENIED
+	case errors.Is(err, buffer.ErrReleased):
+		return rdmapb.Code_RELEASED
+	case errors.Is(err, buffer.ErrInvalid):
+		return rdmapb.Code_INVALID_ARGUMENT
+	case errors.Is(err, buffer.ErrExhausted), errors.Is(err, ErrLimit):
+		return rdmapb.Code_RESOURCE_EXHAUSTED
+	case errors.Is(err, ErrPeerGone):
+		return rdmapb.Code_PEER_GONE
+	case errors.Is(err, ErrDeadline), errors.Is(err, context.DeadlineExceeded):
+		return rdmapb.Code_DEADLINE_EXCEEDED
+	case errors.Is(err, ErrClosed), errors.Is(err, buffer.ErrClosed):
+		return rdmapb.Code_CLOSED
+	case errors.Is(err, ErrProtocol):
+		return rdmapb.Code_PROTOCOL
+	case errors.Is(err, ErrUnauthenticated):
+		return rdmapb.Code_UNAUTHENTICATED
+	case errors.Is(err, ErrVersion):
+		return rdmapb.Code_VERSION_MISMATCH
+	}
+	return rdmapb.Code_INTERNAL
+}
+
+// Sentinel maps a wire code back to the sentinel error callers compare with;
+// nil for OK and for codes without a data-path sentinel.
+func Sentinel(c rdmapb.Code) error {
+	switch c {
+	case rdmapb.Code_OK:
+		return nil
+	case rdmapb.Code_BAD_KEY:
+		return buffer.ErrBadKey
+	case rdmapb.Code_OUT_OF_RANGE:
+		return buffer.ErrOutOfRange
+	case rdmapb.Code_ACCESS_DENIED:
+		return buffer.ErrAccess
+	case rdmapb.Code_RELEASED:
+		return buffer.ErrReleased
+	case rdmapb.Code_INVALID_ARGUMENT:
+		return buffer.ErrInvalid
+	case rdmapb.Code_RESOURCE_EXHAUSTED:
+		return ErrLimit
+	case rdmapb.Code_PEER_GONE:
+		return ErrPeerGone
+	case rdmapb.Code_DEADLINE_EXCEEDED:
+		return ErrDeadline
+	case rdmapb.Code_CLOSED:
+		return ErrClosed
+	case rdmapb.Code_PROTOCOL:
+		return ErrProtocol
+	case rdmapb.Code_UNAUTHENTICATED:
+		return ErrUnauthenticated
+	case rdmapb.Code_VERSION_MISMATCH:
+		return ErrVersion
+	}
+	return nil
+}
+
+// RemoteError is an error reported by the peer for one work request.
+type RemoteError struct {
+	Code rdmapb.Code
+	Op   Op
+}
+
+func (e *RemoteError) Error() string {
+	return fmt.Sprintf("remote refused %s: %s", e.Op, e.Code)
+}
+
+// Unwrap returns the sentinel of the code.
+func (e *RemoteError) Unwrap() error { return Sentinel(e.Code) }

@@ -1,0 +1,49 @@
+//go:build !ibverbs
+
+package ibverbs
+
+import (
+	"errors"
+	"log/slog"
+	"testing"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
+
+const wantMsg = "ibverbs: not built with ibverbs support (build with -tags ibverbs)"
+
+func checkNotBuilt(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: no error from the stub", what)
+	}
+	if !errors.Is(err, backend.ErrNotSupported) {
+		t.Errorf("%s: %v does not wrap backend.ErrNotSupported", what, err)
+	}
+	if !errors.Is(err, ErrNotBuilt) {
+		t.Errorf("%s: %v is not ErrNotBuilt", what, err)
+	}
+	if err.Error() != wantMsg {
+		t.Errorf("%s: message %q, want %q", what, err.Error(), wantMsg)
+	}
+}
+
+func TestNewNotBuilt(t *testing.T) {
+	reg := buffer.NewRegistry(1, buffer.Limits{})
+	b, err := New(Config{Device: "mlx5_0", Port: 1, GIDIndex: 3}, reg, slog.Default())
+	checkNotBuilt(t, "New", err)
+	if b != nil {
+		t.Errorf("New returned a backend %v with its error", b)
+	}
+	_, err = New(Config{}, nil, nil)
+	checkNotBuilt(t, "New(zero config)", err)
+}
+
+func TestDevicesNotBuilt(t *testing.T) {
+	devs, err := Devices()
+	checkNotBuilt(t, "Devices", err)
+	if devs != nil {
+		t.Errorf("Devices returned %v with its error", devs)
+	}
+}

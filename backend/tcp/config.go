@@ -1,0 +1,102 @@
+package tcp
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config tunes the TCP backend. Zero fields take DefaultConfig's values.
+type Config struct {
+	// ListenAddr is the data listener's address ("127.0.0.1:0" by default).
+	ListenAddr string
+	// AdvertiseAddr is what peers dial; default: the listener's address.
+	AdvertiseAddr string
+	// ConnsPerRoute is the number of TCP connections of a route.
+	ConnsPerRoute int
+	// ChunkSize is the largest frame payload the initiator sends; larger
+	// operations are split and striped over the route's connections.
+	ChunkSize int
+	// MaxFrameLen is the largest payload the server accepts in one frame.
+	MaxFrameLen int
+	// MaxInFlight bounds the chunks in flight per route (back-pressure).
+	MaxInFlight int
+	// TokenTTL is how long a route token handed out by AcceptRoute is valid.
+	TokenTTL time.Duration
+	// MaxPendingTokens bounds the tokens handed out and not yet used.
+	MaxPendingTokens int
+	// HelloTimeout bounds the time a new connection has to authenticate.
+	HelloTimeout time.Duration
+	// MaxServerConns bounds the authenticated connections served at once.
+	MaxServerConns int
+	// WatchdogInterval is how often deadlines of in-flight work are checked.
+	WatchdogInterval time.Duration
+	// SocketBuffer sets SO_SNDBUF/SO_RCVBUF when > 0.
+	SocketBuffer int
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		ListenAddr:       "127.0.0.1:0",
+		ConnsPerRoute:    2,
+		ChunkSize:        1 << 20,
+		MaxFrameLen:      16 << 20,
+		MaxInFlight:      1024,
+		TokenTTL:         30 * time.Second,
+		MaxPendingTokens: 4096,
+		HelloTimeout:     5 * time.Second,
+		MaxServerConns:   4096,
+		WatchdogInterval: 20 * time.Millisecond,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.ListenAddr == "" {
+		c.ListenAddr = d.ListenAddr
+	}
+	if c.ConnsPerRoute == 0 {
+		c.ConnsPerRoute = d.ConnsPerRoute
+	}
+	if c.ChunkSize == 0 {
+		c.ChunkSize = d.ChunkSize
+	}
+	if c.MaxFrameLen == 0 {
+		c.MaxFrameLen = d.MaxFrameLen
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = d.MaxInFlight
+	}
+	if c.TokenTTL == 0 {
+		c.TokenTTL = d.TokenTTL
+	}
+	if c.MaxPendingTokens == 0 {
+		c.MaxPendingTokens = d.MaxPendingTokens
+	}
+	if c.HelloTimeout == 0 {
+		c.HelloTimeout = d.HelloTimeout
+	}
+	if c.MaxServerConns == 0 {
+		c.MaxServerConns = d.MaxServerConns
+	}
+	if c.WatchdogInterval == 0 {
+		c.WatchdogInterval = d.WatchdogInterval
+	}
+	return c
+}
+
+// Verify rejects nonsense up front.
+func (c Config) Verify() error {
+	c = c.withDefaults()
+	switch {
+	case c.ConnsPerRoute < 1 || c.ConnsPerRoute > maxConns:
+		return fmt.Errorf("tcp: ConnsPerRoute %d not in 1..%d", c.ConnsPerRoute, maxConns)
+	case c.MaxFrameLen < 1 || c.MaxFrameLen > 1<<30:
+		return fmt.Errorf("tcp: MaxFrameLen %d not in 1..1GiB", c.MaxFrameLen)
+	case c.ChunkSize < 1 || c.ChunkSize > c.MaxFrameLen:
+		return fmt.Errorf("tcp: ChunkSize %d not in 1..MaxFrameLen", c.ChunkSize)
+	case c.MaxInFlight < 1:
+		return fmt.Errorf("tcp: MaxInFlight %d < 1", c.MaxInFlight)
+	}
+	return nil
+}

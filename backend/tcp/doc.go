@@ -1,0 +1,24 @@
+// Package tcp is the pure-Go data plane: one-sided WRITE and READ between
+// registered regions of two managers over plain TCP.
+//
+// Each manager runs one data listener. A route is set up by the actors'
+// handshake: the responder hands the initiator its data address and one
+// single-use token per connection; the initiator dials and proves each
+// connection with its token before any frame is read. A route has N
+// connections; operations larger than the chunk size are split and striped
+// over them and complete when the last chunk lands.
+//
+// Wire format (frame.go): a fixed 48-byte request header, followed for WRITE
+// by its payload; a fixed 16-byte response header, followed for a successful
+// READ by its payload. WRITE payload is read from the socket straight into
+// the target region; READ payload is written from the region straight to the
+// socket with writev and read straight into the requester's memory. Every
+// header field is validated: a malformed header closes the connection, a
+// request that fails the key, access or bounds check is answered with its
+// error code and changes nothing.
+//
+// Shutdown order: Close closes the listener and every connection, then waits
+// for the accept loop, the connection goroutines and the watchdogs. A work
+// request is completed only after neither the reader nor the writer of its
+// connection can touch its local memory any more.
+package tcp

@@ -1,0 +1,575 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+)
+
+// pendingRoute is the initiator's route between PrepareRoute and Complete.
+type pendingRoute struct {
+	b    *Backend
+	peer uint64
+}
+
+func (p *pendingRoute) Abort() {}
+
+// Complete dials the responder's data address once per token and
+// authenticates each connection.
+func (p *pendingRoute) Complete(ctx context.Context, info []byte) (backend.Route, error) {
+	addr, tokens, err := decodeResponderInfo(info)
+	if err != nil {
+		return nil, err
+	}
+	b := p.b
+	r := &route{
+		b:       b,
+		peer:    p.peer,
+		sem:     make(chan struct{}, b.cfg.MaxInFlight),
+		done:    make(chan struct{}),
+		drained: make(chan struct{}),
+		kick:    make(chan struct{}, 1),
+		chunkN:  uint64(b.cfg.ChunkSize),
+	}
+	var d net.Dialer
+	for i, tok := range tokens {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			r.closeConns()
+			return nil, fmt.Errorf("tcp: dial %s: %w: %w", addr, backend.ErrPeerGone, err)
+		}
+		if err := hello(ctx, c, tok); err != nil {
+			c.Close()
+			r.closeConns()
+			return nil, fmt.Errorf("tcp: connection %d to %s: %w", i, addr, err)
+		}
+		setSockopts(c, b.cfg.SocketBuffer)
+		r.conns = append(r.conns, &clientConn{r: r, c: c, slots: make(map[uint64]*chunk), sendq: make(chan *chunk, b.cfg.MaxInFlight)})
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		r.closeConns()
+		return nil, backend.ErrClosed
+	}
+	b.routes[r] = struct{}{}
+	for _, cc := range r.conns {
+		b.conns[cc.c] = struct{}{}
+	}
+	b.wg.Add(1 + 2*len(r.conns))
+	b.mu.Unlock()
+	r.ioWG.Add(2 * len(r.conns))
+	for _, cc := range r.conns {
+		go cc.writeLoop()
+		go cc.readLoop()
+	}
+	go r.watchdog()
+	return r, nil
+}
+
+func hello(ctx context.Context, c net.Conn, tok [tokenSize]byte) error {
+	dl := time.Now().Add(10 * time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	_ = c.SetDeadline(dl)
+	var h [helloSize]byte
+	encodeHello(h[:], tok)
+	if _, err := c.Write(h[:]); err != nil {
+		return fmt.Errorf("hello: %w: %w", backend.ErrPeerGone, err)
+	}
+	var ack [helloAckSize]byte
+	if _, err := io.ReadFull(c, ack[:]); err != nil {
+		return fmt.Errorf("hello ack: %w: %w", backend.ErrPeerGone, err)
+	}
+	code, err := decodeHelloAck(ack[:])
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("hello refused: %w", codeErr(opWrite, code))
+	}
+	return c.SetDeadline(time.Time{})
+}
+
+// route is the initiator's side of a route: N connections, a semaphore of
+// in-flight chunks and a watchdog for deadlines.
+type route struct {
+	b      *Backend
+	peer   uint64
+	conns  []*clientConn // fixed after Complete
+	sem    chan struct{} // one token per chunk in flight
+	next   atomic.Uint32 // round-robin start
+	chunkN uint64
+
+	ops, bytesPut, bytesGot, errs atomic.Uint64
+	inflight                      atomic.Int64
+
+	kick chan struct{} // wakes the watchdog when work is posted
+
+	failOnce sync.Once
+	err      atomic.Pointer[error]
+	done     chan struct{} // closed by fail
+	drained  chan struct{} // closed once every chunk is completed after fail
+	ioWG     sync.WaitGroup
+	closeMu  sync.Mutex // serialises Close
+}
+
+// op is one posted work request split into chunks.
+type op struct {
+	wr        *backend.WorkRequest
+	remaining atomic.Int32
+	firstErr  atomic.Pointer[error]
+	r         *route
+}
+
+// Chunk states; transitions are made under clientConn.mu.
+const (
+	stQueued    = iota // in sendq, not yet written
+	stSending          // writer is writing it
+	stSent             // written, awaiting response
+	stReceiving        // reader is reading its payload
+	stAbandoned        // deadline passed; response (if any) is discarded
+)
+
+// chunk is one frame's worth of an op.
+type chunk struct {
+	op       *op
+	id       uint64
+	local    []byte
+	region   uint64
+	offset   uint64
+	deadline time.Time
+	state    int
+}
+
+func (r *route) Done() <-chan struct{} { return r.done }
+
+func (r *route) Err() error {
+	if p := r.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (r *route) Stats() backend.RouteStats {
+	return backend.RouteStats{
+		Ops:      r.ops.Load(),
+		BytesPut: r.bytesPut.Load(),
+		BytesGot: r.bytesGot.Load(),
+		Errors:   r.errs.Load(),
+		InFlight: int(r.inflight.Load()),
+	}
+}
+
+// Post splits wr into chunks and queues them round-robin on the connections.
+func (r *route) Post(wr *backend.WorkRequest) error {
+	n := uint64(len(wr.Local))
+	if n == 0 || n != wr.Remote.Length {
+		return fmt.Errorf("tcp: local %d bytes, remote %d: %w", n, wr.Remote.Length, backend.ErrProtocol)
+	}
+	if wr.Op != backend.OpWrite && wr.Op != backend.OpRead {
+		return fmt.Errorf("tcp: op %d: %w", wr.Op, backend.ErrProtocol)
+	}
+	if err := r.Err(); err != nil {
+		return err
+	}
+	count := (n + r.chunkN - 1) / r.chunkN
+	if count > uint64(cap(r.sem)) {
+		return fmt.Errorf("tcp: %d-byte operation needs %d chunks, limit %d: %w", n, count, cap(r.sem), backend.ErrLimit)
+	}
+	o := &op{wr: wr, r: r}
+	o.remaining.Store(int32(count))
+	// Reserve every chunk's slot first, so a partly posted op never waits
+	// on itself.
+	var timer *time.Timer
+	for i := uint64(0); i < count; i++ {
+		select {
+		case r.sem <- struct{}{}:
+			continue
+		default:
+		}
+		if timer == nil {
+			timer = time.NewTimer(time.Until(wr.Deadline))
+			defer timer.Stop()
+		}
+		select {
+		case r.sem <- struct{}{}:
+		case <-timer.C:
+			r.releaseSem(int(i))
+			return fmt.Errorf("tcp: waiting for room in flight: %w", backend.ErrDeadline)
+		case <-r.done:
+			r.releaseSem(int(i))
+			return r.Err()
+		}
+	}
+	r.inflight.Add(1)
+	start := int(r.next.Add(1))
+	for i := uint64(0); i < count; i++ {
+		off := i * r.chunkN
+		end := min(off+r.chunkN, n)
+		c := &chunk{
+			op:       o,
+			local:    wr.Local[off:end:end],
+			region:   wr.Remote.Region,
+			offset:   wr.Remote.Offset + off,
+			deadline: wr.Deadline,
+		}
+		r.conns[(start+int(i))%len(r.conns)].enqueue(c)
+	}
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (r *route) releaseSem(n int) {
+	for range n {
+		<-r.sem
+	}
+}
+
+// finish records a chunk's outcome; the last chunk completes the op. Called
+// only once neither loop of the chunk's connection can touch its memory.
+func (c *chunk) finish(err error) {
+	o := c.op
+	r := o.r
+	<-r.sem
+	if err != nil {
+		o.firstErr.CompareAndSwap(nil, &err)
+	}
+	if o.remaining.Add(-1) != 0 {
+		return
+	}
+	r.inflight.Add(-1)
+	var final error
+	if p := o.firstErr.Load(); p != nil {
+		final = *p
+		r.errs.Add(1)
+	} else {
+		r.ops.Add(1)
+		if o.wr.Op == backend.OpWrite {
+			r.bytesPut.Add(uint64(len(o.wr.Local)))
+		} else {
+			r.bytesGot.Add(uint64(len(o.wr.Local)))
+		}
+	}
+	o.wr.Done.Complete(o.wr, final)
+}
+
+// fail marks the route failed and closes its connections; the loops then
+// exit and fail what is left.
+func (r *route) fail(err error) {
+	r.failOnce.Do(func() {
+		r.err.Store(&err)
+		close(r.done)
+		for _, cc := range r.conns {
+			cc.c.Close()
+		}
+	})
+}
+
+func (r *route) closeConns() {
+	for _, cc := range r.conns {
+		cc.c.Close()
+	}
+}
+
+// Close fails in-flight work with ErrClosed and waits for the route's
+// goroutines. Idempotent.
+func (r *route) Close() error {
+	r.closeMu.Lock()
+	defer r.closeMu.Unlock()
+	r.fail(fmt.Errorf("tcp: route closed: %w", backend.ErrClosed))
+	<-r.drained
+	r.b.mu.Lock()
+	delete(r.b.routes, r)
+	r.b.mu.Unlock()
+	return nil
+}
+
+// watchdog fails chunks whose deadline passed. It sleeps while nothing is
+// in flight.
+func (r *route) watchdog() {
+	defer r.b.wg.Done()
+	t := time.NewTicker(r.b.cfg.WatchdogInterval)
+	defer t.Stop()
+	for {
+		if r.inflight.Load() == 0 {
+			select {
+			case <-r.kick:
+			case <-r.done:
+				r.drain()
+				return
+			}
+			continue
+		}
+		select {
+		case <-t.C:
+		case <-r.kick:
+			continue
+		case <-r.done:
+			r.drain()
+			return
+		}
+		now := time.Now()
+		for _, cc := range r.conns {
+			cc.expire(now)
+		}
+	}
+}
+
+// drain waits for the connection loops, then fails whatever is left.
+func (r *route) drain() {
+	r.ioWG.Wait()
+	err := r.Err()
+	for _, cc := range r.conns {
+		cc.failAll(err)
+		cc.r.b.untrackConn(cc.c)
+	}
+	close(r.drained)
+}
+
+// clientConn is one connection of a route: a writer and a reader goroutine.
+type clientConn struct {
+	r     *route
+	c     net.Conn
+	sendq chan *chunk // capacity >= route's MaxInFlight: never blocks
+
+	mu      sync.Mutex // guards slots, nextID, failing and chunk states
+	slots   map[uint64]*chunk
+	nextID  uint64
+	failing bool
+
+	// writer-owned scratch
+	hdr [reqHeaderSize]byte
+	out []byte
+	iov net.Buffers
+}
+
+func (cc *clientConn) enqueue(c *chunk) {
+	cc.mu.Lock()
+	if cc.failing {
+		cc.mu.Unlock()
+		c.finish(cc.r.Err())
+		return
+	}
+	cc.nextID++
+	c.id = cc.nextID
+	c.state = stQueued
+	cc.slots[c.id] = c
+	cc.mu.Unlock()
+	cc.sendq <- c
+}
+
+// writeLoop writes queued chunks; headers of reads are coalesced until the
+// queue runs dry or a write's payload goes out with them in one writev.
+func (cc *clientConn) writeLoop() {
+	defer cc.r.b.wg.Done()
+	defer cc.r.ioWG.Done()
+	var sending []*chunk
+	for {
+		var c *chunk
+		if len(cc.out) > 0 {
+			select {
+			case c = <-cc.sendq:
+			default:
+				if err := cc.flush(sending); err != nil {
+					cc.r.fail(fmt.Errorf("tcp: write: %w: %w", backend.ErrPeerGone, err))
+					return
+				}
+				sending = sending[:0]
+				continue
+			}
+		} else {
+			select {
+			case c = <-cc.sendq:
+			case <-cc.r.done:
+				return
+			}
+		}
+		cc.mu.Lock()
+		if c.state != stQueued {
+			cc.mu.Unlock()
+			continue
+		}
+		c.state = stSending
+		cc.mu.Unlock()
+		h := reqHeader{op: byte(c.op.wr.Op), length: uint32(len(c.local)), wrid: c.id, region: c.region, offset: c.offset, key: c.op.wr.Remote.Key}
+		n := len(cc.out)
+		cc.out = append(cc.out, cc.hdr[:]...)
+		h.encode(cc.out[n:])
+		sending = append(sending, c)
+		if h.op == opWrite {
+			cc.iov = append(cc.iov[:0], cc.out, c.local)
+			_, err := cc.iov.WriteTo(cc.c)
+			cc.out = cc.out[:0]
+			if err != nil {
+				cc.r.fail(fmt.Errorf("tcp: write: %w: %w", backend.ErrPeerGone, err))
+				return
+			}
+			cc.markSent(sending)
+			sending = sending[:0]
+		}
+	}
+}
+
+func (cc *clientConn) flush(sending []*chunk) error {
+	_, err := cc.c.Write(cc.out)
+	cc.out = cc.out[:0]
+	if err == nil {
+		cc.markSent(sending)
+	}
+	return err
+}
+
+func (cc *clientConn) markSent(cs []*chunk) {
+	cc.mu.Lock()
+	for _, c := range cs {
+		if c.state == stSending {
+			c.state = stSent
+		}
+	}
+	cc.mu.Unlock()
+}
+
+// readLoop reads responses and completes chunks; READ payload lands
+// straight in the chunk's local memory.
+func (cc *clientConn) readLoop() {
+	defer cc.r.b.wg.Done()
+	defer cc.r.ioWG.Done()
+	br := newReader(cc.c, 64<<10)
+	var hb [respHeaderSize]byte
+	var h respHeader
+	for {
+		if _, err := io.ReadFull(br, hb[:]); err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				cc.r.fail(fmt.Errorf("tcp: connection closed: %w", backend.ErrClosed))
+			} else {
+				cc.r.fail(fmt.Errorf("tcp: read: %w: %w", backend.ErrPeerGone, err))
+			}
+			return
+		}
+		if err := h.decode(hb[:]); err != nil {
+			cc.r.fail(err)
+			return
+		}
+		cc.mu.Lock()
+		c := cc.slots[h.wrid]
+		if c == nil || byte(c.op.wr.Op) != h.op || (h.length != 0 && h.length != uint32(len(c.local))) ||
+			(h.op == opRead && h.code == 0 && h.length == 0) {
+			cc.mu.Unlock()
+			cc.r.fail(fmt.Errorf("tcp: response for wrid %d does not match: %w", h.wrid, backend.ErrProtocol))
+			return
+		}
+		abandoned := c.state == stAbandoned
+		if h.length > 0 && !abandoned {
+			c.state = stReceiving
+		}
+		if abandoned || h.length == 0 {
+			delete(cc.slots, h.wrid)
+		}
+		cc.mu.Unlock()
+
+		if h.length > 0 {
+			dst := c.local
+			var err error
+			if abandoned {
+				_, err = io.CopyN(io.Discard, br, int64(h.length))
+			} else {
+				_, err = io.ReadFull(br, dst)
+			}
+			if err != nil {
+				// The chunk stays in slots as receiving; drain fails it
+				// after this loop has exited.
+				cc.r.fail(fmt.Errorf("tcp: read payload: %w: %w", backend.ErrPeerGone, err))
+				return
+			}
+			if abandoned {
+				continue
+			}
+			cc.mu.Lock()
+			delete(cc.slots, h.wrid)
+			cc.mu.Unlock()
+			c.finish(nil)
+			continue
+		}
+		if abandoned {
+			continue
+		}
+		var err error
+		if h.code != 0 {
+			err = codeErr(h.op, h.code)
+		}
+		c.finish(err)
+	}
+}
+
+// expire fails chunks past their deadline. A chunk whose memory a loop may
+// be touching (sending, receiving) cannot be failed here: the connection is
+// closed instead, and drain fails it after the loops exit.
+func (cc *clientConn) expire(now time.Time) {
+	var expired []*chunk
+	stuck := false
+	cc.mu.Lock()
+	for id, c := range cc.slots {
+		if c.deadline.IsZero() || !now.After(c.deadline) || c.state == stAbandoned {
+			continue
+		}
+		switch c.state {
+		case stQueued:
+			c.state = stAbandoned
+			delete(cc.slots, id)
+			expired = append(expired, c)
+		case stSent:
+			c.state = stAbandoned // kept: its response is still to be read and dropped
+			expired = append(expired, c)
+		default:
+			stuck = true
+		}
+	}
+	cc.mu.Unlock()
+	for _, c := range expired {
+		c.finish(fmt.Errorf("tcp: %s of %d bytes: %w", c.op.wr.Op, len(c.local), backend.ErrDeadline))
+	}
+	if stuck {
+		cc.r.fail(fmt.Errorf("tcp: transfer stalled past its deadline: %w", backend.ErrDeadline))
+	}
+}
+
+// failAll fails every chunk still held; called after both loops exited.
+func (cc *clientConn) failAll(err error) {
+	if err == nil {
+		err = backend.ErrClosed
+	}
+	cc.mu.Lock()
+	cc.failing = true
+	var left []*chunk
+	for id, c := range cc.slots {
+		delete(cc.slots, id)
+		if c.state != stAbandoned {
+			left = append(left, c)
+		}
+	}
+	cc.mu.Unlock()
+	// Chunks still in sendq were in slots too; drop the queue.
+	for {
+		select {
+		case <-cc.sendq:
+			continue
+		default:
+		}
+		break
+	}
+	for _, c := range left {
+		c.finish(err)
+	}
+}

@@ -1,0 +1,143 @@
+package buffer
+
+import (
+	"crypto/subtle"
+	"fmt"
+
+	rdmapb "github.com/rdmamgr/rdmamgr/proto"
+	"google.golang.org/protobuf/proto"
+)
+
+// KeySize is the size in bytes of a region key (128 bits).
+const KeySize = 16
+
+// Key is the unguessable key of a region.
+type Key [KeySize]byte
+
+// Equal compares two keys in constant time.
+func (k Key) Equal(o Key) bool { return subtle.ConstantTimeCompare(k[:], o[:]) == 1 }
+
+// Access is the set of operations remote peers may perform on a Buffer.
+type Access uint32
+
+const (
+	// AccessRead lets peers read the buffer (Get).
+	AccessRead Access = Access(rdmapb.Access_ACCESS_READ)
+	// AccessWrite lets peers write the buffer (Put).
+	AccessWrite Access = Access(rdmapb.Access_ACCESS_WRITE)
+	// AccessReadWrite allows both.
+	AccessReadWrite = AccessRead | AccessWrite
+)
+
+// Allows reports whether a grants every bit of need.
+func (a Access) Allows(need Access) bool { return a&need == need }
+
+// Valid reports whether a has only known bits.
+func (a Access) Valid() bool { return a&^AccessReadWrite == 0 }
+
+func (a Access) String() string {
+	switch a {
+	case 0:
+		return "none"
+	case AccessRead:
+		return "read"
+	case AccessWrite:
+		return "write"
+	case AccessReadWrite:
+		return "read-write"
+	}
+	return fmt.Sprintf("access(%d)", uint32(a))
+}
+
+// Buffer is a handle to a slice of a registered region. It is a plain value:
+// copy it, slice it, send its Proto form to any actor.
+type Buffer struct {
+	OwnerID   uint64 // random id of the owner manager
+	OwnerAddr string // actor-system address of the owner
+	Region    uint64 // region id at the owner
+	Offset    uint64 // offset of the slice in the region
+	Length    uint64 // length of the slice
+	Key       Key
+	Access    Access
+}
+
+// IsZero reports whether b is the zero Buffer.
+func (b Buffer) IsZero() bool { return b == Buffer{} }
+
+// End returns Offset+Length; valid handles never overflow.
+func (b Buffer) End() uint64 { return b.Offset + b.Length }
+
+// Slice returns the sub-handle [off, off+n) of b. It fails with ErrOutOfRange
+// if the range is not inside b, without overflow.
+func (b Buffer) Slice(off, n uint64) (Buffer, error) {
+	if err := CheckRange(b.Length, off, n); err != nil {
+		return Buffer{}, fmt.Errorf("slice [%d,+%d) of %d-byte buffer: %w", off, n, b.Length, err)
+	}
+	s := b
+	s.Offset = b.Offset + off
+	s.Length = n
+	return s, nil
+}
+
+// CheckRange reports ErrOutOfRange unless [off, off+n) lies in [0, size).
+// It never overflows.
+func CheckRange(size, off, n uint64) error {
+	if off > size || n > size-off {
+		return ErrOutOfRange
+	}
+	return nil
+}
+
+// Proto returns the protobuf form of b.
+func (b Buffer) Proto() *rdmapb.Buffer {
+	return &rdmapb.Buffer{
+		OwnerId:   b.OwnerID,
+		OwnerAddr: b.OwnerAddr,
+		Region:    b.Region,
+		Offset:    b.Offset,
+		Length:    b.Length,
+		Key:       append([]byte(nil), b.Key[:]...),
+		Access:    uint32(b.Access),
+	}
+}
+
+// MarshalledSize returns the size of b's protobuf encoding.
+func (b Buffer) MarshalledSize() int { return proto.Size(b.Proto()) }
+
+// FromProto validates a handle that came from anywhere and returns it as a
+// Buffer. Errors wrap ErrInvalid or ErrOutOfRange.
+func FromProto(p *rdmapb.Buffer) (Buffer, error) {
+	if p == nil {
+		return Buffer{}, fmt.Errorf("nil handle: %w", ErrInvalid)
+	}
+	if p.OwnerId == 0 {
+		return Buffer{}, fmt.Errorf("handle without owner: %w", ErrInvalid)
+	}
+	if p.Region == 0 {
+		return Buffer{}, fmt.Errorf("handle without region: %w", ErrInvalid)
+	}
+	if len(p.Key) != KeySize {
+		return Buffer{}, fmt.Errorf("handle key of %d bytes, want %d: %w", len(p.Key), KeySize, ErrInvalid)
+	}
+	a := Access(p.Access)
+	if !a.Valid() {
+		return Buffer{}, fmt.Errorf("handle access %#x: %w", p.Access, ErrInvalid)
+	}
+	if p.Offset+p.Length < p.Offset {
+		return Buffer{}, fmt.Errorf("handle offset %d + length %d overflows: %w", p.Offset, p.Length, ErrOutOfRange)
+	}
+	b := Buffer{
+		OwnerID:   p.OwnerId,
+		OwnerAddr: p.OwnerAddr,
+		Region:    p.Region,
+		Offset:    p.Offset,
+		Length:    p.Length,
+		Access:    a,
+	}
+	copy(b.Key[:], p.Key)
+	return b, nil
+}
+
+func (b Buffer) String() string {
+	return fmt.Sprintf("buffer{owner=%016x@%s region=%d [%d,+%d) %s}", b.OwnerID, b.OwnerAddr, b.Region, b.Offset, b.Length, b.Access)
+}

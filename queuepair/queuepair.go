@@ -1,0 +1,253 @@
+package queuepair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
+
+// Resolver resolves a local handle to memory and takes a reference on its
+// region; *buffer.Registry implements it.
+type Resolver interface {
+	OwnerID() uint64
+	Local(b buffer.Buffer) (*buffer.Region, []byte, error)
+}
+
+// Options of a QueuePair.
+type Options struct {
+	// Timeout is the deadline of an operation posted without one.
+	Timeout time.Duration
+	// OnRelease is called once by Release (the manager drops its reference
+	// on the route).
+	OnRelease func()
+}
+
+// DefaultTimeout is the operation timeout when Options.Timeout is zero.
+const DefaultTimeout = 30 * time.Second
+
+// QueuePair is a handle bound to one route to one peer manager.
+type QueuePair struct {
+	id       uint64
+	peerID   uint64
+	route    backend.Route
+	local    Resolver
+	timeout  time.Duration
+	onRel    func()
+	released atomic.Bool
+	relOnce  sync.Once
+}
+
+// New binds a QueuePair to route. It does no I/O.
+func New(id, peerID uint64, route backend.Route, local Resolver, opt Options) *QueuePair {
+	if opt.Timeout <= 0 {
+		opt.Timeout = DefaultTimeout
+	}
+	return &QueuePair{id: id, peerID: peerID, route: route, local: local, timeout: opt.Timeout, onRel: opt.OnRelease}
+}
+
+// ID returns the queue pair's id at its manager.
+func (q *QueuePair) ID() uint64 { return q.id }
+
+// PeerID returns the id of the peer manager.
+func (q *QueuePair) PeerID() uint64 { return q.peerID }
+
+// Route returns the backend route (for stats).
+func (q *QueuePair) Route() backend.Route { return q.route }
+
+// Put copies local into remote (RDMA WRITE). It returns at once.
+func (q *QueuePair) Put(local, remote buffer.Buffer) *WorkRequest {
+	return q.post(backend.OpWrite, local, remote, time.Now().Add(q.timeout))
+}
+
+// Get copies remote into local (RDMA READ). It returns at once.
+func (q *QueuePair) Get(local, remote buffer.Buffer) *WorkRequest {
+	return q.post(backend.OpRead, local, remote, time.Now().Add(q.timeout))
+}
+
+// Op is one operation of a batch.
+type Op struct {
+	Op     backend.Op // backend.OpWrite (Put) or backend.OpRead (Get)
+	Local  buffer.Buffer
+	Remote buffer.Buffer
+}
+
+// PutOp and GetOp build batch operations.
+func PutOp(local, remote buffer.Buffer) Op {
+	return Op{Op: backend.OpWrite, Local: local, Remote: remote}
+}
+
+// GetOp builds a Get for Submit.
+func GetOp(local, remote buffer.Buffer) Op {
+	return Op{Op: backend.OpRead, Local: local, Remote: remote}
+}
+
+// Submit posts ops that share one deadline: ctx's deadline, or the queue
+// pair's timeout from now. It returns at once.
+func (q *QueuePair) Submit(ctx context.Context, ops ...Op) *Batch {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(q.timeout)
+	}
+	b := &Batch{wrs: make([]*WorkRequest, len(ops))}
+	for i, o := range ops {
+		b.wrs[i] = q.post(o.Op, o.Local, o.Remote, dl)
+	}
+	return b
+}
+
+func (q *QueuePair) post(op backend.Op, local, remote buffer.Buffer, deadline time.Time) *WorkRequest {
+	w := &WorkRequest{done: make(chan struct{})}
+	w.wr.Op = op
+	w.wr.Remote = remote
+	w.wr.Deadline = deadline
+	w.wr.Done = w
+	if err := q.check(op, local, remote); err != nil {
+		w.finish(err)
+		return w
+	}
+	region, mem, err := q.local.Local(local)
+	if err != nil {
+		if errors.Is(err, buffer.ErrInvalid) {
+			err = fmt.Errorf("%w: %w", ErrNotLocal, err)
+		}
+		w.finish(fmt.Errorf("%s: %w", op, err))
+		return w
+	}
+	w.region = region
+	w.wr.Local = mem
+	if err := q.route.Post(&w.wr); err != nil {
+		w.finish(fmt.Errorf("%s %d bytes: %w", op, len(mem), err))
+	}
+	return w
+}
+
+func (q *QueuePair) check(op backend.Op, local, remote buffer.Buffer) error {
+	if q.released.Load() {
+		return ErrReleased
+	}
+	if remote.OwnerID != q.peerID {
+		return fmt.Errorf("%s to %v on route to %016x: %w", op, remote, q.peerID, ErrWrongPeer)
+	}
+	if local.Length != remote.Length {
+		return fmt.Errorf("%s: local %d bytes, remote %d: %w", op, local.Length, remote.Length, ErrLengthMismatch)
+	}
+	if local.Length == 0 {
+		return fmt.Errorf("%s of 0 bytes: %w", op, buffer.ErrInvalid)
+	}
+	if remote.Offset+remote.Length < remote.Offset {
+		return fmt.Errorf("%s: remote %v: %w", op, remote, buffer.ErrOutOfRange)
+	}
+	if !remote.Access.Allows(op.Need()) {
+		return fmt.Errorf("%s to %s buffer: %w", op, remote.Access, buffer.ErrAccess)
+	}
+	return nil
+}
+
+// Release gives the queue pair back to its manager; later operations fail
+// with ErrReleased. Operations already posted complete normally.
+// Idempotent.
+func (q *QueuePair) Release() {
+	q.relOnce.Do(func() {
+		q.released.Store(true)
+		if q.onRel != nil {
+			q.onRel()
+		}
+	})
+}
+
+// WorkRequest is the handle of one posted operation.
+type WorkRequest struct {
+	wr     backend.WorkRequest
+	region *buffer.Region
+	done   chan struct{}
+	err    error // written once before done is closed
+	state  atomic.Bool
+}
+
+// Complete implements backend.Completer.
+func (w *WorkRequest) Complete(_ *backend.WorkRequest, err error) { w.finish(err) }
+
+func (w *WorkRequest) finish(err error) {
+	if !w.state.CompareAndSwap(false, true) {
+		return
+	}
+	if w.region != nil {
+		w.region.Unref()
+		w.region = nil
+	}
+	w.err = err
+	close(w.done)
+}
+
+// Done is closed when the operation completes.
+func (w *WorkRequest) Done() <-chan struct{} { return w.done }
+
+// Poll reports whether the operation completed, and its error if so.
+func (w *WorkRequest) Poll() (bool, error) {
+	select {
+	case <-w.done:
+		return true, w.err
+	default:
+		return false, nil
+	}
+}
+
+// Err returns the outcome; nil while pending.
+func (w *WorkRequest) Err() error {
+	_, err := w.Poll()
+	return err
+}
+
+// Wait blocks until the operation completes or ctx ends. When ctx ends first
+// it returns ctx's error; the operation goes on until its own deadline.
+func (w *WorkRequest) Wait(ctx context.Context) error {
+	select {
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Batch is a set of operations posted together.
+type Batch struct {
+	wrs []*WorkRequest
+}
+
+// Requests returns the batch's work requests in submission order.
+func (b *Batch) Requests() []*WorkRequest { return b.wrs }
+
+// Wait waits for every operation; it returns their errors joined.
+func (b *Batch) Wait(ctx context.Context) error {
+	var errs []error
+	for _, w := range b.wrs {
+		if err := w.Wait(ctx); err != nil {
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				return errors.Join(errs...)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Poll reports whether every operation completed, and their joined errors.
+func (b *Batch) Poll() (bool, error) {
+	var errs []error
+	for _, w := range b.wrs {
+		done, err := w.Poll()
+		if !done {
+			return false, nil
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return true, errors.Join(errs...)
+}
