@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	protoactor "github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/rs/zerolog"
+
+	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/tcp"
+)
+
+const usage = `rdmamgr: an RDMA resource manager
+
+usage:
+  rdmamgr serve   --listen HOST:PORT [flags]     run a manager daemon
+  rdmamgr demo    [flags]                        two managers move bytes both ways and verify them
+  rdmamgr bench   --peer ADDR --op put|get --size SIZE --count N [--concurrency C] [--verify]
+  rdmamgr status  --peer ADDR                    show a manager's buffers, routes and counters
+  rdmamgr devices                                list RDMA devices
+
+Run 'rdmamgr CMD -h' for a command's flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches a subcommand and returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch args[0] {
+	case "serve":
+		err = cmdServe(ctx, args[1:], stdout, stderr)
+	case "demo":
+		err = cmdDemo(ctx, args[1:], stdout, stderr)
+	case "bench":
+		err = cmdBench(ctx, args[1:], stdout, stderr)
+	case "status":
+		err = cmdStatus(ctx, args[1:], stdout, stderr)
+	case "devices":
+		err = cmdDevices(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "rdmamgr: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "rdmamgr %s: %v\n", args[0], err)
+			return 2
+		}
+		fmt.Fprintf(stderr, "rdmamgr %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+type usageError struct{ error }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// common flags of commands that run a manager or talk to one.
+type common struct {
+	logLevel string
+	logJSON  bool
+	conns    int
+	maxMsg   int
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error, disabled")
+	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON instead of console lines")
+	fs.IntVar(&c.conns, "conns", tcp.DefaultConfig().ConnsPerRoute, "TCP connections per route")
+	fs.IntVar(&c.maxMsg, "max-message-size", actor.DefaultMaxMessageSize, "largest control message in bytes (gRPC limit on both sides)")
+}
+
+// logger returns a zerolog logger on stderr and a slog view of it for the
+// library packages.
+func (c *common) logger(stderr io.Writer) (zerolog.Logger, *slog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(c.logLevel)
+	if err != nil {
+		return zerolog.Logger{}, nil, usagef("--log-level %q: %v", c.logLevel, err)
+	}
+	var w io.Writer = stderr
+	if !c.logJSON {
+		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly, NoColor: true}
+	}
+	zl := zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+	return zl, slog.New(zerolog.NewSlogHandler(zl)), nil
+}
+
+// node is an actor system with remote and, optionally, a manager.
+type node struct {
+	sys    *protoactor.ActorSystem
+	remote *remote.Remote
+	addr   string
+	mgr    *actor.Manager
+}
+
+// startNode starts an actor system with remote on listen, and a manager
+// when withManager is set.
+func startNode(ctx context.Context, listen string, c *common, slogger *slog.Logger, name string, withManager bool) (*node, error) {
+	// protoactor logs routine connection churn at error level; pass its
+	// logs through only at --log-level debug.
+	var plog *slog.Logger
+	if c.logLevel == "debug" {
+		plog = slogger.With("component", "protoactor")
+	}
+	sys := actor.NewActorSystem(plog)
+	r, addr, err := actor.StartRemote(sys, listen, c.maxMsg)
+	if err != nil {
+		sys.Shutdown()
+		return nil, err
+	}
+	n := &node{sys: sys, remote: r, addr: addr}
+	if !withManager {
+		return n, nil
+	}
+	host := listen[:strings.LastIndex(listen, ":")]
+	tcfg := tcp.DefaultConfig()
+	tcfg.ListenAddr = host + ":0"
+	tcfg.ConnsPerRoute = c.conns
+	m, err := actor.New(sys, actor.Config{
+		Name:           name,
+		Backend:        backend.KindTCP,
+		TCP:            tcfg,
+		MaxMessageSize: c.maxMsg,
+		Logger:         slogger,
+	})
+	if err != nil {
+		n.close()
+		return nil, err
+	}
+	if err := m.Start(ctx); err != nil {
+		n.close()
+		return nil, err
+	}
+	n.mgr = m
+	return n, nil
+}
+
+func (n *node) close() {
+	if n.mgr != nil {
+		n.mgr.Close()
+	}
+	n.remote.Shutdown(true)
+	n.sys.Shutdown()
+}
+
+// parseSize parses "4096", "4KiB", "1MiB", "16m", "1GiB".
+func parseSize(s string) (uint64, error) {
+	t := strings.TrimSpace(strings.ToLower(s))
+	mult := uint64(1)
+	for _, suf := range []struct {
+		s string
+		m uint64
+	}{{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"kb", 1 << 10}, {"mb", 1 << 20}, {"gb", 1 << 30}, {"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"b", 1}} {
+		if strings.HasSuffix(t, suf.s) {
+			t, mult = strings.TrimSuffix(t, suf.s), suf.m
+			break
+		}
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(t), 10, 64)
+	if err != nil || v == 0 {
+		return 0, fmt.Errorf("size %q: want a positive number of bytes, optionally with KiB, MiB or GiB", s)
+	}
+	if v > (1<<40)/mult {
+		return 0, fmt.Errorf("size %q: too large", s)
+	}
+	return v * mult, nil
+}
+
+func fmtSize(n uint64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+func peerPID(addr, name string) (*protoactor.PID, error) {
+	if _, _, err := splitHostPort(addr); err != nil {
+		return nil, usagef("--peer %q: want HOST:PORT", addr)
+	}
+	return protoactor.NewPID(addr, name), nil
+}
+
+func splitHostPort(a string) (string, string, error) {
+	i := strings.LastIndex(a, ":")
+	if i <= 0 || i == len(a)-1 {
+		return "", "", errors.New("bad address")
+	}
+	if _, err := strconv.Atoi(a[i+1:]); err != nil {
+		return "", "", err
+	}
+	return a[:i], a[i+1:], nil
+}

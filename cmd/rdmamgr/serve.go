@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/rdmamgr/rdmamgr/actor"
+)
+
+func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:8090", "actor-system address HOST:PORT (port 0 picks one); the data listener binds the same host")
+	name := fs.String("name", actor.DefaultName, "manager actor name")
+	var c common
+	c.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments %q", fs.Args())
+	}
+	if _, _, err := splitHostPort(*listen); err != nil {
+		return usagef("--listen %q: want HOST:PORT", *listen)
+	}
+	zl, sl, err := c.logger(stderr)
+	if err != nil {
+		return err
+	}
+	n, err := startNode(ctx, *listen, &c, sl, *name, true)
+	if err != nil {
+		return err
+	}
+	zl.Info().Str("addr", n.addr).Str("name", *name).Str("data", n.mgr.Backend().Addr()).
+		Str("backend", string(n.mgr.Backend().Kind())).Msg("serving")
+	fmt.Fprintf(stdout, "ready %s\n", n.addr)
+	if f, ok := stdout.(interface{ Sync() error }); ok {
+		_ = f.Sync()
+	}
+	<-ctx.Done()
+	zl.Info().Msg("shutting down")
+	n.close()
+	zl.Info().Msg("stopped")
+	return nil
+}
