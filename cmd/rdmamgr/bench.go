@@ -274,4 +274,3 @@ func printBench(w io.Writer, cfg benchConfig, conns int, r *benchResult) {
 	}
 	fmt.Fprintf(w, "errors: %d\n", r.errs)
 }
-
