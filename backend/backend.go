@@ -53,6 +53,9 @@ type Completer interface {
 type WorkRequest struct {
 	Op       Op
 	Local    []byte        // local memory, already resolved and referenced; len == Remote.Length
+	// LocalRegion is the region Local lies in (its BackendData and RDMA
+	// keys give an RDMA backend the local key).
+	LocalRegion *buffer.Region
 	Remote   buffer.Buffer // remote handle, already validated as owned by the route's peer
 	Deadline time.Time     // the backend fails the request with ErrDeadline after it
 	Done     Completer

@@ -59,6 +59,10 @@ type Buffer struct {
 	Length    uint64 // length of the slice
 	Key       Key
 	Access    Access
+	// RDMA is set when the owner registered the region with an RDMA
+	// backend: peers with RDMA reach it by address and rkey; every peer
+	// reaches it over TCP.
+	RDMA RDMAKey
 }
 
 // IsZero reports whether b is the zero Buffer.
@@ -98,6 +102,8 @@ func (b Buffer) Proto() *rdmapb.Buffer {
 		Length:    b.Length,
 		Key:       append([]byte(nil), b.Key[:]...),
 		Access:    uint32(b.Access),
+		Rkey:      b.RDMA.RKey,
+		Addr:      b.RDMA.Addr,
 	}
 }
 
@@ -133,6 +139,10 @@ func FromProto(p *rdmapb.Buffer) (Buffer, error) {
 		Offset:    p.Offset,
 		Length:    p.Length,
 		Access:    a,
+		RDMA:      RDMAKey{Addr: p.Addr, RKey: p.Rkey},
+	}
+	if (p.Addr == 0) != (p.Rkey == 0) {
+		return Buffer{}, fmt.Errorf("handle with rdma addr %#x rkey %#x: %w", p.Addr, p.Rkey, ErrInvalid)
 	}
 	copy(b.Key[:], p.Key)
 	return b, nil

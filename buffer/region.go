@@ -41,6 +41,16 @@ type Region struct {
 	// ibverbs memory region) and read by the same backend. Written once
 	// before the region is visible to other goroutines.
 	BackendData any
+	// RDMA is what an RDMA backend's Register hook advertises for the
+	// region: its virtual address and remote key. Zero when no RDMA backend
+	// registered it. Written once before the region is visible.
+	RDMA RDMAKey
+}
+
+// RDMAKey is the RDMA address and remote key of a region.
+type RDMAKey struct {
+	Addr uint64 // virtual address of the region's first byte
+	RKey uint32 // remote key
 }
 
 // ID returns the region id.

@@ -196,6 +196,7 @@ func (g *Registry) handle(r *Region) Buffer {
 		Length:    uint64(len(r.mem)),
 		Key:       r.key,
 		Access:    r.access,
+		RDMA:      r.RDMA,
 	}
 }
 

@@ -225,14 +225,18 @@ func (x *Error) GetMessage() string {
 // Buffer is the handle to a slice of registered memory. It is small and can
 // be sent to any actor; only the owner manager can resolve it to memory.
 type Buffer struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	OwnerId       uint64                 `protobuf:"fixed64,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`     // random id of the owner manager
-	OwnerAddr     string                 `protobuf:"bytes,2,opt,name=owner_addr,json=ownerAddr,proto3" json:"owner_addr,omitempty"` // actor-system address of the owner ("host:port")
-	Region        uint64                 `protobuf:"varint,3,opt,name=region,proto3" json:"region,omitempty"`                       // region id at the owner
-	Offset        uint64                 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`                       // offset of this slice within the region
-	Length        uint64                 `protobuf:"varint,5,opt,name=length,proto3" json:"length,omitempty"`                       // length of this slice
-	Key           []byte                 `protobuf:"bytes,6,opt,name=key,proto3" json:"key,omitempty"`                              // 16-byte unguessable key of the region
-	Access        uint32                 `protobuf:"varint,7,opt,name=access,proto3" json:"access,omitempty"`                       // Access bits
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	OwnerId   uint64                 `protobuf:"fixed64,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`     // random id of the owner manager
+	OwnerAddr string                 `protobuf:"bytes,2,opt,name=owner_addr,json=ownerAddr,proto3" json:"owner_addr,omitempty"` // actor-system address of the owner ("host:port")
+	Region    uint64                 `protobuf:"varint,3,opt,name=region,proto3" json:"region,omitempty"`                       // region id at the owner
+	Offset    uint64                 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`                       // offset of this slice within the region
+	Length    uint64                 `protobuf:"varint,5,opt,name=length,proto3" json:"length,omitempty"`                       // length of this slice
+	Key       []byte                 `protobuf:"bytes,6,opt,name=key,proto3" json:"key,omitempty"`                              // 16-byte unguessable key of the region
+	Access    uint32                 `protobuf:"varint,7,opt,name=access,proto3" json:"access,omitempty"`                       // Access bits
+	// Set when the owner registered the region with an RDMA backend (the
+	// handle then also reaches peers over ibverbs); absent otherwise.
+	Rkey          uint32 `protobuf:"varint,8,opt,name=rkey,proto3" json:"rkey,omitempty"`  // remote key of the region
+	Addr          uint64 `protobuf:"fixed64,9,opt,name=addr,proto3" json:"addr,omitempty"` // virtual address of the region's first byte
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -312,6 +316,20 @@ func (x *Buffer) GetKey() []byte {
 func (x *Buffer) GetAccess() uint32 {
 	if x != nil {
 		return x.Access
+	}
+	return 0
+}
+
+func (x *Buffer) GetRkey() uint32 {
+	if x != nil {
+		return x.Rkey
+	}
+	return 0
+}
+
+func (x *Buffer) GetAddr() uint64 {
+	if x != nil {
+		return x.Addr
 	}
 	return 0
 }
@@ -1400,7 +1418,7 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"rdmamgr.v1\"G\n" +
 	"\x05Error\x12$\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x10.rdmamgr.v1.CodeR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xb4\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xdc\x01\n" +
 	"\x06Buffer\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\x06R\aownerId\x12\x1d\n" +
 	"\n" +
@@ -1409,7 +1427,9 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\x06offset\x18\x04 \x01(\x04R\x06offset\x12\x16\n" +
 	"\x06length\x18\x05 \x01(\x04R\x06length\x12\x10\n" +
 	"\x03key\x18\x06 \x01(\fR\x03key\x12\x16\n" +
-	"\x06access\x18\a \x01(\rR\x06access\";\n" +
+	"\x06access\x18\a \x01(\rR\x06access\x12\x12\n" +
+	"\x04rkey\x18\b \x01(\rR\x04rkey\x12\x12\n" +
+	"\x04addr\x18\t \x01(\x06R\x04addr\";\n" +
 	"\rRequestBuffer\x12\x12\n" +
 	"\x04size\x18\x01 \x01(\x04R\x04size\x12\x16\n" +
 	"\x06access\x18\x02 \x01(\rR\x06access\"l\n" +

@@ -120,6 +120,7 @@ func (q *QueuePair) post(op backend.Op, local, remote buffer.Buffer, deadline ti
 		return w
 	}
 	w.region = region
+	w.wr.LocalRegion = region
 	w.wr.Local = mem
 	if err := q.route.Post(&w.wr); err != nil {
 		w.finish(fmt.Errorf("%s %d bytes: %w", op, len(mem), err))
