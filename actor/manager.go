@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -28,7 +29,10 @@ const DefaultName = "rdma-manager"
 type Config struct {
 	// Name is the manager's actor name (DefaultName).
 	Name string
-	// Backend selects the data plane: "tcp" (default) or "ibverbs".
+	// Backend selects the data plane: "tcp" (default), "ibverbs" or
+	// "auto". With ibverbs or auto the manager runs TCP beside it, so peers
+	// without RDMA still reach its buffers; auto falls back to TCP alone
+	// when no usable RDMA device exists, and logs why.
 	Backend backend.Kind
 	// TCP configures the TCP backend.
 	TCP tcp.Config
@@ -85,8 +89,12 @@ type Manager struct {
 	cfg Config
 	id  uint64
 	reg *buffer.Registry
-	be  backend.Backend
-	log *slog.Logger
+	// backends in order of preference for new routes; TCP is always last.
+	// Fixed after Start.
+	backends []backend.Backend
+	tcp      *tcp.Backend
+	rdma     backend.Backend // nil without an RDMA backend
+	log      *slog.Logger
 
 	mu sync.Mutex // guards the fields below
 	// pid is set by Start.
@@ -107,6 +115,7 @@ type routeEntry struct {
 	route backend.Route
 	// peerID is the peer manager's id.
 	peerID uint64
+	kind   backend.Kind
 	err    error
 	// refs counts queue pairs on the route; guarded by Manager.mu.
 	refs int
@@ -128,29 +137,21 @@ func New(sys *protoactor.ActorSystem, cfg Config) (*Manager, error) {
 	id := binary.LittleEndian.Uint64(idb[:]) | 1 // never 0
 	reg := buffer.NewRegistry(id, cfg.Limits)
 	log := cfg.Logger.With("manager", fmt.Sprintf("%016x", id))
-	var be backend.Backend
+	t, err := tcp.New(cfg.TCP, reg, log)
+	if err != nil {
+		return nil, err
+	}
 	switch cfg.Backend {
-	case backend.KindTCP:
-		t, err := tcp.New(cfg.TCP, reg, log)
-		if err != nil {
-			return nil, err
-		}
-		be = t
-	case backend.KindIBVerbs:
-		b, err := ibverbs.New(cfg.IBVerbs, reg, log)
-		if err != nil {
-			return nil, err
-		}
-		be = b
+	case backend.KindTCP, backend.KindIBVerbs, KindAuto:
 	default:
-		return nil, fmt.Errorf("backend %q: %w", cfg.Backend, backend.ErrNotSupported)
+		return nil, fmt.Errorf("backend %q (want tcp, ibverbs or auto): %w", cfg.Backend, backend.ErrNotSupported)
 	}
 	return &Manager{
 		sys:    sys,
 		cfg:    cfg,
 		id:     id,
 		reg:    reg,
-		be:     be,
+		tcp:    t,
 		log:    log,
 		routes: make(map[string]*routeEntry),
 		qps:    make(map[uint64]*qpEntry),
@@ -161,18 +162,79 @@ func New(sys *protoactor.ActorSystem, cfg Config) (*Manager, error) {
 // Start protoactor remote on the system first for peers in other processes.
 func (m *Manager) Start(ctx context.Context) error {
 	m.reg.SetOwnerAddr(m.sys.Address())
-	if err := m.be.Start(ctx); err != nil {
+	if m.cfg.Backend != backend.KindTCP {
+		rb, err := m.startRDMA(ctx)
+		switch {
+		case err == nil:
+			m.rdma = rb
+			m.backends = append(m.backends, rb)
+		case m.cfg.Backend == KindAuto:
+			m.log.Warn("no usable RDMA device: using TCP only", "err", err)
+		default:
+			return err
+		}
+	}
+	if err := m.tcp.Start(ctx); err != nil {
+		m.closeBackends()
 		return err
 	}
+	m.backends = append(m.backends, m.tcp)
 	pid, err := m.sys.Root.SpawnNamed(protoactor.PropsFromProducer(func() protoactor.Actor { return &managerActor{m: m} }), m.cfg.Name)
 	if err != nil {
-		m.be.Close()
+		m.closeBackends()
 		return fmt.Errorf("spawn manager %q: %w", m.cfg.Name, err)
 	}
 	m.mu.Lock()
 	m.pid = pid
 	m.mu.Unlock()
-	m.log.Info("manager started", "pid", pid.String(), "backend", m.be.Kind(), "data", m.be.Addr())
+	m.log.Info("manager started", "pid", pid.String(), "backends", m.kinds(), "data", m.tcp.Addr())
+	return nil
+}
+
+// KindAuto picks ibverbs where a usable device exists and TCP otherwise.
+const KindAuto backend.Kind = "auto"
+
+func (m *Manager) startRDMA(ctx context.Context) (backend.Backend, error) {
+	b, err := ibverbs.New(m.cfg.IBVerbs, m.reg, m.log)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.Start(ctx); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("ibverbs: %w", err)
+	}
+	return b, nil
+}
+
+func (m *Manager) closeBackends() error {
+	var first error
+	if m.rdma != nil {
+		first = m.rdma.Close()
+	}
+	if err := m.tcp.Close(); err != nil && first == nil {
+		first = err
+	}
+	return first
+}
+
+// kinds names the running backends, preferred first ("ibverbs+tcp").
+func (m *Manager) kinds() string {
+	s := ""
+	for i, b := range m.backends {
+		if i > 0 {
+			s += "+"
+		}
+		s += string(b.Kind())
+	}
+	return s
+}
+
+func (m *Manager) backendOf(k backend.Kind) backend.Backend {
+	for _, b := range m.backends {
+		if b.Kind() == k {
+			return b
+		}
+	}
 	return nil
 }
 
@@ -189,8 +251,16 @@ func (m *Manager) ID() uint64 { return m.id }
 // Registry returns the manager's registry.
 func (m *Manager) Registry() *buffer.Registry { return m.reg }
 
-// Backend returns the manager's backend.
-func (m *Manager) Backend() backend.Backend { return m.be }
+// Backend returns the manager's preferred backend (after Start).
+func (m *Manager) Backend() backend.Backend {
+	if m.rdma != nil {
+		return m.rdma
+	}
+	return m.tcp
+}
+
+// TCP returns the manager's TCP backend.
+func (m *Manager) TCP() *tcp.Backend { return m.tcp }
 
 // Client returns a typed client bound to this manager, able to hand out
 // queue pairs.
@@ -242,7 +312,7 @@ func (m *Manager) Close() error {
 			e.route.Close()
 		}
 	}
-	err := m.be.Close()
+	err := m.closeBackends()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if rerr := m.reg.Close(ctx); rerr != nil && err == nil {
@@ -324,57 +394,64 @@ func (m *Manager) setupRoute(e *routeEntry) {
 	defer close(e.ready)
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RouteTimeout)
 	defer cancel()
-	pr, info, err := m.be.PrepareRoute(ctx, 0)
+	var errs []error
+	for _, b := range m.backends {
+		r, peerID, err := m.handshake(ctx, e, b)
+		if err == nil {
+			e.route, e.peerID, e.kind = r, peerID, b.Kind()
+			m.log.Info("route up", "peer", e.key, "peer_id", fmt.Sprintf("%016x", e.peerID), "backend", b.Kind())
+			return
+		}
+		errs = append(errs, err)
+		if !errors.Is(err, backend.ErrNotSupported) {
+			break // only a peer without this backend makes us try the next
+		}
+	}
+	e.err = errors.Join(errs...)
+}
+
+// handshake sets up a route to e's peer over b.
+func (m *Manager) handshake(ctx context.Context, e *routeEntry, b backend.Backend) (backend.Route, uint64, error) {
+	pr, info, err := b.PrepareRoute(ctx, 0)
 	if err != nil {
-		e.err = fmt.Errorf("prepare route to %s: %w", e.key, err)
-		return
+		return nil, 0, fmt.Errorf("prepare %s route to %s: %w", b.Kind(), e.key, err)
 	}
 	hs := &rdmapb.RouteHandshake{
 		Version:       ProtocolVersion,
 		InitiatorId:   m.id,
 		InitiatorAddr: m.sys.Address(),
-		Backend:       string(m.be.Kind()),
+		Backend:       string(b.Kind()),
 		Endpoint:      info,
+	}
+	fail := func(err error) (backend.Route, uint64, error) {
+		pr.Abort()
+		return nil, 0, err
 	}
 	res, err := m.sys.Root.RequestFuture(e.peer, hs, m.cfg.RouteTimeout).Result()
 	if err != nil {
-		pr.Abort()
-		e.err = fmt.Errorf("handshake with %s: %w: %w", e.key, ErrUnknownPeer, err)
-		return
+		return fail(fmt.Errorf("handshake with %s: %w: %w", e.key, ErrUnknownPeer, err))
 	}
 	resp, ok := res.(*rdmapb.RouteHandshakeResponse)
 	if !ok {
-		pr.Abort()
 		if er, ok := res.(*rdmapb.ErrorReply); ok {
-			e.err = fmt.Errorf("handshake with %s: %w", e.key, toError(er.Error))
-			return
+			return fail(fmt.Errorf("handshake with %s: %w", e.key, toError(er.Error)))
 		}
-		e.err = fmt.Errorf("handshake with %s: reply %T: %w", e.key, res, ErrBadResponse)
-		return
+		return fail(fmt.Errorf("handshake with %s: reply %T: %w", e.key, res, ErrBadResponse))
 	}
 	if err := toError(resp.Error); err != nil {
-		pr.Abort()
-		e.err = fmt.Errorf("handshake with %s: %w", e.key, err)
-		return
+		return fail(fmt.Errorf("%s handshake with %s: %w", b.Kind(), e.key, err))
 	}
 	if resp.Version != ProtocolVersion {
-		pr.Abort()
-		e.err = fmt.Errorf("handshake with %s: peer version %d, ours %d: %w", e.key, resp.Version, ProtocolVersion, backend.ErrVersion)
-		return
+		return fail(fmt.Errorf("handshake with %s: peer version %d, ours %d: %w", e.key, resp.Version, ProtocolVersion, backend.ErrVersion))
 	}
-	if resp.ResponderId == 0 || resp.Backend != string(m.be.Kind()) {
-		pr.Abort()
-		e.err = fmt.Errorf("handshake with %s: responder id %x backend %q: %w", e.key, resp.ResponderId, resp.Backend, backend.ErrProtocol)
-		return
+	if resp.ResponderId == 0 || resp.Backend != string(b.Kind()) {
+		return fail(fmt.Errorf("handshake with %s: responder id %x backend %q: %w", e.key, resp.ResponderId, resp.Backend, backend.ErrProtocol))
 	}
 	r, err := pr.Complete(ctx, resp.Endpoint)
 	if err != nil {
-		e.err = fmt.Errorf("connect route to %s: %w", e.key, err)
-		return
+		return nil, 0, fmt.Errorf("connect %s route to %s: %w", b.Kind(), e.key, err)
 	}
-	e.route = r
-	e.peerID = resp.ResponderId
-	m.log.Info("route up", "peer", e.key, "peer_id", fmt.Sprintf("%016x", e.peerID))
+	return r, resp.ResponderId, nil
 }
 
 // dropRef releases one reference to e; the last one closes the route.
@@ -419,6 +496,7 @@ func (m *Manager) newQueuePair(e *routeEntry) (uint64, error) {
 	qe := &qpEntry{route: e}
 	qe.qp = queuepair.New(id, e.peerID, e.route, m.reg, queuepair.Options{
 		Timeout:   m.cfg.OpTimeout,
+		Kind:      e.kind,
 		OnRelease: func() { m.releaseQP(id) },
 	})
 	m.qps[id] = qe
@@ -453,12 +531,20 @@ func (m *Manager) releaseQP(id uint64) error {
 // status builds the status reply.
 func (m *Manager) status() *rdmapb.StatusResponse {
 	st := m.reg.Stats()
-	sv := m.be.Served()
+	var sv backend.ServedStats
+	for _, b := range m.backends {
+		x := b.Served()
+		sv.Ops += x.Ops
+		sv.BytesIn += x.BytesIn
+		sv.BytesOut += x.BytesOut
+		sv.Rejected += x.Rejected
+		sv.AuthFail += x.AuthFail
+	}
 	resp := &rdmapb.StatusResponse{
 		ManagerId:       m.id,
 		Address:         m.sys.Address(),
-		Backend:         string(m.be.Kind()),
-		DataAddr:        m.be.Addr(),
+		Backend:         m.kinds(),
+		DataAddr:        m.tcp.Addr(),
 		RegisteredBytes: st.Bytes,
 		ServedOps:       sv.Ops,
 		ServedBytesIn:   sv.BytesIn,
@@ -479,7 +565,7 @@ func (m *Manager) status() *rdmapb.StatusResponse {
 	}
 	m.mu.Unlock()
 	for i, e := range entries {
-		rs := &rdmapb.RouteStatus{PeerAddr: e.key, Backend: string(m.be.Kind()), Refs: uint32(refs[i])}
+		rs := &rdmapb.RouteStatus{PeerAddr: e.key, Refs: uint32(refs[i])}
 		select {
 		case <-e.ready:
 			switch {
@@ -492,6 +578,7 @@ func (m *Manager) status() *rdmapb.StatusResponse {
 			}
 			if e.route != nil {
 				s := e.route.Stats()
+				rs.Backend = string(e.kind)
 				rs.PeerId, rs.Ops, rs.BytesPut, rs.BytesGot, rs.Errors = e.peerID, s.Ops, s.BytesPut, s.BytesGot, s.Errors
 			}
 		default:
@@ -560,7 +647,7 @@ func (a *managerActor) Receive(ctx protoactor.Context) {
 				m.dropRef(e)
 				return &rdmapb.RequestQueuePairResponse{Error: fromError(err)}
 			}
-			return &rdmapb.RequestQueuePairResponse{QpId: id, PeerId: e.peerID, Backend: string(m.be.Kind())}
+			return &rdmapb.RequestQueuePairResponse{QpId: id, PeerId: e.peerID, Backend: string(e.kind)}
 		})
 	case *rdmapb.ReleaseQueuePair:
 		ctx.Respond(&rdmapb.ReleaseQueuePairResponse{Error: fromError(m.releaseQP(msg.QpId))})
@@ -577,18 +664,19 @@ func (a *managerActor) Receive(ctx protoactor.Context) {
 }
 
 func (m *Manager) acceptRoute(hs *rdmapb.RouteHandshake) *rdmapb.RouteHandshakeResponse {
-	resp := &rdmapb.RouteHandshakeResponse{Version: ProtocolVersion, ResponderId: m.id, Backend: string(m.be.Kind())}
+	resp := &rdmapb.RouteHandshakeResponse{Version: ProtocolVersion, ResponderId: m.id, Backend: hs.Backend}
+	b := m.backendOf(backend.Kind(hs.Backend))
 	switch {
 	case hs.Version != ProtocolVersion:
 		resp.Error = fromError(fmt.Errorf("handshake version %d, ours %d: %w", hs.Version, ProtocolVersion, backend.ErrVersion))
-	case hs.Backend != string(m.be.Kind()):
-		resp.Error = fromError(fmt.Errorf("handshake for backend %q, ours %q: %w", hs.Backend, m.be.Kind(), backend.ErrNotSupported))
+	case b == nil:
+		resp.Error = fromError(fmt.Errorf("handshake for backend %q, ours %s: %w", hs.Backend, m.kinds(), backend.ErrNotSupported))
 	case hs.InitiatorId == 0:
 		resp.Error = fromError(fmt.Errorf("handshake without initiator id: %w", buffer.ErrInvalid))
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RouteTimeout)
 		defer cancel()
-		info, err := m.be.AcceptRoute(ctx, hs.InitiatorId, hs.Endpoint)
+		info, err := b.AcceptRoute(ctx, hs.InitiatorId, hs.Endpoint)
 		if err != nil {
 			resp.Error = fromError(err)
 		} else {

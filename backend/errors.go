@@ -60,6 +60,8 @@ func Code(err error) rdmapb.Code {
 		return rdmapb.Code_UNAUTHENTICATED
 	case errors.Is(err, ErrVersion):
 		return rdmapb.Code_VERSION_MISMATCH
+	case errors.Is(err, ErrNotSupported):
+		return rdmapb.Code_NOT_SUPPORTED
 	}
 	return rdmapb.Code_INTERNAL
 }
@@ -94,6 +96,8 @@ func Sentinel(c rdmapb.Code) error {
 		return ErrUnauthenticated
 	case rdmapb.Code_VERSION_MISMATCH:
 		return ErrVersion
+	case rdmapb.Code_NOT_SUPPORTED:
+		return ErrNotSupported
 	}
 	return nil
 }

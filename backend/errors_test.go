@@ -82,7 +82,7 @@ func TestCode(t *testing.T) {
 		{"version", fmt.Errorf("x: %w", ErrVersion), rdmapb.Code_VERSION_MISMATCH},
 		{"doubly wrapped", fmt.Errorf("a: %w", fmt.Errorf("b: %w", buffer.ErrBadKey)), rdmapb.Code_BAD_KEY},
 		{"joined", errors.Join(errors.New("other"), buffer.ErrAccess), rdmapb.Code_ACCESS_DENIED},
-		{"not supported", fmt.Errorf("x: %w", ErrNotSupported), rdmapb.Code_INTERNAL},
+		{"not supported", fmt.Errorf("x: %w", ErrNotSupported), rdmapb.Code_NOT_SUPPORTED},
 		{"plain error", errors.New("boom"), rdmapb.Code_INTERNAL},
 		{"unwrapped %v", fmt.Errorf("x: %v", buffer.ErrBadKey), rdmapb.Code_INTERNAL},
 	}

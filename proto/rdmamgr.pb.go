@@ -46,6 +46,7 @@ const (
 	Code_CLOSED             Code = 14 // the manager or route is closed
 	Code_WRONG_PEER         Code = 15 // buffer not owned by the route's peer
 	Code_INTERNAL           Code = 16
+	Code_NOT_SUPPORTED      Code = 17 // the backend or feature is not available here
 )
 
 // Enum value maps for Code.
@@ -68,6 +69,7 @@ var (
 		14: "CLOSED",
 		15: "WRONG_PEER",
 		16: "INTERNAL",
+		17: "NOT_SUPPORTED",
 	}
 	Code_value = map[string]int32{
 		"OK":                 0,
@@ -87,6 +89,7 @@ var (
 		"CLOSED":             14,
 		"WRONG_PEER":         15,
 		"INTERNAL":           16,
+		"NOT_SUPPORTED":      17,
 	}
 )
 
@@ -1508,7 +1511,7 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\x04Ping\"%\n" +
 	"\x04Pong\x12\x1d\n" +
 	"\n" +
-	"manager_id\x18\x01 \x01(\x06R\tmanagerId*\xac\x02\n" +
+	"manager_id\x18\x01 \x01(\x06R\tmanagerId*\xbf\x02\n" +
 	"\x04Code\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x14\n" +
 	"\x10INVALID_ARGUMENT\x10\x01\x12\v\n" +
@@ -1529,7 +1532,8 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\x06CLOSED\x10\x0e\x12\x0e\n" +
 	"\n" +
 	"WRONG_PEER\x10\x0f\x12\f\n" +
-	"\bINTERNAL\x10\x10*S\n" +
+	"\bINTERNAL\x10\x10\x12\x11\n" +
+	"\rNOT_SUPPORTED\x10\x11*S\n" +
 	"\x06Access\x12\x0f\n" +
 	"\vACCESS_NONE\x10\x00\x12\x0f\n" +
 	"\vACCESS_READ\x10\x01\x12\x10\n" +

@@ -23,6 +23,8 @@ type Resolver interface {
 type Options struct {
 	// Timeout is the deadline of an operation posted without one.
 	Timeout time.Duration
+	// Kind names the route's backend.
+	Kind backend.Kind
 	// OnRelease is called once by Release (the manager drops its reference
 	// on the route).
 	OnRelease func()
@@ -39,6 +41,7 @@ type QueuePair struct {
 	local    Resolver
 	timeout  time.Duration
 	onRel    func()
+	kind     backend.Kind
 	released atomic.Bool
 	relOnce  sync.Once
 }
@@ -48,7 +51,7 @@ func New(id, peerID uint64, route backend.Route, local Resolver, opt Options) *Q
 	if opt.Timeout <= 0 {
 		opt.Timeout = DefaultTimeout
 	}
-	return &QueuePair{id: id, peerID: peerID, route: route, local: local, timeout: opt.Timeout, onRel: opt.OnRelease}
+	return &QueuePair{id: id, peerID: peerID, route: route, local: local, timeout: opt.Timeout, onRel: opt.OnRelease, kind: opt.Kind}
 }
 
 // ID returns the queue pair's id at its manager.
@@ -56,6 +59,9 @@ func (q *QueuePair) ID() uint64 { return q.id }
 
 // PeerID returns the id of the peer manager.
 func (q *QueuePair) PeerID() uint64 { return q.peerID }
+
+// Kind returns the backend kind of the queue pair's route.
+func (q *QueuePair) Kind() backend.Kind { return q.kind }
 
 // Route returns the backend route (for stats).
 func (q *QueuePair) Route() backend.Route { return q.route }

@@ -36,6 +36,7 @@ type benchResult struct {
 	errs      int
 	firstErr  error
 	handleLen int
+	backend   string
 }
 
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -139,7 +140,7 @@ func runBench(ctx context.Context, mgr *actor.Manager, peer *actor.Client, cfg b
 			return nil, fmt.Errorf("seed peer buffer: %w", err)
 		}
 	}
-	res := &benchResult{handleLen: remote.MarshalledSize()}
+	res := &benchResult{handleLen: remote.MarshalledSize(), backend: string(qp.Kind())}
 	var mu sync.Mutex // guards res.errs, res.firstErr, res.mismatch
 	fail := func(err error) {
 		mu.Lock()
@@ -258,8 +259,8 @@ func pct(sorted []time.Duration, p float64) time.Duration {
 
 func printBench(w io.Writer, cfg benchConfig, conns int, r *benchResult) {
 	mib := float64(r.bytes) / (1 << 20)
-	fmt.Fprintf(w, "op=%s size=%s count=%d concurrency=%d conns=%d backend=tcp verify=%v\n",
-		cfg.op, fmtSize(cfg.size), cfg.count, cfg.concurrency, conns, cfg.verify)
+	fmt.Fprintf(w, "op=%s size=%s count=%d concurrency=%d conns=%d backend=%s verify=%v\n",
+		cfg.op, fmtSize(cfg.size), cfg.count, cfg.concurrency, conns, r.backend, cfg.verify)
 	fmt.Fprintf(w, "throughput: %.1f MiB/s  %.0f ops/s  (%s in %v)\n",
 		mib/r.elapsed.Seconds(), float64(cfg.count)/r.elapsed.Seconds(), fmtBytes(r.bytes), r.elapsed.Round(time.Microsecond))
 	fmt.Fprintf(w, "latency: p50=%v p90=%v p99=%v max=%v\n",

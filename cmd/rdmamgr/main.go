@@ -91,11 +91,13 @@ type common struct {
 	logJSON  bool
 	conns    int
 	maxMsg   int
+	backend  string
 }
 
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error, disabled")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON instead of console lines")
+	fs.StringVar(&c.backend, "backend", "auto", "data plane: auto (ibverbs where a usable device exists, else tcp), ibverbs or tcp")
 	fs.IntVar(&c.conns, "conns", tcp.DefaultConfig().ConnsPerRoute, "TCP connections per route")
 	fs.IntVar(&c.maxMsg, "max-message-size", actor.DefaultMaxMessageSize, "largest control message in bytes (gRPC limit on both sides)")
 }
@@ -142,13 +144,19 @@ func startNode(ctx context.Context, listen string, c *common, slogger *slog.Logg
 	if !withManager {
 		return n, nil
 	}
+	switch c.backend {
+	case "auto", "tcp", "ibverbs":
+	default:
+		n.close()
+		return nil, usagef("--backend %q: want auto, ibverbs or tcp", c.backend)
+	}
 	host := listen[:strings.LastIndex(listen, ":")]
 	tcfg := tcp.DefaultConfig()
 	tcfg.ListenAddr = host + ":0"
 	tcfg.ConnsPerRoute = c.conns
 	m, err := actor.New(sys, actor.Config{
 		Name:           name,
-		Backend:        backend.KindTCP,
+		Backend:        backend.Kind(c.backend),
 		TCP:            tcfg,
 		MaxMessageSize: c.maxMsg,
 		Logger:         slogger,
