@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
 // pendingRoute is the initiator's route between PrepareRoute and Complete.
@@ -137,6 +138,7 @@ const (
 	stSent             // written, awaiting response
 	stReceiving        // reader is reading its payload
 	stAbandoned        // deadline passed; response (if any) is discarded
+	stAnswered         // WRITE answered while the writer still sends it; markSent completes it
 )
 
 // chunk is one frame's worth of an op.
@@ -148,6 +150,7 @@ type chunk struct {
 	offset   uint64
 	deadline time.Time
 	state    int
+	answer   error // the response's outcome, for stAnswered
 }
 
 func (r *route) Done() <-chan struct{} { return r.done }
@@ -177,6 +180,11 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 	}
 	if wr.Op != backend.OpWrite && wr.Op != backend.OpRead {
 		return fmt.Errorf("tcp: op %d: %w", wr.Op, backend.ErrProtocol)
+	}
+	// Chunk offsets are Remote.Offset + i*chunkN: an overflowing range
+	// would wrap a later chunk around to a valid low offset.
+	if wr.Remote.Offset+n < wr.Remote.Offset {
+		return fmt.Errorf("tcp: remote offset %d + %d bytes overflows: %w", wr.Remote.Offset, n, buffer.ErrOutOfRange)
 	}
 	if err := r.Err(); err != nil {
 		return err
@@ -432,13 +440,21 @@ func (cc *clientConn) flush(sending []*chunk) error {
 }
 
 func (cc *clientConn) markSent(cs []*chunk) {
+	var answered []*chunk
 	cc.mu.Lock()
 	for _, c := range cs {
-		if c.state == stSending {
+		switch c.state {
+		case stSending:
 			c.state = stSent
+		case stAnswered:
+			delete(cc.slots, c.id)
+			answered = append(answered, c)
 		}
 	}
 	cc.mu.Unlock()
+	for _, c := range answered {
+		c.finish(c.answer)
+	}
 }
 
 // readLoop reads responses and completes chunks; READ payload lands
@@ -464,11 +480,25 @@ func (cc *clientConn) readLoop() {
 		}
 		cc.mu.Lock()
 		c := cc.slots[h.wrid]
-		if c == nil || byte(c.op.wr.Op) != h.op || (h.length != 0 && h.length != uint32(len(c.local))) ||
+		// A response for a request not yet sent (queued) or already
+		// answered cannot be genuine.
+		if c == nil || c.state == stQueued || c.state == stAnswered || byte(c.op.wr.Op) != h.op ||
+			(h.length != 0 && h.length != uint32(len(c.local))) ||
 			(h.op == opRead && h.code == 0 && h.length == 0) {
 			cc.mu.Unlock()
 			cc.r.fail(fmt.Errorf("tcp: response for wrid %d does not match: %w", h.wrid, backend.ErrProtocol))
 			return
+		}
+		if c.state == stSending && h.op == opWrite {
+			// The writer may still be reading c.local (a peer can answer
+			// before it read the payload): it completes the chunk in
+			// markSent once its write returned.
+			c.state = stAnswered
+			if h.code != 0 {
+				c.answer = codeErr(h.op, h.code)
+			}
+			cc.mu.Unlock()
+			continue
 		}
 		abandoned := c.state == stAbandoned
 		if h.length > 0 && !abandoned {

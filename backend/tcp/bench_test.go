@@ -1,0 +1,94 @@
+package tcp
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
+
+func BenchmarkReqHeaderEncode(b *testing.B) {
+	h := reqHeader{op: opWrite, length: 4096, wrid: 1, region: 7, offset: 123, key: testKey()}
+	var buf [reqHeaderSize]byte
+	b.SetBytes(reqHeaderSize)
+	b.ReportAllocs()
+	for b.Loop() {
+		h.wrid++
+		h.encode(buf[:])
+	}
+}
+
+func BenchmarkReqHeaderDecode(b *testing.B) {
+	buf := validReq()
+	var h reqHeader
+	b.SetBytes(reqHeaderSize)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := h.decode(buf, 16<<20); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// chanCompleter hands completed work requests back to the benchmark loop.
+type chanCompleter chan result
+
+func (c chanCompleter) Complete(wr *backend.WorkRequest, err error) { c <- result{wr, err} }
+
+// benchOps keeps depth ops of size bytes in flight over a loopback route.
+func benchOps(b *testing.B, op backend.Op, size int) {
+	const depth = 64
+	p := newPair(b, Config{}, Config{})
+	_, local := alloc(b, p.regA, uint64(depth*size), buffer.AccessReadWrite)
+	hr, _ := alloc(b, p.regB, uint64(depth*size), buffer.AccessReadWrite)
+	done := make(chanCompleter, depth)
+	wrs := make([]*backend.WorkRequest, depth)
+	for i := range wrs {
+		off := uint64(i * size)
+		wrs[i] = &backend.WorkRequest{Op: op, Local: local[off : off+uint64(size)], Remote: mustSlice(b, hr, off, uint64(size)), Done: done}
+	}
+	post := func(wr *backend.WorkRequest) {
+		wr.Deadline = time.Now().Add(time.Minute)
+		if err := p.route.Post(wr); err != nil {
+			b.Fatalf("post: %v", err)
+		}
+	}
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	posted := 0
+	for _, wr := range wrs {
+		if posted == b.N {
+			break
+		}
+		post(wr)
+		posted++
+	}
+	for completed := 0; completed < b.N; completed++ {
+		res := <-done
+		if res.err != nil {
+			b.Fatalf("%v: %v", op, res.err)
+		}
+		if posted < b.N {
+			post(res.wr)
+			posted++
+		}
+	}
+	b.StopTimer()
+}
+
+var benchSizes = []int{64, 4 << 10, 1 << 20}
+
+func BenchmarkPut(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) { benchOps(b, backend.OpWrite, size) })
+	}
+}
+
+func BenchmarkGet(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) { benchOps(b, backend.OpRead, size) })
+	}
+}

@@ -1,0 +1,391 @@
+package tcp
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
+
+// fastWatchdog is the initiator config of the deadline tests.
+func fastWatchdog() Config {
+	return Config{ConnsPerRoute: 1, WatchdogInterval: 5 * time.Millisecond}
+}
+
+func assertUp(t *testing.T, rt backend.Route) {
+	t.Helper()
+	select {
+	case <-rt.Done():
+		t.Fatalf("route failed: %v", rt.Err())
+	default:
+	}
+	if err := rt.Err(); err != nil {
+		t.Fatalf("route Err = %v while up", err)
+	}
+}
+
+func assertFailed(t *testing.T, rt backend.Route, want error) {
+	t.Helper()
+	select {
+	case <-rt.Done():
+	case <-time.After(waitTimeout):
+		t.Fatalf("route Done not closed")
+	}
+	if err := rt.Err(); !errors.Is(err, want) {
+		t.Fatalf("route Err = %v, want %v", err, want)
+	}
+}
+
+// An op whose response never comes fails with ErrDeadline; the route stays
+// up, and the late response, when it comes, is dropped.
+func TestDeadlineNoResponse(t *testing.T) {
+	f := newFakeServer(t)
+	a, regA := newBackend(t, fastWatchdog(), ownerA)
+	rt := f.connect(t, a)
+	sc := f.accept(t)
+	_, local := alloc(t, regA, 1000, buffer.AccessReadWrite)
+	rec := newRecorder(2)
+
+	first := &backend.WorkRequest{Op: backend.OpWrite, Local: local, Remote: fakeRemote(1000),
+		Deadline: time.Now().Add(100 * time.Millisecond), Done: rec}
+	if err := rt.Post(first); err != nil {
+		t.Fatalf("post: %v", err)
+	}
+	h1 := sc.readReq(t)
+	sc.readPayload(t, int(h1.length))
+	res := rec.wait(t)
+	if res.wr != first || !errors.Is(res.err, backend.ErrDeadline) {
+		t.Fatalf("unanswered write completed with %v, want ErrDeadline", res.err)
+	}
+	assertUp(t, rt)
+
+	second := &backend.WorkRequest{Op: backend.OpWrite, Local: local, Remote: fakeRemote(1000),
+		Deadline: time.Now().Add(waitTimeout), Done: rec}
+	if err := rt.Post(second); err != nil {
+		t.Fatalf("post: %v", err)
+	}
+	h2 := sc.readReq(t)
+	sc.readPayload(t, int(h2.length))
+	sc.respond(t, respHeader{op: opWrite, wrid: h1.wrid}, nil) // late
+	sc.respond(t, respHeader{op: opWrite, wrid: h2.wrid}, nil)
+	res = rec.wait(t)
+	if res.wr != second || res.err != nil {
+		t.Fatalf("second write: %v (same wr: %v)", res.err, res.wr == second)
+	}
+	rec.none(t)
+	assertUp(t, rt)
+	if st := rt.Stats(); st.Ops != 1 || st.Errors != 1 || st.InFlight != 0 {
+		t.Fatalf("stats %+v, want 1 op, 1 error", st)
+	}
+}
+
+// A READ whose response arrives after its deadline must not write into the
+// local buffer: the memory was handed back to the poster.
+func TestLateReadDoesNotTouchMemory(t *testing.T) {
+	f := newFakeServer(t)
+	a, regA := newBackend(t, fastWatchdog(), ownerA)
+	rt := f.connect(t, a)
+	sc := f.accept(t)
+	const n = 64 << 10
+	_, local := alloc(t, regA, n, buffer.AccessReadWrite)
+	_, other := alloc(t, regA, n, buffer.AccessReadWrite)
+	pattern := bytes.Repeat([]byte{0x5A}, n)
+	copy(local, pattern)
+	rec := newRecorder(2)
+
+	late := &backend.WorkRequest{Op: backend.OpRead, Local: local, Remote: fakeRemote(n),
+		Deadline: time.Now().Add(100 * time.Millisecond), Done: rec}
+	if err := rt.Post(late); err != nil {
+		t.Fatalf("post: %v", err)
+	}
+	h1 := sc.readReq(t)
+	if h1.op != opRead || h1.length != n {
+		t.Fatalf("request %+v", h1)
+	}
+	if res := rec.wait(t); !errors.Is(res.err, backend.ErrDeadline) {
+		t.Fatalf("late read completed with %v, want ErrDeadline", res.err)
+	}
+	// The memory is the poster's again; the server answers now.
+	sc.respond(t, respHeader{op: opRead, length: n, wrid: h1.wrid}, bytes.Repeat([]byte{0xC3}, n))
+
+	// Responses are read in order: once a second read completed, the late
+	// payload has been consumed (and must have been dropped).
+	want := randomData(t, n)
+	next := &backend.WorkRequest{Op: backend.OpRead, Local: other, Remote: fakeRemote(n),
+		Deadline: time.Now().Add(waitTimeout), Done: rec}
+	if err := rt.Post(next); err != nil {
+		t.Fatalf("post: %v", err)
+	}
+	h2 := sc.readReq(t)
+	sc.respond(t, respHeader{op: opRead, length: n, wrid: h2.wrid}, want)
+	if res := rec.wait(t); res.wr != next || res.err != nil {
+		t.Fatalf("second read: %v", res.err)
+	}
+	assertSame(t, "local memory of the expired read", local, pattern)
+	assertSame(t, "second read", other, want)
+	assertUp(t, rt)
+}
+
+// stackRecorder captures every goroutine's stack when the op completes.
+type stackRecorder struct {
+	ch     chan result
+	stacks string
+}
+
+func (s *stackRecorder) Complete(wr *backend.WorkRequest, err error) {
+	buf := make([]byte, 1<<20)
+	s.stacks = string(buf[:runtime.Stack(buf, true)])
+	s.ch <- result{wr, err}
+}
+
+// A server that stalls in the middle of a READ payload: the chunk's memory
+// is being written by the reader, so the deadline cannot just complete it.
+// The route fails with ErrDeadline and the op completes only after the
+// reader exited.
+func TestStallMidPayload(t *testing.T) {
+	f := newFakeServer(t)
+	a, regA := newBackend(t, fastWatchdog(), ownerA)
+	rt := f.connect(t, a)
+	sc := f.accept(t)
+	const n = 256 << 10
+	_, local := alloc(t, regA, n, buffer.AccessReadWrite)
+	rec := &stackRecorder{ch: make(chan result, 1)}
+	wr := &backend.WorkRequest{Op: backend.OpRead, Local: local, Remote: fakeRemote(n),
+		Deadline: time.Now().Add(150 * time.Millisecond), Done: rec}
+	if err := rt.Post(wr); err != nil {
+		t.Fatalf("post: %v", err)
+	}
+	h := sc.readReq(t)
+	sc.respond(t, respHeader{op: opRead, length: n, wrid: h.wrid}, randomData(t, 100<<10)) // and stall
+
+	var res result
+	select {
+	case res = <-rec.ch:
+	case <-time.After(waitTimeout):
+		t.Fatal("stalled read never completed")
+	}
+	if !errors.Is(res.err, backend.ErrDeadline) {
+		t.Fatalf("stalled read completed with %v, want ErrDeadline", res.err)
+	}
+	for _, g := range strings.Split(rec.stacks, "\n\n") {
+		if strings.Contains(g, "(*clientConn).readLoop") && strings.Contains(g, "io.ReadFull") {
+			t.Fatalf("op completed while the reader was still reading:\n%s", g)
+		}
+	}
+	assertFailed(t, rt, backend.ErrDeadline)
+	if err := rt.Post(&backend.WorkRequest{Op: backend.OpRead, Local: local, Remote: fakeRemote(n),
+		Deadline: time.Now().Add(waitTimeout), Done: newRecorder(1)}); !errors.Is(err, backend.ErrDeadline) {
+		t.Fatalf("post on the failed route: %v, want the route's error", err)
+	}
+}
+
+// A server that closes the connection in the middle of a transfer: the op
+// fails with ErrPeerGone, the route is down and refuses new work.
+func TestServerClosesMidTransfer(t *testing.T) {
+	const n = 8 << 20
+	for _, op := range []backend.Op{backend.OpRead, backend.OpWrite} {
+		t.Run(op.String(), func(t *testing.T) {
+			f := newFakeServer(t)
+			cfg := fastWatchdog()
+			cfg.ChunkSize, cfg.MaxFrameLen = n, n
+			a, regA := newBackend(t, cfg, ownerA)
+			rt := f.connect(t, a)
+			sc := f.accept(t)
+			_, local := alloc(t, regA, n, buffer.AccessReadWrite)
+			randomBytes(t, local)
+			rec := newRecorder(1)
+			wr := &backend.WorkRequest{Op: op, Local: local, Remote: fakeRemote(n),
+				Deadline: time.Now().Add(waitTimeout), Done: rec}
+			if err := rt.Post(wr); err != nil {
+				t.Fatalf("post: %v", err)
+			}
+			h := sc.readReq(t)
+			if op == backend.OpRead {
+				sc.respond(t, respHeader{op: opRead, length: h.length, wrid: h.wrid}, make([]byte, 4096))
+			} else {
+				sc.readPayload(t, 4096)
+			}
+			sc.c.Close()
+
+			if res := rec.wait(t); !errors.Is(res.err, backend.ErrPeerGone) {
+				t.Fatalf("completed with %v, want ErrPeerGone", res.err)
+			}
+			assertFailed(t, rt, backend.ErrPeerGone)
+			err := rt.Post(&backend.WorkRequest{Op: op, Local: local[:10], Remote: fakeRemote(10),
+				Deadline: time.Now().Add(waitTimeout), Done: rec})
+			if !errors.Is(err, backend.ErrPeerGone) {
+				t.Fatalf("post after failure: %v, want ErrPeerGone", err)
+			}
+			rec.none(t)
+			if st := rt.Stats(); st.Errors != 1 || st.Ops != 0 || st.InFlight != 0 {
+				t.Fatalf("stats %+v", st)
+			}
+		})
+	}
+}
+
+// Responses that do not match what was asked fail the route with
+// ErrProtocol, and whatever was in flight with it.
+func TestBadResponses(t *testing.T) {
+	cases := []struct {
+		name    string
+		op      backend.Op
+		respond func(t *testing.T, sc *fakeConn, h reqHeader)
+	}{
+		{"unknown wrid", backend.OpWrite, func(t *testing.T, sc *fakeConn, h reqHeader) {
+			sc.respond(t, respHeader{op: opWrite, wrid: h.wrid + 100}, nil)
+		}},
+		{"op mismatch", backend.OpRead, func(t *testing.T, sc *fakeConn, h reqHeader) {
+			sc.respond(t, respHeader{op: opWrite, wrid: h.wrid}, nil)
+		}},
+		{"read ok without payload", backend.OpRead, func(t *testing.T, sc *fakeConn, h reqHeader) {
+			sc.respond(t, respHeader{op: opRead, wrid: h.wrid}, nil)
+		}},
+		{"read payload length mismatch", backend.OpRead, func(t *testing.T, sc *fakeConn, h reqHeader) {
+			sc.respond(t, respHeader{op: opRead, length: h.length - 1, wrid: h.wrid}, make([]byte, h.length-1))
+		}},
+		{"response flag missing", backend.OpWrite, func(t *testing.T, sc *fakeConn, h reqHeader) {
+			b := make([]byte, respHeaderSize)
+			(&respHeader{op: opWrite, wrid: h.wrid}).encode(b)
+			b[0] &^= respFlag
+			sc.writeRaw(t, b)
+		}},
+		{"payload on write response", backend.OpWrite, func(t *testing.T, sc *fakeConn, h reqHeader) {
+			sc.respond(t, respHeader{op: opWrite, length: 10, wrid: h.wrid}, make([]byte, 10))
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeServer(t)
+			a, regA := newBackend(t, fastWatchdog(), ownerA)
+			rt := f.connect(t, a)
+			sc := f.accept(t)
+			const n = 4096
+			_, local := alloc(t, regA, n, buffer.AccessReadWrite)
+			pattern := bytes.Repeat([]byte{0x77}, n)
+			copy(local, pattern)
+			rec := newRecorder(1)
+			if err := rt.Post(&backend.WorkRequest{Op: tc.op, Local: local, Remote: fakeRemote(n),
+				Deadline: time.Now().Add(waitTimeout), Done: rec}); err != nil {
+				t.Fatalf("post: %v", err)
+			}
+			h := sc.readReq(t)
+			if tc.op == backend.OpWrite {
+				sc.readPayload(t, int(h.length))
+			}
+			tc.respond(t, sc, h)
+			if res := rec.wait(t); !errors.Is(res.err, backend.ErrProtocol) {
+				t.Fatalf("completed with %v, want ErrProtocol", res.err)
+			}
+			assertFailed(t, rt, backend.ErrProtocol)
+			if tc.op == backend.OpRead {
+				assertSame(t, "local memory", local, pattern)
+			}
+		})
+	}
+}
+
+// earlyConfig makes a WRITE's payload far larger than what the sockets can
+// buffer, so the writer is still sending it when an early response comes.
+func earlyConfig() Config {
+	cfg := fastWatchdog()
+	cfg.ChunkSize, cfg.MaxFrameLen = 32<<20, 32<<20
+	cfg.SocketBuffer = 64 << 10
+	return cfg
+}
+
+// A peer that answers a WRITE before reading its payload must not make the
+// op complete while the writer still reads the local memory: the poster
+// may reuse it at once, and the peer would then receive the new contents.
+func TestEarlyWriteResponseWaitsForWriter(t *testing.T) {
+	f := newFakeServer(t)
+	a, regA := newBackend(t, earlyConfig(), ownerA)
+	rt := f.connect(t, a)
+	sc := f.accept(t)
+	_ = sc.c.(*net.TCPConn).SetReadBuffer(64 << 10)
+	const n = 32 << 20
+	_, local := alloc(t, regA, n, buffer.AccessReadWrite)
+	randomBytes(t, local)
+	sent := snapshot(local)
+	rec := newRecorder(1)
+	if err := rt.Post(&backend.WorkRequest{Op: backend.OpWrite, Local: local, Remote: fakeRemote(n),
+		Deadline: time.Now().Add(waitTimeout), Done: rec}); err != nil {
+		t.Fatalf("post: %v", err)
+	}
+	h := sc.readReq(t)
+	sc.respond(t, respHeader{op: opWrite, wrid: h.wrid}, nil) // before reading the payload
+
+	type got struct {
+		p   []byte
+		err error
+	}
+	payload := make(chan got, 1)
+	go func() {
+		p, err := sc.tryReadPayload(n)
+		payload <- got{p, err}
+	}()
+	res := rec.wait(t)
+	if res.err != nil {
+		t.Fatalf("write: %v", res.err)
+	}
+	// The poster reuses its memory as soon as the op completed.
+	for i := range local {
+		local[i] = 0xEE
+	}
+	var g got
+	select {
+	case g = <-payload:
+	case <-time.After(waitTimeout):
+		t.Fatal("payload not received")
+	}
+	if g.err != nil {
+		t.Fatal(g.err)
+	}
+	if i := firstDiff(g.p, sent); i >= 0 {
+		t.Fatalf("the peer received memory written after completion (first at byte %d of %d: %#x)", i, n, g.p[i])
+	}
+	assertUp(t, rt)
+}
+
+// A response for a request that was never sent (here: queued behind a large
+// WRITE) is a protocol error; it must not complete the queued op, whose
+// memory the writer would still send later.
+func TestResponseBeforeRequestSent(t *testing.T) {
+	f := newFakeServer(t)
+	a, regA := newBackend(t, earlyConfig(), ownerA)
+	rt := f.connect(t, a)
+	sc := f.accept(t)
+	_ = sc.c.(*net.TCPConn).SetReadBuffer(64 << 10)
+	const n = 32 << 20
+	_, local := alloc(t, regA, n+16, buffer.AccessReadWrite)
+	rec := newRecorder(2)
+	big := &backend.WorkRequest{Op: backend.OpWrite, Local: local[:n], Remote: fakeRemote(n),
+		Deadline: time.Now().Add(waitTimeout), Done: rec}
+	small := &backend.WorkRequest{Op: backend.OpWrite, Local: local[n:], Remote: fakeRemote(16),
+		Deadline: time.Now().Add(waitTimeout), Done: rec}
+	for _, wr := range []*backend.WorkRequest{big, small} {
+		if err := rt.Post(wr); err != nil {
+			t.Fatalf("post: %v", err)
+		}
+	}
+	h := sc.readReq(t)
+	// Guess the next wrid on the connection and answer it early.
+	sc.respond(t, respHeader{op: opWrite, wrid: h.wrid + 1}, nil)
+	for range 2 {
+		res := rec.wait(t)
+		if !errors.Is(res.err, backend.ErrProtocol) {
+			which := "big"
+			if res.wr == small {
+				which = "small (never sent)"
+			}
+			t.Fatalf("%s write completed with %v, want ErrProtocol", which, res.err)
+		}
+	}
+	assertFailed(t, rt, backend.ErrProtocol)
+}

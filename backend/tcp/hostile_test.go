@@ -1,0 +1,546 @@
+package tcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"math"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	rdmapb "github.com/rdmamgr/rdmamgr/proto"
+)
+
+// TestHostileRequests sends requests the owner must refuse over a real
+// route: each fails with its sentinel, leaves the owner's memory untouched
+// and leaves the backend (and the route) serving.
+func TestHostileRequests(t *testing.T) {
+	const n = 2 << 20 // two chunks at the default chunk size
+	cases := []struct {
+		name string
+		op   backend.Op
+		// target returns the remote handle to use; it may release regions.
+		target func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer
+		want   error
+		// atPost: the initiator refuses it in Post (no frame is sent).
+		atPost bool
+	}{
+		{"wrong key put", backend.OpWrite, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
+			h.Key[5] ^= 0x01
+			return h
+		}, buffer.ErrBadKey, false},
+		{"wrong key get", backend.OpRead, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
+			h.Key = buffer.Key{}
+			return h
+		}, buffer.ErrBadKey, false},
+		{"wrong region", backend.OpWrite, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
+			h.Region += 1000
+			return h
+		}, buffer.ErrReleased, false},
+		{"offset past the end", backend.OpWrite, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
+			h.Offset = h.Length + 1
+			return h
+		}, buffer.ErrOutOfRange, false},
+		{"range straddles the end", backend.OpWrite, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
+			h.Offset, h.Length = h.Length-500, 1000
+			return h
+		}, buffer.ErrOutOfRange, false},
+		{"get past the end", backend.OpRead, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
+			h.Offset = 1 << 40
+			return h
+		}, buffer.ErrOutOfRange, false},
+		{"offset+length overflows", backend.OpWrite, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
+			h.Offset = math.MaxUint64 - 10
+			return h
+		}, buffer.ErrOutOfRange, true},
+		{"offset+length wraps to 0 after the first chunk", backend.OpWrite, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
+			// Chunk 0 is out of range; chunk 1's offset wraps around to 0,
+			// inside the region.
+			h.Offset = math.MaxUint64 - (1 << 20) + 1
+			return h
+		}, buffer.ErrOutOfRange, true},
+		{"put to read-only region", backend.OpWrite, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
+			ro, mem := alloc(t, p.regB, n, buffer.AccessRead)
+			randomBytes(t, mem)
+			return ro
+		}, buffer.ErrAccess, false},
+		{"get from write-only region", backend.OpRead, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
+			wo, mem := alloc(t, p.regB, n, buffer.AccessWrite)
+			randomBytes(t, mem)
+			return wo
+		}, buffer.ErrAccess, false},
+		{"released region", backend.OpWrite, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
+			gone, _ := alloc(t, p.regB, n, buffer.AccessReadWrite)
+			if err := p.regB.Release(context.Background(), gone); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			return gone
+		}, buffer.ErrReleased, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPair(t, Config{}, Config{})
+			h, mem := alloc(t, p.regB, n, buffer.AccessReadWrite)
+			randomBytes(t, mem)
+			target := tc.target(t, p, h)
+			// Snapshot the owner's memory: the region h and, if the target
+			// is another live region, that one too.
+			type snap struct {
+				name      string
+				mem, want []byte
+			}
+			snaps := []snap{{"region of h", mem, snapshot(mem)}}
+			if target.Region != h.Region {
+				if m, err := p.regB.Bytes(target); err == nil {
+					snaps = append(snaps, snap{"target region", m, snapshot(m)})
+				}
+			}
+			_, local := alloc(t, p.regA, n, buffer.AccessReadWrite)
+			randomBytes(t, local)
+			localBefore := snapshot(local)
+
+			err := do(t, p.route, tc.op, local[:target.Length], target)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("%v: %v, want %v", tc.op, err, tc.want)
+			}
+			for _, s := range snaps {
+				assertSame(t, "owner's memory of the "+s.name, s.mem, s.want)
+			}
+			if tc.op == backend.OpRead {
+				// Nothing came back, so nothing was written locally either.
+				assertSame(t, "local memory of a refused get", local, localBefore)
+			}
+			wantErrs := uint64(1)
+			if tc.atPost {
+				wantErrs = 0
+			}
+			if st := p.route.Stats(); st.Errors != wantErrs || st.Ops != 0 {
+				t.Fatalf("route stats %+v, want %d errors", st, wantErrs)
+			}
+			// The refusal does not break the route, and the backend serves
+			// new routes.
+			assertUp(t, p.route)
+			checkPut(t, p.route, p.regA, p.regB)
+			p.checkServes(t)
+		})
+	}
+}
+
+// Raw-socket helpers against a backend's data listener.
+
+func dialRaw(t *testing.T, b *Backend) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", b.Addr())
+	if err != nil {
+		t.Fatalf("dial %s: %v", b.Addr(), err)
+	}
+	_ = c.SetDeadline(time.Now().Add(waitTimeout))
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// routeToken gets a fresh single-use token from b as a peer would.
+func routeToken(t *testing.T, b *Backend) [tokenSize]byte {
+	t.Helper()
+	info, err := b.AcceptRoute(context.Background(), ownerA, encodeInitiatorInfo(1))
+	if err != nil {
+		t.Fatalf("AcceptRoute: %v", err)
+	}
+	addr, tokens, err := decodeResponderInfo(info)
+	if err != nil {
+		t.Fatalf("responder info: %v", err)
+	}
+	if addr != b.Addr() || len(tokens) != 1 {
+		t.Fatalf("responder info %q with %d tokens", addr, len(tokens))
+	}
+	return tokens[0]
+}
+
+func writeRaw(t *testing.T, c net.Conn, b []byte) {
+	t.Helper()
+	if _, err := c.Write(b); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+}
+
+// sendHello writes a hello with tok and returns the acknowledged code.
+func sendHello(t *testing.T, c net.Conn, tok [tokenSize]byte) rdmapb.Code {
+	t.Helper()
+	var h [helloSize]byte
+	encodeHello(h[:], tok)
+	writeRaw(t, c, h[:])
+	var ack [helloAckSize]byte
+	if _, err := io.ReadFull(c, ack[:]); err != nil {
+		t.Fatalf("hello ack: %v", err)
+	}
+	code, err := decodeHelloAck(ack[:])
+	if err != nil {
+		t.Fatalf("hello ack: %v", err)
+	}
+	return rdmapb.Code(code)
+}
+
+// authed returns a data connection authenticated with a fresh token.
+func authed(t *testing.T, b *Backend) net.Conn {
+	t.Helper()
+	c := dialRaw(t, b)
+	if code := sendHello(t, c, routeToken(t, b)); code != rdmapb.Code_OK {
+		t.Fatalf("hello refused: %v", code)
+	}
+	return c
+}
+
+// expectClosed reads until the server closes c and returns what it sent.
+func expectClosed(t *testing.T, c net.Conn) []byte {
+	t.Helper()
+	got, err := io.ReadAll(c)
+	var ne net.Error
+	if err != nil && (errors.As(err, &ne) && ne.Timeout()) {
+		t.Fatalf("connection not closed by the server: %v", err)
+	}
+	return got
+}
+
+func reqBytes(h reqHeader) []byte {
+	b := make([]byte, reqHeaderSize)
+	h.encode(b)
+	return b
+}
+
+func readResp(t *testing.T, c net.Conn) respHeader {
+	t.Helper()
+	var b [respHeaderSize]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		t.Fatalf("read response: %v", err)
+	}
+	var h respHeader
+	if err := h.decode(b[:]); err != nil {
+		t.Fatalf("decode response: %v", err)
+	}
+	return h
+}
+
+func waitAuthFail(t *testing.T, b *Backend, want uint64) {
+	t.Helper()
+	if got := b.Served().AuthFail; got != want {
+		t.Fatalf("AuthFail = %d, want %d", got, want)
+	}
+}
+
+func TestHelloGarbage(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	// A full hello's worth of garbage: refused with PROTOCOL, then closed.
+	c := dialRaw(t, p.b)
+	writeRaw(t, c, bytes.Repeat([]byte{0xFF}, helloSize))
+	got := expectClosed(t, c)
+	if len(got) != helloAckSize {
+		t.Fatalf("server sent %d bytes, want a hello ack", len(got))
+	}
+	if code, err := decodeHelloAck(got); err != nil || rdmapb.Code(code) != rdmapb.Code_PROTOCOL {
+		t.Fatalf("ack code %d, %v; want PROTOCOL", code, err)
+	}
+	waitAuthFail(t, p.b, 1)
+
+	// A short hello followed by EOF: closed without an answer.
+	c = dialRaw(t, p.b)
+	writeRaw(t, c, []byte("GET / HTTP/1.0\r\n"))
+	_ = c.(*net.TCPConn).CloseWrite()
+	if got := expectClosed(t, c); len(got) != 0 {
+		t.Fatalf("server answered a truncated hello with %q", got)
+	}
+	waitAuthFail(t, p.b, 2)
+
+	// Another protocol version: refused with VERSION_MISMATCH.
+	c = dialRaw(t, p.b)
+	var h [helloSize]byte
+	encodeHello(h[:], routeToken(t, p.b))
+	binary.LittleEndian.PutUint16(h[4:], Version+1)
+	writeRaw(t, c, h[:])
+	got = expectClosed(t, c)
+	code, err := decodeHelloAck(got)
+	if err != nil || rdmapb.Code(code) != rdmapb.Code_VERSION_MISMATCH {
+		t.Fatalf("ack code %d, %v; want VERSION_MISMATCH", code, err)
+	}
+	waitAuthFail(t, p.b, 3)
+
+	if sv := p.b.Served(); sv.Ops != 0 || sv.Rejected != 0 {
+		t.Fatalf("served %+v", sv)
+	}
+	checkPut(t, p.route, p.regA, p.regB)
+	p.checkServes(t)
+}
+
+func TestHelloTokens(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	authFail := uint64(0)
+
+	t.Run("unknown token", func(t *testing.T) {
+		c := dialRaw(t, p.b)
+		if code := sendHello(t, c, testToken(7)); code != rdmapb.Code_UNAUTHENTICATED {
+			t.Fatalf("ack %v, want UNAUTHENTICATED", code)
+		}
+		if got := expectClosed(t, c); len(got) != 0 {
+			t.Fatalf("server sent %d more bytes after refusing", len(got))
+		}
+		authFail++
+		waitAuthFail(t, p.b, authFail)
+		p.checkServes(t)
+	})
+
+	t.Run("token reused", func(t *testing.T) {
+		tok := routeToken(t, p.b)
+		c1 := dialRaw(t, p.b)
+		if code := sendHello(t, c1, tok); code != rdmapb.Code_OK {
+			t.Fatalf("first use: %v, want OK", code)
+		}
+		c2 := dialRaw(t, p.b)
+		if code := sendHello(t, c2, tok); code != rdmapb.Code_UNAUTHENTICATED {
+			t.Fatalf("second use: %v, want UNAUTHENTICATED", code)
+		}
+		expectClosed(t, c2)
+		authFail++
+		waitAuthFail(t, p.b, authFail)
+		// The first connection is authenticated and serves requests.
+		h, mem := alloc(t, p.regB, 100, buffer.AccessReadWrite)
+		data := randomData(t, 100)
+		writeRaw(t, c1, append(reqBytes(reqHeader{op: opWrite, length: 100, wrid: 1, region: h.Region, key: h.Key}), data...))
+		if r := readResp(t, c1); r.code != 0 || r.wrid != 1 {
+			t.Fatalf("response %+v", r)
+		}
+		assertSame(t, "written region", mem, data)
+		p.checkServes(t)
+	})
+
+	t.Run("token of a failed route handshake", func(t *testing.T) {
+		// The initiator's Complete with a used token is refused with
+		// ErrUnauthenticated.
+		tok := routeToken(t, p.b)
+		c := dialRaw(t, p.b)
+		if code := sendHello(t, c, tok); code != rdmapb.Code_OK {
+			t.Fatalf("first use: %v", code)
+		}
+		pending, _, err := p.a.PrepareRoute(context.Background(), ownerB)
+		if err != nil {
+			t.Fatalf("PrepareRoute: %v", err)
+		}
+		_, err = pending.Complete(context.Background(), encodeResponderInfo(p.b.Addr(), [][tokenSize]byte{tok}))
+		if !errors.Is(err, backend.ErrUnauthenticated) {
+			t.Fatalf("Complete with a used token: %v, want ErrUnauthenticated", err)
+		}
+		authFail++
+		waitAuthFail(t, p.b, authFail)
+		p.checkServes(t)
+	})
+
+	t.Run("token expired", func(t *testing.T) {
+		p.b.setTokenTTL(time.Millisecond)
+		tok := routeToken(t, p.b)
+		p.b.setTokenTTL(DefaultConfig().TokenTTL)
+		time.Sleep(20 * time.Millisecond)
+		c := dialRaw(t, p.b)
+		if code := sendHello(t, c, tok); code != rdmapb.Code_UNAUTHENTICATED {
+			t.Fatalf("expired token: %v, want UNAUTHENTICATED", code)
+		}
+		expectClosed(t, c)
+		authFail++
+		waitAuthFail(t, p.b, authFail)
+		p.checkServes(t)
+	})
+
+	checkPut(t, p.route, p.regA, p.regB)
+	if sv := p.b.Served(); sv.Rejected != 0 {
+		t.Fatalf("served %+v", sv)
+	}
+}
+
+func TestSlowHello(t *testing.T) {
+	p := newPair(t, Config{}, Config{HelloTimeout: 500 * time.Millisecond})
+	c := dialRaw(t, p.b) // and say nothing
+	if got := expectClosed(t, c); len(got) != 0 {
+		t.Fatalf("server sent %q to a silent client", got)
+	}
+	waitAuthFail(t, p.b, 1)
+	p.checkServes(t)
+}
+
+// TestMalformedFrames: after a valid hello, a frame that breaks the format
+// closes the connection and counts as rejected; the backend serves on.
+func TestMalformedFrames(t *testing.T) {
+	p := newPair(t, Config{}, Config{MaxFrameLen: 1 << 20, ChunkSize: 1 << 20})
+	h, mem := alloc(t, p.regB, 4096, buffer.AccessReadWrite)
+	randomBytes(t, mem)
+	before := snapshot(mem)
+	good := func() []byte {
+		return reqBytes(reqHeader{op: opWrite, length: 16, wrid: 1, region: h.Region, key: h.Key})
+	}
+	cases := []struct {
+		name  string
+		frame func() []byte
+	}{
+		{"bad op", func() []byte { b := good(); b[0] = 9; return b }},
+		{"op with response flag", func() []byte { b := good(); b[0] |= respFlag; return b }},
+		{"flags set", func() []byte { b := good(); b[1] = 1; return b }},
+		{"reserved bits", func() []byte { b := good(); b[3] = 0x40; return b }},
+		{"zero length", func() []byte { b := good(); binary.LittleEndian.PutUint32(b[4:], 0); return b }},
+		{"length > MaxFrameLen", func() []byte { b := good(); binary.LittleEndian.PutUint32(b[4:], 1<<20+1); return b }},
+		{"length max uint32", func() []byte { b := good(); binary.LittleEndian.PutUint32(b[4:], math.MaxUint32); return b }},
+	}
+	rejected := uint64(0)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := authed(t, p.b)
+			// The frame and a payload: none of it may land in memory.
+			writeRaw(t, c, append(tc.frame(), bytes.Repeat([]byte{0xEE}, 16)...))
+			if got := expectClosed(t, c); len(got) != 0 {
+				t.Fatalf("server answered a malformed frame with %d bytes", len(got))
+			}
+			rejected++
+			if got := p.b.Served().Rejected; got != rejected {
+				t.Fatalf("Rejected = %d, want %d", got, rejected)
+			}
+			assertSame(t, "owner's memory", mem, before)
+			p.checkServes(t)
+		})
+	}
+
+	t.Run("truncated header", func(t *testing.T) {
+		c := authed(t, p.b)
+		writeRaw(t, c, good()[:20])
+		_ = c.(*net.TCPConn).CloseWrite()
+		if got := expectClosed(t, c); len(got) != 0 {
+			t.Fatalf("server answered a truncated frame with %d bytes", len(got))
+		}
+		assertSame(t, "owner's memory", mem, before)
+		p.checkServes(t)
+	})
+
+	t.Run("truncated refused payload", func(t *testing.T) {
+		c := authed(t, p.b)
+		bad := reqHeader{op: opWrite, length: 4096, wrid: 1, region: h.Region, key: h.Key}
+		bad.key[0] ^= 1
+		writeRaw(t, c, append(reqBytes(bad), make([]byte, 100)...))
+		_ = c.(*net.TCPConn).CloseWrite()
+		expectClosed(t, c)
+		rejected++ // refused for its key before the payload ran short
+		if got := p.b.Served().Rejected; got != rejected {
+			t.Fatalf("Rejected = %d, want %d", got, rejected)
+		}
+		assertSame(t, "owner's memory", mem, before)
+		p.checkServes(t)
+	})
+
+	t.Run("valid frame on the same connection first", func(t *testing.T) {
+		// A connection that served a valid request is closed by a later
+		// malformed one, after the valid one was answered.
+		c := authed(t, p.b)
+		writeRaw(t, c, reqBytes(reqHeader{op: opRead, length: 64, wrid: 5, region: h.Region, key: h.Key}))
+		r := readResp(t, c)
+		if r.code != 0 || r.length != 64 || r.wrid != 5 {
+			t.Fatalf("response %+v", r)
+		}
+		payload := make([]byte, 64)
+		if _, err := io.ReadFull(c, payload); err != nil {
+			t.Fatalf("read payload: %v", err)
+		}
+		assertSame(t, "read payload", payload, before[:64])
+		b := good()
+		b[2] = 1
+		writeRaw(t, c, b)
+		expectClosed(t, c)
+		rejected++
+		if got := p.b.Served().Rejected; got != rejected {
+			t.Fatalf("Rejected = %d, want %d", got, rejected)
+		}
+		p.checkServes(t)
+	})
+
+	checkPut(t, p.route, p.regA, p.regB)
+}
+
+// TestRawRefusals: requests that are well formed but fail validation are
+// answered with their code on the same connection, which stays usable, and
+// change nothing.
+func TestRawRefusals(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	h, mem := alloc(t, p.regB, 4096, buffer.AccessReadWrite)
+	ro, roMem := alloc(t, p.regB, 4096, buffer.AccessRead)
+	randomBytes(t, mem)
+	randomBytes(t, roMem)
+	before, roBefore := snapshot(mem), snapshot(roMem)
+	badKey := h.Key
+	badKey[15] ^= 0x80
+	cases := []struct {
+		name string
+		req  reqHeader
+		want rdmapb.Code
+	}{
+		{"bad key write", reqHeader{op: opWrite, length: 16, region: h.Region, key: badKey}, rdmapb.Code_BAD_KEY},
+		{"bad key read", reqHeader{op: opRead, length: 16, region: h.Region, key: badKey}, rdmapb.Code_BAD_KEY},
+		{"unknown region", reqHeader{op: opWrite, length: 16, region: 999, key: h.Key}, rdmapb.Code_RELEASED},
+		{"offset out of range", reqHeader{op: opWrite, length: 16, region: h.Region, offset: 4090, key: h.Key}, rdmapb.Code_OUT_OF_RANGE},
+		{"offset+length overflow write", reqHeader{op: opWrite, length: 16, region: h.Region, offset: math.MaxUint64 - 7, key: h.Key}, rdmapb.Code_OUT_OF_RANGE},
+		{"offset+length overflow read", reqHeader{op: opRead, length: 4096, region: h.Region, offset: math.MaxUint64 - 100, key: h.Key}, rdmapb.Code_OUT_OF_RANGE},
+		{"write to read-only", reqHeader{op: opWrite, length: 16, region: ro.Region, key: ro.Key}, rdmapb.Code_ACCESS_DENIED},
+	}
+	c := authed(t, p.b)
+	for i, tc := range cases {
+		tc.req.wrid = uint64(100 + i)
+		frame := reqBytes(tc.req)
+		if tc.req.op == opWrite {
+			frame = append(frame, bytes.Repeat([]byte{0xEE}, int(tc.req.length))...)
+		}
+		writeRaw(t, c, frame)
+		r := readResp(t, c)
+		if rdmapb.Code(r.code) != tc.want || r.wrid != tc.req.wrid || r.length != 0 || r.op != tc.req.op {
+			t.Fatalf("%s: response %+v, want code %v", tc.name, r, tc.want)
+		}
+		if !errors.Is(codeErr(r.op, r.code), backend.Sentinel(tc.want)) {
+			t.Fatalf("%s: code does not map back to its sentinel", tc.name)
+		}
+		assertSame(t, tc.name+": owner's memory", mem, before)
+		assertSame(t, tc.name+": read-only region", roMem, roBefore)
+	}
+	if got := p.b.Served().Rejected; got != uint64(len(cases)) {
+		t.Fatalf("Rejected = %d, want %d", got, len(cases))
+	}
+	// The same connection still serves a valid write.
+	data := randomData(t, 32)
+	writeRaw(t, c, append(reqBytes(reqHeader{op: opWrite, length: 32, wrid: 1, region: h.Region, offset: 8, key: h.Key}), data...))
+	if r := readResp(t, c); r.code != 0 || r.wrid != 1 {
+		t.Fatalf("valid write after refusals: %+v", r)
+	}
+	assertSame(t, "written bytes", mem[8:40], data)
+	p.checkServes(t)
+}
+
+// TestStraddleAcrossChunks: a multi-chunk put whose range runs past the end
+// of the region fails with ErrOutOfRange. Chunks are validated one by one,
+// so the chunks inside the region may land (a failed op leaves its target
+// range undefined), but nothing outside the requested range is touched.
+func TestStraddleAcrossChunks(t *testing.T) {
+	const chunk = 64 << 10
+	p := newPair(t, Config{ChunkSize: chunk, ConnsPerRoute: 2}, Config{})
+	h, mem := alloc(t, p.regB, 4*chunk, buffer.AccessReadWrite)
+	randomBytes(t, mem)
+	before := snapshot(mem)
+	target := h
+	target.Offset = chunk + 7 // [chunk+7, 5*chunk+7): the last chunk is out of range
+	_, local := alloc(t, p.regA, 4*chunk, buffer.AccessReadWrite)
+	randomBytes(t, local)
+	if err := do(t, p.route, backend.OpWrite, local, target); !errors.Is(err, buffer.ErrOutOfRange) {
+		t.Fatalf("put: %v, want ErrOutOfRange", err)
+	}
+	assertSame(t, "owner's memory before the requested range", mem[:chunk+7], before[:chunk+7])
+	for i := chunk + 7; i < len(mem); i++ {
+		if mem[i] != before[i] && mem[i] != local[i-(chunk+7)] {
+			t.Fatalf("byte %d holds neither its old value nor the put's", i)
+		}
+	}
+	checkPut(t, p.route, p.regA, p.regB)
+	p.checkServes(t)
+}

@@ -1,0 +1,322 @@
+package tcp
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
+
+// TestPutGet moves sizes around the chunk boundary at several offsets over
+// routes of 1 and 4 connections and verifies every byte both ways.
+func TestPutGet(t *testing.T) {
+	sizes := []int{1, 4 << 10, 1 << 20, 1<<20 + 1, 16 << 20}
+	offsets := []uint64{0, 1, 4093}
+	const slack = 8 << 10
+	for _, conns := range []int{1, 4} {
+		t.Run(fmt.Sprintf("conns=%d", conns), func(t *testing.T) {
+			p := newPair(t, Config{ConnsPerRoute: conns}, Config{})
+			hl, local := alloc(t, p.regA, 16<<20+slack, buffer.AccessReadWrite)
+			_ = hl
+			hr, remote := alloc(t, p.regB, 16<<20+slack, buffer.AccessReadWrite)
+			var ops, put, got uint64
+			for _, n := range sizes {
+				for i, roff := range offsets {
+					loff := offsets[(i+1)%len(offsets)] // local offset differs from the remote one
+					name := fmt.Sprintf("size=%d/roff=%d/loff=%d", n, roff, loff)
+					rbuf := mustSlice(t, hr, roff, uint64(n))
+
+					// Put: local -> remote.
+					randomBytes(t, remote)
+					before := snapshot(remote)
+					src := local[loff : loff+uint64(n)]
+					randomBytes(t, src)
+					if err := do(t, p.route, backend.OpWrite, src, rbuf); err != nil {
+						t.Fatalf("%s: put: %v", name, err)
+					}
+					assertSame(t, name+": put payload", remote[roff:roff+uint64(n)], src)
+					// Nothing outside the target range was touched.
+					assertSame(t, name+": bytes before the put range", remote[:roff], before[:roff])
+					assertSame(t, name+": bytes after the put range", remote[roff+uint64(n):], before[roff+uint64(n):])
+
+					// Get: remote -> local.
+					randomBytes(t, remote)
+					randomBytes(t, local)
+					lbefore := snapshot(local)
+					dst := local[loff : loff+uint64(n)]
+					if err := do(t, p.route, backend.OpRead, dst, rbuf); err != nil {
+						t.Fatalf("%s: get: %v", name, err)
+					}
+					assertSame(t, name+": get payload", dst, remote[roff:roff+uint64(n)])
+					assertSame(t, name+": local bytes before the get range", local[:loff], lbefore[:loff])
+					assertSame(t, name+": local bytes after the get range", local[loff+uint64(n):], lbefore[loff+uint64(n):])
+					ops += 2
+					put += uint64(n)
+					got += uint64(n)
+				}
+			}
+			st := p.route.Stats()
+			want := backend.RouteStats{Ops: ops, BytesPut: put, BytesGot: got}
+			if st != want {
+				t.Fatalf("route stats %+v, want %+v", st, want)
+			}
+			// Served counts frames: every op is at least one, chunked ones more.
+			var frames uint64
+			for _, n := range sizes {
+				frames += 2 * uint64(len(offsets)) * uint64((n+(1<<20)-1)/(1<<20))
+			}
+			wantSv := backend.ServedStats{Ops: frames, BytesIn: put, BytesOut: got}
+			sv := servedEventually(t, p.b, func(sv backend.ServedStats) bool { return sv == wantSv })
+			if sv != wantSv {
+				t.Fatalf("served stats %+v, want %+v", sv, wantSv)
+			}
+			if a := p.a.Served(); a != (backend.ServedStats{}) {
+				t.Fatalf("initiator served %+v, want nothing", a)
+			}
+		})
+	}
+}
+
+// TestConcurrentSmallOps keeps thousands of small ops in flight from several
+// goroutines, more than MaxInFlight, and verifies every one.
+func TestConcurrentSmallOps(t *testing.T) {
+	const (
+		workers = 8
+		perW    = 250 // 2000 ops in all
+		slot    = 512
+	)
+	for _, conns := range []int{1, 4} {
+		t.Run(fmt.Sprintf("conns=%d", conns), func(t *testing.T) {
+			p := newPair(t, Config{ConnsPerRoute: conns, MaxInFlight: 256}, Config{})
+			_, local := alloc(t, p.regA, workers*perW*slot, buffer.AccessReadWrite)
+			_, back := alloc(t, p.regA, workers*perW*slot, buffer.AccessReadWrite)
+			hr, remote := alloc(t, p.regB, workers*perW*slot, buffer.AccessReadWrite)
+			randomBytes(t, local)
+			sizes := make([]int, workers*perW)
+			var total uint64
+			for i := range sizes {
+				sizes[i] = 1 + rand.IntN(slot)
+				total += uint64(sizes[i])
+			}
+			// run posts every op of a worker, then waits for all of them.
+			run := func(op backend.Op, buf []byte) error {
+				var wg sync.WaitGroup
+				errs := make(chan error, workers)
+				for w := range workers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						rec := newRecorder(perW)
+						seen := make(map[*backend.WorkRequest]bool, perW)
+						for j := range perW {
+							i := w*perW + j
+							off := uint64(i * slot)
+							n := uint64(sizes[i])
+							rb, err := hr.Slice(off, n)
+							if err != nil {
+								errs <- err
+								return
+							}
+							wr := &backend.WorkRequest{Op: op, Local: buf[off : off+n], Remote: rb,
+								Deadline: time.Now().Add(waitTimeout), Done: rec, Ctx: i}
+							if err := p.route.Post(wr); err != nil {
+								errs <- fmt.Errorf("post %d: %w", i, err)
+								return
+							}
+						}
+						for range perW {
+							select {
+							case res := <-rec.ch:
+								if res.err != nil {
+									errs <- fmt.Errorf("op %d: %w", res.wr.Ctx, res.err)
+									return
+								}
+								if seen[res.wr] {
+									errs <- fmt.Errorf("op %d completed twice", res.wr.Ctx)
+									return
+								}
+								seen[res.wr] = true
+							case <-time.After(waitTimeout):
+								errs <- fmt.Errorf("worker %d: completions missing", w)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				return <-errs
+			}
+			if err := run(backend.OpWrite, local); err != nil {
+				t.Fatalf("puts: %v", err)
+			}
+			for i, n := range sizes {
+				off := i * slot
+				if !bytes.Equal(remote[off:off+n], local[off:off+n]) {
+					t.Fatalf("put %d of %d bytes: remote differs at %d", i, n, firstDiff(remote[off:off+n], local[off:off+n]))
+				}
+			}
+			if err := run(backend.OpRead, back); err != nil {
+				t.Fatalf("gets: %v", err)
+			}
+			for i, n := range sizes {
+				off := i * slot
+				if !bytes.Equal(back[off:off+n], local[off:off+n]) {
+					t.Fatalf("get %d of %d bytes: differs at %d", i, n, firstDiff(back[off:off+n], local[off:off+n]))
+				}
+			}
+			st := p.route.Stats()
+			want := backend.RouteStats{Ops: 2 * workers * perW, BytesPut: total, BytesGot: total}
+			if st != want {
+				t.Fatalf("route stats %+v, want %+v", st, want)
+			}
+			wantSv := backend.ServedStats{Ops: 2 * workers * perW, BytesIn: total, BytesOut: total}
+			if sv := servedEventually(t, p.b, func(sv backend.ServedStats) bool { return sv == wantSv }); sv != wantSv {
+				t.Fatalf("served stats %+v, want %+v", sv, wantSv)
+			}
+		})
+	}
+}
+
+// TestMixedPutGetInFlight interleaves puts and gets of different sizes on
+// disjoint ranges, all in flight at once, striped over 4 connections.
+func TestMixedPutGetInFlight(t *testing.T) {
+	p := newPair(t, Config{ConnsPerRoute: 4, ChunkSize: 64 << 10}, Config{})
+	const n = 64
+	const slot = 300 << 10 // five chunks, the last partial
+	_, local := alloc(t, p.regA, n*slot, buffer.AccessReadWrite)
+	hr, remote := alloc(t, p.regB, n*slot, buffer.AccessReadWrite)
+	randomBytes(t, local)
+	randomBytes(t, remote)
+	wantLocal, wantRemote := snapshot(local), snapshot(remote)
+	rec := newRecorder(n)
+	for i := range n {
+		off := uint64(i * slot)
+		op := backend.OpWrite
+		if i%2 == 1 {
+			op = backend.OpRead
+		}
+		wr := &backend.WorkRequest{Op: op, Local: local[off : off+slot], Remote: mustSlice(t, hr, off, slot),
+			Deadline: time.Now().Add(waitTimeout), Done: rec}
+		if op == backend.OpWrite {
+			copy(wantRemote[off:off+slot], wantLocal[off:off+slot])
+		} else {
+			copy(wantLocal[off:off+slot], wantRemote[off:off+slot])
+		}
+		if err := p.route.Post(wr); err != nil {
+			t.Fatalf("post %d: %v", i, err)
+		}
+	}
+	for range n {
+		if res := rec.wait(t); res.err != nil {
+			t.Fatalf("%v: %v", res.wr.Op, res.err)
+		}
+	}
+	assertSame(t, "local memory", local, wantLocal)
+	assertSame(t, "remote memory", remote, wantRemote)
+	if st := p.route.Stats(); st.Ops != n || st.InFlight != 0 || st.Errors != 0 {
+		t.Fatalf("route stats %+v", st)
+	}
+}
+
+func TestPostErrors(t *testing.T) {
+	p := newPair(t, Config{ConnsPerRoute: 1, ChunkSize: 4096, MaxInFlight: 4}, Config{})
+	hr, remote := alloc(t, p.regB, 1<<20, buffer.AccessReadWrite)
+	_, local := alloc(t, p.regA, 1<<20, buffer.AccessReadWrite)
+	randomBytes(t, remote)
+	before := snapshot(remote)
+	rec := newRecorder(1)
+	post := func(op backend.Op, local []byte, remote buffer.Buffer) error {
+		return p.route.Post(&backend.WorkRequest{Op: op, Local: local, Remote: remote, Deadline: time.Now().Add(waitTimeout), Done: rec})
+	}
+	cases := []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"local shorter than remote", post(backend.OpWrite, local[:100], mustSlice(t, hr, 0, 101)), backend.ErrProtocol},
+		{"local longer than remote", post(backend.OpRead, local[:101], mustSlice(t, hr, 0, 100)), backend.ErrProtocol},
+		{"zero length", post(backend.OpWrite, local[:0], mustSlice(t, hr, 0, 0)), backend.ErrProtocol},
+		{"nil local", post(backend.OpRead, nil, mustSlice(t, hr, 0, 0)), backend.ErrProtocol},
+		{"unknown op", post(backend.Op(3), local[:10], mustSlice(t, hr, 0, 10)), backend.ErrProtocol},
+		{"op zero", post(backend.Op(0), local[:10], mustSlice(t, hr, 0, 10)), backend.ErrProtocol},
+		// 5 chunks of 4 KiB can never be in flight on a route of 4.
+		{"more chunks than MaxInFlight", post(backend.OpWrite, local[:5*4096], mustSlice(t, hr, 0, 5*4096)), backend.ErrLimit},
+	}
+	for _, tc := range cases {
+		if !errors.Is(tc.err, tc.want) {
+			t.Errorf("%s: Post = %v, want %v", tc.name, tc.err, tc.want)
+		}
+	}
+	rec.none(t)
+	assertSame(t, "remote after refused posts", remote, before)
+	if st := p.route.Stats(); st != (backend.RouteStats{}) {
+		t.Fatalf("stats after refused posts: %+v", st)
+	}
+	// The route is still fine, and exactly 4 chunks fit.
+	if err := do(t, p.route, backend.OpWrite, local[:4*4096], mustSlice(t, hr, 0, 4*4096)); err != nil {
+		t.Fatalf("put of MaxInFlight chunks: %v", err)
+	}
+	assertSame(t, "remote", remote[:4*4096], local[:4*4096])
+
+	// After Close, Post fails with ErrClosed and Done is not called.
+	if err := p.route.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case <-p.route.Done():
+	default:
+		t.Fatalf("Done not closed after Close")
+	}
+	if err := p.route.Err(); !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("Err after Close: %v, want ErrClosed", err)
+	}
+	if err := post(backend.OpWrite, local[:10], mustSlice(t, hr, 0, 10)); !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("Post after Close: %v, want ErrClosed", err)
+	}
+	rec.none(t)
+}
+
+// TestBackPressure: with MaxInFlight chunks outstanding, Post waits; when it
+// cannot get room before the request's deadline it fails with ErrDeadline
+// and the request is not completed.
+func TestBackPressure(t *testing.T) {
+	f := newFakeServer(t)
+	a, _ := newBackend(t, Config{ConnsPerRoute: 1, MaxInFlight: 2}, ownerA)
+	rt := f.connect(t, a)
+	sc := f.accept(t)
+	rec := newRecorder(4)
+	_, local := alloc(t, a.reg, 4096, buffer.AccessReadWrite)
+	remote := fakeRemote(4096)
+	for range 2 {
+		wr := &backend.WorkRequest{Op: backend.OpRead, Local: local[:16], Remote: mustSlice(t, remote, 0, 16), Deadline: time.Now().Add(waitTimeout), Done: rec}
+		if err := rt.Post(wr); err != nil {
+			t.Fatalf("post: %v", err)
+		}
+	}
+	// The third waits for room and gives up at its deadline.
+	third := &backend.WorkRequest{Op: backend.OpRead, Local: local[:16], Remote: mustSlice(t, remote, 0, 16), Deadline: time.Now().Add(50 * time.Millisecond), Done: rec}
+	if err := rt.Post(third); !errors.Is(err, backend.ErrDeadline) {
+		t.Fatalf("post at the in-flight limit: %v, want ErrDeadline", err)
+	}
+	rec.none(t)
+	// Answering the first two frees room.
+	for range 2 {
+		h := sc.readReq(t)
+		sc.respond(t, respHeader{op: h.op, length: h.length, wrid: h.wrid}, make([]byte, h.length))
+	}
+	for range 2 {
+		if res := rec.wait(t); res.err != nil {
+			t.Fatalf("completion: %v", res.err)
+		}
+	}
+	if st := rt.Stats(); st.InFlight != 0 || st.Ops != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+}
