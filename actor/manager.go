@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
@@ -50,6 +51,10 @@ type Config struct {
 	RequestTimeout time.Duration
 	// MaxMessageSize bounds control messages (DefaultMaxMessageSize).
 	MaxMessageSize int
+	// Secret is shared by the managers of one deployment: the route
+	// handshake and every data connection prove it. The zero Secret turns
+	// authentication off (loopback-only deployments).
+	Secret backend.Secret
 	// Logger receives the manager's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -100,11 +105,40 @@ type Manager struct {
 	// pid is set by Start.
 	pid    *protoactor.PID
 	routes map[string]*routeEntry // by peer PID "address/id"
+	// nonces of accepted handshakes, until they expire: a replayed
+	// handshake is refused.
+	nonces map[string]time.Time
 	qps    map[uint64]*qpEntry
 	nextQP uint64
 	closed bool
 
 	wg sync.WaitGroup // route setups and replies sent from goroutines
+
+	authFailures atomic.Uint64
+}
+
+// maxNonces bounds the replay cache; past it new handshakes are refused
+// until old nonces expire.
+const maxNonces = 1 << 16
+
+const (
+	labelHandshake = "rdmamgr route handshake v1"
+	labelReply     = "rdmamgr route reply v1"
+)
+
+func u64(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
+
+func handshakeMAC(s backend.Secret, hs *rdmapb.RouteHandshake) []byte {
+	return s.MAC(labelHandshake, u64(uint64(hs.Version)), u64(hs.InitiatorId), []byte(hs.InitiatorAddr),
+		[]byte(hs.Backend), hs.Endpoint, hs.Nonce)
+}
+
+func replyMAC(s backend.Secret, nonce []byte, r *rdmapb.RouteHandshakeResponse) []byte {
+	var code uint64
+	if r.Error != nil {
+		code = uint64(r.Error.Code)
+	}
+	return s.MAC(labelReply, nonce, u64(uint64(r.Version)), u64(r.ResponderId), []byte(r.Backend), r.Endpoint, u64(code))
 }
 
 // routeEntry is the cached route to one peer manager.
@@ -137,6 +171,7 @@ func New(sys *protoactor.ActorSystem, cfg Config) (*Manager, error) {
 	id := binary.LittleEndian.Uint64(idb[:]) | 1 // never 0
 	reg := buffer.NewRegistry(id, cfg.Limits)
 	log := cfg.Logger.With("manager", fmt.Sprintf("%016x", id))
+	cfg.TCP.Secret = cfg.Secret
 	t, err := tcp.New(cfg.TCP, reg, log)
 	if err != nil {
 		return nil, err
@@ -155,6 +190,7 @@ func New(sys *protoactor.ActorSystem, cfg Config) (*Manager, error) {
 		log:    log,
 		routes: make(map[string]*routeEntry),
 		qps:    make(map[uint64]*qpEntry),
+		nonces: make(map[string]time.Time),
 	}, nil
 }
 
@@ -365,6 +401,12 @@ func (m *Manager) getRoute(ctx context.Context, peer *protoactor.PID) (*routeEnt
 		case <-e.ready:
 		case <-ctx.Done():
 			m.dropRef(e)
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// The peer did not complete the route in time: to the
+				// caller it is unreachable, whichever timer fired first
+				// (this one or the setup's own RouteTimeout).
+				return nil, fmt.Errorf("route to %s: no answer in time: %w: %w", key, ErrUnknownPeer, ctx.Err())
+			}
 			return nil, fmt.Errorf("route to %s: %w", key, ctx.Err())
 		}
 		if e.err != nil {
@@ -422,7 +464,9 @@ func (m *Manager) handshake(ctx context.Context, e *routeEntry, b backend.Backen
 		InitiatorAddr: m.sys.Address(),
 		Backend:       string(b.Kind()),
 		Endpoint:      info,
+		Nonce:         backend.Nonce(),
 	}
+	hs.Mac = handshakeMAC(m.cfg.Secret, hs)
 	fail := func(err error) (backend.Route, uint64, error) {
 		pr.Abort()
 		return nil, 0, err
@@ -437,6 +481,12 @@ func (m *Manager) handshake(ctx context.Context, e *routeEntry, b backend.Backen
 			return fail(fmt.Errorf("handshake with %s: %w", e.key, toError(er.Error)))
 		}
 		return fail(fmt.Errorf("handshake with %s: reply %T: %w", e.key, res, ErrBadResponse))
+	}
+	if !m.cfg.Secret.Verify(resp.Mac, labelReply, hs.Nonce, u64(uint64(resp.Version)), u64(resp.ResponderId),
+		[]byte(resp.Backend), resp.Endpoint, u64(uint64(codeOf(resp.Error)))) {
+		m.authFailures.Add(1)
+		m.log.Warn("route reply failed authentication", "peer", e.key)
+		return fail(fmt.Errorf("handshake reply from %s: %w", e.key, backend.ErrUnauthenticated))
 	}
 	if err := toError(resp.Error); err != nil {
 		return fail(fmt.Errorf("%s handshake with %s: %w", b.Kind(), e.key, err))
@@ -550,6 +600,7 @@ func (m *Manager) status() *rdmapb.StatusResponse {
 		ServedBytesIn:   sv.BytesIn,
 		ServedBytesOut:  sv.BytesOut,
 		RejectedOps:     sv.Rejected,
+		AuthFailures:    sv.AuthFail + m.authFailures.Load(),
 	}
 	for _, r := range m.reg.Regions() {
 		resp.Buffers = append(resp.Buffers, &rdmapb.BufferStatus{
@@ -666,6 +717,13 @@ func (a *managerActor) Receive(ctx protoactor.Context) {
 func (m *Manager) acceptRoute(hs *rdmapb.RouteHandshake) *rdmapb.RouteHandshakeResponse {
 	resp := &rdmapb.RouteHandshakeResponse{Version: ProtocolVersion, ResponderId: m.id, Backend: hs.Backend}
 	b := m.backendOf(backend.Kind(hs.Backend))
+	defer func() { resp.Mac = replyMAC(m.cfg.Secret, hs.Nonce, resp) }()
+	if err := m.checkHandshake(hs); err != nil {
+		m.authFailures.Add(1)
+		m.log.Warn("route handshake refused", "initiator", hs.InitiatorAddr, "err", err)
+		resp.Error = fromError(err)
+		return resp
+	}
 	switch {
 	case hs.Version != ProtocolVersion:
 		resp.Error = fromError(fmt.Errorf("handshake version %d, ours %d: %w", hs.Version, ProtocolVersion, backend.ErrVersion))
@@ -687,6 +745,50 @@ func (m *Manager) acceptRoute(hs *rdmapb.RouteHandshake) *rdmapb.RouteHandshakeR
 		m.log.Warn("route handshake refused", "initiator", hs.InitiatorAddr, "err", resp.Error.Message)
 	}
 	return resp
+}
+
+// checkHandshake authenticates a handshake and refuses replays.
+func (m *Manager) checkHandshake(hs *rdmapb.RouteHandshake) error {
+	if !m.cfg.Secret.Enabled() {
+		return nil
+	}
+	if len(hs.Nonce) != backend.NonceSize {
+		return fmt.Errorf("handshake nonce of %d bytes: %w", len(hs.Nonce), backend.ErrUnauthenticated)
+	}
+	if !m.cfg.Secret.Verify(hs.Mac, labelHandshake, u64(uint64(hs.Version)), u64(hs.InitiatorId), []byte(hs.InitiatorAddr),
+		[]byte(hs.Backend), hs.Endpoint, hs.Nonce) {
+		return fmt.Errorf("handshake MAC does not verify: %w", backend.ErrUnauthenticated)
+	}
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, seen := m.nonces[string(hs.Nonce)]; seen {
+		return fmt.Errorf("replayed handshake: %w", backend.ErrUnauthenticated)
+	}
+	if len(m.nonces) >= maxNonces {
+		for n, exp := range m.nonces {
+			if now.After(exp) {
+				delete(m.nonces, n)
+			}
+		}
+		if len(m.nonces) >= maxNonces {
+			return fmt.Errorf("%d handshakes in flight: %w", len(m.nonces), backend.ErrLimit)
+		}
+	}
+	m.nonces[string(hs.Nonce)] = now.Add(replayWindow)
+	return nil
+}
+
+// replayWindow is how long a handshake nonce is remembered. A replay after
+// it gains nothing: the tokens it yields are useless without the secret,
+// which every data connection proves against a fresh server nonce.
+const replayWindow = 10 * time.Minute
+
+func codeOf(e *rdmapb.Error) rdmapb.Code {
+	if e == nil {
+		return rdmapb.Code_OK
+	}
+	return e.Code
 }
 
 // goReply computes a reply off the mailbox and sends it to sender.

@@ -798,6 +798,8 @@ type RouteHandshake struct {
 	InitiatorAddr string                 `protobuf:"bytes,3,opt,name=initiator_addr,json=initiatorAddr,proto3" json:"initiator_addr,omitempty"`
 	Backend       string                 `protobuf:"bytes,4,opt,name=backend,proto3" json:"backend,omitempty"`   // backend kind the initiator wants
 	Endpoint      []byte                 `protobuf:"bytes,5,opt,name=endpoint,proto3" json:"endpoint,omitempty"` // opaque backend endpoint info of the initiator
+	Nonce         []byte                 `protobuf:"bytes,6,opt,name=nonce,proto3" json:"nonce,omitempty"`       // fresh random bytes; never accepted twice
+	Mac           []byte                 `protobuf:"bytes,7,opt,name=mac,proto3" json:"mac,omitempty"`           // HMAC of the fields above under the shared secret
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -867,6 +869,20 @@ func (x *RouteHandshake) GetEndpoint() []byte {
 	return nil
 }
 
+func (x *RouteHandshake) GetNonce() []byte {
+	if x != nil {
+		return x.Nonce
+	}
+	return nil
+}
+
+func (x *RouteHandshake) GetMac() []byte {
+	if x != nil {
+		return x.Mac
+	}
+	return nil
+}
+
 type RouteHandshakeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
@@ -874,6 +890,7 @@ type RouteHandshakeResponse struct {
 	Backend       string                 `protobuf:"bytes,3,opt,name=backend,proto3" json:"backend,omitempty"`
 	Endpoint      []byte                 `protobuf:"bytes,4,opt,name=endpoint,proto3" json:"endpoint,omitempty"` // opaque backend endpoint info of the responder
 	Error         *Error                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	Mac           []byte                 `protobuf:"bytes,6,opt,name=mac,proto3" json:"mac,omitempty"` // HMAC binding the initiator's nonce to this reply
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -939,6 +956,13 @@ func (x *RouteHandshakeResponse) GetEndpoint() []byte {
 func (x *RouteHandshakeResponse) GetError() *Error {
 	if x != nil {
 		return x.Error
+	}
+	return nil
+}
+
+func (x *RouteHandshakeResponse) GetMac() []byte {
+	if x != nil {
+		return x.Mac
 	}
 	return nil
 }
@@ -1169,6 +1193,7 @@ type StatusResponse struct {
 	ServedBytesOut  uint64                 `protobuf:"varint,10,opt,name=served_bytes_out,json=servedBytesOut,proto3" json:"served_bytes_out,omitempty"` // bytes read from our memory by peers
 	RejectedOps     uint64                 `protobuf:"varint,11,opt,name=rejected_ops,json=rejectedOps,proto3" json:"rejected_ops,omitempty"`            // peer operations refused (key, bounds, access)
 	Error           *Error                 `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
+	AuthFailures    uint64                 `protobuf:"varint,13,opt,name=auth_failures,json=authFailures,proto3" json:"auth_failures,omitempty"` // handshakes and data connections refused
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -1285,6 +1310,13 @@ func (x *StatusResponse) GetError() *Error {
 		return x.Error
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetAuthFailures() uint64 {
+	if x != nil {
+		return x.AuthFailures
+	}
+	return 0
 }
 
 // ErrorReply answers any message the manager does not understand.
@@ -1459,19 +1491,22 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\x10ReleaseQueuePair\x12\x13\n" +
 	"\x05qp_id\x18\x01 \x01(\x04R\x04qpId\"C\n" +
 	"\x18ReleaseQueuePairResponse\x12'\n" +
-	"\x05error\x18\x01 \x01(\v2\x11.rdmamgr.v1.ErrorR\x05error\"\xaa\x01\n" +
+	"\x05error\x18\x01 \x01(\v2\x11.rdmamgr.v1.ErrorR\x05error\"\xd2\x01\n" +
 	"\x0eRouteHandshake\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12!\n" +
 	"\finitiator_id\x18\x02 \x01(\x06R\vinitiatorId\x12%\n" +
 	"\x0einitiator_addr\x18\x03 \x01(\tR\rinitiatorAddr\x12\x18\n" +
 	"\abackend\x18\x04 \x01(\tR\abackend\x12\x1a\n" +
-	"\bendpoint\x18\x05 \x01(\fR\bendpoint\"\xb4\x01\n" +
+	"\bendpoint\x18\x05 \x01(\fR\bendpoint\x12\x14\n" +
+	"\x05nonce\x18\x06 \x01(\fR\x05nonce\x12\x10\n" +
+	"\x03mac\x18\a \x01(\fR\x03mac\"\xc6\x01\n" +
 	"\x16RouteHandshakeResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12!\n" +
 	"\fresponder_id\x18\x02 \x01(\x06R\vresponderId\x12\x18\n" +
 	"\abackend\x18\x03 \x01(\tR\abackend\x12\x1a\n" +
 	"\bendpoint\x18\x04 \x01(\fR\bendpoint\x12'\n" +
-	"\x05error\x18\x05 \x01(\v2\x11.rdmamgr.v1.ErrorR\x05error\"\x0f\n" +
+	"\x05error\x18\x05 \x01(\v2\x11.rdmamgr.v1.ErrorR\x05error\x12\x10\n" +
+	"\x03mac\x18\x06 \x01(\fR\x03mac\"\x0f\n" +
 	"\rStatusRequest\"\xeb\x01\n" +
 	"\vRouteStatus\x12\x17\n" +
 	"\apeer_id\x18\x01 \x01(\x06R\x06peerId\x12\x1b\n" +
@@ -1488,7 +1523,7 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\x06length\x18\x02 \x01(\x04R\x06length\x12\x16\n" +
 	"\x06access\x18\x03 \x01(\rR\x06access\x12\x1f\n" +
 	"\vuser_memory\x18\x04 \x01(\bR\n" +
-	"userMemory\"\xcd\x03\n" +
+	"userMemory\"\xf2\x03\n" +
 	"\x0eStatusResponse\x12\x1d\n" +
 	"\n" +
 	"manager_id\x18\x01 \x01(\x06R\tmanagerId\x12\x18\n" +
@@ -1504,7 +1539,8 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\x10served_bytes_out\x18\n" +
 	" \x01(\x04R\x0eservedBytesOut\x12!\n" +
 	"\frejected_ops\x18\v \x01(\x04R\vrejectedOps\x12'\n" +
-	"\x05error\x18\f \x01(\v2\x11.rdmamgr.v1.ErrorR\x05error\"5\n" +
+	"\x05error\x18\f \x01(\v2\x11.rdmamgr.v1.ErrorR\x05error\x12#\n" +
+	"\rauth_failures\x18\r \x01(\x04R\fauthFailures\"5\n" +
 	"\n" +
 	"ErrorReply\x12'\n" +
 	"\x05error\x18\x01 \x01(\v2\x11.rdmamgr.v1.ErrorR\x05error\"\x06\n" +

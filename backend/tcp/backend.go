@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -257,15 +258,28 @@ func (b *Backend) serveConn(c net.Conn) {
 	defer c.Close()
 	log := b.log.With("remote", c.RemoteAddr().String())
 
-	var hello [helloSize]byte
 	_ = c.SetDeadline(time.Now().Add(b.cfg.HelloTimeout))
+	var nonce [16]byte
+	copy(nonce[:], backend.Nonce())
+	var ch [challengeSize]byte
+	encodeChallenge(ch[:], nonce)
+	if _, err := c.Write(ch[:]); err != nil {
+		return
+	}
+	var hello [helloSize]byte
 	if _, err := io.ReadFull(c, hello[:]); err != nil {
 		b.served.authFail.Add(1)
 		log.Warn("data connection without hello", "err", err)
 		return
 	}
 	var ack [helloAckSize]byte
-	tok, err := decodeHello(hello[:])
+	tok, mac, err := decodeHello(hello[:])
+	if err == nil && b.cfg.Secret.Enabled() {
+		want := helloMAC(b.cfg.Secret, nonce, tok)
+		if !hmac.Equal(mac[:], want[:]) {
+			err = fmt.Errorf("hello does not prove the secret: %w", backend.ErrUnauthenticated)
+		}
+	}
 	if err == nil && !b.takeToken(tok) {
 		err = fmt.Errorf("unknown, used or expired token: %w", backend.ErrUnauthenticated)
 	}

@@ -3,6 +3,8 @@ package tcp
 import (
 	"fmt"
 	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
 )
 
 // Config tunes the TCP backend. Zero fields take DefaultConfig's values.
@@ -32,6 +34,9 @@ type Config struct {
 	WatchdogInterval time.Duration
 	// SocketBuffer sets SO_SNDBUF/SO_RCVBUF when > 0.
 	SocketBuffer int
+	// Secret, when set, must be proven by every data connection (HMAC
+	// over a fresh server nonce and the route token).
+	Secret backend.Secret
 }
 
 // DefaultConfig returns the defaults.

@@ -58,11 +58,17 @@ func (f *fakeServer) acceptLoop() {
 		f.mu.Unlock()
 		var hello [helloSize]byte
 		_ = c.SetDeadline(time.Now().Add(waitTimeout))
+		var ch [challengeSize]byte
+		encodeChallenge(ch[:], [16]byte{1})
+		if _, err := c.Write(ch[:]); err != nil {
+			c.Close()
+			continue
+		}
 		if _, err := io.ReadFull(c, hello[:]); err != nil {
 			c.Close()
 			continue
 		}
-		if _, err := decodeHello(hello[:]); err != nil {
+		if _, _, err := decodeHello(hello[:]); err != nil {
 			c.Close()
 			continue
 		}

@@ -15,7 +15,9 @@ const (
 
 	reqHeaderSize  = 48
 	respHeaderSize = 16
-	helloSize      = 40
+	challengeSize  = 24
+	helloSize      = 72
+	macSize        = 32
 	helloAckSize   = 8
 	tokenSize      = 32
 
@@ -128,34 +130,79 @@ func (h *respHeader) decode(b []byte) error {
 	return nil
 }
 
-// hello opens a data connection: magic, version, reserved, token.
+// challenge is the server's first message on a data connection: a fresh
+// nonce the client's hello must be bound to (so a recorded hello cannot be
+// replayed).
+//
+//	0:4   "RDMT"
+//	4:6   version uint16
+//	6:8   reserved (0)
+//	8:24  nonce
+func encodeChallenge(b []byte, nonce [16]byte) {
+	copy(b[0:4], helloMagic[:])
+	binary.LittleEndian.PutUint16(b[4:], Version)
+	b[6], b[7] = 0, 0
+	copy(b[8:24], nonce[:])
+}
+
+func decodeChallenge(b []byte) (nonce [16]byte, err error) {
+	if len(b) < challengeSize {
+		return nonce, fmt.Errorf("challenge of %d bytes: %w", len(b), backend.ErrProtocol)
+	}
+	if [4]byte(b[0:4]) != helloMagic {
+		return nonce, fmt.Errorf("challenge magic %q: %w", b[0:4], backend.ErrProtocol)
+	}
+	if v := binary.LittleEndian.Uint16(b[4:]); v != Version {
+		return nonce, fmt.Errorf("challenge version %d, want %d: %w", v, Version, backend.ErrVersion)
+	}
+	if b[6] != 0 || b[7] != 0 {
+		return nonce, fmt.Errorf("challenge reserved bits set: %w", backend.ErrProtocol)
+	}
+	copy(nonce[:], b[8:24])
+	return nonce, nil
+}
+
+// hello opens a data connection: magic, version, reserved, the route token
+// and a MAC over the server's nonce and the token under the shared secret
+// (zero when authentication is off).
 //
 //	0:4   "RDMT"
 //	4:6   version uint16
 //	6:8   reserved (0)
 //	8:40  token
-func encodeHello(b []byte, token [tokenSize]byte) {
+//	40:72 mac
+func encodeHello(b []byte, token [tokenSize]byte, mac [macSize]byte) {
 	copy(b[0:4], helloMagic[:])
 	binary.LittleEndian.PutUint16(b[4:], Version)
 	b[6], b[7] = 0, 0
 	copy(b[8:40], token[:])
+	copy(b[40:72], mac[:])
 }
 
-func decodeHello(b []byte) (tok [tokenSize]byte, err error) {
+func decodeHello(b []byte) (tok [tokenSize]byte, mac [macSize]byte, err error) {
 	if len(b) < helloSize {
-		return tok, fmt.Errorf("hello of %d bytes: %w", len(b), backend.ErrProtocol)
+		return tok, mac, fmt.Errorf("hello of %d bytes: %w", len(b), backend.ErrProtocol)
 	}
 	if [4]byte(b[0:4]) != helloMagic {
-		return tok, fmt.Errorf("hello magic %q: %w", b[0:4], backend.ErrProtocol)
+		return tok, mac, fmt.Errorf("hello magic %q: %w", b[0:4], backend.ErrProtocol)
 	}
 	if v := binary.LittleEndian.Uint16(b[4:]); v != Version {
-		return tok, fmt.Errorf("hello version %d, want %d: %w", v, Version, backend.ErrVersion)
+		return tok, mac, fmt.Errorf("hello version %d, want %d: %w", v, Version, backend.ErrVersion)
 	}
 	if b[6] != 0 || b[7] != 0 {
-		return tok, fmt.Errorf("hello reserved bits set: %w", backend.ErrProtocol)
+		return tok, mac, fmt.Errorf("hello reserved bits set: %w", backend.ErrProtocol)
 	}
 	copy(tok[:], b[8:40])
-	return tok, nil
+	copy(mac[:], b[40:72])
+	return tok, mac, nil
+}
+
+const labelData = "rdmamgr data hello v1"
+
+// helloMAC binds a token to the server's nonce under the secret.
+func helloMAC(s backend.Secret, nonce [16]byte, tok [tokenSize]byte) (mac [macSize]byte) {
+	copy(mac[:], s.MAC(labelData, nonce[:], tok[:]))
+	return mac
 }
 
 // helloAck answers a hello: magic, version, code.

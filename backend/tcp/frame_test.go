@@ -157,16 +157,17 @@ func TestRespHeaderDecodeRejects(t *testing.T) {
 func TestHelloRoundTrip(t *testing.T) {
 	for _, want := range [][tokenSize]byte{{}, testToken(1), testToken(200)} {
 		var b [helloSize]byte
-		encodeHello(b[:], want)
+		wantMAC := [macSize]byte(testToken(7))
+		encodeHello(b[:], want, wantMAC)
 		if !bytes.Equal(b[0:4], []byte("RDMT")) {
 			t.Fatalf("hello magic %q", b[0:4])
 		}
-		got, err := decodeHello(b[:])
+		got, mac, err := decodeHello(b[:])
 		if err != nil {
 			t.Fatalf("decodeHello: %v", err)
 		}
-		if got != want {
-			t.Fatalf("token: got %x, want %x", got, want)
+		if got != want || mac != wantMAC {
+			t.Fatalf("token: got %x/%x, want %x/%x", got, mac, want, wantMAC)
 		}
 	}
 }
@@ -174,7 +175,7 @@ func TestHelloRoundTrip(t *testing.T) {
 func TestHelloDecodeRejects(t *testing.T) {
 	valid := func() []byte {
 		b := make([]byte, helloSize)
-		encodeHello(b, testToken(3))
+		encodeHello(b, testToken(3), [macSize]byte{})
 		return b
 	}
 	cases := []struct {
@@ -192,7 +193,7 @@ func TestHelloDecodeRejects(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := decodeHello(tc.b); !errors.Is(err, tc.want) {
+			if _, _, err := decodeHello(tc.b); !errors.Is(err, tc.want) {
 				t.Fatalf("decodeHello: %v, want %v", err, tc.want)
 			}
 		})
@@ -385,7 +386,7 @@ func FuzzRespHeader(f *testing.F) {
 
 func FuzzHello(f *testing.F) {
 	var b [helloSize]byte
-	encodeHello(b[:], testToken(9))
+	encodeHello(b[:], testToken(9), [macSize]byte(testToken(4)))
 	f.Add(b[:])
 	f.Add(b[:20])
 	f.Add(make([]byte, helloSize))
@@ -393,7 +394,7 @@ func FuzzHello(f *testing.F) {
 	binary.LittleEndian.PutUint16(bad[4:], 2)
 	f.Add(bad[:])
 	f.Fuzz(func(t *testing.T, b []byte) {
-		tok, err := decodeHello(b)
+		tok, mac, err := decodeHello(b)
 		if err != nil {
 			if !errors.Is(err, backend.ErrProtocol) && !errors.Is(err, backend.ErrVersion) {
 				t.Fatalf("decode error %v is neither ErrProtocol nor ErrVersion", err)
@@ -401,12 +402,12 @@ func FuzzHello(f *testing.F) {
 			return
 		}
 		var enc [helloSize]byte
-		encodeHello(enc[:], tok)
+		encodeHello(enc[:], tok, mac)
 		if !bytes.Equal(enc[:], b[:helloSize]) {
 			t.Fatalf("re-encoding differs:\n got %x\nwant %x", enc, b[:helloSize])
 		}
-		tok2, err := decodeHello(enc[:])
-		if err != nil || tok2 != tok {
+		tok2, mac2, err := decodeHello(enc[:])
+		if err != nil || tok2 != tok || mac2 != mac {
 			t.Fatalf("second decode: %x, %v; want %x", tok2, err, tok)
 		}
 	})

@@ -141,6 +141,14 @@ func dialRaw(t *testing.T, b *Backend) net.Conn {
 	}
 	_ = c.SetDeadline(time.Now().Add(waitTimeout))
 	t.Cleanup(func() { c.Close() })
+	// The server speaks first: its challenge nonce.
+	var ch [challengeSize]byte
+	if _, err := io.ReadFull(c, ch[:]); err != nil {
+		t.Fatalf("challenge: %v", err)
+	}
+	if _, err := decodeChallenge(ch[:]); err != nil {
+		t.Fatalf("challenge: %v", err)
+	}
 	return c
 }
 
@@ -172,7 +180,7 @@ func writeRaw(t *testing.T, c net.Conn, b []byte) {
 func sendHello(t *testing.T, c net.Conn, tok [tokenSize]byte) rdmapb.Code {
 	t.Helper()
 	var h [helloSize]byte
-	encodeHello(h[:], tok)
+	encodeHello(h[:], tok, [macSize]byte{})
 	writeRaw(t, c, h[:])
 	var ack [helloAckSize]byte
 	if _, err := io.ReadFull(c, ack[:]); err != nil {
@@ -258,7 +266,7 @@ func TestHelloGarbage(t *testing.T) {
 	// Another protocol version: refused with VERSION_MISMATCH.
 	c = dialRaw(t, p.b)
 	var h [helloSize]byte
-	encodeHello(h[:], routeToken(t, p.b))
+	encodeHello(h[:], routeToken(t, p.b), [macSize]byte{})
 	binary.LittleEndian.PutUint16(h[4:], Version+1)
 	writeRaw(t, c, h[:])
 	got = expectClosed(t, c)

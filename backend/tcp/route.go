@@ -46,7 +46,7 @@ func (p *pendingRoute) Complete(ctx context.Context, info []byte) (backend.Route
 			r.closeConns()
 			return nil, fmt.Errorf("tcp: dial %s: %w: %w", addr, backend.ErrPeerGone, err)
 		}
-		if err := hello(ctx, c, tok); err != nil {
+		if err := hello(ctx, c, tok, b.cfg.Secret); err != nil {
 			c.Close()
 			r.closeConns()
 			return nil, fmt.Errorf("tcp: connection %d to %s: %w", i, addr, err)
@@ -75,14 +75,22 @@ func (p *pendingRoute) Complete(ctx context.Context, info []byte) (backend.Route
 	return r, nil
 }
 
-func hello(ctx context.Context, c net.Conn, tok [tokenSize]byte) error {
+func hello(ctx context.Context, c net.Conn, tok [tokenSize]byte, secret backend.Secret) error {
 	dl := time.Now().Add(10 * time.Second)
 	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
 		dl = d
 	}
 	_ = c.SetDeadline(dl)
+	var ch [challengeSize]byte
+	if _, err := io.ReadFull(c, ch[:]); err != nil {
+		return fmt.Errorf("challenge: %w: %w", backend.ErrPeerGone, err)
+	}
+	nonce, err := decodeChallenge(ch[:])
+	if err != nil {
+		return err
+	}
 	var h [helloSize]byte
-	encodeHello(h[:], tok)
+	encodeHello(h[:], tok, helloMAC(secret, nonce, tok))
 	if _, err := c.Write(h[:]); err != nil {
 		return fmt.Errorf("hello: %w: %w", backend.ErrPeerGone, err)
 	}

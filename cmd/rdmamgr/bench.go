@@ -40,6 +40,10 @@ type benchResult struct {
 }
 
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "baseline-server" {
+		// Hidden: the plain-TCP server `bench --baseline` starts.
+		return cmdBaselineServer(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	peer := fs.String("peer", "", "peer manager address HOST:PORT")
@@ -47,15 +51,29 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	listen := fs.String("listen", "127.0.0.1:0", "our actor-system address")
 	op := fs.String("op", "put", "put or get")
 	sizeS := fs.String("size", "1MiB", "bytes per operation (suffix KiB, MiB, GiB)")
-	count := fs.Int("count", 1000, "operations to time")
-	conc := fs.Int("concurrency", 1, "operations in flight")
+	count := fs.Int("count", 1000, "operations to time (with --baseline, per size: default enough for about 2 GiB, 100 to 50000)")
+	conc := fs.Int("concurrency", 1, "operations in flight (with --baseline: default 4)")
 	warmup := fs.Int("warmup", 10, "untimed operations first")
 	verify := fs.Bool("verify", false, "check every byte of every operation")
 	timeout := fs.Duration("timeout", 10*time.Minute, "bound on the whole run")
+	var bl baselineFlags
+	bl.register(fs)
 	var c common
 	c.register(fs)
 	c.logLevel = "warn"
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	set := make(map[string]bool)
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if bl.on {
+		return cmdBenchBaseline(ctx, &bl, benchBaselineArgs{
+			peer: *peer, peerName: *peerName, listen: *listen,
+			count: *count, concurrency: *conc, warmup: *warmup, verify: *verify, timeout: *timeout,
+			set: set, c: &c,
+		}, stdout, stderr)
+	}
+	if err := bl.checkUnset(set); err != nil {
 		return err
 	}
 	if *peer == "" {

@@ -3,6 +3,7 @@
 //	rdmamgr serve  --listen HOST:PORT       run a manager; prints "ready ADDR"
 //	rdmamgr demo                             two managers, bytes moved both ways and verified
 //	rdmamgr bench  --peer ADDR --op put|get --size SIZE --count N [--concurrency C] [--verify]
+//	rdmamgr bench  --baseline [--sizes LIST] [--placement any|same|split]   ours vs plain Go TCP, with ratios
 //	rdmamgr status --peer ADDR               a manager's buffers, routes and counters
 //	rdmamgr devices                          RDMA devices this build can use
 //

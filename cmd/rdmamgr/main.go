@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -29,6 +30,8 @@ usage:
   rdmamgr serve   --listen HOST:PORT [flags]     run a manager daemon
   rdmamgr demo    [flags]                        two managers move bytes both ways and verify them
   rdmamgr bench   --peer ADDR --op put|get --size SIZE --count N [--concurrency C] [--verify]
+  rdmamgr bench   --baseline [--sizes LIST] [--ops put,get] [--placement any|same|split] [--json FILE]
+                                                 ours against plain Go TCP, in one run, with ratios
   rdmamgr status  --peer ADDR                    show a manager's buffers, routes and counters
   rdmamgr devices                                list RDMA devices
 
@@ -92,12 +95,14 @@ type common struct {
 	conns    int
 	maxMsg   int
 	backend  string
+	secret   string
 }
 
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error, disabled")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON instead of console lines")
 	fs.StringVar(&c.backend, "backend", "auto", "data plane: auto (ibverbs where a usable device exists, else tcp), ibverbs or tcp")
+	fs.StringVar(&c.secret, "secret-file", "", "file holding the deployment's shared secret (≥16 bytes); routes and data connections prove it. Without it, managers bind to loopback only")
 	fs.IntVar(&c.conns, "conns", tcp.DefaultConfig().ConnsPerRoute, "TCP connections per route")
 	fs.IntVar(&c.maxMsg, "max-message-size", actor.DefaultMaxMessageSize, "largest control message in bytes (gRPC limit on both sides)")
 }
@@ -130,6 +135,16 @@ type node struct {
 func startNode(ctx context.Context, listen string, c *common, slogger *slog.Logger, name string, withManager bool) (*node, error) {
 	// protoactor logs routine connection churn at error level; pass its
 	// logs through only at --log-level debug.
+	var secret backend.Secret
+	if c.secret != "" {
+		s, err := backend.LoadSecret(c.secret)
+		if err != nil {
+			return nil, usagef("%v", err)
+		}
+		secret = s
+	} else if withManager {
+		listen = loopbackOnly(listen, slogger)
+	}
 	var plog *slog.Logger
 	if c.logLevel == "debug" {
 		plog = slogger.With("component", "protoactor")
@@ -158,6 +173,7 @@ func startNode(ctx context.Context, listen string, c *common, slogger *slog.Logg
 		Name:           name,
 		Backend:        backend.Kind(c.backend),
 		TCP:            tcfg,
+		Secret:         secret,
 		MaxMessageSize: c.maxMsg,
 		Logger:         slogger,
 	})
@@ -171,6 +187,20 @@ func startNode(ctx context.Context, listen string, c *common, slogger *slog.Logg
 	}
 	n.mgr = m
 	return n, nil
+}
+
+// loopbackOnly rewrites a non-loopback listen address to 127.0.0.1: without
+// a secret nothing authenticates peers, so only this host may reach us.
+func loopbackOnly(listen string, log *slog.Logger) string {
+	host, port, err := splitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(strings.Trim(host, "[]")); (ip != nil && ip.IsLoopback()) || host == "localhost" {
+		return listen
+	}
+	log.Warn("no --secret-file: binding to loopback only; give every manager the same --secret-file to serve other hosts", "asked", listen)
+	return net.JoinHostPort("127.0.0.1", port)
 }
 
 func (n *node) close() {
