@@ -315,22 +315,41 @@ func setSockopts(c net.Conn, bufSize int) {
 }
 
 // serverConn serves one authenticated connection; used by one goroutine.
+//
+// Responses are batched: while more requests are already buffered, response
+// headers and READ payloads (still in their regions, referenced) accumulate
+// and go out in one writev when the input runs dry or the batch is full.
 type serverConn struct {
-	b   *Backend
-	c   net.Conn
-	out []byte // pending response headers, flushed when input runs dry
-	iov net.Buffers
+	b       *Backend
+	c       net.Conn
+	out     []byte      // response headers of the batch
+	segs    []respSeg   // the batch, in order
+	payload int         // READ payload bytes in the batch
+	iovBuf  net.Buffers // backing array for writev; WriteTo consumes a copy
 }
 
-const serverReadBuf = 64 << 10
+// respSeg is one response of a batch: out[hdrEnd-respHeaderSize:hdrEnd],
+// then mem (READ only) from region r, unreferenced once written.
+type respSeg struct {
+	hdrEnd int
+	mem    []byte
+	r      *buffer.Region
+}
+
+const (
+	serverReadBuf   = 16 << 10
+	maxBatchSegs    = 64
+	maxBatchPayload = 1 << 20
+)
 
 func (s *serverConn) serve() error {
+	defer s.release()
 	br := newReader(s.c, serverReadBuf)
 	var hdr [reqHeaderSize]byte
 	var h reqHeader
 	maxLen := uint32(s.b.cfg.MaxFrameLen)
 	for {
-		if br.Buffered() == 0 && len(s.out) > 0 {
+		if len(s.segs) > 0 && (br.Buffered() == 0 || len(s.segs) >= maxBatchSegs || s.payload >= maxBatchPayload) {
 			if err := s.flush(); err != nil {
 				return err
 			}
@@ -342,6 +361,10 @@ func (s *serverConn) serve() error {
 			s.b.served.rejected.Add(1)
 			return err
 		}
+		if h.op == opPing {
+			s.appendResp(respHeader{op: opPing, wrid: h.wrid}, nil, nil)
+			continue
+		}
 		need := backend.Op(h.op).Need()
 		r, mem, verr := s.b.reg.Acquire(h.region, h.key, h.offset, uint64(h.length), need)
 		if verr != nil {
@@ -352,7 +375,7 @@ func (s *serverConn) serve() error {
 					return err
 				}
 			}
-			s.appendResp(respHeader{op: h.op, code: byte(backend.Code(verr)), wrid: h.wrid})
+			s.appendResp(respHeader{op: h.op, code: byte(backend.Code(verr)), wrid: h.wrid}, nil, nil)
 			continue
 		}
 		switch h.op {
@@ -364,32 +387,60 @@ func (s *serverConn) serve() error {
 			}
 			s.b.served.ops.Add(1)
 			s.b.served.bytesIn.Add(uint64(h.length))
-			s.appendResp(respHeader{op: h.op, wrid: h.wrid})
+			s.appendResp(respHeader{op: h.op, wrid: h.wrid}, nil, nil)
 		case opRead:
-			s.appendResp(respHeader{op: h.op, length: h.length, wrid: h.wrid})
-			s.iov = append(s.iov[:0], s.out, mem)
-			_, err := s.iov.WriteTo(s.c)
-			r.Unref()
-			s.out = s.out[:0]
-			if err != nil {
-				return err
-			}
-			s.b.served.ops.Add(1)
-			s.b.served.bytesOut.Add(uint64(h.length))
+			s.appendResp(respHeader{op: h.op, length: h.length, wrid: h.wrid}, mem, r)
 		}
 	}
 }
 
-func (s *serverConn) appendResp(h respHeader) {
+func (s *serverConn) appendResp(h respHeader, mem []byte, r *buffer.Region) {
 	n := len(s.out)
 	s.out = append(s.out, make([]byte, respHeaderSize)...)
 	h.encode(s.out[n:])
+	s.segs = append(s.segs, respSeg{hdrEnd: len(s.out), mem: mem, r: r})
+	s.payload += len(mem)
 }
 
+// flush writes the batch with one writev and drops the regions' references.
 func (s *serverConn) flush() error {
-	_, err := s.c.Write(s.out)
-	s.out = s.out[:0]
+	iov := s.iovBuf[:0]
+	start := 0
+	for _, g := range s.segs {
+		if g.mem != nil {
+			iov = append(iov, s.out[start:g.hdrEnd], g.mem)
+			start = g.hdrEnd
+		}
+	}
+	if start < len(s.out) {
+		iov = append(iov, s.out[start:])
+	}
+	s.iovBuf = iov[:0]
+	_, err := iov.WriteTo(s.c)
+	if err == nil {
+		for _, g := range s.segs {
+			if g.mem != nil {
+				s.b.served.ops.Add(1)
+				s.b.served.bytesOut.Add(uint64(len(g.mem)))
+			}
+		}
+	}
+	s.release()
 	return err
+}
+
+// release drops the references of the batch and empties it.
+func (s *serverConn) release() {
+	for i, g := range s.segs {
+		if g.r != nil {
+			g.r.Unref()
+		}
+		s.segs[i] = respSeg{}
+	}
+	s.segs = s.segs[:0]
+	s.out = s.out[:0]
+	s.payload = 0
+	clear(s.iovBuf[:cap(s.iovBuf)])
 }
 
 // codeByte is the wire form of an error.

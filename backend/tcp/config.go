@@ -32,6 +32,12 @@ type Config struct {
 	MaxServerConns int
 	// WatchdogInterval is how often deadlines of in-flight work are checked.
 	WatchdogInterval time.Duration
+	// HeartbeatInterval: a connection that heard nothing for this long
+	// sends a ping.
+	HeartbeatInterval time.Duration
+	// PeerTimeout: a connection silent this long (pings unanswered) fails
+	// its route with ErrPeerGone.
+	PeerTimeout time.Duration
 	// SocketBuffer sets SO_SNDBUF/SO_RCVBUF when > 0.
 	SocketBuffer int
 	// Secret, when set, must be proven by every data connection (HMAC
@@ -42,16 +48,18 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		ListenAddr:       "127.0.0.1:0",
-		ConnsPerRoute:    2,
-		ChunkSize:        1 << 20,
-		MaxFrameLen:      16 << 20,
-		MaxInFlight:      1024,
-		TokenTTL:         30 * time.Second,
-		MaxPendingTokens: 4096,
-		HelloTimeout:     5 * time.Second,
-		MaxServerConns:   4096,
-		WatchdogInterval: 20 * time.Millisecond,
+		ListenAddr:        "127.0.0.1:0",
+		ConnsPerRoute:     2,
+		ChunkSize:         1 << 20,
+		MaxFrameLen:       16 << 20,
+		MaxInFlight:       1024,
+		TokenTTL:          30 * time.Second,
+		MaxPendingTokens:  4096,
+		HelloTimeout:      5 * time.Second,
+		MaxServerConns:    4096,
+		WatchdogInterval:  20 * time.Millisecond,
+		HeartbeatInterval: time.Second,
+		PeerTimeout:       4 * time.Second,
 	}
 }
 
@@ -87,6 +95,12 @@ func (c Config) withDefaults() Config {
 	if c.WatchdogInterval == 0 {
 		c.WatchdogInterval = d.WatchdogInterval
 	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = d.HeartbeatInterval
+	}
+	if c.PeerTimeout == 0 {
+		c.PeerTimeout = d.PeerTimeout
+	}
 	return c
 }
 
@@ -102,6 +116,8 @@ func (c Config) Verify() error {
 		return fmt.Errorf("tcp: ChunkSize %d not in 1..MaxFrameLen", c.ChunkSize)
 	case c.MaxInFlight < 1:
 		return fmt.Errorf("tcp: MaxInFlight %d < 1", c.MaxInFlight)
+	case c.HeartbeatInterval < 0 || c.PeerTimeout < c.HeartbeatInterval:
+		return fmt.Errorf("tcp: PeerTimeout %v must be at least HeartbeatInterval %v", c.PeerTimeout, c.HeartbeatInterval)
 	}
 	return nil
 }

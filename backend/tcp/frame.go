@@ -23,6 +23,7 @@ const (
 
 	opWrite   = byte(backend.OpWrite)
 	opRead    = byte(backend.OpRead)
+	opPing    = 3 // heartbeat: no key, region, offset or payload
 	respFlag  = 0x80
 	maxConns  = 64
 	maxAddrSz = 512
@@ -67,13 +68,20 @@ func (h *reqHeader) decode(b []byte, maxLen uint32) error {
 		return fmt.Errorf("request header of %d bytes: %w", len(b), backend.ErrProtocol)
 	}
 	h.op = b[0]
-	if h.op != opWrite && h.op != opRead {
+	if h.op != opWrite && h.op != opRead && h.op != opPing {
 		return fmt.Errorf("request op %#x: %w", h.op, backend.ErrProtocol)
 	}
 	if b[1] != 0 || b[2] != 0 || b[3] != 0 {
 		return fmt.Errorf("request reserved bits set: %w", backend.ErrProtocol)
 	}
 	h.length = binary.LittleEndian.Uint32(b[4:])
+	if h.op == opPing {
+		if h.length != 0 {
+			return fmt.Errorf("ping with length %d: %w", h.length, backend.ErrProtocol)
+		}
+		h.wrid = binary.LittleEndian.Uint64(b[8:])
+		return nil
+	}
 	if h.length == 0 || h.length > maxLen {
 		return fmt.Errorf("request length %d (max %d): %w", h.length, maxLen, backend.ErrProtocol)
 	}
@@ -115,7 +123,7 @@ func (h *respHeader) decode(b []byte) error {
 		return fmt.Errorf("response without response flag: %w", backend.ErrProtocol)
 	}
 	h.op = b[0] &^ respFlag
-	if h.op != opWrite && h.op != opRead {
+	if h.op != opWrite && h.op != opRead && h.op != opPing {
 		return fmt.Errorf("response op %#x: %w", h.op, backend.ErrProtocol)
 	}
 	if b[2] != 0 || b[3] != 0 {

@@ -52,7 +52,7 @@ func (p *pendingRoute) Complete(ctx context.Context, info []byte) (backend.Route
 			return nil, fmt.Errorf("tcp: connection %d to %s: %w", i, addr, err)
 		}
 		setSockopts(c, b.cfg.SocketBuffer)
-		r.conns = append(r.conns, &clientConn{r: r, c: c, slots: make(map[uint64]*chunk), sendq: make(chan *chunk, b.cfg.MaxInFlight)})
+		r.conns = append(r.conns, newClientConn(r, c, min(b.cfg.MaxInFlight, sendQueue)))
 	}
 	b.mu.Lock()
 	if b.closed {
@@ -109,7 +109,7 @@ func hello(ctx context.Context, c net.Conn, tok [tokenSize]byte, secret backend.
 }
 
 // route is the initiator's side of a route: N connections, a semaphore of
-// in-flight chunks and a watchdog for deadlines.
+// in-flight chunks and a watchdog for deadlines and heartbeats.
 type route struct {
 	b      *Backend
 	peer   uint64
@@ -131,13 +131,20 @@ type route struct {
 	closeMu  sync.Mutex // serialises Close
 }
 
-// op is one posted work request split into chunks.
+// op is one posted work request split into chunks. Ops are pooled: an op
+// is recycled only after it completed without error, when no connection
+// holds any of its chunks (chunks that failed may still sit in a
+// connection's table, so their op is left to the garbage collector).
 type op struct {
 	wr        *backend.WorkRequest
 	remaining atomic.Int32
 	firstErr  atomic.Pointer[error]
 	r         *route
+	one       [1]chunk // the chunk of a single-chunk op
+	chunks    []chunk  // the op's chunks (one[:] or allocated)
 }
+
+var opPool = sync.Pool{New: func() any { return new(op) }}
 
 // Chunk states; transitions are made under clientConn.mu.
 const (
@@ -160,6 +167,9 @@ type chunk struct {
 	state    int
 	answer   error // the response's outcome, for stAnswered
 }
+
+// pingChunk is queued by the watchdog to send a heartbeat.
+var pingChunk = new(chunk)
 
 func (r *route) Done() <-chan struct{} { return r.done }
 
@@ -201,8 +211,6 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 	if count > uint64(cap(r.sem)) {
 		return fmt.Errorf("tcp: %d-byte operation needs %d chunks, limit %d: %w", n, count, cap(r.sem), backend.ErrLimit)
 	}
-	o := &op{wr: wr, r: r}
-	o.remaining.Store(int32(count))
 	// Reserve every chunk's slot first, so a partly posted op never waits
 	// on itself.
 	var timer *time.Timer
@@ -226,19 +234,28 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 			return r.Err()
 		}
 	}
+	o := opPool.Get().(*op)
+	o.wr, o.r = wr, r
+	o.firstErr.Store(nil)
+	o.remaining.Store(int32(count))
+	if count == 1 {
+		o.chunks = o.one[:]
+	} else {
+		o.chunks = make([]chunk, count)
+	}
 	r.inflight.Add(1)
 	start := int(r.next.Add(1))
-	for i := uint64(0); i < count; i++ {
-		off := i * r.chunkN
+	for i := range o.chunks {
+		off := uint64(i) * r.chunkN
 		end := min(off+r.chunkN, n)
-		c := &chunk{
-			op:       o,
-			local:    wr.Local[off:end:end],
-			region:   wr.Remote.Region,
-			offset:   wr.Remote.Offset + off,
-			deadline: wr.Deadline,
-		}
-		r.conns[(start+int(i))%len(r.conns)].enqueue(c)
+		c := &o.chunks[i]
+		c.op = o
+		c.local = wr.Local[off:end:end]
+		c.region = wr.Remote.Region
+		c.offset = wr.Remote.Offset + off
+		c.deadline = wr.Deadline
+		c.answer = nil
+		r.conns[(start+i)%len(r.conns)].enqueue(c)
 	}
 	select {
 	case r.kick <- struct{}{}:
@@ -266,19 +283,34 @@ func (c *chunk) finish(err error) {
 		return
 	}
 	r.inflight.Add(-1)
+	wr := o.wr
 	var final error
 	if p := o.firstErr.Load(); p != nil {
 		final = *p
 		r.errs.Add(1)
 	} else {
 		r.ops.Add(1)
-		if o.wr.Op == backend.OpWrite {
-			r.bytesPut.Add(uint64(len(o.wr.Local)))
+		if wr.Op == backend.OpWrite {
+			r.bytesPut.Add(uint64(len(wr.Local)))
 		} else {
-			r.bytesGot.Add(uint64(len(o.wr.Local)))
+			r.bytesGot.Add(uint64(len(wr.Local)))
 		}
+		o.recycle()
 	}
-	o.wr.Done.Complete(o.wr, final)
+	wr.Done.Complete(wr, final)
+}
+
+// recycle returns a successfully completed op to the pool.
+func (o *op) recycle() {
+	for i := range o.chunks {
+		c := &o.chunks[i]
+		c.op, c.local, c.answer = nil, nil, nil
+	}
+	if len(o.chunks) > 1 {
+		return // an allocated chunk slice is not kept
+	}
+	o.wr, o.r, o.chunks = nil, nil, nil
+	opPool.Put(o)
 }
 
 // fail marks the route failed and closes its connections; the loops then
@@ -312,16 +344,24 @@ func (r *route) Close() error {
 	return nil
 }
 
-// watchdog fails chunks whose deadline passed. It sleeps while nothing is
-// in flight.
+// watchdog fails chunks whose deadline passed while work is in flight, and
+// keeps idle routes alive: a connection that has heard nothing for a
+// heartbeat interval sends a ping, and one silent for PeerTimeout fails the
+// route with ErrPeerGone.
 func (r *route) watchdog() {
 	defer r.b.wg.Done()
-	t := time.NewTicker(r.b.cfg.WatchdogInterval)
+	cfg := r.b.cfg
+	t := time.NewTicker(cfg.WatchdogInterval)
 	defer t.Stop()
+	idle := time.NewTimer(cfg.HeartbeatInterval)
+	defer idle.Stop()
 	for {
 		if r.inflight.Load() == 0 {
+			idle.Reset(cfg.HeartbeatInterval)
 			select {
 			case <-r.kick:
+			case <-idle.C:
+				r.heartbeat(time.Now())
 			case <-r.done:
 				r.drain()
 				return
@@ -340,6 +380,31 @@ func (r *route) watchdog() {
 		for _, cc := range r.conns {
 			cc.expire(now)
 		}
+		r.heartbeat(now)
+	}
+}
+
+// heartbeat pings connections that heard nothing lately and fails the
+// route when one stayed silent past PeerTimeout.
+func (r *route) heartbeat(now time.Time) {
+	cfg := r.b.cfg
+	for _, cc := range r.conns {
+		heard := cc.heard.Load()
+		if heard != cc.lastHeard {
+			cc.lastHeard, cc.lastHeardAt = heard, now
+			continue
+		}
+		silent := now.Sub(cc.lastHeardAt)
+		if silent >= cfg.PeerTimeout {
+			r.fail(fmt.Errorf("tcp: peer silent for %v: %w", silent.Round(time.Millisecond), backend.ErrPeerGone))
+			return
+		}
+		if silent >= cfg.HeartbeatInterval {
+			select {
+			case cc.sendq <- pingChunk:
+			default: // the queue is busy: the writer is alive and so is the traffic
+			}
+		}
 	}
 }
 
@@ -354,11 +419,22 @@ func (r *route) drain() {
 	close(r.drained)
 }
 
+// maxWriteBatch bounds the frames a writer gathers into one writev.
+const (
+	maxWriteBatch = 64
+	maxBatchBytes = 4 << 20
+)
+
 // clientConn is one connection of a route: a writer and a reader goroutine.
 type clientConn struct {
 	r     *route
 	c     net.Conn
-	sendq chan *chunk // capacity >= route's MaxInFlight: never blocks
+	sendq chan *chunk
+
+	heard atomic.Uint64 // responses read; the heartbeat watches it move
+	// lastHeard and lastHeardAt are owned by the watchdog.
+	lastHeard   uint64
+	lastHeardAt time.Time
 
 	mu      sync.Mutex // guards slots, nextID, failing and chunk states
 	slots   map[uint64]*chunk
@@ -366,9 +442,16 @@ type clientConn struct {
 	failing bool
 
 	// writer-owned scratch
-	hdr [reqHeaderSize]byte
-	out []byte
-	iov net.Buffers
+	hdrs   [maxWriteBatch][reqHeaderSize]byte
+	iovBuf net.Buffers
+	// sending holds the WRITE chunks of the batch being written. They stay
+	// live until markSent: their answer waits for it (stAnswered), and the
+	// watchdog treats them as stuck rather than completing them.
+	sending []*chunk
+}
+
+func newClientConn(r *route, c net.Conn, queue int) *clientConn {
+	return &clientConn{r: r, c: c, slots: make(map[uint64]*chunk), sendq: make(chan *chunk, queue), lastHeardAt: time.Now()}
 }
 
 func (cc *clientConn) enqueue(c *chunk) {
@@ -383,74 +466,91 @@ func (cc *clientConn) enqueue(c *chunk) {
 	c.state = stQueued
 	cc.slots[c.id] = c
 	cc.mu.Unlock()
-	cc.sendq <- c
+	select {
+	case cc.sendq <- c:
+	case <-cc.r.done:
+		// The writer is gone; the chunk is in slots and drain fails it.
+	}
 }
 
-// writeLoop writes queued chunks; headers of reads are coalesced until the
-// queue runs dry or a write's payload goes out with them in one writev.
+// writeLoop gathers queued frames (headers and WRITE payloads straight from
+// their regions) and writes them with one writev per batch.
 func (cc *clientConn) writeLoop() {
 	defer cc.r.b.wg.Done()
 	defer cc.r.ioWG.Done()
-	var sending []*chunk
 	for {
 		var c *chunk
-		if len(cc.out) > 0 {
-			select {
-			case c = <-cc.sendq:
-			default:
-				if err := cc.flush(sending); err != nil {
-					cc.r.fail(fmt.Errorf("tcp: write: %w: %w", backend.ErrPeerGone, err))
-					return
-				}
-				sending = sending[:0]
-				continue
-			}
-		} else {
-			select {
-			case c = <-cc.sendq:
-			case <-cc.r.done:
-				return
-			}
+		select {
+		case c = <-cc.sendq:
+		case <-cc.r.done:
+			return
 		}
-		cc.mu.Lock()
-		if c.state != stQueued {
-			cc.mu.Unlock()
+		iov := cc.iovBuf[:0]
+		cc.sending = cc.sending[:0]
+		nh, bytes := 0, 0
+		for {
+			if c == pingChunk {
+				h := reqHeader{op: opPing}
+				h.encode(cc.hdrs[nh][:])
+				iov = append(iov, cc.hdrs[nh][:])
+				nh++
+			} else if h, ok := cc.claim(c); ok {
+				h.encode(cc.hdrs[nh][:])
+				iov = append(iov, cc.hdrs[nh][:])
+				nh++
+				if h.op == opWrite {
+					iov = append(iov, c.local)
+					bytes += len(c.local)
+					cc.sending = append(cc.sending, c)
+				}
+			}
+			if nh == maxWriteBatch || bytes >= maxBatchBytes {
+				break
+			}
+			select {
+			case c = <-cc.sendq:
+				continue
+			default:
+			}
+			break
+		}
+		if nh == 0 {
 			continue
 		}
-		c.state = stSending
-		cc.mu.Unlock()
-		h := reqHeader{op: byte(c.op.wr.Op), length: uint32(len(c.local)), wrid: c.id, region: c.region, offset: c.offset, key: c.op.wr.Remote.Key}
-		n := len(cc.out)
-		cc.out = append(cc.out, cc.hdr[:]...)
-		h.encode(cc.out[n:])
-		sending = append(sending, c)
-		if h.op == opWrite {
-			cc.iov = append(cc.iov[:0], cc.out, c.local)
-			_, err := cc.iov.WriteTo(cc.c)
-			cc.out = cc.out[:0]
-			if err != nil {
-				cc.r.fail(fmt.Errorf("tcp: write: %w: %w", backend.ErrPeerGone, err))
-				return
-			}
-			cc.markSent(sending)
-			sending = sending[:0]
+		cc.iovBuf = iov[:0]
+		_, err := iov.WriteTo(cc.c)
+		clear(cc.iovBuf[:cap(cc.iovBuf)])
+		if err != nil {
+			cc.r.fail(fmt.Errorf("tcp: write: %w: %w", backend.ErrPeerGone, err))
+			return
 		}
+		cc.markSent()
 	}
 }
 
-func (cc *clientConn) flush(sending []*chunk) error {
-	_, err := cc.c.Write(cc.out)
-	cc.out = cc.out[:0]
-	if err == nil {
-		cc.markSent(sending)
+// claim takes a queued chunk for writing and returns its header; an
+// abandoned one is skipped. A WRITE becomes sending (the writer reads its
+// memory until markSent); a READ becomes sent at once, since writing its
+// header touches no local memory.
+func (cc *clientConn) claim(c *chunk) (reqHeader, bool) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if c.state != stQueued {
+		return reqHeader{}, false
 	}
-	return err
+	h := reqHeader{op: byte(c.op.wr.Op), length: uint32(len(c.local)), wrid: c.id, region: c.region, offset: c.offset, key: c.op.wr.Remote.Key}
+	if h.op == opWrite {
+		c.state = stSending
+	} else {
+		c.state = stSent
+	}
+	return h, true
 }
 
-func (cc *clientConn) markSent(cs []*chunk) {
+func (cc *clientConn) markSent() {
 	var answered []*chunk
 	cc.mu.Lock()
-	for _, c := range cs {
+	for _, c := range cc.sending {
 		switch c.state {
 		case stSending:
 			c.state = stSent
@@ -460,6 +560,7 @@ func (cc *clientConn) markSent(cs []*chunk) {
 		}
 	}
 	cc.mu.Unlock()
+	clear(cc.sending)
 	for _, c := range answered {
 		c.finish(c.answer)
 	}
@@ -470,7 +571,7 @@ func (cc *clientConn) markSent(cs []*chunk) {
 func (cc *clientConn) readLoop() {
 	defer cc.r.b.wg.Done()
 	defer cc.r.ioWG.Done()
-	br := newReader(cc.c, 64<<10)
+	br := newReader(cc.c, clientReadBuf)
 	var hb [respHeaderSize]byte
 	var h respHeader
 	for {
@@ -485,6 +586,14 @@ func (cc *clientConn) readLoop() {
 		if err := h.decode(hb[:]); err != nil {
 			cc.r.fail(err)
 			return
+		}
+		cc.heard.Add(1)
+		if h.op == opPing {
+			if h.length != 0 || h.code != 0 {
+				cc.r.fail(fmt.Errorf("tcp: malformed ping response: %w", backend.ErrProtocol))
+				return
+			}
+			continue
 		}
 		cc.mu.Lock()
 		c := cc.slots[h.wrid]
@@ -518,12 +627,11 @@ func (cc *clientConn) readLoop() {
 		cc.mu.Unlock()
 
 		if h.length > 0 {
-			dst := c.local
 			var err error
 			if abandoned {
 				_, err = io.CopyN(io.Discard, br, int64(h.length))
 			} else {
-				_, err = io.ReadFull(br, dst)
+				_, err = io.ReadFull(br, c.local)
 			}
 			if err != nil {
 				// The chunk stays in slots as receiving; drain fails it
@@ -550,6 +658,8 @@ func (cc *clientConn) readLoop() {
 		c.finish(err)
 	}
 }
+
+const clientReadBuf = 16 << 10
 
 // expire fails chunks past their deadline. A chunk whose memory a loop may
 // be touching (sending, receiving) cannot be failed here: the connection is
@@ -611,3 +721,7 @@ func (cc *clientConn) failAll(err error) {
 		c.finish(err)
 	}
 }
+
+// sendQueue bounds a connection's queue of frames; a full queue is
+// back-pressure on Post (the route's semaphore bounds the total anyway).
+const sendQueue = 256
