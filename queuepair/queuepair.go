@@ -107,15 +107,44 @@ func (q *QueuePair) Submit(ctx context.Context, ops ...Op) *Batch {
 	return b
 }
 
+// PostPut is Put into a caller-owned WorkRequest, which may be reused once
+// it completed: the steady-state data path then allocates nothing. w must
+// not be pending (it panics if it is).
+func (q *QueuePair) PostPut(w *WorkRequest, local, remote buffer.Buffer) {
+	q.arm(w, backend.OpWrite, local, remote, time.Now().Add(q.timeout))
+}
+
+// PostGet is Get into a caller-owned, reusable WorkRequest (see PostPut).
+func (q *QueuePair) PostGet(w *WorkRequest, local, remote buffer.Buffer) {
+	q.arm(w, backend.OpRead, local, remote, time.Now().Add(q.timeout))
+}
+
 func (q *QueuePair) post(op backend.Op, local, remote buffer.Buffer, deadline time.Time) *WorkRequest {
-	w := &WorkRequest{done: make(chan struct{})}
+	w := new(WorkRequest)
+	q.arm(w, op, local, remote, deadline)
+	return w
+}
+
+func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote buffer.Buffer, deadline time.Time) {
+	if !w.state.CompareAndSwap(stateIdle, statePending) && !w.state.CompareAndSwap(stateDone, statePending) {
+		panic("queuepair: WorkRequest reused while pending")
+	}
+	if w.sig == nil {
+		w.sig = make(chan struct{}, 1)
+	}
+	select {
+	case <-w.sig: // a token nobody consumed
+	default:
+	}
+	w.err = nil
+	w.wr = backend.WorkRequest{}
 	w.wr.Op = op
 	w.wr.Remote = remote
 	w.wr.Deadline = deadline
 	w.wr.Done = w
 	if err := q.check(op, local, remote); err != nil {
 		w.finish(err)
-		return w
+		return
 	}
 	region, mem, err := q.local.Local(local)
 	if err != nil {
@@ -123,7 +152,7 @@ func (q *QueuePair) post(op backend.Op, local, remote buffer.Buffer, deadline ti
 			err = fmt.Errorf("%w: %w", ErrNotLocal, err)
 		}
 		w.finish(fmt.Errorf("%s: %w", op, err))
-		return w
+		return
 	}
 	w.region = region
 	w.wr.LocalRegion = region
@@ -131,7 +160,6 @@ func (q *QueuePair) post(op backend.Op, local, remote buffer.Buffer, deadline ti
 	if err := q.route.Post(&w.wr); err != nil {
 		w.finish(fmt.Errorf("%s %d bytes: %w", op, len(mem), err))
 	}
-	return w
 }
 
 func (q *QueuePair) check(op backend.Op, local, remote buffer.Buffer) error {
@@ -168,20 +196,27 @@ func (q *QueuePair) Release() {
 	})
 }
 
-// WorkRequest is the handle of one posted operation.
+// WorkRequest is the handle of one posted operation. Put and Get return a
+// new one; PostPut and PostGet reuse one the caller owns.
 type WorkRequest struct {
 	wr     backend.WorkRequest
 	region *buffer.Region
-	done   chan struct{}
-	err    error // written once before done is closed
-	state  atomic.Bool
+	sig    chan struct{} // capacity 1: one token per completion
+	err    error         // written before state becomes done
+	state  atomic.Uint32
 }
+
+const (
+	stateIdle uint32 = iota
+	statePending
+	stateDone
+)
 
 // Complete implements backend.Completer.
 func (w *WorkRequest) Complete(_ *backend.WorkRequest, err error) { w.finish(err) }
 
 func (w *WorkRequest) finish(err error) {
-	if !w.state.CompareAndSwap(false, true) {
+	if w.state.Load() != statePending {
 		return
 	}
 	if w.region != nil {
@@ -189,20 +224,23 @@ func (w *WorkRequest) finish(err error) {
 		w.region = nil
 	}
 	w.err = err
-	close(w.done)
+	w.state.Store(stateDone)
+	select {
+	case w.sig <- struct{}{}:
+	default:
+	}
 }
 
-// Done is closed when the operation completes.
-func (w *WorkRequest) Done() <-chan struct{} { return w.done }
+// Done returns a channel that receives a value when the operation
+// completes (one value per completion: use either Done or Wait, not both).
+func (w *WorkRequest) Done() <-chan struct{} { return w.sig }
 
 // Poll reports whether the operation completed, and its error if so.
 func (w *WorkRequest) Poll() (bool, error) {
-	select {
-	case <-w.done:
+	if w.state.Load() == stateDone {
 		return true, w.err
-	default:
-		return false, nil
 	}
+	return false, nil
 }
 
 // Err returns the outcome; nil while pending.
@@ -214,10 +252,16 @@ func (w *WorkRequest) Err() error {
 // Wait blocks until the operation completes or ctx ends. When ctx ends first
 // it returns ctx's error; the operation goes on until its own deadline.
 func (w *WorkRequest) Wait(ctx context.Context) error {
+	if w.state.Load() == stateDone {
+		return w.err
+	}
 	select {
-	case <-w.done:
+	case <-w.sig:
 		return w.err
 	case <-ctx.Done():
+		if w.state.Load() == stateDone {
+			return w.err
+		}
 		return ctx.Err()
 	}
 }

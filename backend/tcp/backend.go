@@ -325,7 +325,8 @@ type serverConn struct {
 	out     []byte      // response headers of the batch
 	segs    []respSeg   // the batch, in order
 	payload int         // READ payload bytes in the batch
-	iovBuf  net.Buffers // backing array for writev; WriteTo consumes a copy
+	iov     net.Buffers // the batch for writev; WriteTo consumes it
+	iovBuf  net.Buffers // iov's backing array, kept across batches
 }
 
 // respSeg is one response of a batch: out[hdrEnd-respHeaderSize:hdrEnd],
@@ -404,19 +405,19 @@ func (s *serverConn) appendResp(h respHeader, mem []byte, r *buffer.Region) {
 
 // flush writes the batch with one writev and drops the regions' references.
 func (s *serverConn) flush() error {
-	iov := s.iovBuf[:0]
+	s.iov = s.iovBuf[:0]
 	start := 0
 	for _, g := range s.segs {
 		if g.mem != nil {
-			iov = append(iov, s.out[start:g.hdrEnd], g.mem)
+			s.iov = append(s.iov, s.out[start:g.hdrEnd], g.mem)
 			start = g.hdrEnd
 		}
 	}
 	if start < len(s.out) {
-		iov = append(iov, s.out[start:])
+		s.iov = append(s.iov, s.out[start:])
 	}
-	s.iovBuf = iov[:0]
-	_, err := iov.WriteTo(s.c)
+	s.iovBuf = s.iov[:0]
+	_, err := s.iov.WriteTo(s.c)
 	if err == nil {
 		for _, g := range s.segs {
 			if g.mem != nil {

@@ -277,7 +277,8 @@ func (c *chunk) finish(err error) {
 	r := o.r
 	<-r.sem
 	if err != nil {
-		o.firstErr.CompareAndSwap(nil, &err)
+		e := err // only a failure pays for the pointer
+		o.firstErr.CompareAndSwap(nil, &e)
 	}
 	if o.remaining.Add(-1) != 0 {
 		return
@@ -443,7 +444,8 @@ type clientConn struct {
 
 	// writer-owned scratch
 	hdrs   [maxWriteBatch][reqHeaderSize]byte
-	iovBuf net.Buffers
+	iov    net.Buffers // the batch; WriteTo consumes it
+	iovBuf net.Buffers // iov's backing array, kept across batches
 	// sending holds the WRITE chunks of the batch being written. They stay
 	// live until markSent: their answer waits for it (stAnswered), and the
 	// watchdog treats them as stuck rather than completing them.
@@ -485,21 +487,21 @@ func (cc *clientConn) writeLoop() {
 		case <-cc.r.done:
 			return
 		}
-		iov := cc.iovBuf[:0]
+		cc.iov = cc.iovBuf[:0]
 		cc.sending = cc.sending[:0]
 		nh, bytes := 0, 0
 		for {
 			if c == pingChunk {
 				h := reqHeader{op: opPing}
 				h.encode(cc.hdrs[nh][:])
-				iov = append(iov, cc.hdrs[nh][:])
+				cc.iov = append(cc.iov, cc.hdrs[nh][:])
 				nh++
 			} else if h, ok := cc.claim(c); ok {
 				h.encode(cc.hdrs[nh][:])
-				iov = append(iov, cc.hdrs[nh][:])
+				cc.iov = append(cc.iov, cc.hdrs[nh][:])
 				nh++
 				if h.op == opWrite {
-					iov = append(iov, c.local)
+					cc.iov = append(cc.iov, c.local)
 					bytes += len(c.local)
 					cc.sending = append(cc.sending, c)
 				}
@@ -517,8 +519,8 @@ func (cc *clientConn) writeLoop() {
 		if nh == 0 {
 			continue
 		}
-		cc.iovBuf = iov[:0]
-		_, err := iov.WriteTo(cc.c)
+		cc.iovBuf = cc.iov[:0]
+		_, err := cc.iov.WriteTo(cc.c)
 		clear(cc.iovBuf[:cap(cc.iovBuf)])
 		if err != nil {
 			cc.r.fail(fmt.Errorf("tcp: write: %w: %w", backend.ErrPeerGone, err))
