@@ -51,14 +51,14 @@ type Completer interface {
 // WorkRequest is one operation posted on a Route. The poster fills it and
 // must not touch it until Complete is called.
 type WorkRequest struct {
-	Op       Op
-	Local    []byte        // local memory, already resolved and referenced; len == Remote.Length
+	Op    Op
+	Local []byte // local memory, already resolved and referenced; len == Remote.Length
 	// LocalRegion is the region Local lies in (its BackendData and RDMA
 	// keys give an RDMA backend the local key).
 	LocalRegion *buffer.Region
-	Remote   buffer.Buffer // remote handle, already validated as owned by the route's peer
-	Deadline time.Time     // the backend fails the request with ErrDeadline after it
-	Done     Completer
+	Remote      buffer.Buffer // remote handle, already validated as owned by the route's peer
+	Deadline    time.Time     // the backend fails the request with ErrDeadline after it
+	Done        Completer
 	// Ctx is free for the poster (e.g. the queue pair's bookkeeping).
 	Ctx any
 }
