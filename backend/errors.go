@@ -46,6 +46,10 @@ func Code(err error) rdmapb.Code {
 		return rdmapb.Code_RELEASED
 	case errors.Is(err, buffer.ErrInvalid):
 		return rdmapb.Code_INVALID_ARGUMENT
+	case errors.Is(err, buffer.ErrExpired):
+		return rdmapb.Code_LEASE_EXPIRED
+	case errors.Is(err, buffer.ErrRevoked):
+		return rdmapb.Code_REVOKED
 	case errors.Is(err, buffer.ErrExhausted), errors.Is(err, ErrLimit):
 		return rdmapb.Code_RESOURCE_EXHAUSTED
 	case errors.Is(err, ErrPeerGone):
@@ -82,6 +86,10 @@ func Sentinel(c rdmapb.Code) error {
 		return buffer.ErrReleased
 	case rdmapb.Code_INVALID_ARGUMENT:
 		return buffer.ErrInvalid
+	case rdmapb.Code_LEASE_EXPIRED:
+		return buffer.ErrExpired
+	case rdmapb.Code_REVOKED:
+		return buffer.ErrRevoked
 	case rdmapb.Code_RESOURCE_EXHAUSTED:
 		return ErrLimit
 	case rdmapb.Code_PEER_GONE:

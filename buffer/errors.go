@@ -16,6 +16,10 @@ var (
 	ErrInvalid = errors.New("buffer: invalid handle")
 	// ErrExhausted: a registry limit was hit.
 	ErrExhausted = errors.New("buffer: limit exceeded")
+	// ErrExpired: the buffer's lease ran out (on the owner's clock).
+	ErrExpired = errors.New("buffer: lease expired")
+	// ErrRevoked: the owner revoked remote access to the buffer.
+	ErrRevoked = errors.New("buffer: revoked")
 	// ErrClosed: the registry is closed.
 	ErrClosed = errors.New("buffer: registry closed")
 )

@@ -35,6 +35,15 @@ type Region struct {
 	drained chan struct{} // closed when released and no references remain
 	once    sync.Once
 
+	// remote counts the references taken for remote requests (Acquire
+	// with need != 0); Revoke waits for it to reach zero.
+	remote atomic.Int64
+	// revoked stops remote requests; local use goes on.
+	revoked atomic.Bool
+	// lease is the expiry of remote access on the registry's monotonic
+	// clock (nanoseconds since the registry was made); 0 means no lease.
+	lease atomic.Int64
+
 	pinner runtime.Pinner // KindUser only; touched by Registry under its lock
 
 	// BackendData is set by a backend's Register hook (for example an
@@ -85,7 +94,17 @@ func (r *Region) tryRef() bool {
 	}
 }
 
-// Unref drops a reference taken by Acquire.
+// UnrefRemote drops a reference taken by Acquire with need != 0 (a remote
+// request).
+func (r *Region) UnrefRemote() {
+	r.remote.Add(-1)
+	r.Unref()
+}
+
+// Revoked reports whether remote access was revoked.
+func (r *Region) Revoked() bool { return r.revoked.Load() }
+
+// Unref drops a reference taken by Acquire with need == 0 (the owner's use).
 func (r *Region) Unref() {
 	if r.state.Add(-1) == releasedBit {
 		r.once.Do(func() { close(r.drained) })

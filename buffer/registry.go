@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Hooks let a backend register regions with hardware. Register runs before
@@ -33,6 +34,7 @@ type Stats struct {
 type Registry struct {
 	ownerID   uint64
 	ownerAddr atomic.Pointer[string]
+	epoch     time.Time // the clock of leases: time.Since(epoch)
 	limits    Limits
 	pageSize  int
 
@@ -54,6 +56,7 @@ func NewRegistry(ownerID uint64, limits Limits) *Registry {
 		pageSize: os.Getpagesize(),
 		regions:  make(map[uint64]*Region),
 		nextID:   1,
+		epoch:    time.Now(),
 	}
 	empty := ""
 	r.ownerAddr.Store(&empty)
@@ -220,10 +223,148 @@ func (g *Registry) Acquire(id uint64, key Key, off, n uint64, need Access) (*Reg
 	if err := CheckRange(uint64(len(r.mem)), off, n); err != nil {
 		return nil, nil, err
 	}
+	if need != 0 {
+		// Counted before the checks, so Revoke, which sets the flag and
+		// then waits for the count, never misses a request.
+		r.remote.Add(1)
+		if r.revoked.Load() {
+			r.remote.Add(-1)
+			return nil, nil, ErrRevoked
+		}
+		if l := r.lease.Load(); l != 0 && g.now() > l {
+			r.remote.Add(-1)
+			return nil, nil, ErrExpired
+		}
+	}
 	if !r.tryRef() {
+		if need != 0 {
+			r.remote.Add(-1)
+		}
 		return nil, nil, ErrReleased
 	}
 	return r, r.mem[off : off+n : off+n], nil
+}
+
+func (g *Registry) now() int64 { return int64(time.Since(g.epoch)) }
+
+// SetLease gives remote access to handle b's region a lease of d from now,
+// on the owner's clock (d == 0 removes the lease). Renewing is setting it
+// again. It fails on a revoked, expired or released region.
+func (g *Registry) SetLease(b Buffer, d time.Duration) error {
+	r, err := g.lookup(b)
+	if err != nil {
+		return err
+	}
+	if r.revoked.Load() {
+		return fmt.Errorf("lease of region %d: %w", r.id, ErrRevoked)
+	}
+	for {
+		old := r.lease.Load()
+		if old != 0 && g.now() > old {
+			return fmt.Errorf("lease of region %d: %w", r.id, ErrExpired)
+		}
+		var next int64
+		if d > 0 {
+			next = g.now() + int64(d)
+		}
+		if r.lease.CompareAndSwap(old, next) {
+			return nil
+		}
+	}
+}
+
+// LeaseLeft returns how long the region's lease still runs (0, false
+// without a lease).
+func (g *Registry) LeaseLeft(r *Region) (time.Duration, bool) {
+	l := r.lease.Load()
+	if l == 0 {
+		return 0, false
+	}
+	return max(time.Duration(l-g.now()), 0), true
+}
+
+// Revoke stops remote access to handle b's region: requests not yet
+// admitted fail with ErrRevoked, and Revoke returns once the admitted ones
+// have finished, so no remote request touches the region after it returns
+// nil. The owner's own use of the region goes on. When ctx ends first the
+// revocation still holds for new requests and ctx's error is returned.
+func (g *Registry) Revoke(ctx context.Context, b Buffer) error {
+	r, err := g.lookup(b)
+	if err != nil {
+		return err
+	}
+	r.revoked.Store(true)
+	for _, h := range g.hooksSnapshot() {
+		if rv, ok := h.(Revoker); ok {
+			if err := rv.RevokeRegion(r); err != nil {
+				return fmt.Errorf("revoke region %d: %w", r.id, err)
+			}
+		}
+	}
+	return waitZero(ctx, &r.remote, r.id)
+}
+
+// Revoker is implemented by hooks that must cut hardware access when a
+// region is revoked (an RDMA backend invalidates its remote key).
+type Revoker interface {
+	RevokeRegion(r *Region) error
+}
+
+// waitZero waits until n drops to zero; remote requests hold references
+// for one frame's I/O, so a short poll is enough.
+func waitZero(ctx context.Context, n *atomic.Int64, id uint64) error {
+	d := 50 * time.Microsecond
+	for n.Load() != 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("revoke region %d: requests still in flight: %w", id, ctx.Err())
+		}
+		d = min(2*d, 5*time.Millisecond)
+	}
+	return nil
+}
+
+// Expired returns handles of regions whose lease ran out (for a reaper).
+func (g *Registry) Expired() []*Region {
+	now := g.now()
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	var out []*Region
+	for _, r := range g.regions {
+		if l := r.lease.Load(); l != 0 && now > l {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Handle returns a handle to the whole of region r.
+func (g *Registry) Handle(r *Region) Buffer { return g.handle(r) }
+
+// lookup finds the region of a handle of this registry, checking its key.
+func (g *Registry) lookup(b Buffer) (*Region, error) {
+	if b.OwnerID != g.ownerID {
+		return nil, fmt.Errorf("region %d not owned by this manager: %w", b.Region, ErrReleased)
+	}
+	g.mu.RLock()
+	r := g.regions[b.Region]
+	g.mu.RUnlock()
+	if r == nil {
+		return nil, fmt.Errorf("region %d: %w", b.Region, ErrReleased)
+	}
+	if !r.key.Equal(b.Key) {
+		return nil, fmt.Errorf("region %d: %w", b.Region, ErrBadKey)
+	}
+	return r, nil
+}
+
+func (g *Registry) hooksSnapshot() []Hooks {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.hooks
 }
 
 // Local resolves a handle of this registry to its memory for the owner's own

@@ -47,6 +47,8 @@ const (
 	Code_WRONG_PEER         Code = 15 // buffer not owned by the route's peer
 	Code_INTERNAL           Code = 16
 	Code_NOT_SUPPORTED      Code = 17 // the backend or feature is not available here
+	Code_LEASE_EXPIRED      Code = 18 // the buffer's lease ran out
+	Code_REVOKED            Code = 19 // the owner revoked the buffer
 )
 
 // Enum value maps for Code.
@@ -70,6 +72,8 @@ var (
 		15: "WRONG_PEER",
 		16: "INTERNAL",
 		17: "NOT_SUPPORTED",
+		18: "LEASE_EXPIRED",
+		19: "REVOKED",
 	}
 	Code_value = map[string]int32{
 		"OK":                 0,
@@ -90,6 +94,8 @@ var (
 		"WRONG_PEER":         15,
 		"INTERNAL":           16,
 		"NOT_SUPPORTED":      17,
+		"LEASE_EXPIRED":      18,
+		"REVOKED":            19,
 	}
 )
 
@@ -1547,7 +1553,7 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\x04Ping\"%\n" +
 	"\x04Pong\x12\x1d\n" +
 	"\n" +
-	"manager_id\x18\x01 \x01(\x06R\tmanagerId*\xbf\x02\n" +
+	"manager_id\x18\x01 \x01(\x06R\tmanagerId*\xdf\x02\n" +
 	"\x04Code\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x14\n" +
 	"\x10INVALID_ARGUMENT\x10\x01\x12\v\n" +
@@ -1569,7 +1575,9 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\n" +
 	"WRONG_PEER\x10\x0f\x12\f\n" +
 	"\bINTERNAL\x10\x10\x12\x11\n" +
-	"\rNOT_SUPPORTED\x10\x11*S\n" +
+	"\rNOT_SUPPORTED\x10\x11\x12\x11\n" +
+	"\rLEASE_EXPIRED\x10\x12\x12\v\n" +
+	"\aREVOKED\x10\x13*S\n" +
 	"\x06Access\x12\x0f\n" +
 	"\vACCESS_NONE\x10\x00\x12\x0f\n" +
 	"\vACCESS_READ\x10\x01\x12\x10\n" +

@@ -1,16 +1,138 @@
 package ibverbs
 
-// Config selects the RDMA device and port of the backend.
+import (
+	"fmt"
+	"time"
+)
+
+// Config selects the RDMA device and port of the backend and tunes it.
+// Zero fields take DefaultConfig's values.
 type Config struct {
-	Device   string // device name, e.g. "mlx5_0"; empty picks the first active one
-	Port     int    // port number (1-based); 0 picks the first active port
-	GIDIndex int    // GID table index used for RoCE addressing
+	// Device is the device name, e.g. "mlx5_0" or "rxe0"; empty picks the
+	// first device with an active port.
+	Device string
+	// Port is the port number (1-based); 0 picks the first active port.
+	Port int
+	// GIDIndex is the GID table index used for addressing. -1 (the
+	// default, see DefaultConfig) picks the first RoCE v2 GID holding an
+	// IPv4-mapped address, else index 0. Because 0 is a valid index, a
+	// zero Config means index 0; use DefaultConfig for auto selection.
+	GIDIndex int
+	// MaxInFlight bounds the work requests in flight per queue pair; Post
+	// waits for room beyond it (back-pressure).
+	MaxInFlight int
+	// CQSize is the size of the completion queue shared by every queue
+	// pair; it also bounds the work requests in flight on the backend as a
+	// whole (clamped to the device's max_cqe).
+	CQSize int
+	// MaxMessage caps the bytes of one work request. Larger operations are
+	// split into several work requests and complete as one. 0 means the
+	// port's max_msg_sz.
+	MaxMessage int
+	// MaxRoutes bounds the queue pairs of the backend (routes it initiated,
+	// routes it accepted and half-made ones).
+	MaxRoutes int
+	// WatchdogInterval is how often deadlines of in-flight work are checked.
+	WatchdogInterval time.Duration
+	// AckTimeout is the local ACK timeout exponent of the queue pairs
+	// (4.096 µs × 2^AckTimeout, 1..31). With RetryCount it bounds how long
+	// a dead peer takes to fail in-flight work with backend.ErrPeerGone.
+	AckTimeout int
+	// RetryCount is the number of transport retries (1..7; 0 takes the
+	// default 6). Beware: rdma_rxe treats 7 as "retry forever", so a dead
+	// peer would then only be found by the deadline watchdog.
+	RetryCount int
+	// DrainTimeout bounds the wait for flushed completions when a queue
+	// pair is moved to the error state; after it the queue pair is
+	// destroyed, which also stops the device from touching its memory.
+	DrainTimeout time.Duration
+	// KeepAlive is the idle time after which a queue pair probes its peer
+	// with a zero-length RDMA WRITE, so that routes (and accepted queue
+	// pairs) of dead peers are found and freed. Negative disables it.
+	KeepAlive time.Duration
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		GIDIndex:         -1,
+		MaxInFlight:      128,
+		CQSize:           8192,
+		MaxRoutes:        1024,
+		WatchdogInterval: 20 * time.Millisecond,
+		AckTimeout:       16, // 268 ms
+		RetryCount:       6,  // 7 means "retry forever" on rxe (and in the IB spec for rnr_retry)
+		DrainTimeout:     5 * time.Second,
+		KeepAlive:        15 * time.Second,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = d.MaxInFlight
+	}
+	if c.CQSize == 0 {
+		c.CQSize = d.CQSize
+	}
+	if c.MaxRoutes == 0 {
+		c.MaxRoutes = d.MaxRoutes
+	}
+	if c.WatchdogInterval == 0 {
+		c.WatchdogInterval = d.WatchdogInterval
+	}
+	if c.AckTimeout == 0 {
+		c.AckTimeout = d.AckTimeout
+	}
+	if c.RetryCount == 0 {
+		c.RetryCount = d.RetryCount
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = d.DrainTimeout
+	}
+	if c.KeepAlive == 0 {
+		c.KeepAlive = d.KeepAlive
+	}
+	return c
+}
+
+// Verify rejects nonsense up front.
+func (c Config) Verify() error {
+	c = c.withDefaults()
+	switch {
+	case c.Port < 0 || c.Port > 255:
+		return fmt.Errorf("ibverbs: Port %d not in 0..255", c.Port)
+	case c.GIDIndex < -1 || c.GIDIndex > 1<<16:
+		return fmt.Errorf("ibverbs: GIDIndex %d not in -1..65536", c.GIDIndex)
+	case c.MaxInFlight < 1 || c.MaxInFlight > 1<<16:
+		return fmt.Errorf("ibverbs: MaxInFlight %d not in 1..65536", c.MaxInFlight)
+	case c.CQSize < c.MaxInFlight || c.CQSize > 1<<22:
+		return fmt.Errorf("ibverbs: CQSize %d not in MaxInFlight..4Mi", c.CQSize)
+	case c.MaxMessage < 0:
+		return fmt.Errorf("ibverbs: MaxMessage %d < 0", c.MaxMessage)
+	case c.MaxRoutes < 1:
+		return fmt.Errorf("ibverbs: MaxRoutes %d < 1", c.MaxRoutes)
+	case c.WatchdogInterval < 0:
+		return fmt.Errorf("ibverbs: WatchdogInterval %v < 0", c.WatchdogInterval)
+	case c.AckTimeout < 1 || c.AckTimeout > 31:
+		return fmt.Errorf("ibverbs: AckTimeout %d not in 1..31", c.AckTimeout)
+	case c.RetryCount < 0 || c.RetryCount > 7:
+		return fmt.Errorf("ibverbs: RetryCount %d not in 0..7", c.RetryCount)
+	case c.DrainTimeout < 0:
+		return fmt.Errorf("ibverbs: DrainTimeout %v < 0", c.DrainTimeout)
+	}
+	return nil
 }
 
 // DeviceInfo describes one RDMA device port.
 type DeviceInfo struct {
-	Name  string
-	Port  int
-	State string
-	GIDs  []string
+	Name      string
+	Port      int
+	State     string // ibv_port_state_str: "active", "down", ...
+	LinkLayer string // "Ethernet" (RoCE) or "InfiniBand"
+	ActiveMTU int    // bytes
+	LID       uint16
+	// GIDs lists the port's non-zero GID table entries as
+	// "<index> <address> <type>", e.g. "1 ::ffff:10.77.0.1 RoCE v2".
+	GIDs []string
 }

@@ -1,14 +1,74 @@
 // Package ibverbs is the RDMA data-plane backend over libibverbs.
 //
-// The real backend uses cgo and libibverbs (rdma-core): it registers regions
-// as ibverbs memory regions, sets up RC queue pairs through the managers'
-// route handshake and posts RDMA WRITE (Put) and RDMA READ (Get) work
-// requests. It is compiled only with the build tag `ibverbs`:
+// The real backend uses cgo and libibverbs (rdma-core) and is compiled only
+// with the build tag `ibverbs`:
 //
-//	go build -tags ibverbs ./...
+//	CGO_ENABLED=1 go build -tags ibverbs ./...
 //
-// Without the tag this package is a stub: New and Devices return an error
-// that wraps backend.ErrNotSupported ("not built with ibverbs support"), so
-// callers can fall back to another backend with
-// errors.Is(err, backend.ErrNotSupported).
+// Without the tag this package is a stub: New and Devices return ErrNotBuilt,
+// which wraps backend.ErrNotSupported, so callers can fall back to another
+// backend with errors.Is(err, backend.ErrNotSupported). The route-info codec,
+// the configuration and their tests build either way.
+//
+// # Shape
+//
+// A Backend owns one device port, one protection domain and one completion
+// queue (with a completion channel) shared by all its RC queue pairs. Start
+// registers hooks on the buffer registry: every region is registered with
+// ibv_reg_mr with exactly the access it grants (LOCAL_WRITE always,
+// REMOTE_READ iff buffer.AccessRead, REMOTE_WRITE iff buffer.AccessWrite),
+// and the region's BackendData and RDMA {Addr, RKey} are set, so handles carry
+// what peers need. The device itself then enforces key, bounds and access.
+//
+// A route is a pair of connected RC queue pairs, one on each side; the
+// initiator posts on its own, the responder's only answers. PrepareRoute creates a
+// queue pair in INIT and returns its info (version, QPN, random 24-bit PSN,
+// LID, GID, MTU, responder resources; see info.go for the layout);
+// AcceptRoute validates the peer's info, moves its own queue pair to RTS and
+// answers; PendingRoute.Complete moves the initiator's queue pair
+// RTR -> RTS with path MTU = min of both sides.
+//
+// Post turns a WorkRequest into signalled RDMA WRITE or READ work requests of
+// at most the port's max_msg_sz (or Config.MaxMessage), posted as one chain
+// by one cgo call; the operation completes once all of them have. Work
+// request ids index a slot table (C never holds Go pointers). Post applies
+// back-pressure per queue pair (Config.MaxInFlight) and per completion queue.
+//
+// One poller goroutine owns the completion queue: it polls in batches of 64
+// (one cgo call), and when the queue is empty it re-arms it and sleeps in
+// poll(2) on the completion channel and an eventfd used for shutdown. An
+// async-event goroutine logs device events and fails the routes of queue
+// pairs that report fatal errors. A watchdog fails routes whose work missed
+// its deadline and sends zero-length RDMA WRITE keep-alive probes on idle
+// queue pairs, so that routes to dead peers - and the responder's queue
+// pairs of closed routes - are found and freed.
+//
+// # Failure semantics
+//
+// An RC queue pair cannot cancel one request, and any failed completion puts
+// it in the error state. So a failed completion, a missed deadline, an async
+// error event, Route.Close and Backend.Close all fail the whole route: the
+// queue pair is moved to the error state, the device flushes every posted
+// request, and only after each has completed (or the queue pair has been
+// destroyed, after Config.DrainTimeout) is the work reported failed - never
+// while the device may still touch its local memory. The manager then builds
+// a new route. Completion statuses map to the usual sentinels:
+// IBV_WC_REM_ACCESS_ERR wraps buffer.ErrAccess (wrong rkey, read-only or
+// released region, out of bounds), RETRY_EXC and RNR_RETRY_EXC wrap
+// backend.ErrPeerGone, flushed requests get the route's error (ErrClosed,
+// ErrPeerGone or ErrDeadline), a missed deadline is backend.ErrDeadline.
+//
+// Completer.Complete is called on the poller goroutine: it must not block,
+// post, or close the route or backend.
+//
+// Served returns zeros: RDMA READ and WRITE are one-sided, the responder's
+// CPU never sees them.
+//
+// # Testing
+//
+// backend/backendtest's conformance suite and the two-process tests in this
+// package run against a real verbs stack in every CI run: test/softroce/ci.sh
+// boots a throw-away VM with Soft-RoCE (rdma_rxe) and runs this package's
+// test binary there with RDMAMGR_REQUIRE_IBVERBS=1. Without a device the
+// tagged tests skip (or fail with RDMAMGR_REQUIRE_IBVERBS=1).
 package ibverbs

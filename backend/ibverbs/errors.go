@@ -1,6 +1,10 @@
 package ibverbs
 
-import "github.com/rdmamgr/rdmamgr/backend"
+import (
+	"errors"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+)
 
 // ErrNotBuilt is returned by New and Devices when the binary was built
 // without the `ibverbs` build tag. It wraps backend.ErrNotSupported, so both
@@ -15,3 +19,19 @@ func (notBuiltError) Error() string {
 }
 
 func (notBuiltError) Unwrap() error { return backend.ErrNotSupported }
+
+// ErrNoDevices is returned by Devices and Start when the machine has no
+// RDMA device (or the kernel has no RDMA support). It wraps
+// backend.ErrNotSupported.
+var ErrNoDevices error = noDevicesError{}
+
+type noDevicesError struct{}
+
+func (noDevicesError) Error() string {
+	return "ibverbs: no RDMA devices (is rdma_rxe or a NIC driver loaded?)"
+}
+
+func (noDevicesError) Unwrap() error { return backend.ErrNotSupported }
+
+// ErrNotStarted: PrepareRoute or AcceptRoute before Start.
+var ErrNotStarted = errors.New("ibverbs: backend not started")

@@ -381,8 +381,17 @@ func (s *serverConn) serve() error {
 		}
 		switch h.op {
 		case opWrite:
+			// A peer that stalls mid-payload must not hold the region
+			// (and a revocation or release waiting on it) for long.
+			timed := br.Buffered() < len(mem)
+			if timed {
+				_ = s.c.SetReadDeadline(time.Now().Add(s.b.cfg.FrameTimeout))
+			}
 			_, err := io.ReadFull(br, mem)
-			r.Unref()
+			r.UnrefRemote()
+			if timed && err == nil {
+				err = s.c.SetReadDeadline(time.Time{})
+			}
 			if err != nil {
 				return err
 			}
@@ -434,7 +443,7 @@ func (s *serverConn) flush() error {
 func (s *serverConn) release() {
 	for i, g := range s.segs {
 		if g.r != nil {
-			g.r.Unref()
+			g.r.UnrefRemote()
 		}
 		s.segs[i] = respSeg{}
 	}

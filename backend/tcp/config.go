@@ -32,6 +32,9 @@ type Config struct {
 	MaxServerConns int
 	// WatchdogInterval is how often deadlines of in-flight work are checked.
 	WatchdogInterval time.Duration
+	// FrameTimeout bounds the time a WRITE's payload may take to arrive
+	// (the region stays referenced meanwhile).
+	FrameTimeout time.Duration
 	// HeartbeatInterval: a connection that heard nothing for this long
 	// sends a ping.
 	HeartbeatInterval time.Duration
@@ -59,6 +62,7 @@ func DefaultConfig() Config {
 		MaxServerConns:    4096,
 		WatchdogInterval:  20 * time.Millisecond,
 		HeartbeatInterval: time.Second,
+		FrameTimeout:      30 * time.Second,
 		PeerTimeout:       4 * time.Second,
 	}
 }
@@ -94,6 +98,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WatchdogInterval == 0 {
 		c.WatchdogInterval = d.WatchdogInterval
+	}
+	if c.FrameTimeout == 0 {
+		c.FrameTimeout = d.FrameTimeout
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = d.HeartbeatInterval

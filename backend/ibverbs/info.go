@@ -1,0 +1,114 @@
+package ibverbs
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+)
+
+// The route info is what each side of a route hands the other through the
+// managers' handshake: enough to move an RC queue pair to RTR. It has a
+// fixed binary layout, big-endian:
+//
+//	off size field
+//	  0    1 version (infoVersion)
+//	  1    1 path MTU the sender can do (enum ibv_mtu: 1=256 .. 5=4096)
+//	  2    1 responder resources: RDMA READs the sender accepts in flight
+//	  3    1 flags (none defined: must be 0)
+//	  4    4 queue pair number (24 bits, >= 2)
+//	  8    4 initial packet sequence number (24 bits)
+//	 12    2 LID (InfiniBand; 0 on RoCE)
+//	 14    2 reserved (must be 0)
+//	 16   16 GID (RoCE: the port's GID at the sender's GID index)
+//
+// A decoder treats every field as hostile: a version other than ours is
+// backend.ErrVersion, anything else malformed is backend.ErrProtocol.
+const (
+	infoVersion = 1
+	infoSize    = 32
+)
+
+// routeInfo is the decoded form of the route info.
+type routeInfo struct {
+	mtu     uint8
+	rdAtom  uint8
+	qpn     uint32
+	psn     uint32
+	lid     uint16
+	gid     [16]byte
+	version uint8 // set by decode; encode always writes infoVersion
+}
+
+func (ri *routeInfo) encode() []byte {
+	b := make([]byte, infoSize)
+	b[0] = infoVersion
+	b[1] = ri.mtu
+	b[2] = ri.rdAtom
+	binary.BigEndian.PutUint32(b[4:], ri.qpn)
+	binary.BigEndian.PutUint32(b[8:], ri.psn)
+	binary.BigEndian.PutUint16(b[12:], ri.lid)
+	copy(b[16:], ri.gid[:])
+	return b
+}
+
+func decodeRouteInfo(b []byte) (routeInfo, error) {
+	var ri routeInfo
+	if len(b) == 0 {
+		return ri, fmt.Errorf("ibverbs: empty route info: %w", backend.ErrProtocol)
+	}
+	if b[0] != infoVersion {
+		return ri, fmt.Errorf("ibverbs: route info version %d, want %d: %w", b[0], infoVersion, backend.ErrVersion)
+	}
+	if len(b) != infoSize {
+		return ri, fmt.Errorf("ibverbs: route info of %d bytes, want %d: %w", len(b), infoSize, backend.ErrProtocol)
+	}
+	ri.version = b[0]
+	ri.mtu = b[1]
+	ri.rdAtom = b[2]
+	ri.qpn = binary.BigEndian.Uint32(b[4:])
+	ri.psn = binary.BigEndian.Uint32(b[8:])
+	ri.lid = binary.BigEndian.Uint16(b[12:])
+	copy(ri.gid[:], b[16:])
+	switch {
+	case b[3] != 0:
+		return ri, fmt.Errorf("ibverbs: route info flags %#x: %w", b[3], backend.ErrProtocol)
+	case b[14] != 0 || b[15] != 0:
+		return ri, fmt.Errorf("ibverbs: route info reserved bytes set: %w", backend.ErrProtocol)
+	case ri.mtu < 1 || ri.mtu > 5:
+		return ri, fmt.Errorf("ibverbs: route info path MTU %d not in 1..5: %w", ri.mtu, backend.ErrProtocol)
+	case ri.rdAtom == 0:
+		return ri, fmt.Errorf("ibverbs: route info with no responder resources: %w", backend.ErrProtocol)
+	case ri.qpn < 2 || ri.qpn > 0xFFFFFF:
+		return ri, fmt.Errorf("ibverbs: route info queue pair number %#x: %w", ri.qpn, backend.ErrProtocol)
+	case ri.psn > 0xFFFFFF:
+		return ri, fmt.Errorf("ibverbs: route info PSN %#x exceeds 24 bits: %w", ri.psn, backend.ErrProtocol)
+	}
+	return ri, nil
+}
+
+// checkAddress validates the peer's address fields for our link layer:
+// RoCE needs a unicast GID, InfiniBand a unicast LID.
+func (ri *routeInfo) checkAddress(ethernet bool) error {
+	if ethernet {
+		if ri.gid == ([16]byte{}) {
+			return fmt.Errorf("ibverbs: route info without a GID on RoCE: %w", backend.ErrProtocol)
+		}
+		if ri.gid[0] == 0xff {
+			return fmt.Errorf("ibverbs: route info with a multicast GID: %w", backend.ErrProtocol)
+		}
+		return nil
+	}
+	if ri.lid == 0 || ri.lid >= 0xC000 {
+		return fmt.Errorf("ibverbs: route info LID %#x is not a unicast LID: %w", ri.lid, backend.ErrProtocol)
+	}
+	return nil
+}
+
+// mtuBytes converts an ibv_mtu enum to bytes (0 for an invalid value).
+func mtuBytes(m int) int {
+	if m < 1 || m > 5 {
+		return 0
+	}
+	return 128 << m
+}

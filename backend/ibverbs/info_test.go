@@ -1,0 +1,129 @@
+package ibverbs
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+)
+
+func goodInfo() routeInfo {
+	ri := routeInfo{mtu: 3, rdAtom: 16, qpn: 0x1234, psn: 0xABCDEF, lid: 0}
+	copy(ri.gid[:], []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 1})
+	return ri
+}
+
+func TestRouteInfoRoundTrip(t *testing.T) {
+	ri := goodInfo()
+	b := ri.encode()
+	if len(b) != infoSize {
+		t.Fatalf("encoded %d bytes, want %d", len(b), infoSize)
+	}
+	want := []byte{1, 3, 16, 0, 0, 0, 0x12, 0x34, 0, 0xAB, 0xCD, 0xEF, 0, 0, 0, 0,
+		0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 1}
+	if !bytes.Equal(b, want) {
+		t.Fatalf("layout\n got %x\nwant %x", b, want)
+	}
+	got, err := decodeRouteInfo(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ri.version = infoVersion
+	if got != ri {
+		t.Fatalf("decoded %+v, want %+v", got, ri)
+	}
+	if err := got.checkAddress(true); err != nil {
+		t.Errorf("RoCE address: %v", err)
+	}
+}
+
+func TestRouteInfoHostile(t *testing.T) {
+	mod := func(f func(b []byte) []byte) []byte {
+		ri := goodInfo()
+		return f(ri.encode())
+	}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want error
+	}{
+		{"nil", nil, backend.ErrProtocol},
+		{"empty", []byte{}, backend.ErrProtocol},
+		{"version 0", mod(func(b []byte) []byte { b[0] = 0; return b }), backend.ErrVersion},
+		{"version 2", mod(func(b []byte) []byte { b[0] = 2; return b }), backend.ErrVersion},
+		{"version 2 longer", mod(func(b []byte) []byte { b[0] = 2; return append(b, 1, 2, 3) }), backend.ErrVersion},
+		{"short", mod(func(b []byte) []byte { return b[:infoSize-1] }), backend.ErrProtocol},
+		{"long", mod(func(b []byte) []byte { return append(b, 0) }), backend.ErrProtocol},
+		{"version only", []byte{1}, backend.ErrProtocol},
+		{"mtu 0", mod(func(b []byte) []byte { b[1] = 0; return b }), backend.ErrProtocol},
+		{"mtu 6", mod(func(b []byte) []byte { b[1] = 6; return b }), backend.ErrProtocol},
+		{"mtu 255", mod(func(b []byte) []byte { b[1] = 255; return b }), backend.ErrProtocol},
+		{"no responder resources", mod(func(b []byte) []byte { b[2] = 0; return b }), backend.ErrProtocol},
+		{"flags", mod(func(b []byte) []byte { b[3] = 1; return b }), backend.ErrProtocol},
+		{"qpn 0", mod(func(b []byte) []byte { copy(b[4:], []byte{0, 0, 0, 0}); return b }), backend.ErrProtocol},
+		{"qpn 1 (GSI)", mod(func(b []byte) []byte { copy(b[4:], []byte{0, 0, 0, 1}); return b }), backend.ErrProtocol},
+		{"qpn 25 bits", mod(func(b []byte) []byte { copy(b[4:], []byte{1, 0, 0, 2}); return b }), backend.ErrProtocol},
+		{"psn 25 bits", mod(func(b []byte) []byte { copy(b[8:], []byte{1, 0, 0, 0}); return b }), backend.ErrProtocol},
+		{"psn all ones", mod(func(b []byte) []byte { copy(b[8:], []byte{0xff, 0xff, 0xff, 0xff}); return b }), backend.ErrProtocol},
+		{"reserved", mod(func(b []byte) []byte { b[15] = 1; return b }), backend.ErrProtocol},
+	} {
+		_, err := decodeRouteInfo(tc.b)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestRouteInfoAddress(t *testing.T) {
+	ri := goodInfo()
+	ri.gid = [16]byte{}
+	if err := ri.checkAddress(true); !errors.Is(err, backend.ErrProtocol) {
+		t.Errorf("RoCE without GID: %v", err)
+	}
+	ri.gid[0] = 0xff
+	if err := ri.checkAddress(true); !errors.Is(err, backend.ErrProtocol) {
+		t.Errorf("RoCE with a multicast GID: %v", err)
+	}
+	for _, lid := range []uint16{0, 0xC000, 0xFFFF} {
+		ri.lid = lid
+		if err := ri.checkAddress(false); !errors.Is(err, backend.ErrProtocol) {
+			t.Errorf("InfiniBand LID %#x: %v", lid, err)
+		}
+	}
+	ri.lid = 7
+	if err := ri.checkAddress(false); err != nil {
+		t.Errorf("InfiniBand LID 7: %v", err)
+	}
+}
+
+func FuzzDecodeRouteInfo(f *testing.F) {
+	ri := goodInfo()
+	f.Add(ri.encode())
+	f.Add([]byte{})
+	f.Add([]byte{1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := decodeRouteInfo(b)
+		if err != nil {
+			if !errors.Is(err, backend.ErrProtocol) && !errors.Is(err, backend.ErrVersion) {
+				t.Fatalf("error %v wraps neither ErrProtocol nor ErrVersion", err)
+			}
+			return
+		}
+		// Whatever decodes is in range and encodes back to the same bytes.
+		if got.mtu < 1 || got.mtu > 5 || got.qpn < 2 || got.qpn > 0xFFFFFF || got.psn > 0xFFFFFF || got.rdAtom == 0 {
+			t.Fatalf("accepted out-of-range info %+v", got)
+		}
+		if !bytes.Equal(got.encode(), b) {
+			t.Fatalf("re-encoding %x gives %x", b, got.encode())
+		}
+	})
+}
+
+func TestMTUBytes(t *testing.T) {
+	for m, want := range map[int]int{0: 0, 1: 256, 3: 1024, 5: 4096, 6: 0} {
+		if got := mtuBytes(m); got != want {
+			t.Errorf("mtuBytes(%d) = %d, want %d", m, got, want)
+		}
+	}
+}
