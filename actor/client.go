@@ -125,7 +125,12 @@ func (c *Client) RequestQueuePair(ctx context.Context, peer *protoactor.PID) (*q
 	}
 	req := &rdmapb.RequestQueuePair{Peer: &rdmapb.ManagerRef{Address: peer.Address, Id: peer.Id}}
 	if dl, ok := ctx.Deadline(); ok {
-		req.TimeoutMs = uint64(max(time.Until(dl).Milliseconds(), 1))
+		// The manager must answer before our deadline, or the caller gets
+		// a bare context error instead of its classified one (for an
+		// unreachable peer, ErrUnknownPeer): leave it a margin.
+		left := time.Until(dl)
+		left -= min(left/10, 500*time.Millisecond)
+		req.TimeoutMs = uint64(max(left.Milliseconds(), 1))
 	}
 	r, err := request[*rdmapb.RequestQueuePairResponse](ctx, c, req)
 	if err != nil {
@@ -150,4 +155,54 @@ func (c *Client) Status(ctx context.Context) (*rdmapb.StatusResponse, error) {
 		return nil, err
 	}
 	return r, toError(r.Error)
+}
+
+// RequestLeasedBuffer is RequestBuffer with a lease: remote access ends,
+// and the owner reclaims the buffer, once lease passes on the owner's clock
+// without a RenewLease.
+func (c *Client) RequestLeasedBuffer(ctx context.Context, size uint64, access buffer.Access, lease time.Duration) (buffer.Buffer, error) {
+	if lease <= 0 {
+		return buffer.Buffer{}, fmt.Errorf("lease %v: %w", lease, buffer.ErrInvalid)
+	}
+	ms := max(uint64(lease/time.Millisecond), 1)
+	r, err := request[*rdmapb.RequestBufferResponse](ctx, c, &rdmapb.RequestBuffer{Size: size, Access: uint32(access), LeaseMs: ms})
+	if err != nil {
+		return buffer.Buffer{}, err
+	}
+	if err := toError(r.Error); err != nil {
+		return buffer.Buffer{}, fmt.Errorf("request_buffer %d bytes: %w", size, err)
+	}
+	b, err := buffer.FromProto(r.Buffer)
+	if err != nil {
+		return buffer.Buffer{}, fmt.Errorf("request_buffer reply: %w: %w", ErrBadResponse, err)
+	}
+	return b, nil
+}
+
+// RenewLease extends b's lease by lease from now on the owner's clock and
+// returns the lease granted (capped by the owner's MaxLease).
+func (c *Client) RenewLease(ctx context.Context, b buffer.Buffer, lease time.Duration) (time.Duration, error) {
+	ms := max(uint64(lease/time.Millisecond), 1)
+	r, err := request[*rdmapb.RenewLeaseResponse](ctx, c, &rdmapb.RenewLease{Buffer: b.Proto(), LeaseMs: ms})
+	if err != nil {
+		return 0, err
+	}
+	if err := toError(r.Error); err != nil {
+		return 0, fmt.Errorf("renew lease of %v: %w", b, err)
+	}
+	return time.Duration(r.LeaseMs) * time.Millisecond, nil
+}
+
+// RevokeBuffer stops remote access to b at its owner. It returns once no
+// remote request can touch the buffer any more; later requests fail with
+// buffer.ErrRevoked.
+func (c *Client) RevokeBuffer(ctx context.Context, b buffer.Buffer) error {
+	r, err := request[*rdmapb.RevokeBufferResponse](ctx, c, &rdmapb.RevokeBuffer{Buffer: b.Proto()})
+	if err != nil {
+		return err
+	}
+	if err := toError(r.Error); err != nil {
+		return fmt.Errorf("revoke %v: %w", b, err)
+	}
+	return nil
 }

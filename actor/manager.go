@@ -41,6 +41,17 @@ type Config struct {
 	IBVerbs ibverbs.Config
 	// Limits bound the registry.
 	Limits buffer.Limits
+	// MaxRemoteBytes caps the bytes that remote peers may hold through
+	// RequestBuffer at once (0: no cap beyond Limits).
+	MaxRemoteBytes uint64
+	// RemoteLease is the lease given to buffers remote peers request
+	// without asking for one (0: none).
+	RemoteLease time.Duration
+	// MaxLease caps any lease (24 h).
+	MaxLease time.Duration
+	// ReapInterval is how often buffers whose lease ran out are released
+	// (1 s).
+	ReapInterval time.Duration
 	// MaxRoutes bounds the routes to peers (0: 4096).
 	MaxRoutes int
 	// RouteTimeout bounds a route setup (10 s).
@@ -68,6 +79,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxRoutes == 0 {
 		c.MaxRoutes = 4096
+	}
+	if c.MaxLease == 0 {
+		c.MaxLease = 24 * time.Hour
+	}
+	if c.ReapInterval == 0 {
+		c.ReapInterval = time.Second
 	}
 	if c.RouteTimeout == 0 {
 		c.RouteTimeout = 10 * time.Second
@@ -111,6 +128,11 @@ type Manager struct {
 	qps    map[uint64]*qpEntry
 	nextQP uint64
 	closed bool
+	// remoteBytes are the bytes of regions remote peers requested, by
+	// region id; remoteTotal is their sum (capped by MaxRemoteBytes).
+	remoteBytes map[uint64]uint64
+	remoteTotal uint64
+	stop        chan struct{} // closed by Close: stops the reaper
 
 	wg sync.WaitGroup // route setups and replies sent from goroutines
 
@@ -191,6 +213,9 @@ func New(sys *protoactor.ActorSystem, cfg Config) (*Manager, error) {
 		routes: make(map[string]*routeEntry),
 		qps:    make(map[uint64]*qpEntry),
 		nonces: make(map[string]time.Time),
+
+		remoteBytes: make(map[uint64]uint64),
+		stop:        make(chan struct{}),
 	}, nil
 }
 
@@ -222,7 +247,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	m.pid = pid
+	m.wg.Add(1)
 	m.mu.Unlock()
+	go m.reaper()
 	m.log.Info("manager started", "pid", pid.String(), "backends", m.kinds(), "data", m.tcp.Addr())
 	return nil
 }
@@ -333,6 +360,7 @@ func (m *Manager) Close() error {
 		return nil
 	}
 	m.closed = true
+	close(m.stop)
 	pid := m.pid
 	routes := m.routes
 	m.routes = make(map[string]*routeEntry)
@@ -578,6 +606,81 @@ func (m *Manager) releaseQP(id uint64) error {
 	return nil
 }
 
+// reaper releases buffers whose lease ran out.
+func (m *Manager) reaper() {
+	defer m.wg.Done()
+	t := time.NewTicker(m.cfg.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		for _, r := range m.reg.Expired() {
+			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.OpTimeout)
+			err := m.reg.Release(ctx, m.reg.Handle(r))
+			cancel()
+			m.forgetRemote(r.ID())
+			m.log.Info("lease expired: buffer released", "region", r.ID(), "err", err)
+		}
+	}
+}
+
+// allocate serves RequestBuffer; remote requesters count against
+// MaxRemoteBytes.
+func (m *Manager) allocate(msg *rdmapb.RequestBuffer, remote bool) (buffer.Buffer, error) {
+	lease := time.Duration(msg.LeaseMs) * time.Millisecond
+	if msg.LeaseMs > uint64(m.cfg.MaxLease/time.Millisecond) {
+		lease = m.cfg.MaxLease
+	}
+	if remote && lease == 0 {
+		lease = m.cfg.RemoteLease
+	}
+	if remote && m.cfg.MaxRemoteBytes > 0 {
+		m.mu.Lock()
+		if msg.Size > m.cfg.MaxRemoteBytes || m.remoteTotal > m.cfg.MaxRemoteBytes-msg.Size {
+			total := m.remoteTotal
+			m.mu.Unlock()
+			return buffer.Buffer{}, fmt.Errorf("%d bytes for a peer with %d of %d in use: %w", msg.Size, total, m.cfg.MaxRemoteBytes, buffer.ErrExhausted)
+		}
+		m.remoteTotal += msg.Size // reserved; undone below on failure
+		m.mu.Unlock()
+	}
+	b, err := m.reg.Allocate(msg.Size, buffer.Access(msg.Access))
+	if err == nil && lease > 0 {
+		if err = m.reg.SetLease(b, lease); err != nil {
+			_ = m.reg.Release(context.Background(), b)
+		}
+		b.Lease = lease
+	}
+	if remote && m.cfg.MaxRemoteBytes > 0 {
+		m.mu.Lock()
+		if err != nil {
+			m.remoteTotal -= msg.Size
+		} else {
+			m.remoteBytes[b.Region] = msg.Size
+		}
+		m.mu.Unlock()
+	}
+	return b, err
+}
+
+// forgetRemote drops a released region from the remote byte count.
+func (m *Manager) forgetRemote(region uint64) {
+	m.mu.Lock()
+	if n, ok := m.remoteBytes[region]; ok {
+		delete(m.remoteBytes, region)
+		m.remoteTotal -= n
+	}
+	m.mu.Unlock()
+}
+
+func isRemote(ctx protoactor.Context) bool {
+	s := ctx.Sender()
+	return s != nil && s.Address != ctx.Self().Address
+}
+
 // status builds the status reply.
 func (m *Manager) status() *rdmapb.StatusResponse {
 	st := m.reg.Stats()
@@ -650,7 +753,7 @@ func (a *managerActor) Receive(ctx protoactor.Context) {
 	case *rdmapb.Ping:
 		ctx.Respond(&rdmapb.Pong{ManagerId: m.id})
 	case *rdmapb.RequestBuffer:
-		b, err := m.reg.Allocate(msg.Size, buffer.Access(msg.Access))
+		b, err := m.allocate(msg, isRemote(ctx))
 		if err != nil {
 			ctx.Respond(&rdmapb.RequestBufferResponse{Error: fromError(err)})
 			return
@@ -670,7 +773,36 @@ func (a *managerActor) Receive(ctx protoactor.Context) {
 		m.goReply(sender, func() any {
 			rctx, cancel := context.WithTimeout(context.Background(), m.cfg.OpTimeout)
 			defer cancel()
-			return &rdmapb.ReleaseBufferResponse{Error: fromError(m.reg.Release(rctx, b))}
+			err := m.reg.Release(rctx, b)
+			if err == nil {
+				m.forgetRemote(b.Region)
+			}
+			return &rdmapb.ReleaseBufferResponse{Error: fromError(err)}
+		})
+	case *rdmapb.RenewLease:
+		b, err := buffer.FromProto(msg.Buffer)
+		d := min(time.Duration(msg.LeaseMs)*time.Millisecond, m.cfg.MaxLease)
+		if err == nil && msg.LeaseMs == 0 {
+			err = fmt.Errorf("renew with a lease of 0 ms: %w", buffer.ErrInvalid)
+		}
+		if err == nil {
+			err = m.reg.SetLease(b, d)
+		}
+		if err != nil {
+			ctx.Respond(&rdmapb.RenewLeaseResponse{Error: fromError(err)})
+			return
+		}
+		ctx.Respond(&rdmapb.RenewLeaseResponse{LeaseMs: uint64(d / time.Millisecond)})
+	case *rdmapb.RevokeBuffer:
+		b, err := buffer.FromProto(msg.Buffer)
+		if err != nil {
+			ctx.Respond(&rdmapb.RevokeBufferResponse{Error: fromError(err)})
+			return
+		}
+		m.goReply(ctx.Sender(), func() any {
+			rctx, cancel := context.WithTimeout(context.Background(), m.cfg.OpTimeout)
+			defer cancel()
+			return &rdmapb.RevokeBufferResponse{Error: fromError(m.reg.Revoke(rctx, b))}
 		})
 	case *rdmapb.RequestQueuePair:
 		if ctx.Sender() == nil || ctx.Sender().Address != ctx.Self().Address {

@@ -3,10 +3,14 @@ package buffer
 import (
 	"crypto/subtle"
 	"fmt"
+	"time"
 
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 	"google.golang.org/protobuf/proto"
 )
+
+// maxLease bounds leases carried by handles (a year).
+const maxLease = 365 * 24 * time.Hour
 
 // KeySize is the size in bytes of a region key (128 bits).
 const KeySize = 16
@@ -63,6 +67,9 @@ type Buffer struct {
 	// backend: peers with RDMA reach it by address and rkey; every peer
 	// reaches it over TCP.
 	RDMA RDMAKey
+	// Lease is the lease granted when the handle was issued (0: none). It
+	// runs on the owner's clock; holders renew well before it ends.
+	Lease time.Duration
 }
 
 // IsZero reports whether b is the zero Buffer.
@@ -104,6 +111,7 @@ func (b Buffer) Proto() *rdmapb.Buffer {
 		Access:    uint32(b.Access),
 		Rkey:      b.RDMA.RKey,
 		Addr:      b.RDMA.Addr,
+		LeaseMs:   uint64(b.Lease / time.Millisecond),
 	}
 }
 
@@ -141,6 +149,10 @@ func FromProto(p *rdmapb.Buffer) (Buffer, error) {
 		Access:    a,
 		RDMA:      RDMAKey{Addr: p.Addr, RKey: p.Rkey},
 	}
+	if p.LeaseMs > uint64(maxLease/time.Millisecond) {
+		return Buffer{}, fmt.Errorf("handle lease of %d ms: %w", p.LeaseMs, ErrInvalid)
+	}
+	b.Lease = time.Duration(p.LeaseMs) * time.Millisecond
 	if (p.Addr == 0) != (p.Rkey == 0) {
 		return Buffer{}, fmt.Errorf("handle with rdma addr %#x rkey %#x: %w", p.Addr, p.Rkey, ErrInvalid)
 	}

@@ -244,8 +244,11 @@ type Buffer struct {
 	Access    uint32                 `protobuf:"varint,7,opt,name=access,proto3" json:"access,omitempty"`                       // Access bits
 	// Set when the owner registered the region with an RDMA backend (the
 	// handle then also reaches peers over ibverbs); absent otherwise.
-	Rkey          uint32 `protobuf:"varint,8,opt,name=rkey,proto3" json:"rkey,omitempty"`  // remote key of the region
-	Addr          uint64 `protobuf:"fixed64,9,opt,name=addr,proto3" json:"addr,omitempty"` // virtual address of the region's first byte
+	Rkey uint32 `protobuf:"varint,8,opt,name=rkey,proto3" json:"rkey,omitempty"`  // remote key of the region
+	Addr uint64 `protobuf:"fixed64,9,opt,name=addr,proto3" json:"addr,omitempty"` // virtual address of the region's first byte
+	// The lease granted when the buffer was handed out, if any (measured on
+	// the owner's clock; renew with RenewLease before it runs out).
+	LeaseMs       uint64 `protobuf:"varint,10,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -343,10 +346,18 @@ func (x *Buffer) GetAddr() uint64 {
 	return 0
 }
 
+func (x *Buffer) GetLeaseMs() uint64 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
 type RequestBuffer struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Size          uint64                 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
 	Access        uint32                 `protobuf:"varint,2,opt,name=access,proto3" json:"access,omitempty"`
+	LeaseMs       uint64                 `protobuf:"varint,3,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"` // 0: no lease (remote requesters get the default lease)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -391,6 +402,13 @@ func (x *RequestBuffer) GetSize() uint64 {
 func (x *RequestBuffer) GetAccess() uint32 {
 	if x != nil {
 		return x.Access
+	}
+	return 0
+}
+
+func (x *RequestBuffer) GetLeaseMs() uint64 {
+	if x != nil {
+		return x.LeaseMs
 	}
 	return 0
 }
@@ -535,6 +553,201 @@ func (x *ReleaseBufferResponse) GetError() *Error {
 	return nil
 }
 
+// RenewLease extends a buffer's lease by lease_ms from now (owner's clock).
+type RenewLease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Buffer        *Buffer                `protobuf:"bytes,1,opt,name=buffer,proto3" json:"buffer,omitempty"`
+	LeaseMs       uint64                 `protobuf:"varint,2,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewLease) Reset() {
+	*x = RenewLease{}
+	mi := &file_rdmamgr_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewLease) ProtoMessage() {}
+
+func (x *RenewLease) ProtoReflect() protoreflect.Message {
+	mi := &file_rdmamgr_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewLease.ProtoReflect.Descriptor instead.
+func (*RenewLease) Descriptor() ([]byte, []int) {
+	return file_rdmamgr_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RenewLease) GetBuffer() *Buffer {
+	if x != nil {
+		return x.Buffer
+	}
+	return nil
+}
+
+func (x *RenewLease) GetLeaseMs() uint64 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
+type RenewLeaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LeaseMs       uint64                 `protobuf:"varint,1,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"` // the lease granted
+	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewLeaseResponse) Reset() {
+	*x = RenewLeaseResponse{}
+	mi := &file_rdmamgr_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewLeaseResponse) ProtoMessage() {}
+
+func (x *RenewLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rdmamgr_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewLeaseResponse.ProtoReflect.Descriptor instead.
+func (*RenewLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_rdmamgr_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RenewLeaseResponse) GetLeaseMs() uint64 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
+func (x *RenewLeaseResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// RevokeBuffer stops remote access to a buffer; it is answered once no
+// remote request can touch the buffer any more.
+type RevokeBuffer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Buffer        *Buffer                `protobuf:"bytes,1,opt,name=buffer,proto3" json:"buffer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeBuffer) Reset() {
+	*x = RevokeBuffer{}
+	mi := &file_rdmamgr_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeBuffer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeBuffer) ProtoMessage() {}
+
+func (x *RevokeBuffer) ProtoReflect() protoreflect.Message {
+	mi := &file_rdmamgr_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeBuffer.ProtoReflect.Descriptor instead.
+func (*RevokeBuffer) Descriptor() ([]byte, []int) {
+	return file_rdmamgr_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RevokeBuffer) GetBuffer() *Buffer {
+	if x != nil {
+		return x.Buffer
+	}
+	return nil
+}
+
+type RevokeBufferResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeBufferResponse) Reset() {
+	*x = RevokeBufferResponse{}
+	mi := &file_rdmamgr_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeBufferResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeBufferResponse) ProtoMessage() {}
+
+func (x *RevokeBufferResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rdmamgr_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeBufferResponse.ProtoReflect.Descriptor instead.
+func (*RevokeBufferResponse) Descriptor() ([]byte, []int) {
+	return file_rdmamgr_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RevokeBufferResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 // ManagerRef names a manager actor: its actor-system address and actor id.
 type ManagerRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -546,7 +759,7 @@ type ManagerRef struct {
 
 func (x *ManagerRef) Reset() {
 	*x = ManagerRef{}
-	mi := &file_rdmamgr_proto_msgTypes[6]
+	mi := &file_rdmamgr_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +771,7 @@ func (x *ManagerRef) String() string {
 func (*ManagerRef) ProtoMessage() {}
 
 func (x *ManagerRef) ProtoReflect() protoreflect.Message {
-	mi := &file_rdmamgr_proto_msgTypes[6]
+	mi := &file_rdmamgr_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +784,7 @@ func (x *ManagerRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ManagerRef.ProtoReflect.Descriptor instead.
 func (*ManagerRef) Descriptor() ([]byte, []int) {
-	return file_rdmamgr_proto_rawDescGZIP(), []int{6}
+	return file_rdmamgr_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ManagerRef) GetAddress() string {
@@ -598,7 +811,7 @@ type RequestQueuePair struct {
 
 func (x *RequestQueuePair) Reset() {
 	*x = RequestQueuePair{}
-	mi := &file_rdmamgr_proto_msgTypes[7]
+	mi := &file_rdmamgr_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -610,7 +823,7 @@ func (x *RequestQueuePair) String() string {
 func (*RequestQueuePair) ProtoMessage() {}
 
 func (x *RequestQueuePair) ProtoReflect() protoreflect.Message {
-	mi := &file_rdmamgr_proto_msgTypes[7]
+	mi := &file_rdmamgr_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -623,7 +836,7 @@ func (x *RequestQueuePair) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestQueuePair.ProtoReflect.Descriptor instead.
 func (*RequestQueuePair) Descriptor() ([]byte, []int) {
-	return file_rdmamgr_proto_rawDescGZIP(), []int{7}
+	return file_rdmamgr_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RequestQueuePair) GetPeer() *ManagerRef {
@@ -652,7 +865,7 @@ type RequestQueuePairResponse struct {
 
 func (x *RequestQueuePairResponse) Reset() {
 	*x = RequestQueuePairResponse{}
-	mi := &file_rdmamgr_proto_msgTypes[8]
+	mi := &file_rdmamgr_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +877,7 @@ func (x *RequestQueuePairResponse) String() string {
 func (*RequestQueuePairResponse) ProtoMessage() {}
 
 func (x *RequestQueuePairResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rdmamgr_proto_msgTypes[8]
+	mi := &file_rdmamgr_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +890,7 @@ func (x *RequestQueuePairResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestQueuePairResponse.ProtoReflect.Descriptor instead.
 func (*RequestQueuePairResponse) Descriptor() ([]byte, []int) {
-	return file_rdmamgr_proto_rawDescGZIP(), []int{8}
+	return file_rdmamgr_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RequestQueuePairResponse) GetQpId() uint64 {
@@ -717,7 +930,7 @@ type ReleaseQueuePair struct {
 
 func (x *ReleaseQueuePair) Reset() {
 	*x = ReleaseQueuePair{}
-	mi := &file_rdmamgr_proto_msgTypes[9]
+	mi := &file_rdmamgr_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +942,7 @@ func (x *ReleaseQueuePair) String() string {
 func (*ReleaseQueuePair) ProtoMessage() {}
 
 func (x *ReleaseQueuePair) ProtoReflect() protoreflect.Message {
-	mi := &file_rdmamgr_proto_msgTypes[9]
+	mi := &file_rdmamgr_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +955,7 @@ func (x *ReleaseQueuePair) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseQueuePair.ProtoReflect.Descriptor instead.
 func (*ReleaseQueuePair) Descriptor() ([]byte, []int) {
-	return file_rdmamgr_proto_rawDescGZIP(), []int{9}
+	return file_rdmamgr_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReleaseQueuePair) GetQpId() uint64 {
@@ -761,7 +974,7 @@ type ReleaseQueuePairResponse struct {
 
 func (x *ReleaseQueuePairResponse) Reset() {
 	*x = ReleaseQueuePairResponse{}
-	mi := &file_rdmamgr_proto_msgTypes[10]
+	mi := &file_rdmamgr_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +986,7 @@ func (x *ReleaseQueuePairResponse) String() string {
 func (*ReleaseQueuePairResponse) ProtoMessage() {}
 
 func (x *ReleaseQueuePairResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rdmamgr_proto_msgTypes[10]
+	mi := &file_rdmamgr_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +999,7 @@ func (x *ReleaseQueuePairResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseQueuePairResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseQueuePairResponse) Descriptor() ([]byte, []int) {
-	return file_rdmamgr_proto_rawDescGZIP(), []int{10}
+	return file_rdmamgr_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReleaseQueuePairResponse) GetError() *Error {
@@ -812,7 +1025,7 @@ type RouteHandshake struct {
 
 func (x *RouteHandshake) Reset() {
 	*x = RouteHandshake{}
-	mi := &file_rdmamgr_proto_msgTypes[11]
+	mi := &file_rdmamgr_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +1037,7 @@ func (x *RouteHandshake) String() string {
 func (*RouteHandshake) ProtoMessage() {}
 
 func (x *RouteHandshake) ProtoReflect() protoreflect.Message {
-	mi := &file_rdmamgr_proto_msgTypes[11]
+	mi := &file_rdmamgr_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +1050,7 @@ func (x *RouteHandshake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteHandshake.ProtoReflect.Descriptor instead.
 func (*RouteHandshake) Descriptor() ([]byte, []int) {
-	return file_rdmamgr_proto_rawDescGZIP(), []int{11}
+	return file_rdmamgr_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RouteHandshake) GetVersion() uint32 {
@@ -903,7 +1116,7 @@ type RouteHandshakeResponse struct {
 
 func (x *RouteHandshakeResponse) Reset() {
 	*x = RouteHandshakeResponse{}
-	mi := &file_rdmamgr_proto_msgTypes[12]
+	mi := &file_rdmamgr_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +1128,7 @@ func (x *RouteHandshakeResponse) String() string {
 func (*RouteHandshakeResponse) ProtoMessage() {}
 
 func (x *RouteHandshakeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rdmamgr_proto_msgTypes[12]
+	mi := &file_rdmamgr_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +1141,7 @@ func (x *RouteHandshakeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteHandshakeResponse.ProtoReflect.Descriptor instead.
 func (*RouteHandshakeResponse) Descriptor() ([]byte, []int) {
-	return file_rdmamgr_proto_rawDescGZIP(), []int{12}
+	return file_rdmamgr_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RouteHandshakeResponse) GetVersion() uint32 {
@@ -981,7 +1194,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_rdmamgr_proto_msgTypes[13]
+	mi := &file_rdmamgr_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -993,7 +1206,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rdmamgr_proto_msgTypes[13]
+	mi := &file_rdmamgr_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1006,7 +1219,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_rdmamgr_proto_rawDescGZIP(), []int{13}
+	return file_rdmamgr_proto_rawDescGZIP(), []int{17}
 }
 
 type RouteStatus struct {
@@ -1026,7 +1239,7 @@ type RouteStatus struct {
 
 func (x *RouteStatus) Reset() {
 	*x = RouteStatus{}
-	mi := &file_rdmamgr_proto_msgTypes[14]
+	mi := &file_rdmamgr_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1251,7 @@ func (x *RouteStatus) String() string {
 func (*RouteStatus) ProtoMessage() {}
 
 func (x *RouteStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rdmamgr_proto_msgTypes[14]
+	mi := &file_rdmamgr_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1264,7 @@ func (x *RouteStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteStatus.ProtoReflect.Descriptor instead.
 func (*RouteStatus) Descriptor() ([]byte, []int) {
-	return file_rdmamgr_proto_rawDescGZIP(), []int{14}
+	return file_rdmamgr_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RouteStatus) GetPeerId() uint64 {
@@ -1129,7 +1342,7 @@ type BufferStatus struct {
 
 func (x *BufferStatus) Reset() {
 	*x = BufferStatus{}
-	mi := &file_rdmamgr_proto_msgTypes[15]
+	mi := &file_rdmamgr_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1354,7 @@ func (x *BufferStatus) String() string {
 func (*BufferStatus) ProtoMessage() {}
 
 func (x *BufferStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rdmamgr_proto_msgTypes[15]
+	mi := &file_rdmamgr_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1367,7 @@ func (x *BufferStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BufferStatus.ProtoReflect.Descriptor instead.
 func (*BufferStatus) Descriptor() ([]byte, []int) {
-	return file_rdmamgr_proto_rawDescGZIP(), []int{15}
+	return file_rdmamgr_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BufferStatus) GetRegion() uint64 {
@@ -1206,7 +1419,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_rdmamgr_proto_msgTypes[16]
+	mi := &file_rdmamgr_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1431,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rdmamgr_proto_msgTypes[16]
+	mi := &file_rdmamgr_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1444,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_rdmamgr_proto_rawDescGZIP(), []int{16}
+	return file_rdmamgr_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StatusResponse) GetManagerId() uint64 {
@@ -1335,7 +1548,7 @@ type ErrorReply struct {
 
 func (x *ErrorReply) Reset() {
 	*x = ErrorReply{}
-	mi := &file_rdmamgr_proto_msgTypes[17]
+	mi := &file_rdmamgr_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1560,7 @@ func (x *ErrorReply) String() string {
 func (*ErrorReply) ProtoMessage() {}
 
 func (x *ErrorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_rdmamgr_proto_msgTypes[17]
+	mi := &file_rdmamgr_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1573,7 @@ func (x *ErrorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorReply.ProtoReflect.Descriptor instead.
 func (*ErrorReply) Descriptor() ([]byte, []int) {
-	return file_rdmamgr_proto_rawDescGZIP(), []int{17}
+	return file_rdmamgr_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ErrorReply) GetError() *Error {
@@ -1379,7 +1592,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_rdmamgr_proto_msgTypes[18]
+	mi := &file_rdmamgr_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1604,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_rdmamgr_proto_msgTypes[18]
+	mi := &file_rdmamgr_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1617,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_rdmamgr_proto_rawDescGZIP(), []int{18}
+	return file_rdmamgr_proto_rawDescGZIP(), []int{22}
 }
 
 type Pong struct {
@@ -1416,7 +1629,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_rdmamgr_proto_msgTypes[19]
+	mi := &file_rdmamgr_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +1641,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_rdmamgr_proto_msgTypes[19]
+	mi := &file_rdmamgr_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1654,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_rdmamgr_proto_rawDescGZIP(), []int{19}
+	return file_rdmamgr_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Pong) GetManagerId() uint64 {
@@ -1459,7 +1672,7 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"rdmamgr.v1\"G\n" +
 	"\x05Error\x12$\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x10.rdmamgr.v1.CodeR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xdc\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xf7\x01\n" +
 	"\x06Buffer\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\x06R\aownerId\x12\x1d\n" +
 	"\n" +
@@ -1470,16 +1683,30 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\x03key\x18\x06 \x01(\fR\x03key\x12\x16\n" +
 	"\x06access\x18\a \x01(\rR\x06access\x12\x12\n" +
 	"\x04rkey\x18\b \x01(\rR\x04rkey\x12\x12\n" +
-	"\x04addr\x18\t \x01(\x06R\x04addr\";\n" +
+	"\x04addr\x18\t \x01(\x06R\x04addr\x12\x19\n" +
+	"\blease_ms\x18\n" +
+	" \x01(\x04R\aleaseMs\"V\n" +
 	"\rRequestBuffer\x12\x12\n" +
 	"\x04size\x18\x01 \x01(\x04R\x04size\x12\x16\n" +
-	"\x06access\x18\x02 \x01(\rR\x06access\"l\n" +
+	"\x06access\x18\x02 \x01(\rR\x06access\x12\x19\n" +
+	"\blease_ms\x18\x03 \x01(\x04R\aleaseMs\"l\n" +
 	"\x15RequestBufferResponse\x12*\n" +
 	"\x06buffer\x18\x01 \x01(\v2\x12.rdmamgr.v1.BufferR\x06buffer\x12'\n" +
 	"\x05error\x18\x02 \x01(\v2\x11.rdmamgr.v1.ErrorR\x05error\";\n" +
 	"\rReleaseBuffer\x12*\n" +
 	"\x06buffer\x18\x01 \x01(\v2\x12.rdmamgr.v1.BufferR\x06buffer\"@\n" +
 	"\x15ReleaseBufferResponse\x12'\n" +
+	"\x05error\x18\x01 \x01(\v2\x11.rdmamgr.v1.ErrorR\x05error\"S\n" +
+	"\n" +
+	"RenewLease\x12*\n" +
+	"\x06buffer\x18\x01 \x01(\v2\x12.rdmamgr.v1.BufferR\x06buffer\x12\x19\n" +
+	"\blease_ms\x18\x02 \x01(\x04R\aleaseMs\"X\n" +
+	"\x12RenewLeaseResponse\x12\x19\n" +
+	"\blease_ms\x18\x01 \x01(\x04R\aleaseMs\x12'\n" +
+	"\x05error\x18\x02 \x01(\v2\x11.rdmamgr.v1.ErrorR\x05error\":\n" +
+	"\fRevokeBuffer\x12*\n" +
+	"\x06buffer\x18\x01 \x01(\v2\x12.rdmamgr.v1.BufferR\x06buffer\"?\n" +
+	"\x14RevokeBufferResponse\x12'\n" +
 	"\x05error\x18\x01 \x01(\v2\x11.rdmamgr.v1.ErrorR\x05error\"6\n" +
 	"\n" +
 	"ManagerRef\x12\x18\n" +
@@ -1597,7 +1824,7 @@ func file_rdmamgr_proto_rawDescGZIP() []byte {
 }
 
 var file_rdmamgr_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_rdmamgr_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_rdmamgr_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_rdmamgr_proto_goTypes = []any{
 	(Code)(0),                        // 0: rdmamgr.v1.Code
 	(Access)(0),                      // 1: rdmamgr.v1.Access
@@ -1607,20 +1834,24 @@ var file_rdmamgr_proto_goTypes = []any{
 	(*RequestBufferResponse)(nil),    // 5: rdmamgr.v1.RequestBufferResponse
 	(*ReleaseBuffer)(nil),            // 6: rdmamgr.v1.ReleaseBuffer
 	(*ReleaseBufferResponse)(nil),    // 7: rdmamgr.v1.ReleaseBufferResponse
-	(*ManagerRef)(nil),               // 8: rdmamgr.v1.ManagerRef
-	(*RequestQueuePair)(nil),         // 9: rdmamgr.v1.RequestQueuePair
-	(*RequestQueuePairResponse)(nil), // 10: rdmamgr.v1.RequestQueuePairResponse
-	(*ReleaseQueuePair)(nil),         // 11: rdmamgr.v1.ReleaseQueuePair
-	(*ReleaseQueuePairResponse)(nil), // 12: rdmamgr.v1.ReleaseQueuePairResponse
-	(*RouteHandshake)(nil),           // 13: rdmamgr.v1.RouteHandshake
-	(*RouteHandshakeResponse)(nil),   // 14: rdmamgr.v1.RouteHandshakeResponse
-	(*StatusRequest)(nil),            // 15: rdmamgr.v1.StatusRequest
-	(*RouteStatus)(nil),              // 16: rdmamgr.v1.RouteStatus
-	(*BufferStatus)(nil),             // 17: rdmamgr.v1.BufferStatus
-	(*StatusResponse)(nil),           // 18: rdmamgr.v1.StatusResponse
-	(*ErrorReply)(nil),               // 19: rdmamgr.v1.ErrorReply
-	(*Ping)(nil),                     // 20: rdmamgr.v1.Ping
-	(*Pong)(nil),                     // 21: rdmamgr.v1.Pong
+	(*RenewLease)(nil),               // 8: rdmamgr.v1.RenewLease
+	(*RenewLeaseResponse)(nil),       // 9: rdmamgr.v1.RenewLeaseResponse
+	(*RevokeBuffer)(nil),             // 10: rdmamgr.v1.RevokeBuffer
+	(*RevokeBufferResponse)(nil),     // 11: rdmamgr.v1.RevokeBufferResponse
+	(*ManagerRef)(nil),               // 12: rdmamgr.v1.ManagerRef
+	(*RequestQueuePair)(nil),         // 13: rdmamgr.v1.RequestQueuePair
+	(*RequestQueuePairResponse)(nil), // 14: rdmamgr.v1.RequestQueuePairResponse
+	(*ReleaseQueuePair)(nil),         // 15: rdmamgr.v1.ReleaseQueuePair
+	(*ReleaseQueuePairResponse)(nil), // 16: rdmamgr.v1.ReleaseQueuePairResponse
+	(*RouteHandshake)(nil),           // 17: rdmamgr.v1.RouteHandshake
+	(*RouteHandshakeResponse)(nil),   // 18: rdmamgr.v1.RouteHandshakeResponse
+	(*StatusRequest)(nil),            // 19: rdmamgr.v1.StatusRequest
+	(*RouteStatus)(nil),              // 20: rdmamgr.v1.RouteStatus
+	(*BufferStatus)(nil),             // 21: rdmamgr.v1.BufferStatus
+	(*StatusResponse)(nil),           // 22: rdmamgr.v1.StatusResponse
+	(*ErrorReply)(nil),               // 23: rdmamgr.v1.ErrorReply
+	(*Ping)(nil),                     // 24: rdmamgr.v1.Ping
+	(*Pong)(nil),                     // 25: rdmamgr.v1.Pong
 }
 var file_rdmamgr_proto_depIdxs = []int32{
 	0,  // 0: rdmamgr.v1.Error.code:type_name -> rdmamgr.v1.Code
@@ -1628,19 +1859,23 @@ var file_rdmamgr_proto_depIdxs = []int32{
 	2,  // 2: rdmamgr.v1.RequestBufferResponse.error:type_name -> rdmamgr.v1.Error
 	3,  // 3: rdmamgr.v1.ReleaseBuffer.buffer:type_name -> rdmamgr.v1.Buffer
 	2,  // 4: rdmamgr.v1.ReleaseBufferResponse.error:type_name -> rdmamgr.v1.Error
-	8,  // 5: rdmamgr.v1.RequestQueuePair.peer:type_name -> rdmamgr.v1.ManagerRef
-	2,  // 6: rdmamgr.v1.RequestQueuePairResponse.error:type_name -> rdmamgr.v1.Error
-	2,  // 7: rdmamgr.v1.ReleaseQueuePairResponse.error:type_name -> rdmamgr.v1.Error
-	2,  // 8: rdmamgr.v1.RouteHandshakeResponse.error:type_name -> rdmamgr.v1.Error
-	17, // 9: rdmamgr.v1.StatusResponse.buffers:type_name -> rdmamgr.v1.BufferStatus
-	16, // 10: rdmamgr.v1.StatusResponse.routes:type_name -> rdmamgr.v1.RouteStatus
-	2,  // 11: rdmamgr.v1.StatusResponse.error:type_name -> rdmamgr.v1.Error
-	2,  // 12: rdmamgr.v1.ErrorReply.error:type_name -> rdmamgr.v1.Error
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	3,  // 5: rdmamgr.v1.RenewLease.buffer:type_name -> rdmamgr.v1.Buffer
+	2,  // 6: rdmamgr.v1.RenewLeaseResponse.error:type_name -> rdmamgr.v1.Error
+	3,  // 7: rdmamgr.v1.RevokeBuffer.buffer:type_name -> rdmamgr.v1.Buffer
+	2,  // 8: rdmamgr.v1.RevokeBufferResponse.error:type_name -> rdmamgr.v1.Error
+	12, // 9: rdmamgr.v1.RequestQueuePair.peer:type_name -> rdmamgr.v1.ManagerRef
+	2,  // 10: rdmamgr.v1.RequestQueuePairResponse.error:type_name -> rdmamgr.v1.Error
+	2,  // 11: rdmamgr.v1.ReleaseQueuePairResponse.error:type_name -> rdmamgr.v1.Error
+	2,  // 12: rdmamgr.v1.RouteHandshakeResponse.error:type_name -> rdmamgr.v1.Error
+	21, // 13: rdmamgr.v1.StatusResponse.buffers:type_name -> rdmamgr.v1.BufferStatus
+	20, // 14: rdmamgr.v1.StatusResponse.routes:type_name -> rdmamgr.v1.RouteStatus
+	2,  // 15: rdmamgr.v1.StatusResponse.error:type_name -> rdmamgr.v1.Error
+	2,  // 16: rdmamgr.v1.ErrorReply.error:type_name -> rdmamgr.v1.Error
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_rdmamgr_proto_init() }
@@ -1654,7 +1889,7 @@ func file_rdmamgr_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rdmamgr_proto_rawDesc), len(file_rdmamgr_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   20,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
