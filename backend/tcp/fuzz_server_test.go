@@ -1,0 +1,79 @@
+package tcp
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"testing"
+
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
+
+// FuzzServeConn feeds an authenticated server connection arbitrary bytes:
+// it must never panic or hang, and without the region's key nothing may
+// change the owner's memory.
+func FuzzServeConn(f *testing.F) {
+	w := reqHeader{op: opWrite, length: 8, wrid: 1, region: 1, offset: 0}
+	hb := make([]byte, reqHeaderSize)
+	w.encode(hb)
+	f.Add(append(bytes.Clone(hb), make([]byte, 8)...))
+	r := reqHeader{op: opRead, length: 16, wrid: 2, region: 1, offset: 8}
+	r.encode(hb)
+	f.Add(bytes.Clone(hb))
+	p := reqHeader{op: opPing, wrid: 3}
+	p.encode(hb)
+	f.Add(bytes.Clone(hb))
+	f.Add(bytes.Repeat([]byte{0xff}, 100))
+	f.Add([]byte{})
+
+	reg := buffer.NewRegistry(ownerB, buffer.Limits{})
+	h, err := reg.Allocate(4096, buffer.AccessReadWrite)
+	if err != nil {
+		f.Fatal(err)
+	}
+	mem, _ := reg.Bytes(h)
+	b, err := New(Config{MaxFrameLen: 1 << 16, ChunkSize: 1 << 16}, reg, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		server, client := net.Pipe()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s := serverConn{b: b, c: server}
+			_ = s.serve()
+			server.Close()
+		}()
+		go io.Copy(io.Discard, client)
+		_, _ = client.Write(data)
+		client.Close()
+		<-done
+		for i, c := range mem {
+			if c != 0 {
+				t.Fatalf("owner memory changed at %d", i)
+			}
+		}
+	})
+}
+
+// FuzzChallenge: the client decodes the server's first bytes; it must
+// never panic and an accepted challenge re-encodes to the same bytes.
+func FuzzChallenge(f *testing.F) {
+	var b [challengeSize]byte
+	encodeChallenge(b[:], [16]byte{1, 2, 3})
+	f.Add(b[:])
+	f.Add(b[:10])
+	f.Add(bytes.Repeat([]byte{0xff}, challengeSize))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		nonce, err := decodeChallenge(data)
+		if err != nil {
+			return
+		}
+		var enc [challengeSize]byte
+		encodeChallenge(enc[:], nonce)
+		if !bytes.Equal(enc[:], data[:challengeSize]) {
+			t.Fatalf("re-encoding differs: %x vs %x", enc, data[:challengeSize])
+		}
+	})
+}
