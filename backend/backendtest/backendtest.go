@@ -53,6 +53,10 @@ type Factory struct {
 	// past its region fails with: buffer.ErrOutOfRange for TCP, a remote
 	// access error for RDMA.
 	OutOfRangeErr error
+	// RevokedErr is what an operation on a region its owner revoked
+	// (Registry.Revoke) fails with: buffer.ErrRevoked for TCP, a remote
+	// access error for RDMA. Nil skips the revocation test.
+	RevokedErr error
 	// RouteSurvivesRemoteError: the route keeps working after the peer
 	// refused an operation (TCP). An RDMA RC queue pair goes to the error
 	// state instead: the route fails and the manager builds a new one.
@@ -85,6 +89,7 @@ func Run(t *testing.T, f Factory) {
 		{"WrongKey", testWrongKey},
 		{"ReleasedRegion", testReleased},
 		{"OutOfRange", testOutOfRange},
+		{"RevokedRegion", testRevoked},
 		{"NoCompletionOnPostError", testLengthMismatch},
 		{"RouteCloseFailsLaterPosts", testRouteClose},
 		{"RouteCloseWithWorkInFlight", testRouteCloseInFlight},
@@ -556,6 +561,54 @@ func testReleased(t *testing.T, f Factory) {
 		t.Logf("%s on a released region: %v", op, err)
 		p.afterRemoteError(t, rt)
 	}
+}
+
+// testRevoked: once Registry.Revoke returns, peers can neither write nor
+// read the region, its memory is unchanged, and the owner's own use of it
+// (here: as the local side of a put to the peer) goes on.
+func testRevoked(t *testing.T, f Factory) {
+	if f.RevokedErr == nil {
+		t.Skip("the factory declares no revocation error")
+	}
+	p := NewPair(t, f)
+	const n = 4 << 10
+	ha, la := Alloc(t, p.RegA, n, buffer.AccessReadWrite)
+	hb, lb := Alloc(t, p.RegB, n, buffer.AccessReadWrite)
+	Random(t, la)
+	if err := Do(t, f.Timeout, p.Route, p.RegA, backend.OpWrite, ha, hb); err != nil {
+		t.Fatalf("put before revoke: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.Timeout)
+	defer cancel()
+	if err := p.RegB.Revoke(ctx, hb); err != nil {
+		t.Fatalf("Revoke: %v", err)
+	}
+	Random(t, lb)
+	before := snapshot(lb)
+	for i, op := range []backend.Op{backend.OpWrite, backend.OpRead} {
+		rt := p.Route
+		if i > 0 {
+			rt = p.NewRoute(t)
+		}
+		err := Do(t, f.Timeout, rt, p.RegA, op, ha, hb)
+		if !errors.Is(err, f.RevokedErr) {
+			t.Fatalf("%s on a revoked region: %v, want %v", op, err, f.RevokedErr)
+		}
+		t.Logf("%s on a revoked region: %v", op, err)
+		AssertSame(t, "revoked region", lb, before)
+		p.afterRemoteError(t, rt)
+	}
+	// The owner still uses it: B puts from it to A on a route B -> A.
+	rt, err := Connect(f.Timeout, p.B, p.A, OwnerA, OwnerB)
+	if err != nil {
+		t.Fatalf("connect B to A: %v", err)
+	}
+	defer rt.Close()
+	ha2, la2 := Alloc(t, p.RegA, n, buffer.AccessReadWrite)
+	if err := Do(t, f.Timeout, rt, p.RegB, backend.OpWrite, hb, ha2); err != nil {
+		t.Fatalf("owner's put from its revoked region: %v", err)
+	}
+	AssertSame(t, "peer after the owner's put from a revoked region", la2, lb)
 }
 
 func testOutOfRange(t *testing.T, f Factory) {

@@ -58,22 +58,29 @@ type Backend struct {
 	nqp     int // queue pairs alive (routes, accepted, pending)
 
 	mrMu sync.Mutex
-	mrs  map[uint64]*memReg // region id -> memory region
+	mrs  map[uint64]*regData // region id -> its memory regions
 
 	slots slotTable
 	kick  chan struct{} // wakes the watchdog
 	wg    sync.WaitGroup
 }
 
-// regData is what the backend keeps in Region.BackendData.
+// regData is what the backend keeps in Region.BackendData. A region has
+// two memory regions over the same memory: local, with LOCAL_WRITE only,
+// whose lkey the owner's own work uses; and remote, with exactly the access
+// the region grants, whose rkey handles advertise. Revoking the region
+// deregisters remote only, so peers lose access at once while the owner's
+// work in flight goes on.
 type regData struct {
-	b  *Backend
-	mr *memReg
+	b      *Backend
+	local  *memReg
+	remote *memReg // nil once revoked; guarded by Backend.mrMu
 }
 
 var (
 	_ backend.Backend = (*Backend)(nil)
 	_ buffer.Hooks    = (*Backend)(nil)
+	_ buffer.Revoker  = (*Backend)(nil)
 )
 
 // New returns a backend for reg's regions. It does no I/O: Start opens the
@@ -96,7 +103,7 @@ func New(cfg Config, reg *buffer.Registry, log *slog.Logger) (backend.Backend, e
 		routes:  make(map[*route]struct{}),
 		byQPN:   make(map[uint32]*route),
 		pending: make(map[*pendingRoute]struct{}),
-		mrs:     make(map[uint64]*memReg),
+		mrs:     make(map[uint64]*regData),
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 	}, nil
@@ -367,14 +374,49 @@ func (b *Backend) registerLocked(r *buffer.Region) error {
 	if r.Access().Allows(buffer.AccessWrite) {
 		access |= accessRemoteWrite
 	}
-	m, err := b.res.regMR(addrOf(mem), uint64(len(mem)), access)
+	local, err := b.res.regMR(addrOf(mem), uint64(len(mem)), accessLocalWrite)
 	if err != nil {
 		return err
 	}
-	r.BackendData = &regData{b: b, mr: m}
-	r.RDMA = buffer.RDMAKey{Addr: m.addr, RKey: m.rkey}
-	b.mrs[r.ID()] = m
+	remote, err := b.res.regMR(addrOf(mem), uint64(len(mem)), access)
+	if err != nil {
+		local.dereg()
+		return err
+	}
+	rd := &regData{b: b, local: local, remote: remote}
+	r.BackendData = rd
+	r.RDMA = buffer.RDMAKey{Addr: remote.addr, RKey: remote.rkey}
+	b.mrs[r.ID()] = rd
 	return nil
+}
+
+// dereg deregisters both memory regions; the caller holds mrMu.
+func (rd *regData) dereg() error {
+	var errs []error
+	if rd.remote != nil {
+		errs = append(errs, rd.remote.dereg())
+		rd.remote = nil
+	}
+	errs = append(errs, rd.local.dereg())
+	return errors.Join(errs...)
+}
+
+// RevokeRegion cuts peers' access to r: its remote memory region is
+// deregistered, so the rkey in every handle of r stops working (peers'
+// work fails with a remote access error) before RevokeRegion returns. The
+// owner's own use of r goes on through its local memory region.
+func (b *Backend) RevokeRegion(r *buffer.Region) error {
+	b.life.RLock()
+	defer b.life.RUnlock()
+	b.mrMu.Lock()
+	defer b.mrMu.Unlock()
+	rd := b.mrs[r.ID()]
+	if rd == nil || rd.remote == nil {
+		return nil
+	}
+	err := rd.remote.dereg()
+	rd.remote = nil
+	return err
 }
 
 // DeregisterRegion deregisters r's memory region. The registry calls it
@@ -385,12 +427,12 @@ func (b *Backend) DeregisterRegion(r *buffer.Region) error {
 	defer b.life.RUnlock()
 	b.mrMu.Lock()
 	defer b.mrMu.Unlock()
-	m := b.mrs[r.ID()]
-	if m == nil {
+	rd := b.mrs[r.ID()]
+	if rd == nil {
 		return nil
 	}
 	delete(b.mrs, r.ID())
-	return m.dereg()
+	return rd.dereg()
 }
 
 // Close closes every route (failing in-flight work with ErrClosed once the
@@ -434,8 +476,8 @@ func (b *Backend) Close() error {
 
 	var errs []error
 	b.mrMu.Lock()
-	for id, m := range b.mrs {
-		if err := m.dereg(); err != nil {
+	for id, rd := range b.mrs {
+		if err := rd.dereg(); err != nil {
 			errs = append(errs, err)
 		}
 		delete(b.mrs, id)

@@ -23,6 +23,7 @@ func factory(cfg Config) backendtest.Factory {
 		WrongKeyErr:              buffer.ErrAccess,
 		ReleasedErr:              buffer.ErrAccess,
 		OutOfRangeErr:            buffer.ErrAccess,
+		RevokedErr:               buffer.ErrAccess,
 		RouteSurvivesRemoteError: false,
 	}
 }

@@ -19,6 +19,10 @@
 // REMOTE_READ iff buffer.AccessRead, REMOTE_WRITE iff buffer.AccessWrite),
 // and the region's BackendData and RDMA {Addr, RKey} are set, so handles carry
 // what peers need. The device itself then enforces key, bounds and access.
+// The owner's own work uses a second, LOCAL_WRITE-only registration of the
+// same memory, so that Registry.Revoke (through RevokeRegion) can kill the
+// advertised rkey at once while the owner's work in flight goes on. Leases
+// are enforced by the manager's reaper releasing expired regions.
 //
 // A route is a pair of connected RC queue pairs, one on each side; the
 // initiator posts on its own, the responder's only answers. PrepareRoute creates a

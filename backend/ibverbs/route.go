@@ -244,7 +244,7 @@ func (r *route) localKey(wr *backend.WorkRequest) (uint32, uint64, error) {
 	if p < base || p-base > uintptr(len(mem)) || uintptr(len(wr.Local)) > uintptr(len(mem))-(p-base) {
 		return 0, 0, fmt.Errorf("ibverbs: local memory is not inside region %d: %w", reg.ID(), buffer.ErrOutOfRange)
 	}
-	return rd.mr.lkey, uint64(p), nil
+	return rd.local.lkey, uint64(p), nil
 }
 
 // completed handles the completion of one work request (called by the

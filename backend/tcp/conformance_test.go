@@ -28,6 +28,7 @@ func TestConformance(t *testing.T) {
 		WrongKeyErr:              buffer.ErrBadKey,
 		ReleasedErr:              buffer.ErrReleased,
 		OutOfRangeErr:            buffer.ErrOutOfRange,
+		RevokedErr:               buffer.ErrRevoked,
 		RouteSurvivesRemoteError: true,
 	})
 }
