@@ -2,6 +2,7 @@ package actor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -49,6 +50,18 @@ func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message)
 	if timeout <= 0 {
 		return zero, fmt.Errorf("%T to %s: %w", msg, c.pid, context.DeadlineExceeded)
 	}
+	// A client of a manager in this process fails at once when the manager
+	// is closed: protoactor drops requests still queued when an actor stops,
+	// so their futures would only end at the timeout.
+	var closed <-chan struct{}
+	if c.local != nil {
+		closed = c.local.stop
+		select {
+		case <-closed:
+			return zero, fmt.Errorf("%T to %s: %w", msg, c.pid, ErrClosed)
+		default:
+		}
+	}
 	f := c.sys.Root.RequestFuture(c.pid, msg, timeout)
 	type result struct {
 		v   any
@@ -61,6 +74,12 @@ func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message)
 	case res = <-ch:
 	case <-ctx.Done():
 		return zero, fmt.Errorf("%T to %s: %w", msg, c.pid, ctx.Err())
+	case <-closed:
+		return zero, fmt.Errorf("%T to %s: %w", msg, c.pid, ErrClosed)
+	}
+	if errors.Is(res.err, protoactor.ErrDeadLetter) {
+		// No actor under that PID (never was, or stopped): not a timeout.
+		return zero, fmt.Errorf("%T to %s: no such manager: %w: %w", msg, c.pid, ErrUnknownPeer, res.err)
 	}
 	if res.err != nil {
 		return zero, fmt.Errorf("%T to %s: %w: %w", msg, c.pid, ErrTimeout, res.err)

@@ -5,7 +5,9 @@ import (
 	"fmt"
 
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
+	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
 var (
@@ -26,6 +28,11 @@ var (
 )
 
 // toError turns a wire Error into a Go error wrapping the matching sentinel.
+// Codes that several sentinels share wrap all of them, so errors.Is works
+// with whichever the caller expects: RESOURCE_EXHAUSTED wraps
+// buffer.ErrExhausted (a registry limit) and backend.ErrLimit (a route or
+// data-path limit); CLOSED wraps ErrClosed (the manager) and
+// backend.ErrClosed (its backend or registry).
 func toError(e *rdmapb.Error) error {
 	if e == nil || e.Code == rdmapb.Code_OK {
 		return nil
@@ -37,7 +44,11 @@ func toError(e *rdmapb.Error) error {
 	case rdmapb.Code_UNKNOWN_PEER:
 		s = ErrUnknownPeer
 	case rdmapb.Code_WRONG_PEER:
-		s = ErrUnknownPeer
+		s = queuepair.ErrWrongPeer
+	case rdmapb.Code_RESOURCE_EXHAUSTED:
+		return fmt.Errorf("%s: %w, %w", e.Message, buffer.ErrExhausted, backend.ErrLimit)
+	case rdmapb.Code_CLOSED:
+		return fmt.Errorf("%s: %w, %w", e.Message, ErrClosed, backend.ErrClosed)
 	default:
 		s = backend.Sentinel(e.Code)
 	}
@@ -60,8 +71,12 @@ func fromError(err error) *rdmapb.Error {
 		code = rdmapb.Code_UNKNOWN_PEER
 	case errors.Is(err, ErrClosed):
 		code = rdmapb.Code_CLOSED
-	case errors.Is(err, ErrNotLocal):
+	case errors.Is(err, ErrNotLocal), errors.Is(err, queuepair.ErrNotLocal), errors.Is(err, queuepair.ErrLengthMismatch):
 		code = rdmapb.Code_INVALID_ARGUMENT
+	case errors.Is(err, queuepair.ErrWrongPeer):
+		code = rdmapb.Code_WRONG_PEER
+	case errors.Is(err, queuepair.ErrReleased):
+		code = rdmapb.Code_RELEASED
 	}
 	return &rdmapb.Error{Code: code, Message: err.Error()}
 }

@@ -80,6 +80,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxRoutes == 0 {
 		c.MaxRoutes = 4096
 	}
+	if c.IBVerbs == (ibverbs.Config{}) {
+		c.IBVerbs = ibverbs.DefaultConfig() // GID index auto, not 0
+	}
 	if c.MaxLease == 0 {
 		c.MaxLease = 24 * time.Hour
 	}
@@ -367,7 +370,10 @@ func (m *Manager) Close() error {
 	m.qps = make(map[uint64]*qpEntry)
 	m.mu.Unlock()
 	if pid != nil {
-		_ = m.sys.Root.StopFuture(pid).Wait()
+		// Poison, not Stop: the actor first answers the requests already in
+		// its mailbox (with CLOSED, see refuseClosed); protoactor would drop
+		// them silently on Stop and their senders would wait for a timeout.
+		_ = m.sys.Root.PoisonFuture(pid).Wait()
 	}
 	m.wg.Wait()
 	for _, e := range routes {
@@ -505,10 +511,14 @@ func (m *Manager) handshake(ctx context.Context, e *routeEntry, b backend.Backen
 	}
 	resp, ok := res.(*rdmapb.RouteHandshakeResponse)
 	if !ok {
+		// Not an answer from a manager that can take routes (a closing
+		// manager, another kind of actor): to the caller the peer is
+		// unreachable. The peer's own error is kept as text only, so that
+		// its CLOSED is not taken for ours.
 		if er, ok := res.(*rdmapb.ErrorReply); ok {
-			return fail(fmt.Errorf("handshake with %s: %w", e.key, toError(er.Error)))
+			return fail(fmt.Errorf("handshake with %s: %w: %v", e.key, ErrUnknownPeer, toError(er.Error)))
 		}
-		return fail(fmt.Errorf("handshake with %s: reply %T: %w", e.key, res, ErrBadResponse))
+		return fail(fmt.Errorf("handshake with %s: reply %T: %w: %w", e.key, res, ErrUnknownPeer, ErrBadResponse))
 	}
 	if !m.cfg.Secret.Verify(resp.Mac, labelReply, hs.Nonce, u64(uint64(resp.Version)), u64(resp.ResponderId),
 		[]byte(resp.Backend), resp.Endpoint, u64(uint64(codeOf(resp.Error)))) {
@@ -748,6 +758,9 @@ type managerActor struct{ m *Manager }
 
 func (a *managerActor) Receive(ctx protoactor.Context) {
 	m := a.m
+	if m.refuseClosed(ctx) {
+		return
+	}
 	switch msg := ctx.Message().(type) {
 	case *protoactor.Started, *protoactor.Stopping, *protoactor.Stopped, *protoactor.Restarting:
 	case *rdmapb.Ping:
@@ -921,6 +934,24 @@ func codeOf(e *rdmapb.Error) rdmapb.Code {
 		return rdmapb.Code_OK
 	}
 	return e.Code
+}
+
+// refuseClosed answers a request that reaches a closed manager with CLOSED
+// and reports whether it did.
+func (m *Manager) refuseClosed(ctx protoactor.Context) bool {
+	select {
+	case <-m.stop:
+	default:
+		return false
+	}
+	switch ctx.Message().(type) {
+	case *protoactor.Started, *protoactor.Stopping, *protoactor.Stopped, *protoactor.Restarting:
+		return false
+	}
+	if ctx.Sender() != nil {
+		ctx.Respond(&rdmapb.ErrorReply{Error: fromError(fmt.Errorf("manager %016x: %w", m.id, ErrClosed))})
+	}
+	return true
 }
 
 // goReply computes a reply off the mailbox and sends it to sender.

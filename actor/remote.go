@@ -15,9 +15,10 @@ const DefaultMaxMessageSize = 4 << 20
 
 // StartRemote starts protoactor remote for sys on addr ("host:port"; port 0
 // picks one) with gRPC message limits set on both sides, so an oversize
-// message is an error rather than a dropped connection. It returns the
-// remote and the address peers use. Unlike remote.Start it returns an error
-// when it cannot listen.
+// message is an error rather than a dropped connection, and with a guard
+// that keeps peers from crashing the process or stopping its actors
+// (remote_guard.go). It returns the remote and the address peers use.
+// Unlike remote.Start it returns an error when it cannot listen.
 func StartRemote(sys *protoactor.ActorSystem, addr string, maxMsg int) (r *remote.Remote, advertised string, err error) {
 	host, portS, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -32,8 +33,10 @@ func StartRemote(sys *protoactor.ActorSystem, addr string, maxMsg int) (r *remot
 	}
 	// Slack for protoactor's envelope around our messages.
 	limit := maxMsg + 64<<10
+	guard := &remoteGuard{sys: sys}
 	cfg := remote.Configure(host, port,
-		remote.WithServerOptions(grpc.MaxRecvMsgSize(limit), grpc.MaxSendMsgSize(limit)),
+		remote.WithServerOptions(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(limit), grpc.MaxSendMsgSize(limit)},
+			guard.serverOptions()...)...),
 		remote.WithDialOptions(grpc.WithInsecure(),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit), grpc.MaxCallSendMsgSize(limit))),
 	)

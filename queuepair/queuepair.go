@@ -25,8 +25,8 @@ type Options struct {
 	Timeout time.Duration
 	// Kind names the route's backend.
 	Kind backend.Kind
-	// OnRelease is called once by Release (the manager drops its reference
-	// on the route).
+	// OnRelease is called once by Release, after every operation posted
+	// before it completed (the manager drops its reference on the route).
 	OnRelease func()
 }
 
@@ -35,23 +35,32 @@ const DefaultTimeout = 30 * time.Second
 
 // QueuePair is a handle bound to one route to one peer manager.
 type QueuePair struct {
-	id       uint64
-	peerID   uint64
-	route    backend.Route
-	local    Resolver
-	timeout  time.Duration
-	onRel    func()
-	kind     backend.Kind
-	released atomic.Bool
-	relOnce  sync.Once
+	id      uint64
+	peerID  uint64
+	route   backend.Route
+	local   Resolver
+	timeout time.Duration
+	onRel   func()
+	kind    backend.Kind
+	relOnce sync.Once
+
+	// ops holds the number of operations armed and not yet completed in
+	// its low bits, and releasedBit once Release started. Lock-free: it is
+	// on the data path.
+	ops      atomic.Int64
+	idle     chan struct{} // closed once released and no operation is left
+	idleOnce sync.Once
 }
+
+const releasedBit = int64(1) << 62
 
 // New binds a QueuePair to route. It does no I/O.
 func New(id, peerID uint64, route backend.Route, local Resolver, opt Options) *QueuePair {
 	if opt.Timeout <= 0 {
 		opt.Timeout = DefaultTimeout
 	}
-	return &QueuePair{id: id, peerID: peerID, route: route, local: local, timeout: opt.Timeout, onRel: opt.OnRelease, kind: opt.Kind}
+	return &QueuePair{id: id, peerID: peerID, route: route, local: local, timeout: opt.Timeout, onRel: opt.OnRelease, kind: opt.Kind,
+		idle: make(chan struct{})}
 }
 
 // ID returns the queue pair's id at its manager.
@@ -142,6 +151,11 @@ func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote buffer.Buff
 	w.wr.Remote = remote
 	w.wr.Deadline = deadline
 	w.wr.Done = w
+	if !q.begin() {
+		w.finish(ErrReleased)
+		return
+	}
+	w.qp = q // counted in q.ops until finish
 	if err := q.check(op, local, remote); err != nil {
 		w.finish(err)
 		return
@@ -162,10 +176,27 @@ func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote buffer.Buff
 	}
 }
 
-func (q *QueuePair) check(op backend.Op, local, remote buffer.Buffer) error {
-	if q.released.Load() {
-		return ErrReleased
+// begin counts an operation in, unless the queue pair is released.
+func (q *QueuePair) begin() bool {
+	for {
+		s := q.ops.Load()
+		if s&releasedBit != 0 {
+			return false
+		}
+		if q.ops.CompareAndSwap(s, s+1) {
+			return true
+		}
 	}
+}
+
+// end counts a completed operation out; the last one after Release wakes it.
+func (q *QueuePair) end() {
+	if q.ops.Add(-1) == releasedBit {
+		q.idleOnce.Do(func() { close(q.idle) })
+	}
+}
+
+func (q *QueuePair) check(op backend.Op, local, remote buffer.Buffer) error {
 	if remote.OwnerID != q.peerID {
 		return fmt.Errorf("%s to %v on route to %016x: %w", op, remote, q.peerID, ErrWrongPeer)
 	}
@@ -185,11 +216,16 @@ func (q *QueuePair) check(op backend.Op, local, remote buffer.Buffer) error {
 }
 
 // Release gives the queue pair back to its manager; later operations fail
-// with ErrReleased. Operations already posted complete normally.
-// Idempotent.
+// with ErrReleased. Operations already posted complete normally: Release
+// waits until they have (each is bounded by its deadline) before it gives
+// the queue pair back, because that may close the route. Idempotent; every
+// call returns once the queue pair is given back.
 func (q *QueuePair) Release() {
 	q.relOnce.Do(func() {
-		q.released.Store(true)
+		if q.ops.Or(releasedBit) == 0 {
+			q.idleOnce.Do(func() { close(q.idle) })
+		}
+		<-q.idle
 		if q.onRel != nil {
 			q.onRel()
 		}
@@ -201,6 +237,7 @@ func (q *QueuePair) Release() {
 type WorkRequest struct {
 	wr     backend.WorkRequest
 	region *buffer.Region
+	qp     *QueuePair    // set while the operation counts in qp.ops
 	sig    chan struct{} // capacity 1: one token per completion
 	err    error         // written before state becomes done
 	state  atomic.Uint32
@@ -223,11 +260,16 @@ func (w *WorkRequest) finish(err error) {
 		w.region.Unref()
 		w.region = nil
 	}
+	q := w.qp // read before done: the owner may re-arm w right after
+	w.qp = nil
 	w.err = err
 	w.state.Store(stateDone)
 	select {
 	case w.sig <- struct{}{}:
 	default:
+	}
+	if q != nil {
+		q.end()
 	}
 }
 

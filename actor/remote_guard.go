@@ -1,0 +1,220 @@
+package actor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strings"
+
+	protoactor "github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	rdmapb "github.com/rdmamgr/rdmamgr/proto"
+)
+
+// The remote guard sits in front of protoactor's gRPC Remoting service, so
+// that nothing a peer sends can crash the process or stop its actors.
+// protoactor's endpoint reader trusts its input: an envelope whose type is
+// not linked into this binary, or whose type, target or sender index is out
+// of range, panics on the gRPC handler goroutine and kills the process; its
+// unary methods panic ("implement me"); and a remote Stop or PoisonPill
+// stops any named actor, such as the manager.
+//
+// The guard checks every batch before protoactor sees it:
+//   - a malformed batch (nil parts, indices out of range, unknown
+//     serializer) ends the peer's stream with InvalidArgument;
+//   - an envelope of a type this binary does not know is dropped and its
+//     sender, if any, gets an ErrorReply with code UNKNOWN_MESSAGE, as for
+//     any other message the manager does not handle;
+//   - Stop and PoisonPill are dropped: peers do not stop our actors;
+//   - Watch, Unwatch and Terminated without their PID are dropped.
+//
+// Unary Remoting calls are refused with Unimplemented, and any panic left
+// in a handler is turned into an Internal error for that stream.
+
+const (
+	protoSerializerID = 0 // remote's proto serializer
+	jsonSerializerID  = 1 // remote's JSON serializer
+)
+
+var (
+	remotingPrefix = "/" + remote.Remoting_ServiceDesc.ServiceName + "/"
+
+	nameStop       = string(proto.MessageName(&protoactor.Stop{}))
+	namePoisonPill = string(proto.MessageName(&protoactor.PoisonPill{}))
+	nameWatch      = string(proto.MessageName(&protoactor.Watch{}))
+	nameUnwatch    = string(proto.MessageName(&protoactor.Unwatch{}))
+	nameTerminated = string(proto.MessageName(&protoactor.Terminated{}))
+)
+
+// remoteGuard holds what the interceptors need.
+type remoteGuard struct {
+	sys *protoactor.ActorSystem
+}
+
+// serverOptions returns the gRPC server options installing the guard.
+func (g *remoteGuard) serverOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(g.unary),
+		grpc.ChainStreamInterceptor(g.stream),
+	}
+}
+
+func (g *remoteGuard) log() *slog.Logger { return g.sys.Logger() }
+
+func (g *remoteGuard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	if strings.HasPrefix(info.FullMethod, remotingPrefix) {
+		// protoactor implements none of Remoting's unary methods: they
+		// panic.
+		return nil, status.Errorf(codes.Unimplemented, "%s is not served", info.FullMethod)
+	}
+	defer g.recoverTo(info.FullMethod, &err)
+	return handler(ctx, req)
+}
+
+func (g *remoteGuard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+	defer g.recoverTo(info.FullMethod, &err)
+	return handler(srv, &guardedStream{ServerStream: ss, g: g})
+}
+
+// recoverTo turns a panic in a handler into an error for its caller.
+func (g *remoteGuard) recoverTo(method string, err *error) {
+	if p := recover(); p != nil {
+		g.log().Error("panic serving a peer", "method", method, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		*err = status.Errorf(codes.Internal, "internal error")
+	}
+}
+
+// guardedStream checks each message protoactor receives.
+type guardedStream struct {
+	grpc.ServerStream
+	g *remoteGuard
+}
+
+func (s *guardedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	rm, ok := m.(*remote.RemoteMessage)
+	if !ok {
+		return nil
+	}
+	if err := s.g.check(rm); err != nil {
+		s.g.log().Warn("refused a malformed message from a peer", "err", err)
+		return status.Errorf(codes.InvalidArgument, "malformed remote message: %v", err)
+	}
+	return nil
+}
+
+// check validates rm and drops the envelopes that must not be delivered;
+// an error means the stream must end.
+func (g *remoteGuard) check(rm *remote.RemoteMessage) error {
+	switch t := rm.MessageType.(type) {
+	case *remote.RemoteMessage_ConnectRequest:
+		if t.ConnectRequest == nil {
+			return errors.New("empty connect request")
+		}
+		if sc, ok := t.ConnectRequest.ConnectionType.(*remote.ConnectRequest_ServerConnection); ok && sc.ServerConnection == nil {
+			return errors.New("empty server connection")
+		}
+	case *remote.RemoteMessage_MessageBatch:
+		return g.checkBatch(t.MessageBatch)
+	}
+	return nil
+}
+
+func (g *remoteGuard) checkBatch(b *remote.MessageBatch) error {
+	if b == nil {
+		return errors.New("empty message batch")
+	}
+	for i, p := range b.Targets {
+		if p == nil {
+			return fmt.Errorf("target %d is empty", i)
+		}
+	}
+	for i, p := range b.Senders {
+		if p == nil {
+			return fmt.Errorf("sender %d is empty", i+1)
+		}
+	}
+	kept := b.Envelopes[:0]
+	for i, e := range b.Envelopes {
+		switch {
+		case e == nil:
+			return fmt.Errorf("envelope %d is empty", i)
+		case e.TypeId < 0 || int(e.TypeId) >= len(b.TypeNames):
+			return fmt.Errorf("envelope %d: type %d of %d", i, e.TypeId, len(b.TypeNames))
+		case e.Target < 0 || int(e.Target) >= len(b.Targets):
+			return fmt.Errorf("envelope %d: target %d of %d", i, e.Target, len(b.Targets))
+		case e.Sender < 0 || int(e.Sender) > len(b.Senders):
+			return fmt.Errorf("envelope %d: sender %d of %d", i, e.Sender, len(b.Senders))
+		case e.SerializerId != protoSerializerID && e.SerializerId != jsonSerializerID:
+			return fmt.Errorf("envelope %d: serializer %d", i, e.SerializerId)
+		}
+		name := b.TypeNames[e.TypeId]
+		if e.SerializerId == protoSerializerID {
+			mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(name))
+			if err != nil {
+				g.unknownType(b, e, name)
+				continue
+			}
+			if !g.validPIDs(mt, name, e.MessageData) {
+				g.log().Warn("dropped a message without its PID from a peer", "type", name)
+				continue
+			}
+		}
+		if name == nameStop || name == namePoisonPill {
+			g.log().Warn("dropped a request from a peer to stop an actor", "type", name, "target", b.Targets[e.Target].String())
+			continue
+		}
+		kept = append(kept, e)
+	}
+	clear(b.Envelopes[len(kept):])
+	b.Envelopes = kept
+	return nil
+}
+
+// validPIDs reports whether a Watch, Unwatch or Terminated names its PID
+// (protoactor dereferences it); other types pass.
+func (g *remoteGuard) validPIDs(mt protoreflect.MessageType, name string, data []byte) bool {
+	if name != nameWatch && name != nameUnwatch && name != nameTerminated {
+		return true
+	}
+	m := mt.New().Interface()
+	if err := proto.Unmarshal(data, m); err != nil {
+		return true // protoactor fails to decode it too, without panicking
+	}
+	var pid *protoactor.PID
+	switch v := m.(type) {
+	case *protoactor.Watch:
+		pid = v.Watcher
+	case *protoactor.Unwatch:
+		pid = v.Watcher
+	case *protoactor.Terminated:
+		pid = v.Who
+	}
+	return pid != nil && pid.Address != "" && pid.Id != ""
+}
+
+// unknownType answers an envelope of a type this binary does not link as
+// the manager answers any message it does not handle.
+func (g *remoteGuard) unknownType(b *remote.MessageBatch, e *remote.MessageEnvelope, name string) {
+	g.log().Warn("dropped a message of an unknown type from a peer", "type", name)
+	if e.Sender == 0 {
+		return
+	}
+	sender := proto.Clone(b.Senders[e.Sender-1]).(*protoactor.PID)
+	sender.RequestId = e.SenderRequestId
+	g.sys.Root.Send(sender, &rdmapb.ErrorReply{Error: &rdmapb.Error{
+		Code:    rdmapb.Code_UNKNOWN_MESSAGE,
+		Message: fmt.Sprintf("message type %q: %v", name, ErrUnknownMessage),
+	}})
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package queuepair
+
+const raceEnabled = true
