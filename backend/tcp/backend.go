@@ -338,7 +338,7 @@ type respSeg struct {
 }
 
 const (
-	serverReadBuf   = 16 << 10
+	serverReadBuf   = 4 << 10
 	maxBatchSegs    = 64
 	maxBatchPayload = 1 << 20
 )

@@ -661,7 +661,7 @@ func (cc *clientConn) readLoop() {
 	}
 }
 
-const clientReadBuf = 16 << 10
+const clientReadBuf = 4 << 10
 
 // expire fails chunks past their deadline. A chunk whose memory a loop may
 // be touching (sending, receiving) cannot be failed here: the connection is
@@ -726,4 +726,4 @@ func (cc *clientConn) failAll(err error) {
 
 // sendQueue bounds a connection's queue of frames; a full queue is
 // back-pressure on Post (the route's semaphore bounds the total anyway).
-const sendQueue = 256
+const sendQueue = 128

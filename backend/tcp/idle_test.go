@@ -1,0 +1,53 @@
+package tcp
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+)
+
+// TestThousandIdleRoutes opens 1,000 routes between two backends, checks
+// they all stay up across heartbeats and still move data, and reports the
+// memory an idle route costs (both ends, since both live in this process).
+func TestThousandIdleRoutes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1,000 routes")
+	}
+	const n = 1000
+	cfg := Config{HeartbeatInterval: 200 * time.Millisecond, PeerTimeout: 2 * time.Second}
+	a, regA := newBackend(t, cfg, ownerA)
+	b, regB := newBackend(t, Config{}, ownerB)
+	before := memInUse()
+	routes := make([]backend.Route, 0, n)
+	for range n {
+		routes = append(routes, connect(t, a, b, ownerB, ownerA))
+	}
+	after := memInUse()
+	per := (after - before) / n
+	t.Logf("%d idle routes (%d connections each): %d KiB each, both ends together", n, DefaultConfig().ConnsPerRoute, per>>10)
+	if per > 128<<10 {
+		t.Errorf("an idle route costs %d KiB for both ends, want at most 128 KiB (64 KiB a side)", per>>10)
+	}
+	time.Sleep(3 * cfg.HeartbeatInterval)
+	for i, r := range routes {
+		select {
+		case <-r.Done():
+			t.Fatalf("route %d went down while idle: %v", i, r.Err())
+		default:
+		}
+	}
+	for _, i := range []int{0, n / 2, n - 1} {
+		checkPut(t, routes[i], regA, regB)
+	}
+}
+
+// memInUse is heap plus goroutine stacks after a GC.
+func memInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse + m.StackInuse
+}
