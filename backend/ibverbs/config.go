@@ -50,6 +50,10 @@ type Config struct {
 	// with a zero-length RDMA WRITE, so that routes (and accepted queue
 	// pairs) of dead peers are found and freed. Negative disables it.
 	KeepAlive time.Duration
+	// Spin is how long the completion poller keeps polling an empty queue
+	// while work is in flight before it sleeps on the completion channel
+	// (negative: never spin).
+	Spin time.Duration
 }
 
 // DefaultConfig returns the defaults.
@@ -64,6 +68,7 @@ func DefaultConfig() Config {
 		RetryCount:       6,  // 7 means "retry forever" on rxe (and in the IB spec for rnr_retry)
 		DrainTimeout:     5 * time.Second,
 		KeepAlive:        15 * time.Second,
+		Spin:             50 * time.Microsecond,
 	}
 }
 

@@ -1,0 +1,38 @@
+// Package test holds rdmamgr's multi-process integration and fault tests.
+//
+// TestMain builds cmd/rdmamgr once; each test starts the `rdmamgr serve`
+// daemons it needs as child processes (stopped with SIGTERM when the test
+// ends: each must exit 0) and talks to them from the test process's own
+// manager. A process runs at most one protoactor remote, so the test
+// process is exactly one node; every other manager is a separate process.
+//
+//   - TestMoveBothWays moves random-sized slices (1 B to 4 MiB) at random
+//     offsets between the test process and 16 MiB buffers at two daemons,
+//     both ways, one at a time and many in flight at once, verifying every
+//     byte; meanwhile `rdmamgr bench --verify` processes load the same
+//     daemons.
+//   - TestHostile throws bad handles, forged and garbage data connections,
+//     malformed frames, gRPC and actor-protocol junk, lifecycle messages
+//     and unknown control messages at a daemon. Each case checks the error
+//     sentinel, that the daemon's memory is unchanged and that the daemon
+//     still serves puts, gets and status.
+//   - TestPeerKilled takes a daemon away (SIGKILL, SIGTERM) while 4 MiB
+//     transfers are in flight: operations fail with backend.ErrPeerGone (or
+//     ErrDeadline) and none hangs; a new daemon then works.
+//   - TestPeerStopped freezes a daemon (SIGSTOP) under short deadlines:
+//     operations fail with backend.ErrDeadline, late answers do not touch
+//     the memory of failed requests, and the daemon is usable once resumed.
+//
+// Every test checks that the test's manager holds no route and no memory
+// afterwards; TestMain closes the manager after the tests and fails the run
+// if any goroutine is left with a frame in an rdmamgr package.
+//
+// The raw data-protocol helpers (helpers_test.go) speak backend/tcp's wire
+// format by hand and must follow it when it changes.
+//
+// No test asserts how long anything took; timeouts only turn a hang into a
+// failure. Run with -rdmamgr.logs to see the managers' logs.
+//
+// The tests run on Linux (they use Pdeathsig, SIGSTOP and SIGCONT). The
+// package contains only tests; this file exists for its documentation.
+package test

@@ -1,0 +1,471 @@
+//go:build linux
+
+package test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os/exec"
+	"testing"
+	"time"
+
+	protoactor "github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	rdmapb "github.com/rdmamgr/rdmamgr/proto"
+	"github.com/rdmamgr/rdmamgr/queuepair"
+)
+
+// testCtx returns a context that bounds one step of a test, so that a bug
+// fails the test instead of hanging it.
+func testCtx(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newRand returns a seeded generator and logs the seed, so a failure can be
+// replayed.
+func newRand(t *testing.T) *rand.Rand {
+	t.Helper()
+	var seed [32]byte
+	s1, s2 := rand.Uint64(), rand.Uint64()
+	binary.LittleEndian.PutUint64(seed[:], s1)
+	binary.LittleEndian.PutUint64(seed[8:], s2)
+	t.Logf("random seed %#x %#x", s1, s2)
+	return rand.New(rand.NewChaCha8(seed))
+}
+
+// fill writes random bytes into p.
+func fill(r *rand.Rand, p []byte) {
+	for len(p) >= 8 {
+		binary.LittleEndian.PutUint64(p, r.Uint64())
+		p = p[8:]
+	}
+	for i := range p {
+		p[i] = byte(r.Uint32())
+	}
+}
+
+// localBuffer allocates a read-write buffer at the test's manager and
+// releases it when the test ends; it returns the handle and its memory.
+func localBuffer(t *testing.T, size uint64) (buffer.Buffer, []byte) {
+	t.Helper()
+	ctx := testCtx(t, 30*time.Second)
+	b, err := local.mgr.Client().RequestBuffer(ctx, size, buffer.AccessReadWrite)
+	if err != nil {
+		t.Fatalf("local buffer of %d bytes: %v", size, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := local.mgr.Release(ctx, b); err != nil {
+			t.Errorf("release local buffer: %v", err)
+		}
+	})
+	mem, err := local.mgr.Bytes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, mem
+}
+
+// remoteBuffer asks daemon d for a buffer; the daemon frees it when it exits.
+func remoteBuffer(t *testing.T, d *daemon, size uint64, access buffer.Access) buffer.Buffer {
+	t.Helper()
+	b, err := d.client().RequestBuffer(testCtx(t, 30*time.Second), size, access)
+	if err != nil {
+		t.Fatalf("%s: request buffer of %d bytes: %v", d.name, size, err)
+	}
+	if b.OwnerAddr != d.addr || b.Length != size || b.Access != access {
+		t.Fatalf("%s: request buffer: got %v", d.name, b)
+	}
+	return b
+}
+
+// queuePair asks the test's manager for a queue pair to d, released when
+// the test ends.
+func queuePair(t *testing.T, d *daemon) *queuepair.QueuePair {
+	t.Helper()
+	qp, err := local.mgr.Client().RequestQueuePair(testCtx(t, 30*time.Second), d.pid)
+	if err != nil {
+		t.Fatalf("queue pair to %s: %v", d.name, err)
+	}
+	t.Cleanup(qp.Release)
+	return qp
+}
+
+// slice is Buffer.Slice for ranges the test computed to be valid; safe on
+// any goroutine (a bad range is a bug in the test: it panics).
+func slice(b buffer.Buffer, off, n uint64) buffer.Buffer {
+	s, err := b.Slice(off, n)
+	if err != nil {
+		panic(fmt.Sprintf("slice [%d,+%d) of %v: %v", off, n, b, err))
+	}
+	return s
+}
+
+// wait waits for a work request within opTimeout; one that does not
+// complete by then is reported as errHung. Safe on any goroutine.
+func wait(w *queuepair.WorkRequest) error {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	_ = w.Wait(ctx) // returns the work request's error, or ctx's
+	if done, err := w.Poll(); done {
+		return err
+	}
+	return fmt.Errorf("%w within %v", errHung, opTimeout)
+}
+
+// errHung: a work request did not complete.
+var errHung = errors.New("work request did not complete")
+
+// opTimeout bounds one Put or Get; longer than the queue pair's own
+// deadline (30 s), so that deadline is what a stuck operation reports.
+const opTimeout = 90 * time.Second
+
+// firstDiff describes where a and b first differ.
+func firstDiff(a, b []byte) string {
+	if len(a) != len(b) {
+		return fmt.Sprintf("lengths %d and %d", len(a), len(b))
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return fmt.Sprintf("first difference at byte %d of %d: %#02x != %#02x", i, len(a), a[i], b[i])
+		}
+	}
+	return "equal"
+}
+
+// checkLocalClean registers a check, run after the test's other cleanups,
+// that the test's manager holds no route and no registered memory left.
+func checkLocalClean(t *testing.T) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		st, err := local.mgr.Client().Status(ctx)
+		if err != nil {
+			t.Errorf("status of the test's manager: %v", err)
+			return
+		}
+		if len(st.Routes) != 0 || len(st.Buffers) != 0 || st.RegisteredBytes != 0 {
+			t.Errorf("test's manager not clean after the test: %d routes %v, %d buffers, %d bytes registered",
+				len(st.Routes), st.Routes, len(st.Buffers), st.RegisteredBytes)
+		}
+	})
+}
+
+// wireErr turns a wire error into the sentinel the actor client reports for
+// it, for replies the test receives without the client.
+func wireErr(e *rdmapb.Error) error {
+	if e == nil || e.Code == rdmapb.Code_OK {
+		return nil
+	}
+	var s error
+	switch e.Code {
+	case rdmapb.Code_UNKNOWN_MESSAGE:
+		s = actor.ErrUnknownMessage
+	case rdmapb.Code_UNKNOWN_PEER:
+		s = actor.ErrUnknownPeer
+	default:
+		s = backend.Sentinel(e.Code)
+	}
+	if s == nil {
+		return fmt.Errorf("%s: %s", e.Code, e.Message)
+	}
+	return fmt.Errorf("%s: %s: %w", e.Code, e.Message, s)
+}
+
+// The TCP data protocol, spoken by hand (backend/tcp/frame.go): on a new
+// data connection the daemon sends a challenge (magic, version, nonce); the
+// client answers with a hello (magic, version, route token, and a MAC of
+// nonce and token under the deployment secret: zero here, the test daemons
+// run without one); the daemon answers with an ack (magic, version, code)
+// and then serves request frames.
+const (
+	wireVersion    = 1
+	challengeSize  = 24
+	helloSize      = 72
+	helloAckSize   = 8
+	tokenSize      = 32
+	reqHeaderSize  = 48
+	respHeaderSize = 16
+	opWrite        = 1
+	opRead         = 2
+)
+
+// errConnClosed: the daemon closed (or reset) a raw connection.
+var errConnClosed = errors.New("connection closed by the daemon")
+
+// rawRoute runs the manager-to-manager handshake with d by hand, as an
+// initiator asking for n data connections, and returns the data address and
+// the single-use tokens the daemon handed out.
+func rawRoute(ctx context.Context, d *daemon, n int) (addr string, tokens [][tokenSize]byte, err error) {
+	info := make([]byte, 4)
+	binary.LittleEndian.PutUint16(info[0:], wireVersion)
+	binary.LittleEndian.PutUint16(info[2:], uint16(n))
+	hs := &rdmapb.RouteHandshake{
+		Version:       actor.ProtocolVersion,
+		InitiatorId:   rand.Uint64() | 1,
+		InitiatorAddr: local.addr,
+		Backend:       string(backend.KindTCP),
+		Endpoint:      info,
+	}
+	resp, err := handshake(ctx, d, hs)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := wireErr(resp.Error); err != nil {
+		return "", nil, err
+	}
+	b := resp.Endpoint
+	if len(b) < 6 || binary.LittleEndian.Uint16(b) != wireVersion {
+		return "", nil, fmt.Errorf("responder info %x", b)
+	}
+	cnt := int(binary.LittleEndian.Uint16(b[2:]))
+	al := int(binary.LittleEndian.Uint16(b[4:]))
+	if cnt != n || len(b) != 6+al+cnt*tokenSize {
+		return "", nil, fmt.Errorf("responder info: %d tokens, %d bytes", cnt, len(b))
+	}
+	addr = string(b[6 : 6+al])
+	tokens = make([][tokenSize]byte, cnt)
+	for i := range tokens {
+		copy(tokens[i][:], b[6+al+i*tokenSize:])
+	}
+	return addr, tokens, nil
+}
+
+// handshake sends a RouteHandshake to d's manager and returns its answer.
+func handshake(ctx context.Context, d *daemon, hs *rdmapb.RouteHandshake) (*rdmapb.RouteHandshakeResponse, error) {
+	res, err := request(ctx, d, hs)
+	if err != nil {
+		return nil, err
+	}
+	resp, ok := res.(*rdmapb.RouteHandshakeResponse)
+	if !ok {
+		return nil, fmt.Errorf("handshake reply %T %v", res, res)
+	}
+	return resp, nil
+}
+
+// request sends msg to d's manager from the test's root context and waits
+// for the reply.
+func request(ctx context.Context, d *daemon, msg any) (any, error) {
+	timeout := 10 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	return local.sys.Root.RequestFuture(d.pid, msg, timeout).Result()
+}
+
+// dataConn dials a daemon's data address; the connection is closed when the
+// test ends.
+func dataConn(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatalf("dial data port %s: %v", addr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	return c
+}
+
+// challenge reads the daemon's challenge that opens a data connection.
+func challenge(c net.Conn) error {
+	var ch [challengeSize]byte
+	if _, err := io.ReadFull(c, ch[:]); err != nil {
+		return fmt.Errorf("read challenge: %w: %w", errConnClosed, err)
+	}
+	if !bytes.Equal(ch[:4], []byte("RDMT")) || binary.LittleEndian.Uint16(ch[4:]) != wireVersion || ch[6] != 0 || ch[7] != 0 {
+		return fmt.Errorf("malformed challenge %x", ch)
+	}
+	return nil
+}
+
+// hello reads the challenge, sends a hello with version and token and
+// returns the error the ack carries (nil when accepted), or errConnClosed
+// when the daemon closed the connection without one.
+func hello(c net.Conn, version uint16, token [tokenSize]byte) error {
+	if err := challenge(c); err != nil {
+		return err
+	}
+	var h [helloSize]byte
+	copy(h[:4], "RDMT")
+	binary.LittleEndian.PutUint16(h[4:], version)
+	copy(h[8:], token[:])
+	if _, err := c.Write(h[:]); err != nil {
+		return fmt.Errorf("write hello: %w: %w", errConnClosed, err)
+	}
+	return readAck(c)
+}
+
+// readAck reads a hello ack: nil for code 0, the code's sentinel otherwise,
+// errConnClosed if the connection ends first.
+func readAck(c net.Conn) error {
+	var ack [helloAckSize]byte
+	if _, err := io.ReadFull(c, ack[:]); err != nil {
+		return fmt.Errorf("read hello ack: %w: %w", errConnClosed, err)
+	}
+	if !bytes.Equal(ack[:4], []byte("RDMT")) || binary.LittleEndian.Uint16(ack[4:]) != wireVersion || ack[7] != 0 {
+		return fmt.Errorf("malformed hello ack %x", ack)
+	}
+	if ack[6] == 0 {
+		return nil
+	}
+	return fmt.Errorf("hello refused with code %d: %w", ack[6], wireCodeErr(ack[6]))
+}
+
+// wireCodeErr maps a data-protocol code to its sentinel.
+func wireCodeErr(code byte) error {
+	if s := backend.Sentinel(rdmapb.Code(code)); s != nil {
+		return s
+	}
+	return fmt.Errorf("code %s without sentinel", rdmapb.Code(code))
+}
+
+// frame encodes a request header.
+func frame(op byte, length uint32, wrid, region, offset uint64, key buffer.Key) []byte {
+	b := make([]byte, reqHeaderSize)
+	b[0] = op
+	binary.LittleEndian.PutUint32(b[4:], length)
+	binary.LittleEndian.PutUint64(b[8:], wrid)
+	binary.LittleEndian.PutUint64(b[16:], region)
+	binary.LittleEndian.PutUint64(b[24:], offset)
+	copy(b[32:], key[:])
+	return b
+}
+
+// response reads one response header (and a successful READ's payload).
+// It returns the payload and the code's error, or errConnClosed.
+func response(c net.Conn, wantOp byte, wantWRID uint64) ([]byte, error) {
+	var h [respHeaderSize]byte
+	if _, err := io.ReadFull(c, h[:]); err != nil {
+		return nil, fmt.Errorf("read response: %w: %w", errConnClosed, err)
+	}
+	if h[0] != wantOp|0x80 || h[2] != 0 || h[3] != 0 || binary.LittleEndian.Uint64(h[8:]) != wantWRID {
+		return nil, fmt.Errorf("unexpected response header %x", h)
+	}
+	n := binary.LittleEndian.Uint32(h[4:])
+	if h[1] != 0 {
+		if n != 0 {
+			return nil, fmt.Errorf("error response with %d payload bytes", n)
+		}
+		return nil, fmt.Errorf("request refused with code %d: %w", h[1], wireCodeErr(h[1]))
+	}
+	p := make([]byte, n)
+	if _, err := io.ReadFull(c, p); err != nil {
+		return nil, fmt.Errorf("read payload: %w: %w", errConnClosed, err)
+	}
+	return p, nil
+}
+
+// expectClosed reads until the daemon closes c (EOF or reset). Any bytes the
+// daemon sends first are discarded (an ack, a gRPC GOAWAY).
+func expectClosed(c net.Conn) error {
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	_, err := io.Copy(io.Discard, c)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Errorf("the daemon kept the connection open: %w", err)
+	}
+	return fmt.Errorf("%w (%v)", errConnClosed, err)
+}
+
+// runStatus runs `rdmamgr status --peer` against d as a separate process.
+func runStatus(d *daemon) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, rdmamgrBin, "status", "--peer", d.addr).CombinedOutput()
+	return string(out), err
+}
+
+// errRefused: the daemon refused a gRPC call or ended a stream with the
+// expected status.
+var errRefused = errors.New("refused by the daemon")
+
+// refusedWith wraps err in errRefused when it carries the gRPC code want.
+func refusedWith(err error, want codes.Code) error {
+	if err != nil && status.Code(err) == want {
+		return fmt.Errorf("%w: %v", errRefused, err)
+	}
+	return err
+}
+
+// remotingStream opens protoactor's Remoting.Receive stream to d by hand and
+// introduces itself as a server connection, as a peer's endpoint writer
+// does.
+func remotingStream(t *testing.T, ctx context.Context, d *daemon) remote.Remoting_ReceiveClient {
+	t.Helper()
+	conn, err := grpc.DialContext(ctx, d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("grpc dial %s: %v", d.addr, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	s, err := remote.NewRemotingClient(conn).Receive(ctx)
+	if err != nil {
+		t.Fatalf("open remoting stream: %v", err)
+	}
+	hello := &remote.RemoteMessage{MessageType: &remote.RemoteMessage_ConnectRequest{ConnectRequest: &remote.ConnectRequest{
+		ConnectionType: &remote.ConnectRequest_ServerConnection{ServerConnection: &remote.ServerConnection{SystemId: "hostile-test", Address: "127.0.0.1:1"}},
+	}}}
+	if err := s.Send(hello); err != nil {
+		t.Fatalf("send connect request: %v", err)
+	}
+	resp, err := s.Recv()
+	if err != nil || resp.GetConnectResponse() == nil {
+		t.Fatalf("connect response: %v %v", resp, err)
+	}
+	return s
+}
+
+// batch wraps envelopes into a RemoteMessage.
+func batch(typeNames []string, targets []*protoactor.PID, envs ...*remote.MessageEnvelope) *remote.RemoteMessage {
+	return &remote.RemoteMessage{MessageType: &remote.RemoteMessage_MessageBatch{MessageBatch: &remote.MessageBatch{
+		TypeNames: typeNames, Targets: targets, Envelopes: envs,
+	}}}
+}
+
+// mustMarshal is proto.Marshal for messages that always marshal.
+func mustMarshal(m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// unknownMessage returns a protobuf message of a type no rdmamgr binary
+// links, built at run time.
+func unknownMessage() proto.Message {
+	fd := &descriptorpb.FileDescriptorProto{
+		Name:        proto.String("rdmamgr_hostile_test/unknown.proto"),
+		Package:     proto.String("rdmamgr.hostiletest"),
+		Syntax:      proto.String("proto3"),
+		MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("Unknown")}},
+	}
+	f, err := protodesc.NewFile(fd, nil)
+	if err != nil {
+		panic(err)
+	}
+	return dynamicpb.NewMessage(f.Messages().Get(0))
+}
