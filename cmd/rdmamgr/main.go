@@ -96,6 +96,42 @@ type common struct {
 	maxMsg   int
 	backend  string
 	secret   string
+	limits   limitFlags
+}
+
+// limitFlags bound what a manager holds; zero means the library default.
+type limitFlags struct {
+	maxRegistered string
+	maxRemote     string
+	remoteLease   time.Duration
+	maxRoutes     int
+}
+
+func (l *limitFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&l.maxRegistered, "max-registered", "", "most bytes the manager registers in all (e.g. 8GiB; default no limit)")
+	fs.StringVar(&l.maxRemote, "max-remote", "", "most bytes remote peers may hold through request_buffer at once (default no cap)")
+	fs.DurationVar(&l.remoteLease, "remote-lease", 0, "lease given to buffers remote peers request without one (0: none)")
+	fs.IntVar(&l.maxRoutes, "max-routes", 0, "most routes to peers (default 4096)")
+}
+
+func (l *limitFlags) apply(cfg *actor.Config) error {
+	if l.maxRegistered != "" {
+		n, err := parseSize(l.maxRegistered)
+		if err != nil {
+			return usagef("--max-registered: %v", err)
+		}
+		cfg.Limits.MaxBytes = n
+	}
+	if l.maxRemote != "" {
+		n, err := parseSize(l.maxRemote)
+		if err != nil {
+			return usagef("--max-remote: %v", err)
+		}
+		cfg.MaxRemoteBytes = n
+	}
+	cfg.RemoteLease = l.remoteLease
+	cfg.MaxRoutes = l.maxRoutes
+	return nil
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -169,14 +205,19 @@ func startNode(ctx context.Context, listen string, c *common, slogger *slog.Logg
 	tcfg := tcp.DefaultConfig()
 	tcfg.ListenAddr = host + ":0"
 	tcfg.ConnsPerRoute = c.conns
-	m, err := actor.New(sys, actor.Config{
+	mcfg := actor.Config{
 		Name:           name,
 		Backend:        backend.Kind(c.backend),
 		TCP:            tcfg,
 		Secret:         secret,
 		MaxMessageSize: c.maxMsg,
 		Logger:         slogger,
-	})
+	}
+	if err := c.limits.apply(&mcfg); err != nil {
+		n.close()
+		return nil, err
+	}
+	m, err := actor.New(sys, mcfg)
 	if err != nil {
 		n.close()
 		return nil, err

@@ -16,6 +16,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	name := fs.String("name", actor.DefaultName, "manager actor name")
 	var c common
 	c.register(fs)
+	c.limits.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

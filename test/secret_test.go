@@ -1,0 +1,130 @@
+//go:build linux
+
+package test
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// serveWith starts `rdmamgr serve` with extra flags and returns its address;
+// the daemon is stopped (SIGTERM, exit 0) at cleanup.
+func serveWith(t *testing.T, extra ...string) string {
+	t.Helper()
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--log-level", "warn"}, extra...)
+	cmd := exec.Command(rdmamgrBin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "ready "); ok {
+				ready <- a
+			}
+		}
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case <-time.After(readyTimeout):
+		cmd.Process.Kill()
+		t.Fatalf("no ready line; stderr:\n%s", stderr.String())
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("daemon exit: %v; stderr:\n%s", err, stderr.String())
+			}
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			t.Errorf("daemon did not stop")
+		}
+	})
+	return addr
+}
+
+// rdmamgr runs the CLI and returns its combined output and error.
+func rdmamgr(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, rdmamgrBin, args...).CombinedOutput()
+	return string(out), err
+}
+
+func secretFile(t *testing.T, s string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(p, []byte(s+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Managers sharing a secret work together; a peer without it, or with
+// another one, is refused before any memory is touched.
+func TestSharedSecret(t *testing.T) {
+	good := secretFile(t, "a deployment secret of some length")
+	bad := secretFile(t, "somebody else's secret, also long")
+	addr := serveWith(t, "--secret-file", good)
+	bench := []string{"bench", "--peer", addr, "--op", "put", "--size", "64KiB", "--count", "16", "--verify", "--backend", "tcp"}
+
+	out, err := rdmamgr(t, append(bench, "--secret-file", good)...)
+	if err != nil || !strings.Contains(out, "verify: ok") {
+		t.Fatalf("bench with the secret: %v\n%s", err, out)
+	}
+	for name, extra := range map[string][]string{"no secret": nil, "wrong secret": {"--secret-file", bad}} {
+		out, err := rdmamgr(t, append(bench, extra...)...)
+		if err == nil {
+			t.Fatalf("bench with %s succeeded:\n%s", name, out)
+		}
+		if !strings.Contains(out, "unauthenticated") {
+			t.Fatalf("bench with %s: want an authentication error, got:\n%s", name, out)
+		}
+	}
+	out, err = rdmamgr(t, "status", "--peer", addr)
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "served for peers") {
+		t.Fatalf("status output:\n%s", out)
+	}
+}
+
+// A manager caps what remote peers may hold.
+func TestRemoteCap(t *testing.T) {
+	addr := serveWith(t, "--max-remote", "1MiB")
+	out, err := rdmamgr(t, "bench", "--peer", addr, "--op", "put", "--size", "512KiB", "--count", "4", "--backend", "tcp")
+	if err != nil {
+		t.Fatalf("bench within the cap: %v\n%s", err, out)
+	}
+	out, err = rdmamgr(t, "bench", "--peer", addr, "--op", "put", "--size", "2MiB", "--count", "4", "--backend", "tcp")
+	if err == nil || !strings.Contains(out, "limit exceeded") {
+		t.Fatalf("bench over the cap: %v\n%s", err, out)
+	}
+	// The cap is per moment, not per lifetime: released buffers free it.
+	out, err = rdmamgr(t, "bench", "--peer", addr, "--op", "get", "--size", "1MiB", "--count", "4", "--backend", "tcp")
+	if err != nil {
+		t.Fatalf("bench after releases: %v\n%s", err, out)
+	}
+}
