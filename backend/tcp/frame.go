@@ -76,9 +76,18 @@ func (h *reqHeader) decode(b []byte, maxLen uint32) error {
 	}
 	h.length = binary.LittleEndian.Uint32(b[4:])
 	if h.op == opPing {
-		if h.length != 0 {
-			return fmt.Errorf("ping with length %d: %w", h.length, backend.ErrProtocol)
+		// A ping carries a wrid and nothing else.
+		for _, c := range b[4:8] {
+			if c != 0 {
+				return fmt.Errorf("ping with a length: %w", backend.ErrProtocol)
+			}
 		}
+		for _, c := range b[16:reqHeaderSize] {
+			if c != 0 {
+				return fmt.Errorf("ping with a target: %w", backend.ErrProtocol)
+			}
+		}
+		h.length, h.region, h.offset, h.key = 0, 0, 0, buffer.Key{}
 		h.wrid = binary.LittleEndian.Uint64(b[8:])
 		return nil
 	}
