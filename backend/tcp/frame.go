@@ -144,6 +144,9 @@ func (h *respHeader) decode(b []byte) error {
 	if h.length != 0 && (h.op != opRead || h.code != 0) {
 		return fmt.Errorf("response payload on %#x code %d: %w", h.op, h.code, backend.ErrProtocol)
 	}
+	if h.op == opPing && h.code != 0 {
+		return fmt.Errorf("ping answered with code %d: %w", h.code, backend.ErrProtocol)
+	}
 	return nil
 }
 

@@ -57,7 +57,9 @@ trap 'rc=$?; rm -rf "$out"; report $rc; exit $rc' EXIT
 build() {
   local race=()
   [ "${RDMAMGR_RACE:-0}" = 1 ] && race=(-race)
-  ( cd "$root" && CGO_ENABLED=1 "$GO" test -tags ibverbs "${race[@]}" -c -o "$out/ibverbs.test" ./backend/ibverbs )
+  ( cd "$root" && CGO_ENABLED=1 "$GO" test -tags ibverbs "${race[@]}" -c -o "$out/ibverbs.test" ./backend/ibverbs &&
+    CGO_ENABLED=1 "$GO" build -tags ibverbs -o "$out/rdmamgr" ./cmd/rdmamgr )
+  cp "$here/managers-guest.sh" "$out/"
 }
 
 step "install packages" install_pkgs
@@ -65,6 +67,6 @@ step "build test binary" build
 # -test.timeout bounds the tests inside the VM; SOFTROCE_TIMEOUT bounds the VM.
 rc=0
 SOFTROCE_ENV="RDMAMGR_REQUIRE_IBVERBS=1 ${SOFTROCE_ENV:-}" \
-  step "run in Soft-RoCE VM" "$here/run-in-vm.sh" "${VMFLAGS[@]}" "$out/ibverbs.test" \
-    ./ibverbs.test -test.v -test.count=1 -test.timeout=10m "$@" || rc=$?
+  step "run in Soft-RoCE VM" "$here/run-in-vm.sh" "${VMFLAGS[@]}" "$out" \
+    ./managers-guest.sh "$@" || rc=$?
 exit $rc
