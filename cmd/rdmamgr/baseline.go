@@ -220,9 +220,13 @@ func cmdBenchBaseline(ctx context.Context, bl *baselineFlags, a benchBaselineArg
 	}()
 	peerAddr := a.peer
 	if peerAddr == "" {
-		ch, err := startChild(ctx, "manager", exe, []string{"serve", "--listen", "127.0.0.1:0",
+		args := []string{"serve", "--listen", "127.0.0.1:0",
 			"--backend", a.c.backend, "--conns", strconv.Itoa(a.c.conns),
-			"--max-message-size", strconv.Itoa(a.c.maxMsg), "--log-level", "warn"}, pl.serverCPU, stderr)
+			"--max-message-size", strconv.Itoa(a.c.maxMsg), "--log-level", "warn"}
+		if a.c.sockbuf != "" {
+			args = append(args, "--sockbuf", a.c.sockbuf)
+		}
+		ch, err := startChild(ctx, "manager", exe, args, pl.serverCPU, stderr)
 		if err != nil {
 			return err
 		}

@@ -96,6 +96,7 @@ type common struct {
 	maxMsg   int
 	backend  string
 	secret   string
+	sockbuf  string
 	limits   limitFlags
 }
 
@@ -139,6 +140,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON instead of console lines")
 	fs.StringVar(&c.backend, "backend", "auto", "data plane: auto (ibverbs where a usable device exists, else tcp), ibverbs or tcp")
 	fs.StringVar(&c.secret, "secret-file", "", "file holding the deployment's shared secret (≥16 bytes); routes and data connections prove it. Without it, managers bind to loopback only")
+	fs.StringVar(&c.sockbuf, "sockbuf", "", "TCP socket send/receive buffer size for data connections (e.g. 4MiB; default: the kernel's autotuning)")
 	fs.IntVar(&c.conns, "conns", tcp.DefaultConfig().ConnsPerRoute, "TCP connections per route")
 	fs.IntVar(&c.maxMsg, "max-message-size", actor.DefaultMaxMessageSize, "largest control message in bytes (gRPC limit on both sides)")
 }
@@ -205,6 +207,14 @@ func startNode(ctx context.Context, listen string, c *common, slogger *slog.Logg
 	tcfg := tcp.DefaultConfig()
 	tcfg.ListenAddr = host + ":0"
 	tcfg.ConnsPerRoute = c.conns
+	if c.sockbuf != "" {
+		sz, err := parseSize(c.sockbuf)
+		if err != nil || sz > 1<<30 {
+			n.close()
+			return nil, usagef("--sockbuf %q: want a size up to 1GiB", c.sockbuf)
+		}
+		tcfg.SocketBuffer = int(sz)
+	}
 	mcfg := actor.Config{
 		Name:           name,
 		Backend:        backend.Kind(c.backend),
