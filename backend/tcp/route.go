@@ -243,7 +243,7 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 	} else {
 		o.chunks = make([]chunk, count)
 	}
-	r.inflight.Add(1)
+	wasIdle := r.inflight.Add(1) == 1
 	start := int(r.next.Add(1))
 	for i := range o.chunks {
 		off := uint64(i) * r.chunkN
@@ -257,9 +257,11 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 		c.answer = nil
 		r.conns[(start+i)%len(r.conns)].enqueue(c)
 	}
-	select {
-	case r.kick <- struct{}{}:
-	default:
+	if wasIdle { // only an idle watchdog sleeps past its tick
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
 	}
 	return nil
 }
@@ -371,8 +373,6 @@ func (r *route) watchdog() {
 		}
 		select {
 		case <-t.C:
-		case <-r.kick:
-			continue
 		case <-r.done:
 			r.drain()
 			return

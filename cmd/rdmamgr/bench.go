@@ -8,6 +8,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -56,6 +59,8 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	warmup := fs.Int("warmup", 10, "untimed operations first")
 	verify := fs.Bool("verify", false, "check every byte of every operation")
 	timeout := fs.Duration("timeout", 10*time.Minute, "bound on the whole run")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed run to this file")
+	memProfile := fs.String("memprofile", "", "write an allocation profile of the run to this file")
 	var bl baselineFlags
 	bl.register(fs)
 	var c common
@@ -108,7 +113,14 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer n.close()
 	cfg := benchConfig{op: *op, size: size, count: *count, concurrency: *conc, warmup: *warmup, verify: *verify}
+	stopProfiles, err := startProfiles(*cpuProfile, *memProfile)
+	if err != nil {
+		return err
+	}
 	res, err := runBench(ctx, n.mgr, actor.NewClient(n.sys, pid), cfg)
+	if perr := stopProfiles(); perr != nil && err == nil {
+		err = perr
+	}
 	if err != nil {
 		return err
 	}
@@ -292,4 +304,41 @@ func printBench(w io.Writer, cfg benchConfig, conns int, r *benchResult) {
 		fmt.Fprintf(w, "verify: %s (%s checked, %d mismatches)\n", status, fmtBytes(r.verified), r.mismatch)
 	}
 	fmt.Fprintf(w, "errors: %d\n", r.errs)
+}
+
+// startProfiles starts the requested pprof profiles; the returned function
+// stops them and writes the files.
+func startProfiles(cpu, mem string) (func() error, error) {
+	var cpuFile *os.File
+	if cpu != "" {
+		f, err := os.Create(cpu)
+		if err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, err
+		}
+		cpuFile = f
+	}
+	if mem != "" {
+		runtime.MemProfileRate = 4096
+	}
+	return func() error {
+		if cpuFile != nil {
+			pprof.StopCPUProfile()
+			if err := cpuFile.Close(); err != nil {
+				return err
+			}
+		}
+		if mem != "" {
+			f, err := os.Create(mem)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return pprof.Lookup("allocs").WriteTo(f, 0)
+		}
+		return nil
+	}, nil
 }
