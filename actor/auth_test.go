@@ -9,6 +9,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
+	"google.golang.org/protobuf/proto"
 )
 
 func authPair(t *testing.T, sa, sb backend.Secret) (a, b *Manager) {
@@ -102,15 +103,15 @@ func TestHandshakeReplayAndForgery(t *testing.T) {
 	if r := b.acceptRoute(hs); codeOf(r.Error) != rdmapb.Code_UNAUTHENTICATED {
 		t.Fatalf("replayed handshake: %v, want UNAUTHENTICATED", r.Error)
 	}
-	forged := *hs
+	forged := proto.Clone(hs).(*rdmapb.RouteHandshake)
 	forged.Nonce = backend.Nonce()
 	forged.InitiatorId = 43 // MAC of the old fields
-	if r := b.acceptRoute(&forged); codeOf(r.Error) != rdmapb.Code_UNAUTHENTICATED {
+	if r := b.acceptRoute(forged); codeOf(r.Error) != rdmapb.Code_UNAUTHENTICATED {
 		t.Fatalf("forged handshake: %v, want UNAUTHENTICATED", r.Error)
 	}
-	noMAC := *hs
+	noMAC := proto.Clone(hs).(*rdmapb.RouteHandshake)
 	noMAC.Nonce, noMAC.Mac = backend.Nonce(), nil
-	if r := b.acceptRoute(&noMAC); codeOf(r.Error) != rdmapb.Code_UNAUTHENTICATED {
+	if r := b.acceptRoute(noMAC); codeOf(r.Error) != rdmapb.Code_UNAUTHENTICATED {
 		t.Fatalf("handshake without MAC: %v, want UNAUTHENTICATED", r.Error)
 	}
 }
