@@ -20,6 +20,9 @@ import (
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
+// handshakeAttempt bounds one try of the route handshake.
+const handshakeAttempt = 2 * time.Second
+
 // ProtocolVersion is the version of the manager-to-manager handshake.
 const ProtocolVersion = 1
 
@@ -492,22 +495,40 @@ func (m *Manager) handshake(ctx context.Context, e *routeEntry, b backend.Backen
 	if err != nil {
 		return nil, 0, fmt.Errorf("prepare %s route to %s: %w", b.Kind(), e.key, err)
 	}
-	hs := &rdmapb.RouteHandshake{
-		Version:       ProtocolVersion,
-		InitiatorId:   m.id,
-		InitiatorAddr: m.sys.Address(),
-		Backend:       string(b.Kind()),
-		Endpoint:      info,
-		Nonce:         backend.Nonce(),
-	}
-	hs.Mac = handshakeMAC(m.cfg.Secret, hs)
 	fail := func(err error) (backend.Route, uint64, error) {
 		pr.Abort()
 		return nil, 0, err
 	}
-	res, err := m.sys.Root.RequestFuture(e.peer, hs, m.cfg.RouteTimeout).Result()
-	if err != nil {
-		return fail(fmt.Errorf("handshake with %s: %w: %w", e.key, ErrUnknownPeer, err))
+	// A message sent to a peer in the instant it dies (before protoactor
+	// notices) is lost without a trace, so the handshake is retried in
+	// short attempts, each with a fresh nonce, within the route timeout.
+	var hs *rdmapb.RouteHandshake
+	var res any
+	for {
+		hs = &rdmapb.RouteHandshake{
+			Version:       ProtocolVersion,
+			InitiatorId:   m.id,
+			InitiatorAddr: m.sys.Address(),
+			Backend:       string(b.Kind()),
+			Endpoint:      info,
+			Nonce:         backend.Nonce(),
+		}
+		hs.Mac = handshakeMAC(m.cfg.Secret, hs)
+		attempt := handshakeAttempt
+		if dl, ok := ctx.Deadline(); ok {
+			attempt = min(attempt, time.Until(dl))
+		}
+		if attempt <= 0 {
+			return fail(fmt.Errorf("handshake with %s: %w: %w", e.key, ErrUnknownPeer, context.DeadlineExceeded))
+		}
+		var err error
+		res, err = m.sys.Root.RequestFuture(e.peer, hs, attempt).Result()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, protoactor.ErrTimeout) || ctx.Err() != nil {
+			return fail(fmt.Errorf("handshake with %s: %w: %w", e.key, ErrUnknownPeer, err))
+		}
 	}
 	resp, ok := res.(*rdmapb.RouteHandshakeResponse)
 	if !ok {

@@ -22,6 +22,17 @@
 //   - TestPeerStopped freezes a daemon (SIGSTOP) under short deadlines:
 //     operations fail with backend.ErrDeadline, late answers do not touch
 //     the memory of failed requests, and the daemon is usable once resumed.
+//   - TestDetectHungPeer measures how long a frozen (SIGSTOP) or killed
+//     daemon takes to be found dead (backend.ErrPeerGone) and checks a new
+//     queue pair reaches it again.
+//   - TestSoak runs workers doing random verified puts and gets against
+//     several daemons while one is SIGKILLed and restarted at the same
+//     address every few seconds; it reports operations, bytes, errors by
+//     kind, corrupted bytes and wrong completions (both must be 0), and
+//     goroutines and file descriptors before and after (no growth).
+//     -soak.duration runs it longer (default 40 s).
+//   - TestSharedSecret and TestRemoteCap check --secret-file and
+//     --max-remote across processes.
 //
 // Every test checks that the test's manager holds no route and no memory
 // afterwards; TestMain closes the manager after the tests and fails the run

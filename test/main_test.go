@@ -215,7 +215,7 @@ func startDaemons(t *testing.T, n int) []*daemon {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ds[i], errs[i] = spawnDaemon(fmt.Sprintf("%s/d%d", t.Name(), i+1))
+			ds[i], errs[i] = spawnDaemon(fmt.Sprintf("%s/d%d", t.Name(), i+1), "127.0.0.1:0")
 		}()
 	}
 	wg.Wait()
@@ -241,12 +241,15 @@ func startDaemon(t *testing.T) *daemon {
 	return startDaemons(t, 1)[0]
 }
 
-// spawnDaemon runs `rdmamgr serve` and waits for its "ready ADDR" line.
-func spawnDaemon(name string) (*daemon, error) {
-	args := []string{"serve", "--listen", "127.0.0.1:0", "--log-level", "warn"}
+// spawnDaemon runs `rdmamgr serve --listen listen` with extra flags and
+// waits for its "ready ADDR" line. A fixed listen port must come back as
+// asked (a restarted daemon keeps its address).
+func spawnDaemon(name, listen string, extra ...string) (*daemon, error) {
+	level := "warn"
 	if *verboseLogs {
-		args[len(args)-1] = "debug"
+		level = "debug"
 	}
+	args := append([]string{"serve", "--listen", listen, "--log-level", level}, extra...)
 	cmd := exec.Command(rdmamgrBin, args...)
 	d := &daemon{name: name, cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = d.stderr
@@ -287,6 +290,14 @@ func spawnDaemon(name string) (*daemon, error) {
 		_ = cmd.Process.Kill()
 		<-d.exited
 		return nil, fmt.Errorf("%s: no ready line\nstderr:\n%s", name, d.stderr)
+	}
+	if !strings.HasSuffix(listen, ":0") && d.addr != listen {
+		d.mu.Lock()
+		d.killed = true
+		d.mu.Unlock()
+		_ = cmd.Process.Kill()
+		<-d.exited
+		return nil, fmt.Errorf("%s: ready at %s, asked for %s", name, d.addr, listen)
 	}
 	d.pid = protoactor.NewPID(d.addr, actor.DefaultName)
 	return d, nil

@@ -3,13 +3,11 @@
 package test
 
 import (
-	"bufio"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -18,49 +16,12 @@ import (
 // the daemon is stopped (SIGTERM, exit 0) at cleanup.
 func serveWith(t *testing.T, extra ...string) string {
 	t.Helper()
-	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--log-level", "warn"}, extra...)
-	cmd := exec.Command(rdmamgrBin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
+	d, err := spawnDaemon(t.Name(), "127.0.0.1:0", extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "ready "); ok {
-				ready <- a
-			}
-		}
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case <-time.After(readyTimeout):
-		cmd.Process.Kill()
-		t.Fatalf("no ready line; stderr:\n%s", stderr.String())
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("daemon exit: %v; stderr:\n%s", err, stderr.String())
-			}
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			t.Errorf("daemon did not stop")
-		}
-	})
-	return addr
+	t.Cleanup(func() { d.stop(t) })
+	return d.addr
 }
 
 // rdmamgr runs the CLI and returns its combined output and error.
