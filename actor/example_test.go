@@ -1,0 +1,62 @@
+package actor_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/queuepair"
+)
+
+// Two managers (here in one process; across processes start
+// actor.StartRemote on each system and name the peer by its PID), a buffer
+// at each, a queue pair, a put and a get.
+func Example() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sys := actor.NewActorSystem(nil)
+	defer sys.Shutdown()
+	a, _ := actor.New(sys, actor.Config{Name: "a"})
+	b, _ := actor.New(sys, actor.Config{Name: "b"})
+	_ = a.Start(ctx)
+	defer a.Close()
+	_ = b.Start(ctx)
+	defer b.Close()
+
+	me := a.Client()
+	peer := actor.NewClient(sys, b.PID())
+	local, _ := me.RequestBuffer(ctx, 1<<20, buffer.AccessReadWrite)
+	remote, _ := peer.RequestBuffer(ctx, 1<<20, buffer.AccessReadWrite)
+	qp, err := me.RequestQueuePair(ctx, peer.PID())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer qp.Release()
+
+	mem, _ := a.Bytes(local)
+	copy(mem, "hello, remote memory")
+	if err := qp.Put(local, remote).Wait(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	theirs, _ := b.Bytes(remote)
+	fmt.Println(string(theirs[:20]))
+
+	var w queuepair.WorkRequest // reusable: no allocation per operation
+	clear(mem)
+	head, _ := local.Slice(0, 5)
+	rhead, _ := remote.Slice(0, 5)
+	qp.PostGet(&w, head, rhead)
+	if err := w.Wait(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(string(mem[:5]), bytes.Count(mem, []byte{0}) == len(mem)-5)
+	// Output:
+	// hello, remote memory
+	// hello true
+}
