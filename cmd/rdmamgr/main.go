@@ -21,6 +21,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
 )
 
@@ -98,6 +99,7 @@ type common struct {
 	secret   string
 	sockbuf  string
 	limits   limitFlags
+	rdma     ibverbs.Config
 }
 
 // limitFlags bound what a manager holds; zero means the library default.
@@ -140,6 +142,10 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON instead of console lines")
 	fs.StringVar(&c.backend, "backend", "auto", "data plane: auto (ibverbs where a usable device exists, else tcp), ibverbs or tcp")
 	fs.StringVar(&c.secret, "secret-file", "", "file holding the deployment's shared secret (≥16 bytes); routes and data connections prove it. Without it, managers bind to loopback only")
+	c.rdma = ibverbs.DefaultConfig()
+	fs.StringVar(&c.rdma.Device, "rdma-device", "", "RDMA device (default: the first with an active port)")
+	fs.IntVar(&c.rdma.Port, "rdma-port", 0, "RDMA port (default: the first active one)")
+	fs.IntVar(&c.rdma.GIDIndex, "rdma-gid-index", -1, "GID index (-1: the first RoCE v2 GID with an IPv4 address, else 0)")
 	fs.StringVar(&c.sockbuf, "sockbuf", "", "TCP socket send/receive buffer size for data connections (e.g. 4MiB; default: the kernel's autotuning)")
 	fs.IntVar(&c.conns, "conns", tcp.DefaultConfig().ConnsPerRoute, "TCP connections per route")
 	fs.IntVar(&c.maxMsg, "max-message-size", actor.DefaultMaxMessageSize, "largest control message in bytes (gRPC limit on both sides)")
@@ -219,6 +225,7 @@ func startNode(ctx context.Context, listen string, c *common, slogger *slog.Logg
 		Name:           name,
 		Backend:        backend.Kind(c.backend),
 		TCP:            tcfg,
+		IBVerbs:        c.rdma,
 		Secret:         secret,
 		MaxMessageSize: c.maxMsg,
 		Logger:         slogger,
