@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -486,6 +487,13 @@ func (cc *clientConn) writeLoop() {
 		case c = <-cc.sendq:
 		case <-cc.r.done:
 			return
+		}
+		if len(cc.sendq) == 0 {
+			// Let posters that are ready to run queue their frames first,
+			// so one writev carries many (a syscall per frame otherwise
+			// dominates small operations). With nothing else runnable
+			// this returns at once.
+			runtime.Gosched()
 		}
 		cc.iov = cc.iovBuf[:0]
 		cc.sending = cc.sending[:0]
