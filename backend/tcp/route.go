@@ -488,7 +488,7 @@ func (cc *clientConn) writeLoop() {
 		case <-cc.r.done:
 			return
 		}
-		if len(cc.sendq) == 0 {
+		if len(cc.sendq) == 0 && cc.r.inflight.Load() >= yieldInFlight {
 			// Let posters that are ready to run queue their frames first,
 			// so one writev carries many (a syscall per frame otherwise
 			// dominates small operations). With nothing else runnable
@@ -731,6 +731,12 @@ func (cc *clientConn) failAll(err error) {
 		c.finish(err)
 	}
 }
+
+// yieldInFlight is the number of operations in flight on a route from
+// which the writer yields before gathering a batch: with many posters the
+// batch grows (fewer syscalls); with few, the yield only adds a round of
+// scheduling.
+const yieldInFlight = 8
 
 // sendQueue bounds a connection's queue of frames; a full queue is
 // back-pressure on Post (the route's semaphore bounds the total anyway).

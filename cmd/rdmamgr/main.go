@@ -98,6 +98,7 @@ type common struct {
 	backend  string
 	secret   string
 	sockbuf  string
+	chunk    string
 	limits   limitFlags
 	rdma     ibverbs.Config
 }
@@ -146,6 +147,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.rdma.Device, "rdma-device", "", "RDMA device (default: the first with an active port)")
 	fs.IntVar(&c.rdma.Port, "rdma-port", 0, "RDMA port (default: the first active one)")
 	fs.IntVar(&c.rdma.GIDIndex, "rdma-gid-index", -1, "GID index (-1: the first RoCE v2 GID with an IPv4 address, else 0)")
+	fs.StringVar(&c.chunk, "chunk", "", "TCP: operations larger than this are split and striped over the route's connections (default 1MiB)")
 	fs.StringVar(&c.sockbuf, "sockbuf", "", "TCP socket send/receive buffer size for data connections (e.g. 4MiB; default: the kernel's autotuning)")
 	fs.IntVar(&c.conns, "conns", tcp.DefaultConfig().ConnsPerRoute, "TCP connections per route")
 	fs.IntVar(&c.maxMsg, "max-message-size", actor.DefaultMaxMessageSize, "largest control message in bytes (gRPC limit on both sides)")
@@ -213,6 +215,14 @@ func startNode(ctx context.Context, listen string, c *common, slogger *slog.Logg
 	tcfg := tcp.DefaultConfig()
 	tcfg.ListenAddr = host + ":0"
 	tcfg.ConnsPerRoute = c.conns
+	if c.chunk != "" {
+		sz, err := parseSize(c.chunk)
+		if err != nil || sz > uint64(tcfg.MaxFrameLen) {
+			n.close()
+			return nil, usagef("--chunk %q: want a size up to %d bytes", c.chunk, tcfg.MaxFrameLen)
+		}
+		tcfg.ChunkSize = int(sz)
+	}
 	if c.sockbuf != "" {
 		sz, err := parseSize(c.sockbuf)
 		if err != nil || sz > 1<<30 {

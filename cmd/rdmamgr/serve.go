@@ -14,6 +14,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:8090", "actor-system address HOST:PORT (port 0 picks one); the data listener binds the same host")
 	name := fs.String("name", actor.DefaultName, "manager actor name")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the daemon's life to this file")
 	var c common
 	c.register(fs)
 	c.limits.register(fs)
@@ -30,6 +31,11 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	stopProfiles, err := startProfiles(*cpuProfile, "")
+	if err != nil {
+		return err
+	}
+	defer stopProfiles()
 	n, err := startNode(ctx, *listen, &c, sl, *name, true)
 	if err != nil {
 		return err
