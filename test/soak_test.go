@@ -1189,4 +1189,3 @@ func (f *fixedDaemon) logStderr(t *testing.T) {
 		}
 	}
 }
-
