@@ -158,3 +158,44 @@ func TestLeaseReaperReleases(t *testing.T) {
 		}
 	}
 }
+
+// A queue pair whose requester gave up before the reply is released by the
+// reaper, so its route does not stay up for ever.
+func TestUnclaimedQueuePairReleased(t *testing.T) {
+	a, b := leaseEnv(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e, err := a.getRoute(ctx, b.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := a.newQueuePair(e) // built, never taken
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.dropUnclaimed(time.Now().Add(-time.Hour)) // too young: kept
+	qp, err := a.takeQueuePair(id)
+	if err != nil {
+		t.Fatalf("young unclaimed queue pair dropped: %v", err)
+	}
+	defer qp.Release()
+	e2, err := a.getRoute(ctx, b.PID()) // each queue pair holds one route reference
+	if err != nil || e2 != e {
+		t.Fatalf("second getRoute: %v (same route: %v)", err, e2 == e)
+	}
+	id2, err := a.newQueuePair(e2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.dropUnclaimed(time.Now().Add(time.Hour)) // old enough
+	if _, err := a.takeQueuePair(id2); err == nil {
+		t.Fatal("unclaimed queue pair still there")
+	}
+	st, err := a.Client().Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Routes) != 1 || st.Routes[0].Refs != 1 {
+		t.Fatalf("routes after dropping the unclaimed pair: %v", st.Routes)
+	}
+}

@@ -187,6 +187,7 @@ type qpEntry struct {
 	qp    *queuepair.QueuePair
 	route *routeEntry
 	taken bool // handed to the local caller; guarded by Manager.mu
+	made  time.Time
 }
 
 // New builds a manager on sys. It does no I/O: Start does.
@@ -602,7 +603,7 @@ func (m *Manager) newQueuePair(e *routeEntry) (uint64, error) {
 	}
 	m.nextQP++
 	id := m.nextQP
-	qe := &qpEntry{route: e}
+	qe := &qpEntry{route: e, made: time.Now()}
 	qe.qp = queuepair.New(id, e.peerID, e.route, m.reg, queuepair.Options{
 		Timeout:   m.cfg.OpTimeout,
 		Kind:      e.kind,
@@ -648,12 +649,32 @@ func (m *Manager) reaper() {
 			return
 		case <-t.C:
 		}
+		m.dropUnclaimed(time.Now().Add(-2 * m.cfg.RequestTimeout))
 		for _, r := range m.reg.Expired() {
 			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.OpTimeout)
 			err := m.reg.Release(ctx, m.reg.Handle(r))
 			cancel()
 			m.forgetRemote(r.ID())
 			m.log.Info("lease expired: buffer released", "region", r.ID(), "err", err)
+		}
+	}
+}
+
+// dropUnclaimed releases queue pairs built for a caller that never took
+// them (its context ended before the reply arrived) and made before
+// cutoff, so they do not hold their route for ever.
+func (m *Manager) dropUnclaimed(cutoff time.Time) {
+	var ids []uint64
+	m.mu.Lock()
+	for id, qe := range m.qps {
+		if !qe.taken && qe.made.Before(cutoff) {
+			ids = append(ids, id)
+		}
+	}
+	m.mu.Unlock()
+	for _, id := range ids {
+		if m.releaseQP(id) == nil {
+			m.log.Info("queue pair never claimed: released", "qp", id)
 		}
 	}
 }
