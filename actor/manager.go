@@ -140,6 +140,11 @@ type Manager struct {
 	remoteTotal uint64
 	stop        chan struct{} // closed by Close: stops the reaper
 
+	// life ends when Close starts: route setups in progress give up
+	// instead of holding Close for their timeout.
+	life    context.Context
+	endLife context.CancelFunc
+
 	wg sync.WaitGroup // route setups and replies sent from goroutines
 
 	authFailures atomic.Uint64
@@ -210,6 +215,7 @@ func New(sys *protoactor.ActorSystem, cfg Config) (*Manager, error) {
 	default:
 		return nil, fmt.Errorf("backend %q (want tcp, ibverbs or auto): %w", cfg.Backend, backend.ErrNotSupported)
 	}
+	life, endLife := context.WithCancel(context.Background())
 	return &Manager{
 		sys:    sys,
 		cfg:    cfg,
@@ -223,6 +229,8 @@ func New(sys *protoactor.ActorSystem, cfg Config) (*Manager, error) {
 
 		remoteBytes: make(map[uint64]uint64),
 		stop:        make(chan struct{}),
+		life:        life,
+		endLife:     endLife,
 	}, nil
 }
 
@@ -368,6 +376,7 @@ func (m *Manager) Close() error {
 	}
 	m.closed = true
 	close(m.stop)
+	m.endLife()
 	pid := m.pid
 	routes := m.routes
 	m.routes = make(map[string]*routeEntry)
@@ -472,7 +481,7 @@ func routeDead(r backend.Route) bool {
 func (m *Manager) setupRoute(e *routeEntry) {
 	defer m.wg.Done()
 	defer close(e.ready)
-	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RouteTimeout)
+	ctx, cancel := context.WithTimeout(m.life, m.cfg.RouteTimeout)
 	defer cancel()
 	var errs []error
 	for _, b := range m.backends {
