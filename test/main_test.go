@@ -208,21 +208,30 @@ func (s *syncBuffer) String() string {
 // once (SIGTERM; each must exit 0) when the test ends.
 func startDaemons(t *testing.T, n int) []*daemon {
 	t.Helper()
-	ds := make([]*daemon, n)
+	return startAll(t, n, func(name string) (*daemon, error) { return spawnDaemon(name, "127.0.0.1:0") })
+}
+
+// startAll starts n daemons in parallel with start (named after the test),
+// and registers one cleanup that stops every one that started, at once.
+func startAll[D interface{ stop(*testing.T) }](t *testing.T, n int, start func(name string) (D, error)) []D {
+	t.Helper()
+	ds := make([]D, n)
+	ok := make([]bool, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range ds {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ds[i], errs[i] = spawnDaemon(fmt.Sprintf("%s/d%d", t.Name(), i+1), "127.0.0.1:0")
+			ds[i], errs[i] = start(fmt.Sprintf("%s/d%d", t.Name(), i+1))
+			ok[i] = errs[i] == nil
 		}()
 	}
 	wg.Wait()
 	t.Cleanup(func() {
 		var wg sync.WaitGroup
-		for _, d := range ds {
-			if d == nil {
+		for i, d := range ds {
+			if !ok[i] {
 				continue
 			}
 			wg.Add(1)

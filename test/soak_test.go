@@ -991,32 +991,7 @@ type incarnation struct {
 // the incarnations running when the test ends (SIGTERM; each must exit 0).
 func startFixedDaemons(t *testing.T, n int) []*fixedDaemon {
 	t.Helper()
-	fs := make([]*fixedDaemon, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range fs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fs[i], errs[i] = startFixedDaemon(fmt.Sprintf("%s/d%d", t.Name(), i+1))
-		}()
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, f := range fs {
-			if f == nil {
-				continue
-			}
-			wg.Add(1)
-			go func() { defer wg.Done(); f.stop(t) }()
-		}
-		wg.Wait()
-	})
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	return fs
+	return startAll(t, n, startFixedDaemon)
 }
 
 // startFixedDaemon picks a free port and starts a daemon there.
