@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -59,8 +60,35 @@ type WorkRequest struct {
 	Remote      buffer.Buffer // remote handle, already validated as owned by the route's peer
 	Deadline    time.Time     // the backend fails the request with ErrDeadline after it
 	Done        Completer
-	// Ctx is free for the poster (e.g. the queue pair's bookkeeping).
-	Ctx any
+	// Cancel, when not nil, ends Post's wait for room in flight when it is
+	// closed (the poster's context). Cancelling a posted request is
+	// RequestCancel followed by Route.Cancel.
+	Cancel <-chan struct{}
+
+	cause atomic.Pointer[error] // set once by RequestCancel
+}
+
+// RequestCancel records why wr should end early; the first cause wins and
+// it reports whether this call set it. The poster then calls Route.Cancel
+// (a backend also checks the cause when it queues or sends wr, so a cause
+// set while Post runs is not lost). The poster clears it by Reset.
+func (wr *WorkRequest) RequestCancel(cause error) bool {
+	return wr.cause.CompareAndSwap(nil, &cause)
+}
+
+// CancelCause returns the cause given to RequestCancel, or nil.
+func (wr *WorkRequest) CancelCause() error {
+	if p := wr.cause.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Reset clears wr for reuse by its poster (only when it is not posted).
+func (wr *WorkRequest) Reset() {
+	wr.Op, wr.Local, wr.LocalRegion, wr.Remote = 0, nil, nil, buffer.Buffer{}
+	wr.Deadline, wr.Done, wr.Cancel = time.Time{}, nil, nil
+	wr.cause.Store(nil)
 }
 
 // PendingRoute is the initiator's half-made route between PrepareRoute and
@@ -79,6 +107,16 @@ type Route interface {
 	Post(wr *WorkRequest) error
 	// Done is closed when the route has failed or was closed.
 	Done() <-chan struct{}
+	// Cancel ends a posted wr early with wr.CancelCause() (set by
+	// RequestCancel before the call). It returns at once; Done.Complete is
+	// still called exactly once, and only after the backend can no longer
+	// touch wr.Local, promptly: no later than the bytes of it that are on
+	// the wire or on the device now take to move (TCP interrupts a stalled
+	// socket read or write and drains the rest into a sink; an RDMA device
+	// finishes the work requests it was given). The outcome is the cause,
+	// unless wr completed first. One request's cancellation never fails
+	// another's. A wr that is not posted here (or completed) is ignored.
+	Cancel(wr *WorkRequest)
 	// Err returns why the route ended (nil while it is up).
 	Err() error
 	// Stats returns counters of the route.

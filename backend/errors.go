@@ -15,8 +15,10 @@ import (
 var (
 	// ErrPeerGone: the peer closed the route or died.
 	ErrPeerGone = errors.New("backend: peer gone")
-	// ErrDeadline: the work request missed its deadline.
-	ErrDeadline = errors.New("backend: deadline exceeded")
+	// ErrDeadline: the work request missed its deadline. It also matches
+	// context.DeadlineExceeded (errors.Is), so one check serves whichever
+	// layer noticed the deadline: the backend, or the caller's context.
+	ErrDeadline error = deadlineError{}
 	// ErrClosed: the route or backend is closed.
 	ErrClosed = errors.New("backend: closed")
 	// ErrProtocol: a malformed frame or handshake.
@@ -30,6 +32,15 @@ var (
 	// ErrLimit: a limit (in-flight, routes, frame size) was hit.
 	ErrLimit = errors.New("backend: limit exceeded")
 )
+
+// deadlineError is ErrDeadline: errors.Is matches it and
+// context.DeadlineExceeded, and it is a net.Error-style timeout.
+type deadlineError struct{}
+
+func (deadlineError) Error() string        { return "backend: deadline exceeded" }
+func (deadlineError) Is(target error) bool { return target == context.DeadlineExceeded }
+func (deadlineError) Timeout() bool        { return true }
+func (deadlineError) Temporary() bool      { return true }
 
 // Code maps an error to the wire code; nil is OK.
 func Code(err error) rdmapb.Code {

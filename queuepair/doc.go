@@ -3,17 +3,65 @@
 //
 // Put and Get return at once with a *WorkRequest; Wait(ctx) blocks until it
 // completes, Poll reports without blocking, Done gives a channel. Submit
-// posts a batch of operations that share one deadline. Every operation has a
-// deadline (the QueuePair's default timeout unless the batch context sets
-// one). Data goes from the caller's goroutine to the backend: never through
-// an actor mailbox.
+// posts a batch of operations that share one context. Every operation has a
+// deadline (the QueuePair's default timeout, or the batch context's deadline
+// if that is earlier). Data goes from the caller's goroutine to the
+// backend: never through an actor mailbox.
 //
-// Contract: when a Put completes without error the bytes are in the remote
-// buffer; when a Get completes without error they are in the local buffer.
-// A work request completes exactly once, and only after the backend can no
-// longer touch its local memory; until then the local region stays
-// registered (Release waits for it). A failed operation's error wraps the
-// sentinel that names its cause: buffer.ErrBadKey, ErrOutOfRange, ErrAccess,
-// ErrReleased; backend.ErrPeerGone, ErrDeadline, ErrClosed; or this
-// package's ErrWrongPeer, ErrLengthMismatch.
+// # Reported means finished
+//
+// The local memory of an operation is lent to the backend from the post
+// until the operation's outcome is reported, and not a moment longer. Once
+// Wait, Cancel, Poll, Err, Done, or a batch's Wait or Poll has reported an
+// outcome (success, an error, or the caller's context ending), no byte of
+// that operation touches the local memory again, on any backend: the
+// caller may reuse or release it at once. The library keeps this promise by
+// waiting, never by trusting timing:
+//
+//   - Wait(ctx) whose ctx ends first cancels the operation and returns only
+//     once the backend can no longer touch the memory. The TCP backend
+//     interrupts a socket read or write that is using the memory right now
+//     and sends the rest of the frame from a sink (zeros for a Put; a Get's
+//     late payload is read and dropped); an RDMA device finishes the work
+//     requests it was given (an RC queue pair cannot take one back), which
+//     its transport timeouts bound. So Wait may return a little after ctx
+//     ended; it never returns while the memory is in use.
+//   - Submit(ctx) watches ctx: when it is cancelled or its deadline passes,
+//     the operations still pending are cancelled the same way, whether or
+//     not anybody waits.
+//   - A deadline passing inside the backend (an operation nobody waits on)
+//     ends that operation the same way.
+//
+// The outcome of a cancelled operation is ctx's error, unless it completed
+// first: then it is the real outcome (nil for success). Wait's result and
+// Err afterwards are always the same. The remote range of a Put that ended
+// with an error is undefined (any mix of old bytes, new bytes and zeros), as
+// with RDMA; a Get that ended with an error leaves undefined only the
+// local bytes it had already received before the report.
+//
+// # Isolation
+//
+// One operation's cancellation, deadline or refusal never fails another
+// operation: not on the same queue pair, not on other queue pairs over the
+// same route. A queue pair whose operation timed out serves its next one.
+// Only the route's own failure (the peer died or went silent, a protocol
+// violation) fails everything on it, with backend.ErrPeerGone or
+// backend.ErrProtocol; the manager builds a new route for the next queue
+// pair request.
+//
+// # Errors
+//
+// A context that ended yields an error for which
+// errors.Is(err, context.DeadlineExceeded) and
+// errors.Is(err, backend.ErrDeadline) both hold (whichever layer noticed
+// the deadline: the caller's ctx or the backend), or
+// errors.Is(err, context.Canceled) for a cancellation. Other failures wrap
+// the sentinel that names their cause: buffer.ErrBadKey, ErrOutOfRange,
+// ErrAccess, ErrReleased, ErrRevoked, ErrExpired; backend.ErrPeerGone,
+// ErrClosed; or this package's ErrWrongPeer, ErrLengthMismatch,
+// ErrReleased, ErrNotLocal.
+//
+// A work request completes exactly once. Until then the local region
+// stays registered: the owner's ReleaseBuffer waits for it, and Release of
+// the QueuePair waits for every operation posted on it.
 package queuepair

@@ -102,16 +102,38 @@ func GetOp(local, remote buffer.Buffer) Op {
 	return Op{Op: backend.OpRead, Local: local, Remote: remote}
 }
 
-// Submit posts ops that share one deadline: ctx's deadline, or the queue
-// pair's timeout from now. It returns at once.
+// Submit posts ops that share ctx: its deadline (or the queue pair's
+// timeout from now, whichever is earlier) and its cancellation. When ctx
+// ends before an operation completed, the operation is cancelled: it
+// completes with ctx's error (see WorkRequest.Wait), without anybody having
+// to wait for it. It returns at once.
 func (q *QueuePair) Submit(ctx context.Context, ops ...Op) *Batch {
-	dl, ok := ctx.Deadline()
-	if !ok {
-		dl = time.Now().Add(q.timeout)
+	dl := time.Now().Add(q.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
 	}
 	b := &Batch{wrs: make([]*WorkRequest, len(ops))}
+	var c context.Context
+	if ctx.Done() != nil {
+		c = ctx
+	}
+	b.left.Store(int32(len(ops)))
 	for i, o := range ops {
-		b.wrs[i] = q.post(o.Op, o.Local, o.Remote, dl)
+		b.wrs[i] = &WorkRequest{batch: b}
+		q.arm(b.wrs[i], o.Op, o.Local, o.Remote, dl, c)
+	}
+	if c != nil {
+		// Cancel what is still pending when ctx ends (at once if it has).
+		stop := context.AfterFunc(ctx, func() {
+			cause := ctxCause(ctx)
+			for _, w := range b.wrs {
+				w.cancel(cause)
+			}
+		})
+		b.watch.Store(&stop)
+		if done, _ := b.Poll(); done {
+			stop()
+		}
 	}
 	return b
 }
@@ -120,21 +142,23 @@ func (q *QueuePair) Submit(ctx context.Context, ops ...Op) *Batch {
 // it completed: the steady-state data path then allocates nothing. w must
 // not be pending (it panics if it is).
 func (q *QueuePair) PostPut(w *WorkRequest, local, remote buffer.Buffer) {
-	q.arm(w, backend.OpWrite, local, remote, time.Now().Add(q.timeout))
+	q.arm(w, backend.OpWrite, local, remote, time.Now().Add(q.timeout), nil)
 }
 
 // PostGet is Get into a caller-owned, reusable WorkRequest (see PostPut).
 func (q *QueuePair) PostGet(w *WorkRequest, local, remote buffer.Buffer) {
-	q.arm(w, backend.OpRead, local, remote, time.Now().Add(q.timeout))
+	q.arm(w, backend.OpRead, local, remote, time.Now().Add(q.timeout), nil)
 }
 
 func (q *QueuePair) post(op backend.Op, local, remote buffer.Buffer, deadline time.Time) *WorkRequest {
 	w := new(WorkRequest)
-	q.arm(w, op, local, remote, deadline)
+	q.arm(w, op, local, remote, deadline, nil)
 	return w
 }
 
-func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote buffer.Buffer, deadline time.Time) {
+// arm posts op on w; ctx, when not nil, is the poster's context: it ends
+// Post's wait for room in flight (Submit cancels posted work through it).
+func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote buffer.Buffer, deadline time.Time, ctx context.Context) {
 	if !w.state.CompareAndSwap(stateIdle, statePending) && !w.state.CompareAndSwap(stateDone, statePending) {
 		panic("queuepair: WorkRequest reused while pending")
 	}
@@ -146,11 +170,14 @@ func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote buffer.Buff
 	default:
 	}
 	w.err = nil
-	w.wr = backend.WorkRequest{}
+	w.wr.Reset()
 	w.wr.Op = op
 	w.wr.Remote = remote
 	w.wr.Deadline = deadline
 	w.wr.Done = w
+	if ctx != nil {
+		w.wr.Cancel = ctx.Done()
+	}
 	if !q.begin() {
 		w.finish(ErrReleased)
 		return
@@ -171,7 +198,17 @@ func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote buffer.Buff
 	w.region = region
 	w.wr.LocalRegion = region
 	w.wr.Local = mem
+	if cause := w.wr.CancelCause(); cause != nil {
+		w.finish(fmt.Errorf("%s %d bytes: %w", op, len(mem), cause))
+		return
+	}
+	w.owner.Store(q) // before Post: a cancel may come as soon as it is posted
 	if err := q.route.Post(&w.wr); err != nil {
+		if cause := w.wr.CancelCause(); cause != nil {
+			err = cause
+		} else if ctx != nil && ctx.Err() != nil {
+			err = ctxCause(ctx)
+		}
 		w.finish(fmt.Errorf("%s %d bytes: %w", op, len(mem), err))
 	}
 }
@@ -237,10 +274,14 @@ func (q *QueuePair) Release() {
 type WorkRequest struct {
 	wr     backend.WorkRequest
 	region *buffer.Region
-	qp     *QueuePair    // set while the operation counts in qp.ops
-	sig    chan struct{} // capacity 1: one token per completion
-	err    error         // written before state becomes done
-	state  atomic.Uint32
+	qp     *QueuePair // set while the operation counts in qp.ops
+	// owner is the queue pair w was last posted on: where a cancel goes.
+	// Atomic: a batch's context watcher reads it while the backend runs.
+	owner atomic.Pointer[QueuePair]
+	batch *Batch        // set once by Submit: its watcher stops with the last op
+	sig   chan struct{} // capacity 1: one token per completion
+	err   error         // written before state becomes done
+	state atomic.Uint32
 }
 
 const (
@@ -268,8 +309,26 @@ func (w *WorkRequest) finish(err error) {
 	case w.sig <- struct{}{}:
 	default:
 	}
+	if b := w.batch; b != nil && b.left.Add(-1) == 0 {
+		b.unwatch()
+	}
 	if q != nil {
 		q.end()
+	}
+}
+
+// cancel asks the backend to end w early with cause; it returns at once
+// and w completes (promptly) once the backend can no longer touch its
+// memory. A no-op once w completed.
+func (w *WorkRequest) cancel(cause error) {
+	if w.state.Load() != statePending || !w.wr.RequestCancel(cause) {
+		return
+	}
+	// The cause is set first, so a Post still running sees it (backends
+	// check it as they queue); a Cancel that arrives after completion is
+	// ignored by the route.
+	if q := w.owner.Load(); q != nil {
+		q.route.Cancel(&w.wr)
 	}
 }
 
@@ -291,8 +350,12 @@ func (w *WorkRequest) Err() error {
 	return err
 }
 
-// Wait blocks until the operation completes or ctx ends. When ctx ends first
-// it returns ctx's error; the operation goes on until its own deadline.
+// Wait blocks until the operation completes and returns its outcome. When
+// ctx ends first, Wait cancels the operation and returns once the backend
+// can no longer touch the local memory: the error is then ctx's (see the
+// package doc for errors.Is), unless the operation completed first. Either
+// way, when Wait returns the memory is the caller's again, and Err returns
+// the same outcome.
 func (w *WorkRequest) Wait(ctx context.Context) error {
 	if w.state.Load() == stateDone {
 		return w.err
@@ -301,32 +364,89 @@ func (w *WorkRequest) Wait(ctx context.Context) error {
 	case <-w.sig:
 		return w.err
 	case <-ctx.Done():
-		if w.state.Load() == stateDone {
-			return w.err
-		}
-		return ctx.Err()
 	}
+	w.cancel(ctxCause(ctx))
+	<-w.sig
+	return w.err
+}
+
+// Cancel ends the operation early with context.Canceled, waits until the
+// backend can no longer touch its local memory and returns its outcome
+// (nil if it completed first). Use either Cancel or Wait, not both.
+func (w *WorkRequest) Cancel() error {
+	if w.state.Load() == stateDone {
+		return w.err
+	}
+	w.cancel(fmt.Errorf("queuepair: %w", context.Canceled))
+	<-w.sig
+	return w.err
+}
+
+// ctxCause is the error an operation ended by ctx reports: for a deadline
+// backend.ErrDeadline (which matches context.DeadlineExceeded too), for a
+// cancellation context.Canceled and ctx's cause if one was given.
+func ctxCause(ctx context.Context) error {
+	err := ctx.Err()
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("queuepair: context deadline: %w", backend.ErrDeadline)
+	}
+	if c := context.Cause(ctx); c != nil && c != err {
+		return fmt.Errorf("queuepair: %w: %w", err, c)
+	}
+	return fmt.Errorf("queuepair: %w", err)
 }
 
 // Batch is a set of operations posted together.
 type Batch struct {
-	wrs []*WorkRequest
+	wrs   []*WorkRequest
+	left  atomic.Int32                // operations not yet completed
+	watch atomic.Pointer[func() bool] // stops Submit's ctx watcher
 }
 
 // Requests returns the batch's work requests in submission order.
 func (b *Batch) Requests() []*WorkRequest { return b.wrs }
 
-// Wait waits for every operation; it returns their errors joined.
+// Wait waits for every operation and returns their errors joined. When ctx
+// ends first, the operations still pending are cancelled and Wait returns
+// once none of them can touch local memory (see WorkRequest.Wait).
 func (b *Batch) Wait(ctx context.Context) error {
 	var errs []error
-	for _, w := range b.wrs {
-		if err := w.Wait(ctx); err != nil {
-			errs = append(errs, err)
-			if ctx.Err() != nil {
-				return errors.Join(errs...)
+	for i, w := range b.wrs {
+		if w.state.Load() != stateDone && ctx.Err() != nil {
+			cause := ctxCause(ctx)
+			for _, rest := range b.wrs[i:] {
+				rest.cancel(cause)
 			}
 		}
+		if err := w.Wait(ctx); err != nil {
+			errs = append(errs, err)
+		}
 	}
+	b.unwatch()
+	return errors.Join(errs...)
+}
+
+// unwatch stops Submit's ctx watcher once every operation completed.
+func (b *Batch) unwatch() {
+	if stop := b.watch.Load(); stop != nil {
+		(*stop)()
+	}
+}
+
+// Cancel cancels every pending operation of the batch, waits until none can
+// touch local memory and returns their errors joined.
+func (b *Batch) Cancel() error {
+	cause := fmt.Errorf("queuepair: %w", context.Canceled)
+	for _, w := range b.wrs {
+		w.cancel(cause)
+	}
+	var errs []error
+	for _, w := range b.wrs {
+		if err := w.Cancel(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	b.unwatch()
 	return errors.Join(errs...)
 }
 

@@ -23,10 +23,25 @@ type fakeRoute struct {
 	done  chan struct{}
 	once  sync.Once
 	nPost int // calls of Post, accepted or not
+	// holdCancel makes Cancel only record the request; otherwise Cancel
+	// completes it with its cause at once, as a backend would.
+	holdCancel bool
+	cancels    chan *backend.WorkRequest // every Cancel call, in order
 }
 
 func newFakeRoute() *fakeRoute {
-	return &fakeRoute{posted: make(chan *backend.WorkRequest, 1024), done: make(chan struct{})}
+	return &fakeRoute{posted: make(chan *backend.WorkRequest, 1024), done: make(chan struct{}),
+		cancels: make(chan *backend.WorkRequest, 1024)}
+}
+
+func (r *fakeRoute) Cancel(wr *backend.WorkRequest) {
+	r.mu.Lock()
+	hold := r.holdCancel
+	r.mu.Unlock()
+	r.cancels <- wr
+	if !hold {
+		wr.Done.Complete(wr, fmt.Errorf("fake: %w", wr.CancelCause()))
+	}
 }
 
 func (r *fakeRoute) Post(wr *backend.WorkRequest) error {
@@ -243,28 +258,112 @@ func TestWaitContext(t *testing.T) {
 	e := newEnv(t, Options{})
 	local := alloc(t, e.local, 100, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 100, buffer.AccessReadWrite)
+
+	// A cancelled ctx cancels the operation; Wait returns its outcome.
 	w := e.qp.Get(local, remote)
 	wr := e.route.next(t)
-
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := w.Wait(ctx); !errors.Is(err, context.Canceled) {
+	err := w.Wait(ctx)
+	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("wait with cancelled ctx: %v", err)
 	}
+	if got := <-e.route.cancels; got != wr {
+		t.Fatal("Cancel not called with the posted request")
+	}
+	if done, perr := w.Poll(); !done || perr != err {
+		t.Fatalf("poll after wait: %v %v, want %v", done, perr, err)
+	}
+
+	// A passed deadline: the error matches both deadline sentinels.
+	w = e.qp.Get(local, remote)
+	e.route.next(t)
 	dctx, dcancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer dcancel()
-	if err := w.Wait(dctx); !errors.Is(err, context.DeadlineExceeded) {
+	err = w.Wait(dctx)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, backend.ErrDeadline) {
 		t.Fatalf("wait with expired ctx: %v", err)
 	}
-	// The operation goes on: a waiter that started before completion sees it.
+	<-e.route.cancels
+
+	// Wait does not return before the backend completed the request (it
+	// may still be touching the memory), and then reports what it said.
+	e.route.holdCancel = true
+	local2 := alloc(t, e.local, 100, buffer.AccessReadWrite)
+	w = e.qp.Get(local2, remote)
+	wr = e.route.next(t)
 	res := make(chan error, 1)
-	go func() { res <- w.Wait(context.Background()) }()
-	complete(wr, nil)
+	go func() { res <- w.Wait(dctx) }()
+	if got := <-e.route.cancels; got != wr {
+		t.Fatal("Cancel not called with the posted request")
+	}
+	select {
+	case err := <-res:
+		t.Fatalf("wait returned %v before the backend completed the request", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if drained(t, e.local, local2) { // starts the release: no new work on local2
+		t.Fatal("local region released while the backend holds it")
+	}
+	complete(wr, nil) // it finished before the cancel took effect
 	if err := <-res; err != nil {
 		t.Fatalf("wait after completion: %v", err)
 	}
 	if done, err := w.Poll(); !done || err != nil {
 		t.Fatalf("poll: %v %v", done, err)
+	}
+
+	// Cancel ends it the same way.
+	e.route.holdCancel = false
+	w = e.qp.Put(local, remote)
+	e.route.next(t)
+	if err := w.Cancel(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancel: %v", err)
+	}
+	<-e.route.cancels
+	if err := w.Cancel(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("second cancel: %v", err)
+	}
+	select {
+	case <-e.route.cancels:
+		t.Fatal("a completed request was cancelled again")
+	default:
+	}
+}
+
+// Submit's ctx cancels its operations when it ends, with nobody waiting.
+func TestSubmitContextCancels(t *testing.T) {
+	e := newEnv(t, Options{Timeout: time.Hour})
+	local := alloc(t, e.local, 200, buffer.AccessReadWrite)
+	remote := alloc(t, e.remote, 200, buffer.AccessReadWrite)
+	l1, _ := local.Slice(0, 100)
+	l2, _ := local.Slice(100, 100)
+	r1, _ := remote.Slice(0, 100)
+	r2, _ := remote.Slice(100, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	b := e.qp.Submit(ctx, GetOp(l1, r1), PutOp(l2, r2))
+	first, second := e.route.next(t), e.route.next(t)
+	complete(first, nil)
+	cancel()
+	if got := <-e.route.cancels; got != second {
+		t.Fatal("the pending request was not cancelled")
+	}
+	eventually(t, "batch done", func() bool { done, _ := b.Poll(); return done })
+	if b.Requests()[0].Err() != nil || !errors.Is(b.Requests()[1].Err(), context.Canceled) {
+		t.Fatalf("outcomes: %v, %v", b.Requests()[0].Err(), b.Requests()[1].Err())
+	}
+	select {
+	case <-e.route.cancels:
+		t.Fatal("a completed request was cancelled")
+	default:
+	}
+	// A ctx that ended before Submit: nothing is posted.
+	b = e.qp.Submit(ctx, GetOp(l1, r1))
+	if err := b.Wait(context.Background()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("submit with ended ctx: %v", err)
+	}
+	if !drained(t, e.local, local) {
+		t.Fatal("local region still referenced")
 	}
 }
 
@@ -568,25 +667,22 @@ func TestSubmitSharesDeadline(t *testing.T) {
 	if done, _ := b.Poll(); done {
 		t.Fatal("batch done with one request pending")
 	}
-	// Wait with an ended ctx returns at once with the ctx error.
+	// Wait with an ended ctx cancels what is pending and reports it.
 	cctx, ccancel := context.WithCancel(context.Background())
 	ccancel()
-	if err := b.Wait(cctx); !errors.Is(err, context.Canceled) {
+	if err := b.Wait(cctx); !errors.Is(err, context.Canceled) || !errors.Is(err, backend.ErrPeerGone) {
 		t.Fatalf("batch wait with cancelled ctx: %v", err)
 	}
-	complete(posted[1], buffer.ErrBadKey)
+	complete(posted[1], buffer.ErrBadKey) // too late: already reported
 	done, perr := b.Poll()
-	if !done || !errors.Is(perr, backend.ErrPeerGone) || !errors.Is(perr, buffer.ErrBadKey) {
+	if !done || !errors.Is(perr, backend.ErrPeerGone) || !errors.Is(perr, context.Canceled) || errors.Is(perr, buffer.ErrBadKey) {
 		t.Fatalf("batch poll: %v %v", done, perr)
 	}
 	werr := b.Wait(context.Background())
-	if !errors.Is(werr, backend.ErrPeerGone) || !errors.Is(werr, buffer.ErrBadKey) {
-		t.Fatalf("batch wait: %v", werr)
-	}
 	if errs := werr.(interface{ Unwrap() []error }).Unwrap(); len(errs) != 2 {
 		t.Fatalf("joined %d errors: %v", len(errs), werr)
 	}
-	if b.Requests()[0].Err() != nil || !errors.Is(b.Requests()[1].Err(), buffer.ErrBadKey) {
+	if b.Requests()[0].Err() != nil || !errors.Is(b.Requests()[1].Err(), context.Canceled) {
 		t.Fatal("per-request errors")
 	}
 	if !drained(t, e.local, local) {

@@ -77,8 +77,8 @@ func TestDetectHungPeer(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), detectTimeout)
 		posted := time.Now()
 		w := qp.Submit(ctx, queuepair.GetOp(slice(dst, 0, detectOpSize), slice(remote, 0, detectOpSize))).Requests()[0]
-		cancel() // Submit only takes the deadline
 		err := wait(w)
+		cancel() // after: cancelling ctx would cancel the get
 		took := time.Since(posted)
 		t.Logf("get in flight with a %v deadline: failed %v after SIGSTOP: %v", detectTimeout, took.Round(time.Millisecond), err)
 		if !errors.Is(err, backend.ErrPeerGone) {

@@ -82,6 +82,7 @@ func Run(t *testing.T, f Factory) {
 		{"BackendCloseIdempotent", testBackendClose},
 		{"HostileRouteInfo", testHostileInfo},
 		{"Stats", testStats},
+		{"CancelAndDeadlineIsolation", testCancel},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
 	}

@@ -3,6 +3,7 @@
 package ibverbs
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -53,8 +54,9 @@ type op struct {
 	chunks    []chunk
 	remaining atomic.Int32
 	firstErr  atomic.Pointer[error]
-	flushed   atomic.Bool // a chunk was flushed (the route failed)
-	expired   atomic.Bool // the watchdog found it past its deadline
+	flushed   atomic.Bool           // a chunk was flushed (the route failed)
+	expired   atomic.Bool           // the watchdog found it past its deadline
+	canceled  atomic.Pointer[error] // why the poster cancelled it
 }
 
 // chunk is one work request; op is nil for a keep-alive probe.
@@ -150,19 +152,24 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 		return fmt.Errorf("ibverbs: %s of %d bytes posted after its deadline: %w", wr.Op, n, backend.ErrDeadline)
 	}
 	// Back-pressure: room on the queue pair, then on the completion queue.
-	switch r.sem.acquire(count, wr.Deadline, r.done) {
+	switch r.sem.acquire(count, wr.Deadline, r.done, wr.Cancel) {
 	case semTimeout:
 		return fmt.Errorf("ibverbs: waiting for room in flight: %w", backend.ErrDeadline)
 	case semDone:
 		return r.Err()
+	case semCanceled:
+		return fmt.Errorf("ibverbs: waiting for room in flight: %w", context.Canceled)
 	}
-	switch b.cqBudget.acquire(count, wr.Deadline, r.done) {
+	switch b.cqBudget.acquire(count, wr.Deadline, r.done, wr.Cancel) {
 	case semTimeout:
 		r.sem.release(count)
 		return fmt.Errorf("ibverbs: waiting for room on the completion queue: %w", backend.ErrDeadline)
 	case semDone:
 		r.sem.release(count)
 		return r.Err()
+	case semCanceled:
+		r.sem.release(count)
+		return fmt.Errorf("ibverbs: waiting for room on the completion queue: %w", context.Canceled)
 	}
 
 	o := &op{wr: wr, r: r, chunks: make([]chunk, count)}
@@ -196,6 +203,9 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 	posted, perr := r.qp.post(batch)
 	r.postMu.Unlock()
 	if perr == nil {
+		if wr.CancelCause() != nil { // cancelled while it was being posted
+			r.Cancel(wr)
+		}
 		b.kickWatchdog()
 		return nil
 	}
@@ -290,6 +300,8 @@ func (r *route) finish(o *op) {
 	r.inflight.Add(-1)
 	var err error
 	switch p := o.firstErr.Load(); {
+	case o.canceled.Load() != nil:
+		err = *o.canceled.Load()
 	case p == nil && !o.flushed.Load():
 	case o.expired.Load():
 		err = fmt.Errorf("ibverbs: %s of %d bytes: %w", o.wr.Op, len(o.wr.Local), backend.ErrDeadline)
@@ -377,22 +389,48 @@ wait:
 	close(r.drained)
 }
 
-// expire fails the route if an operation missed its deadline: an RC queue
-// pair cannot cancel one work request, so the queue pair goes to the error
-// state and its work fails once flushed.
+// expire marks operations past their deadline: they complete with
+// ErrDeadline once the device is done with them. An RC queue pair cannot
+// take one work request back, and moving it to the error state would fail
+// every neighbour on the route, so the device finishes what it was given:
+// the queue pair's transport timeouts (AckTimeout × RetryCount) bound
+// that, and a work request that fails them fails the route with
+// ErrPeerGone. Only an operation still held DrainTimeout past its deadline,
+// a device that ignores its own timeouts, fails the route here.
 func (r *route) expire(now time.Time) {
-	found := false
+	stuck := false
 	r.opsMu.Lock()
 	for o := range r.ops {
-		if d := o.wr.Deadline; !d.IsZero() && now.After(d) && !o.expired.Load() {
-			o.expired.Store(true)
-			found = true
+		d := o.wr.Deadline
+		if d.IsZero() || !now.After(d) {
+			continue
+		}
+		o.expired.Store(true)
+		if now.Sub(d) > r.b.cfg.DrainTimeout {
+			stuck = true
 		}
 	}
 	r.opsMu.Unlock()
-	if found {
-		r.fail(fmt.Errorf("ibverbs: route failed: a request missed its deadline: %w", backend.ErrDeadline))
+	if stuck {
+		r.fail(fmt.Errorf("ibverbs: route failed: a request is held %v past its deadline: %w", r.b.cfg.DrainTimeout, backend.ErrPeerGone))
 	}
+}
+
+// Cancel implements backend.Route: the operation completes with its cause
+// once the device has finished the work requests it was given (see expire).
+func (r *route) Cancel(wr *backend.WorkRequest) {
+	cause := wr.CancelCause()
+	if cause == nil {
+		return
+	}
+	err := fmt.Errorf("ibverbs: %s of %d bytes: %w", wr.Op, len(wr.Local), cause)
+	r.opsMu.Lock()
+	for o := range r.ops {
+		if o.wr == wr {
+			o.canceled.CompareAndSwap(nil, &err)
+		}
+	}
+	r.opsMu.Unlock()
 }
 
 // keepAlive probes the peer with a zero-length RDMA WRITE when the queue

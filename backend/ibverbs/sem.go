@@ -39,11 +39,13 @@ const (
 	semOK = iota
 	semTimeout
 	semDone
+	semCanceled
 )
 
 // acquire takes n units (n <= size), waiting until they are free, the
-// deadline passes (zero: none) or done is closed.
-func (s *wsem) acquire(n int, deadline time.Time, done <-chan struct{}) int {
+// deadline passes (zero: none), done is closed, or cancel (the poster's
+// context; nil: none) is closed.
+func (s *wsem) acquire(n int, deadline time.Time, done, cancel <-chan struct{}) int {
 	s.mu.Lock()
 	if len(s.waiters) == 0 && s.avail >= n {
 		s.avail -= n
@@ -68,6 +70,8 @@ func (s *wsem) acquire(n int, deadline time.Time, done <-chan struct{}) int {
 		why = semTimeout
 	case <-done:
 		why = semDone
+	case <-cancel:
+		why = semCanceled
 	}
 	s.mu.Lock()
 	select {

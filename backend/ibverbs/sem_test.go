@@ -12,13 +12,13 @@ func TestWsemFIFOAndAllOrNothing(t *testing.T) {
 		t.Fatal("tryAcquire(3) of 4")
 	}
 	got := make(chan int, 3)
-	go func() { s.acquire(4, time.Time{}, nil); got <- 4 }()
+	go func() { s.acquire(4, time.Time{}, nil, nil); got <- 4 }()
 	waitWaiters(t, s, 1)
 	// 1 unit is free, but the 4-unit waiter is first: a small request waits.
 	if s.tryAcquire(1) {
 		t.Fatal("tryAcquire jumped the queue")
 	}
-	go func() { s.acquire(1, time.Time{}, nil); got <- 1 }()
+	go func() { s.acquire(1, time.Time{}, nil, nil); got <- 1 }()
 	waitWaiters(t, s, 2)
 	s.release(3)
 	if g := <-got; g != 4 {
@@ -42,20 +42,25 @@ func TestWsemFIFOAndAllOrNothing(t *testing.T) {
 func TestWsemTimeoutAndDone(t *testing.T) {
 	s := newWsem(2)
 	s.tryAcquire(2)
-	if why := s.acquire(1, time.Now().Add(10*time.Millisecond), nil); why != semTimeout {
+	if why := s.acquire(1, time.Now().Add(10*time.Millisecond), nil, nil); why != semTimeout {
 		t.Fatalf("acquire past deadline: %d", why)
 	}
 	done := make(chan struct{})
 	go func() { time.Sleep(10 * time.Millisecond); close(done) }()
-	if why := s.acquire(2, time.Time{}, done); why != semDone {
+	cancel := make(chan struct{})
+	close(cancel)
+	if why := s.acquire(2, time.Time{}, nil, cancel); why != semCanceled {
+		t.Fatalf("acquire with cancel closed: %d", why)
+	}
+	if why := s.acquire(2, time.Time{}, done, nil); why != semDone {
 		t.Fatalf("acquire after done: %d", why)
 	}
 	// A waiter that gave up does not block the ones behind it.
 	got := make(chan struct{})
 	big := make(chan struct{})
-	go func() { s.acquire(2, time.Time{}, big) }()
+	go func() { s.acquire(2, time.Time{}, big, nil) }()
 	waitWaiters(t, s, 1)
-	go func() { s.acquire(1, time.Time{}, nil); close(got) }()
+	go func() { s.acquire(1, time.Time{}, nil, nil); close(got) }()
 	waitWaiters(t, s, 2)
 	s.release(1)
 	close(big) // the 2-unit waiter leaves; the 1-unit one gets the free unit
@@ -79,7 +84,7 @@ func TestWsemConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range 200 {
 				n := 1 + (g+i)%8
-				if s.acquire(n, time.Time{}, nil) != semOK {
+				if s.acquire(n, time.Time{}, nil, nil) != semOK {
 					t.Error("acquire failed")
 					return
 				}

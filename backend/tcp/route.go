@@ -167,6 +167,13 @@ type chunk struct {
 	deadline time.Time
 	state    int
 	answer   error // the response's outcome, for stAnswered
+	// cause is why the chunk is being ended early; interrupted says a loop
+	// touching its memory was interrupted (a socket deadline set to now)
+	// and must end it. Both under clientConn.mu; stop mirrors interrupted
+	// for the reader's lock-free check between reads.
+	cause       error
+	interrupted bool
+	stop        atomic.Bool
 }
 
 // pingChunk is queued by the watchdog to send a heartbeat.
@@ -233,6 +240,9 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 		case <-r.done:
 			r.releaseSem(int(i))
 			return r.Err()
+		case <-wr.Cancel:
+			r.releaseSem(int(i))
+			return fmt.Errorf("tcp: waiting for room in flight: %w", errCanceledWait)
 		}
 	}
 	o := opPool.Get().(*op)
@@ -255,8 +265,12 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 		c.region = wr.Remote.Region
 		c.offset = wr.Remote.Offset + off
 		c.deadline = wr.Deadline
-		c.answer = nil
+		c.answer, c.cause, c.interrupted = nil, nil, false
+		c.stop.Store(false)
 		r.conns[(start+i)%len(r.conns)].enqueue(c)
+	}
+	if wr.CancelCause() != nil { // cancelled while it was being queued
+		r.Cancel(wr)
 	}
 	if wasIdle { // only an idle watchdog sleeps past its tick
 		select {
@@ -529,6 +543,11 @@ func (cc *clientConn) writeLoop() {
 		}
 		cc.iovBuf = cc.iov[:0]
 		_, err := cc.iov.WriteTo(cc.c)
+		for err != nil && isTimeout(err) && cc.unloan() {
+			// A cancelled WRITE's payload was swapped for zeros (the
+			// frame must stay whole); the rest of the batch goes on.
+			_, err = cc.iov.WriteTo(cc.c)
+		}
 		clear(cc.iovBuf[:cap(cc.iovBuf)])
 		if err != nil {
 			cc.r.fail(fmt.Errorf("tcp: write: %w: %w", backend.ErrPeerGone, err))
@@ -559,8 +578,21 @@ func (cc *clientConn) claim(c *chunk) (reqHeader, bool) {
 
 func (cc *clientConn) markSent() {
 	var answered []*chunk
+	reset := false
 	cc.mu.Lock()
 	for _, c := range cc.sending {
+		if c.interrupted && (c.state == stSending || c.state == stAnswered) {
+			// Cancelled after its bytes went out: end it now.
+			reset = true
+			c.answer = c.cause
+			if c.state == stSending {
+				c.state = stAbandoned // its response is still to come and be dropped
+			} else {
+				delete(cc.slots, c.id)
+			}
+			answered = append(answered, c)
+			continue
+		}
 		switch c.state {
 		case stSending:
 			c.state = stSent
@@ -568,6 +600,9 @@ func (cc *clientConn) markSent() {
 			delete(cc.slots, c.id)
 			answered = append(answered, c)
 		}
+	}
+	if reset {
+		_ = cc.c.SetWriteDeadline(time.Time{})
 	}
 	cc.mu.Unlock()
 	clear(cc.sending)
@@ -641,7 +676,7 @@ func (cc *clientConn) readLoop() {
 			if abandoned {
 				_, err = io.CopyN(io.Discard, br, int64(h.length))
 			} else {
-				_, err = io.ReadFull(br, c.local)
+				err = cc.readPayload(br, c)
 			}
 			if err != nil {
 				// The chunk stays in slots as receiving; drain fails it
@@ -649,13 +684,6 @@ func (cc *clientConn) readLoop() {
 				cc.r.fail(fmt.Errorf("tcp: read payload: %w: %w", backend.ErrPeerGone, err))
 				return
 			}
-			if abandoned {
-				continue
-			}
-			cc.mu.Lock()
-			delete(cc.slots, h.wrid)
-			cc.mu.Unlock()
-			c.finish(nil)
 			continue
 		}
 		if abandoned {
@@ -671,36 +699,15 @@ func (cc *clientConn) readLoop() {
 
 const clientReadBuf = 4 << 10
 
-// expire fails chunks past their deadline. A chunk whose memory a loop may
-// be touching (sending, receiving) cannot be failed here: the connection is
-// closed instead, and drain fails it after the loops exit.
+// expire ends chunks past their deadline with ErrDeadline, as a cancel
+// does: only those chunks, never the route.
 func (cc *clientConn) expire(now time.Time) {
-	var expired []*chunk
-	stuck := false
-	cc.mu.Lock()
-	for id, c := range cc.slots {
-		if c.deadline.IsZero() || !now.After(c.deadline) || c.state == stAbandoned {
-			continue
+	cc.endChunks(func(c *chunk) error {
+		if c.deadline.IsZero() || !now.After(c.deadline) {
+			return nil
 		}
-		switch c.state {
-		case stQueued:
-			c.state = stAbandoned
-			delete(cc.slots, id)
-			expired = append(expired, c)
-		case stSent:
-			c.state = stAbandoned // kept: its response is still to be read and dropped
-			expired = append(expired, c)
-		default:
-			stuck = true
-		}
-	}
-	cc.mu.Unlock()
-	for _, c := range expired {
-		c.finish(fmt.Errorf("tcp: %s of %d bytes: %w", c.op.wr.Op, len(c.local), backend.ErrDeadline))
-	}
-	if stuck {
-		cc.r.fail(fmt.Errorf("tcp: transfer stalled past its deadline: %w", backend.ErrDeadline))
-	}
+		return fmt.Errorf("tcp: %s of %d bytes: %w", c.op.wr.Op, len(c.local), backend.ErrDeadline)
+	})
 }
 
 // failAll fails every chunk still held; called after both loops exited.

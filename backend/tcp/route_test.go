@@ -114,6 +114,7 @@ func TestConcurrentSmallOps(t *testing.T) {
 						defer wg.Done()
 						rec := newRecorder(perW)
 						seen := make(map[*backend.WorkRequest]bool, perW)
+						index := make(map[*backend.WorkRequest]int, perW)
 						for j := range perW {
 							i := w*perW + j
 							off := uint64(i * slot)
@@ -124,7 +125,8 @@ func TestConcurrentSmallOps(t *testing.T) {
 								return
 							}
 							wr := &backend.WorkRequest{Op: op, Local: buf[off : off+n], Remote: rb,
-								Deadline: time.Now().Add(waitTimeout), Done: rec, Ctx: i}
+								Deadline: time.Now().Add(waitTimeout), Done: rec}
+							index[wr] = i
 							if err := p.route.Post(wr); err != nil {
 								errs <- fmt.Errorf("post %d: %w", i, err)
 								return
@@ -134,11 +136,11 @@ func TestConcurrentSmallOps(t *testing.T) {
 							select {
 							case res := <-rec.ch:
 								if res.err != nil {
-									errs <- fmt.Errorf("op %d: %w", res.wr.Ctx, res.err)
+									errs <- fmt.Errorf("op %d: %w", index[res.wr], res.err)
 									return
 								}
 								if seen[res.wr] {
-									errs <- fmt.Errorf("op %d completed twice", res.wr.Ctx)
+									errs <- fmt.Errorf("op %d completed twice", index[res.wr])
 									return
 								}
 								seen[res.wr] = true

@@ -1,0 +1,167 @@
+package tcp
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+)
+
+// Cancellation and deadlines end one operation's chunks without touching
+// the route: a chunk not yet on the wire (queued) or waiting for its
+// response (sent) is abandoned at once: its response, if one comes, is
+// read into a sink. A chunk whose memory a loop is using right now
+// (receiving: the reader reads its payload into the region; sending: the
+// writer's writev reads it) is interrupted: the canceller marks it and
+// sets the socket's deadline to now, which ends the blocked syscall; the
+// loop then ends the chunk itself, after its last touch of the memory (the
+// reader drains the rest of the payload into a sink, the writer sends
+// zeros in place of the rest of the payload, so the frame stays whole and
+// the connection keeps serving its other chunks). Both sides set and clear
+// the deadline under clientConn.mu, and only while the chunk is in that
+// state, so no other chunk ever sees it.
+
+// errCanceledWait ends Post's wait for room when the poster's context ends.
+var errCanceledWait = fmt.Errorf("canceled: %w", context.Canceled)
+
+// Cancel implements backend.Route.
+func (r *route) Cancel(wr *backend.WorkRequest) {
+	cause := wr.CancelCause()
+	if cause == nil {
+		return
+	}
+	err := fmt.Errorf("tcp: %s of %d bytes: %w", wr.Op, len(wr.Local), cause)
+	for _, cc := range r.conns {
+		cc.endChunks(func(c *chunk) error {
+			if c.op.wr == wr {
+				return err
+			}
+			return nil
+		})
+	}
+}
+
+// endChunks ends every chunk held by cc for which why returns an error.
+func (cc *clientConn) endChunks(why func(*chunk) error) {
+	var ended []*chunk
+	now := time.Now()
+	cc.mu.Lock()
+	for id, c := range cc.slots {
+		if c.state == stAbandoned || c.interrupted {
+			continue
+		}
+		err := why(c)
+		if err == nil {
+			continue
+		}
+		c.cause = err
+		switch c.state {
+		case stQueued:
+			c.state = stAbandoned // the writer skips it
+			delete(cc.slots, id)
+			ended = append(ended, c)
+		case stSent:
+			c.state = stAbandoned // kept: its response is read and dropped
+			ended = append(ended, c)
+		case stReceiving:
+			c.interrupted = true
+			c.stop.Store(true)
+			_ = cc.c.SetReadDeadline(now)
+		case stSending, stAnswered:
+			c.interrupted = true
+			_ = cc.c.SetWriteDeadline(now)
+		}
+	}
+	cc.mu.Unlock()
+	for _, c := range ended {
+		c.finish(c.cause)
+	}
+}
+
+// readPayload reads a READ response's payload into c.local, or, once c is
+// interrupted, the rest of it into a sink; it ends c either way. A non-nil
+// error is the connection's (c is then left receiving, for drain).
+func (cc *clientConn) readPayload(br *bufio.Reader, c *chunk) error {
+	got := 0
+	for got < len(c.local) && !c.stop.Load() {
+		n, err := br.Read(c.local[got:])
+		got += n
+		if err != nil && !(isTimeout(err) && c.stop.Load()) {
+			return err
+		}
+	}
+	cc.mu.Lock()
+	delete(cc.slots, c.id)
+	if c.interrupted {
+		_ = cc.c.SetReadDeadline(time.Time{})
+	}
+	cause := c.cause
+	if got == len(c.local) {
+		cause = nil // every byte landed before the cancel took effect
+	}
+	c.state = stAbandoned
+	rest := int64(len(c.local) - got)
+	cc.mu.Unlock()
+	c.finish(cause) // no byte of c touches c.local after this; c may be reused
+	if rest > 0 {
+		if _, err := io.CopyN(io.Discard, br, rest); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unloan is called by the writer when writev was interrupted: the
+// unwritten payload of every interrupted chunk of the batch is replaced by
+// zeros and the chunk is ended. It reports whether the writer should go on
+// writing the rest of the batch (false: the timeout was not ours).
+func (cc *clientConn) unloan() bool {
+	var ended []*chunk
+	cc.mu.Lock()
+	for _, c := range cc.sending {
+		if !c.interrupted || (c.state != stSending && c.state != stAnswered) {
+			continue
+		}
+		for i, b := range cc.iov {
+			if len(b) > 0 && len(c.local) > 0 && &b[len(b)-1] == &c.local[len(c.local)-1] {
+				cc.iov[i] = zeros(len(b))
+			}
+		}
+		if c.state == stSending {
+			c.state = stAbandoned // its response is still to come and be dropped
+		} else {
+			delete(cc.slots, c.id)
+		}
+		ended = append(ended, c)
+	}
+	if len(ended) > 0 {
+		_ = cc.c.SetWriteDeadline(time.Time{})
+	}
+	cc.mu.Unlock()
+	for _, c := range ended {
+		c.finish(c.cause)
+	}
+	return len(ended) > 0
+}
+
+// zeroPage backs the zeros sent in place of a cancelled WRITE's payload.
+var zeroPage [64 << 10]byte
+
+// zeros returns n zero bytes: one slice of a shared page when it is big
+// enough, else a fresh one (a cancelled write of a large chunk, rare).
+func zeros(n int) []byte {
+	if n <= len(zeroPage) {
+		return zeroPage[:n:n]
+	}
+	return make([]byte, n)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
