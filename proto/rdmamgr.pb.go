@@ -49,6 +49,7 @@ const (
 	Code_NOT_SUPPORTED      Code = 17 // the backend or feature is not available here
 	Code_LEASE_EXPIRED      Code = 18 // the buffer's lease ran out
 	Code_REVOKED            Code = 19 // the owner revoked the buffer
+	Code_NOT_LOCAL          Code = 20 // served only to callers in the manager's process
 )
 
 // Enum value maps for Code.
@@ -74,6 +75,7 @@ var (
 		17: "NOT_SUPPORTED",
 		18: "LEASE_EXPIRED",
 		19: "REVOKED",
+		20: "NOT_LOCAL",
 	}
 	Code_value = map[string]int32{
 		"OK":                 0,
@@ -96,6 +98,7 @@ var (
 		"NOT_SUPPORTED":      17,
 		"LEASE_EXPIRED":      18,
 		"REVOKED":            19,
+		"NOT_LOCAL":          20,
 	}
 )
 
@@ -1841,7 +1844,7 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\x04Ping\"%\n" +
 	"\x04Pong\x12\x1d\n" +
 	"\n" +
-	"manager_id\x18\x01 \x01(\x06R\tmanagerId*\xdf\x02\n" +
+	"manager_id\x18\x01 \x01(\x06R\tmanagerId*\xee\x02\n" +
 	"\x04Code\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x14\n" +
 	"\x10INVALID_ARGUMENT\x10\x01\x12\v\n" +
@@ -1865,7 +1868,8 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\bINTERNAL\x10\x10\x12\x11\n" +
 	"\rNOT_SUPPORTED\x10\x11\x12\x11\n" +
 	"\rLEASE_EXPIRED\x10\x12\x12\v\n" +
-	"\aREVOKED\x10\x13*S\n" +
+	"\aREVOKED\x10\x13\x12\r\n" +
+	"\tNOT_LOCAL\x10\x14*S\n" +
 	"\x06Access\x12\x0f\n" +
 	"\vACCESS_NONE\x10\x00\x12\x0f\n" +
 	"\vACCESS_READ\x10\x01\x12\x10\n" +
