@@ -105,7 +105,7 @@ func (g *remoteGuard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	}
 	c := &connPeer{}
 	if p, ok := peer.FromContext(ss.Context()); ok {
-		c.remote, c.local = addrOf(p.Addr), addrOf(p.LocalAddr)
+		c.remote, c.local, c.src = addrOf(p.Addr), addrOf(p.LocalAddr), p.Addr.String()
 	}
 	return handler(srv, &guardedStream{ServerStream: ss, g: g, c: c})
 }
@@ -190,7 +190,7 @@ func (g *remoteGuard) checkBatch(b *remote.MessageBatch, c *connPeer) error {
 		if e.Sender > 0 {
 			sender = b.Senders[e.Sender-1]
 			if err := g.checkSender(c, sender); err != nil {
-				g.book.refuse(RefusedForgedSender, "dropped a message with a forged sender", "type", name, "from", c.remote.String(), "err", err)
+				g.book.refuse(RefusedForgedSender, "dropped a message with a forged sender", "type", name, "from", c.src, "err", err)
 				continue
 			}
 		}

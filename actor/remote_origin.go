@@ -69,6 +69,7 @@ func remotePeer(ctx protoactor.Context) string {
 
 // connPeer is what the guard knows about the gRPC connection of a stream.
 type connPeer struct {
+	src    string     // the connection's source address, for logs
 	remote netip.Addr // the connection's source IP
 	local  netip.Addr // our side's IP
 
