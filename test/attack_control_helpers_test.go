@@ -264,7 +264,11 @@ const (
 func startLegitBench(t *testing.T, d *daemon) *legitBench {
 	t.Helper()
 	qp := queuePair(t, d)
-	rb := remoteBuffer(t, d, 1<<20, buffer.AccessReadWrite)
+	// Its own lease: a test may give remote buffers a short default one.
+	rb, err := d.client().RequestLeasedBuffer(testCtx(t, 30*time.Second), 1<<20, buffer.AccessReadWrite, time.Hour)
+	if err != nil {
+		t.Fatalf("%s: legit buffer: %v", d.name, err)
+	}
 	src, srcMem := localBuffer(t, legitOpSize)
 	dst, dstMem := localBuffer(t, legitOpSize)
 	r := newRand(t)
