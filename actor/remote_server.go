@@ -179,10 +179,8 @@ func (c *connCap) release(ip netip.Addr) {
 	c.mu.Unlock()
 }
 
-func (c *connCap) Clone() credentials.TransportCredentials {
-	return &connCap{TransportCredentials: c.TransportCredentials.Clone(), max: c.max, perIP: c.perIP,
-		byIP: make(map[netip.Addr]int), book: c.book}
-}
+// Clone returns c itself: a clone must count against the same caps.
+func (c *connCap) Clone() credentials.TransportCredentials { return c }
 
 // countedConn releases its slot once, on Close or on the first failed read.
 type countedConn struct {
