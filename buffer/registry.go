@@ -41,6 +41,7 @@ type Registry struct {
 	mu sync.RWMutex // guards the fields below
 	// hooks is set before the first region is created.
 	hooks   []Hooks
+	cutters []Cutter
 	regions map[uint64]*Region
 	nextID  uint64
 	bytes   uint64
@@ -74,6 +75,50 @@ func (g *Registry) AddHooks(h Hooks) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.hooks = append(g.hooks, h)
+}
+
+// Cutter is told when remote access to a region is cut: it is revoked, its
+// release started (both before the registry waits for the remote requests
+// in flight), or its lease was set again. A data plane with a request
+// stalled in the region's memory (a peer that stops sending mid-payload)
+// checks RemoteErr again and ends the request when it says so, so the
+// wait is short. CutRegion must not block.
+type Cutter interface {
+	CutRegion(r *Region)
+}
+
+// AddCutter registers c; it is called for every later revocation and
+// release.
+func (g *Registry) AddCutter(c Cutter) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.cutters = append(g.cutters, c)
+}
+
+func (g *Registry) cut(r *Region) {
+	g.mu.RLock()
+	cs := g.cutters
+	g.mu.RUnlock()
+	for _, c := range cs {
+		c.CutRegion(r)
+	}
+}
+
+// RemoteErr tells whether a remote request admitted on r may still touch
+// its memory: nil while it may, else ErrReleased (release started),
+// ErrRevoked or ErrExpired (the lease ran out on the owner's clock). A
+// data plane checks it while a request's payload is still arriving.
+func (g *Registry) RemoteErr(r *Region) error {
+	switch {
+	case r.state.Load()&releasedBit != 0:
+		return ErrReleased
+	case r.revoked.Load():
+		return ErrRevoked
+	}
+	if l := r.lease.Load(); l != 0 && g.now() > l {
+		return ErrExpired
+	}
+	return nil
 }
 
 // Allocate maps size bytes of page-aligned memory off the Go heap and
@@ -268,6 +313,7 @@ func (g *Registry) SetLease(b Buffer, d time.Duration) error {
 			next = g.now() + int64(d)
 		}
 		if r.lease.CompareAndSwap(old, next) {
+			g.cut(r) // a shorter lease ends stalled requests sooner
 			return nil
 		}
 	}
@@ -286,7 +332,8 @@ func (g *Registry) LeaseLeft(r *Region) (time.Duration, bool) {
 // Revoke stops remote access to handle b's region: requests not yet
 // admitted fail with ErrRevoked, and Revoke returns once the admitted ones
 // have finished, so no remote request touches the region after it returns
-// nil. The owner's own use of the region goes on. When ctx ends first the
+// nil. Cutters end admitted requests whose payload is stalled, so a holder
+// that stops sending cannot hold Revoke (or Release) for long. The owner's own use of the region goes on. When ctx ends first the
 // revocation still holds for new requests and ctx's error is returned.
 func (g *Registry) Revoke(ctx context.Context, b Buffer) error {
 	r, err := g.lookup(b)
@@ -294,6 +341,7 @@ func (g *Registry) Revoke(ctx context.Context, b Buffer) error {
 		return err
 	}
 	r.revoked.Store(true)
+	g.cut(r)
 	for _, h := range g.hooksSnapshot() {
 		if rv, ok := h.(Revoker); ok {
 			if err := rv.RevokeRegion(r); err != nil {
@@ -415,6 +463,7 @@ func (g *Registry) Release(ctx context.Context, b Buffer) error {
 
 func (g *Registry) finish(ctx context.Context, r *Region) error {
 	r.markReleased()
+	g.cut(r)
 	select {
 	case <-r.drained: // already drained: succeed even if ctx is done
 		g.free(r)
