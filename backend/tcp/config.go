@@ -34,7 +34,7 @@ type Config struct {
 	// (default 4096). Connections still in the hello do not count.
 	MaxServerConns int
 	// MaxPendingConns bounds the connections accepted and not yet through
-	// the hello, in all (default 256); more are closed as they are
+	// the hello, in all (default 1024); more are closed as they are
 	// accepted, so silent connections cannot starve authenticated ones.
 	MaxPendingConns int
 	// MaxPendingPerIP bounds the connections not yet through the hello
@@ -72,7 +72,7 @@ func DefaultConfig() Config {
 		MaxPendingTokens:  4096,
 		HelloTimeout:      3 * time.Second,
 		MaxServerConns:    4096,
-		MaxPendingConns:   256,
+		MaxPendingConns:   1024,
 		MaxPendingPerIP:   64,
 		WatchdogInterval:  20 * time.Millisecond,
 		HeartbeatInterval: time.Second,
