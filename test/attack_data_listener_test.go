@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
 // atkAuthConn sets up a route by hand (handshake and hello) and returns
@@ -35,10 +37,9 @@ func atkAuthConn(t *testing.T, ctx context.Context, v *atkVictim) (net.Conn, err
 	return c, nil
 }
 
-// atkRawPutGet writes p into the legitimate buffer over c, reads it back
+// atkRawPutGet writes p into the victim's buffer b over c, reads it back
 // and compares.
-func atkRawPutGet(c net.Conn, l *atkLegit, wrid uint64, p []byte) error {
-	b := l.remote
+func atkRawPutGet(c net.Conn, b buffer.Buffer, wrid uint64, p []byte) error {
 	if _, err := c.Write(append(frame(opWrite, uint32(len(p)), wrid, b.Region, 0, b.Key), p...)); err != nil {
 		return err
 	}
@@ -132,7 +133,7 @@ func TestAttackDataFDExhaustion(t *testing.T) {
 		t.Fatalf("new route after the attack: %v", err)
 	}
 	defer c.Close()
-	if err := atkRawPutGet(c, l, 1, bytes.Repeat([]byte{0xA5}, atkOpSize)); err != nil {
+	if err := atkRawPutGet(c, l.remote, 1, bytes.Repeat([]byte{0xA5}, atkOpSize)); err != nil {
 		t.Fatalf("verified put/get on a new route after the attack: %v", err)
 	}
 	c.Close()
@@ -160,6 +161,7 @@ func TestAttackDataSilentFlood(t *testing.T) {
 	l := atkNewLegit(t, v)
 	base := v.baseline(t)
 	authBefore := atkAuthFailures(t, v)
+	raw := remoteBuffer(t, v.d, 4096, buffer.AccessReadWrite) // the new routes' own
 	start := time.Now()
 
 	ctx, cancel := context.WithTimeout(context.Background(), attackT)
@@ -203,7 +205,7 @@ func TestAttackDataSilentFlood(t *testing.T) {
 		for i := 0; i < 20 && ctx.Err() == nil; i++ {
 			c, err := atkAuthConn(t, ctx, v)
 			if err == nil {
-				err = atkRawPutGet(c, l, uint64(10+2*i), bytes.Repeat([]byte{byte(i)}, 4096))
+				err = atkRawPutGet(c, raw, uint64(10+2*i), bytes.Repeat([]byte{byte(i)}, 4096))
 				c.Close()
 			}
 			if err != nil && ctx.Err() == nil {
@@ -229,7 +231,7 @@ func TestAttackDataSilentFlood(t *testing.T) {
 		t.Errorf("the victim counted no refused connection")
 	}
 	after := v.settle(t, base)
-	atkNothingGranted(t, v, 1)
+	atkNothingGranted(t, v, 2)
 	l.report(t, "b silent-flood", base, peak, after, time.Since(start))
 }
 
