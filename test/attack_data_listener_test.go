@@ -83,7 +83,7 @@ func TestAttackDataFDExhaustion(t *testing.T) {
 			t.Fatalf("dial the gRPC port: %v", err)
 		}
 		idle = append(idle, c)
-		if i < nofile/2 {
+		if i < nofile/2 || i%10 != 9 {
 			continue
 		}
 		// Let the victim's gRPC server accept what is queued.
@@ -107,7 +107,7 @@ func TestAttackDataFDExhaustion(t *testing.T) {
 	defer waiting.Close()
 	// The route set up before goes on working.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	l.bench(ctx, 50)
+	l.bench(ctx, 100000)
 	cancel()
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(v.d.stderr.String(), "accept failed; retrying") && time.Now().Before(deadline) {
