@@ -52,6 +52,10 @@ func toError(e *rdmapb.Error) error {
 		return fmt.Errorf("%s: %w, %w", e.Message, buffer.ErrExhausted, backend.ErrLimit)
 	case rdmapb.Code_CLOSED:
 		return fmt.Errorf("%s: %w, %w", e.Message, ErrClosed, backend.ErrClosed)
+	case rdmapb.Code_RELEASED:
+		// A remote owner answers a wrong key and a released or unknown
+		// region alike (fromErrorFor): the caller cannot tell which.
+		return fmt.Errorf("%s: %w, %w", e.Message, buffer.ErrReleased, buffer.ErrBadKey)
 	default:
 		s = backend.Sentinel(e.Code)
 	}
