@@ -16,8 +16,8 @@ import (
 )
 
 var (
-	stressOps      = flag.Int("cancel.ops", 1000, "TestCancelStress: operations to end by deadline or cancellation, at least")
-	stressDuration = flag.Duration("cancel.duration", 90*time.Second, "TestCancelStress: bound on its run time")
+	stressOps      = flag.Int("cancel.ops", 10000, "TestCancelStress: operations to end by deadline or cancellation, at least")
+	stressDuration = flag.Duration("cancel.duration", 4*time.Minute, "TestCancelStress: bound on its run time")
 )
 
 // TestCancelStress is issue 9's stress test on ibverbs, between two
@@ -52,8 +52,8 @@ func TestCancelStress(t *testing.T) {
 		MaxSize: maxSize, Victims: *stressOps, Duration: *stressDuration, Timeout: waitTimeout, Seed: rand.Uint64(),
 	})
 	t.Logf("cancel stress over ibverbs between two processes: %s", rep)
-	if rep.Ended < *stressOps && rep.Ended < 200 && !t.Failed() {
-		t.Errorf("only %d operations ended early within %v", rep.Ended, *stressDuration)
+	if rep.Ended < *stressOps && !t.Failed() {
+		t.Errorf("only %d operations ended early within %v (want %d)", rep.Ended, *stressDuration, *stressOps)
 	}
 	if err := rt.Err(); err != nil {
 		t.Fatalf("route failed: %v", err)
