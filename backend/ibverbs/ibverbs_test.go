@@ -196,9 +196,12 @@ func acceptedRoute(t *testing.T, b *Backend) *route {
 }
 
 // TestDeadline: the peer's queue pair stops answering (moved to the error
-// state behind the initiator's back); the watchdog fails the request with
-// backend.ErrDeadline once the device has flushed it, long before the
-// transport would give up.
+// state behind the initiator's back) and the transport's retries take far
+// longer than the request's deadline. A deadline alone does not fail the
+// route (neighbours would fail with it); a request the device still holds
+// DrainTimeout past its deadline does: the route fails with ErrPeerGone,
+// and the request completes with ErrDeadline once the device flushed it,
+// long before the transport would give up.
 func TestDeadline(t *testing.T) {
 	requireDevices(t)
 	cfgA := DefaultConfig()
@@ -233,8 +236,8 @@ func TestDeadline(t *testing.T) {
 	default:
 		t.Fatal("route not failed after a missed deadline")
 	}
-	if !errors.Is(rt.Err(), backend.ErrDeadline) {
-		t.Errorf("route error %v", rt.Err())
+	if !errors.Is(rt.Err(), backend.ErrPeerGone) {
+		t.Errorf("route error %v, want backend.ErrPeerGone", rt.Err())
 	}
 	wr2, release2 := backendtest.NewWR(t, regA, backend.OpRead, ha, hb, time.Now().Add(time.Second), rec)
 	defer release2()
