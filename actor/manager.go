@@ -71,6 +71,8 @@ type Config struct {
 	Secret backend.Secret
 	// Logger receives the manager's logs; nil discards them.
 	Logger *slog.Logger
+	// Metrics, when not nil, counts operations and route setups (metrics.go).
+	Metrics *Metrics
 }
 
 func (c Config) withDefaults() Config {
@@ -148,6 +150,8 @@ type Manager struct {
 	wg sync.WaitGroup // route setups and replies sent from goroutines
 
 	authFailures atomic.Uint64
+
+	ops opsState // uptime, inbound routes, route watchers (ops.go)
 }
 
 // maxNonces bounds the replay cache; past it new handshakes are refused
@@ -185,7 +189,8 @@ type routeEntry struct {
 	kind   backend.Kind
 	err    error
 	// refs counts queue pairs on the route; guarded by Manager.mu.
-	refs int
+	refs  int
+	since time.Time // when setup ended
 }
 
 type qpEntry struct {
@@ -244,6 +249,8 @@ func (m *Manager) Start(ctx context.Context) error {
 		case err == nil:
 			m.rdma = rb
 			m.backends = append(m.backends, rb)
+		case m.cfg.Backend == KindAuto && errors.Is(err, ibverbs.ErrNotBuilt):
+			m.log.Info("no RDMA device: using TCP only", "err", err) // the expected state of a build without ibverbs
 		case m.cfg.Backend == KindAuto:
 			m.log.Warn("no usable RDMA device: using TCP only", "err", err)
 		default:
@@ -265,7 +272,8 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.wg.Add(1)
 	m.mu.Unlock()
 	go m.reaper()
-	m.log.Info("manager started", "pid", pid.String(), "backends", m.kinds(), "data", m.tcp.Addr())
+	m.startOps()
+	m.log.Info("manager started", "pid", PIDString(pid), "backends", m.kinds(), "data", m.tcp.Addr())
 	return nil
 }
 
@@ -395,6 +403,7 @@ func (m *Manager) Close() error {
 			e.route.Close()
 		}
 	}
+	m.stopOps()
 	err := m.closeBackends()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -434,7 +443,7 @@ func (m *Manager) getRoute(ctx context.Context, peer *protoactor.PID) (*routeEnt
 		if e == nil {
 			if len(m.routes) >= m.cfg.MaxRoutes {
 				m.mu.Unlock()
-				return nil, fmt.Errorf("%d routes: %w", len(m.routes), backend.ErrLimit)
+				return nil, fmt.Errorf("%d routes, the most allowed (serve --max-routes): %w", len(m.routes), backend.ErrLimit)
 			}
 			e = &routeEntry{key: key, peer: peer, ready: make(chan struct{})}
 			m.routes[key] = e
@@ -487,8 +496,8 @@ func (m *Manager) setupRoute(e *routeEntry) {
 	for _, b := range m.backends {
 		r, peerID, err := m.handshake(ctx, e, b)
 		if err == nil {
-			e.route, e.peerID, e.kind = r, peerID, b.Kind()
-			m.log.Info("route up", "peer", e.key, "peer_id", fmt.Sprintf("%016x", e.peerID), "backend", b.Kind())
+			e.route, e.peerID, e.kind, e.since = r, peerID, b.Kind(), time.Now()
+			m.routeUp(e)
 			return
 		}
 		errs = append(errs, err)
@@ -497,6 +506,7 @@ func (m *Manager) setupRoute(e *routeEntry) {
 		}
 	}
 	e.err = errors.Join(errs...)
+	m.cfg.Metrics.routeSetup("out", "", e.err)
 }
 
 // handshake sets up a route to e's peer over b.
@@ -617,6 +627,7 @@ func (m *Manager) newQueuePair(e *routeEntry) (uint64, error) {
 		Timeout:   m.cfg.OpTimeout,
 		Kind:      e.kind,
 		OnRelease: func() { m.releaseQP(id) },
+		Observer:  m.observer(),
 	})
 	m.qps[id] = qe
 	return id, nil
@@ -703,7 +714,7 @@ func (m *Manager) allocate(msg *rdmapb.RequestBuffer, remote bool) (buffer.Buffe
 		if msg.Size > m.cfg.MaxRemoteBytes || m.remoteTotal > m.cfg.MaxRemoteBytes-msg.Size {
 			total := m.remoteTotal
 			m.mu.Unlock()
-			return buffer.Buffer{}, fmt.Errorf("%d bytes for a peer with %d of %d in use: %w", msg.Size, total, m.cfg.MaxRemoteBytes, buffer.ErrExhausted)
+			return buffer.Buffer{}, fmt.Errorf("%d bytes for a peer with %d of %d in use (serve --max-remote): %w", msg.Size, total, m.cfg.MaxRemoteBytes, buffer.ErrExhausted)
 		}
 		m.remoteTotal += msg.Size // reserved; undone below on failure
 		m.mu.Unlock()
@@ -795,12 +806,14 @@ func (m *Manager) status() *rdmapb.StatusResponse {
 				s := e.route.Stats()
 				rs.Backend = string(e.kind)
 				rs.PeerId, rs.Ops, rs.BytesPut, rs.BytesGot, rs.Errors = e.peerID, s.Ops, s.BytesPut, s.BytesGot, s.Errors
+				rs.AgeMs = uint64(time.Since(e.since).Milliseconds())
 			}
 		default:
 			rs.State = "connecting"
 		}
 		resp.Routes = append(resp.Routes, rs)
 	}
+	m.statusOps(resp)
 	return resp
 }
 
@@ -903,7 +916,7 @@ func (a *managerActor) Receive(ctx protoactor.Context) {
 	case *rdmapb.StatusRequest:
 		ctx.Respond(m.status())
 	default:
-		m.log.Warn("unknown message", "type", fmt.Sprintf("%T", msg), "sender", fmt.Sprint(ctx.Sender()))
+		m.log.Warn("unknown message", "type", fmt.Sprintf("%T", msg), "sender", PIDString(ctx.Sender()))
 		if ctx.Sender() != nil {
 			ctx.Respond(&rdmapb.ErrorReply{Error: fromError(fmt.Errorf("message %T: %w", msg, ErrUnknownMessage))})
 		}
@@ -935,6 +948,7 @@ func (m *Manager) acceptRoute(hs *rdmapb.RouteHandshake) *rdmapb.RouteHandshakeR
 			resp.Error = fromError(err)
 		} else {
 			resp.Endpoint = info
+			m.inboundUp(hs)
 		}
 	}
 	if resp.Error != nil {
