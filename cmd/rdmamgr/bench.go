@@ -125,6 +125,9 @@ func bench(ctx context.Context, e *env, a *benchArgs, cfg benchConfig) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
+	if err := probe(ctx, a.peer); err != nil {
+		return err
+	}
 	if a.metricsListen != "" {
 		a.c.metrics = actor.NewMetrics()
 	}

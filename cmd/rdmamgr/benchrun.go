@@ -79,7 +79,7 @@ func runBench(ctx context.Context, mgr *actor.Manager, peer *actor.Client, cfg b
 	total := cfg.size * uint64(cfg.concurrency)
 	remote, err := peer.RequestBuffer(ctx, total, buffer.AccessReadWrite)
 	if err != nil {
-		return nil, fmt.Errorf("request peer buffer: %w", err)
+		return nil, err // the client names the request and the peer
 	}
 	res := &benchResult{handleLen: remote.MarshalledSize()}
 	defer func() {
@@ -122,13 +122,13 @@ func (b *benchRun) prepare(ctx context.Context, mgr *actor.Manager, peer *actor.
 	total := b.cfg.size * uint64(b.cfg.concurrency)
 	var err error
 	if b.local, err = mgr.Client().RequestBuffer(ctx, total, buffer.AccessReadWrite); err != nil {
-		return fmt.Errorf("request local buffer: %w", err)
+		return err
 	}
 	if b.check, err = mgr.Client().RequestBuffer(ctx, total, buffer.AccessReadWrite); err != nil {
-		return fmt.Errorf("request local buffer: %w", err)
+		return err
 	}
 	if b.qp, err = mgr.Client().RequestQueuePair(ctx, peer.PID()); err != nil {
-		return fmt.Errorf("request queue pair: %w", err)
+		return err
 	}
 	b.localMem, _ = mgr.Bytes(b.local)
 	b.checkMem, _ = mgr.Bytes(b.check)

@@ -83,7 +83,7 @@ var errInterrupted = errors.New("interrupted")
 // signalCause is the cause of a context a signal ended.
 type signalCause struct{ sig os.Signal }
 
-func (s signalCause) Error() string { return "signal: " + s.sig.String() }
+func (s signalCause) Error() string { return "interrupted (" + s.sig.String() + ")" }
 
 // run runs the command line args and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {

@@ -36,7 +36,7 @@ func parseSize(s string) (uint64, error) {
 	if strings.HasSuffix(t, "k") || strings.HasSuffix(t, "m") || strings.HasSuffix(t, "g") || strings.HasSuffix(t, "t") {
 		return 0, fmt.Errorf("size %q: say KiB/MiB/GiB (powers of 2) or kB/MB/GB (powers of 10)", s)
 	}
-	v, err := strconv.ParseUint(t, 10, 64)
+	v, err := strconv.ParseUint(strings.TrimSpace(t), 10, 64)
 	if err != nil || v == 0 {
 		return 0, fmt.Errorf("size %q: want a positive whole number of bytes, optionally with B, KiB, MiB, GiB, kB, MB or GB", s)
 	}

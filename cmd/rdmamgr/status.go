@@ -72,6 +72,9 @@ func statusFlags(fs *flag.FlagSet) runFunc {
 			qctx, cancel := context.WithTimeout(ctx, *timeout)
 			st, err := client.Status(qctx)
 			cancel()
+			if err != nil && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, actor.ErrTimeout)) {
+				return fmt.Errorf("%s: no answer within --timeout %v", *peer, *timeout)
+			}
 			if err != nil {
 				return err
 			}
