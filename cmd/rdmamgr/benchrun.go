@@ -53,6 +53,9 @@ var (
 	errTooManyErrs = errors.New("too many failed operations (--max-errors)")
 )
 
+// progressEvery is how often the progress line is rewritten.
+var progressEvery = time.Second
+
 // benchRun is one timed (or warm-up) phase's shared state.
 type benchRun struct {
 	cfg       benchConfig
@@ -162,7 +165,7 @@ func (b *benchRun) phase(ctx context.Context, n int, progress func(uint64, uint6
 	if progress != nil {
 		done := make(chan struct{})
 		go func() { wg.Wait(); close(done) }()
-		t := time.NewTicker(time.Second)
+		t := time.NewTicker(progressEvery)
 	loop:
 		for {
 			select {

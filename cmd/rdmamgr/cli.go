@@ -118,7 +118,7 @@ func runCtx(ctx context.Context, args []string, e *env) int {
 	}
 	if name == "bench" && len(rest) > 0 && rest[0] == "baseline-server" {
 		// Hidden: the plain-TCP server `bench --baseline` starts.
-		return exitStatus(ctx, "bench baseline-server", false, cmdBaselineServer(ctx, rest[1:], e.stdout, e.stderr), e)
+		return exitStatus(ctx, "bench baseline-server", true, cmdBaselineServer(ctx, rest[1:], e.stdout, e.stderr), e)
 	}
 	c := findCommand(name)
 	if c == nil {

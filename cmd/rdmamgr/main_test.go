@@ -73,9 +73,16 @@ var metricsRE = regexp.MustCompile(`metrics=http://(\S+)/metrics`)
 // and extra flags; it is stopped (SIGTERM) when the test ends.
 func startDaemon(t *testing.T, extra ...string) *daemon {
 	t.Helper()
+	return startDaemonEnv(t, nil, extra...)
+}
+
+// startDaemonEnv is startDaemon with variables added to the environment.
+func startDaemonEnv(t *testing.T, env []string, extra ...string) *daemon {
+	t.Helper()
 	bin := testBinary(t)
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--log-level", "info", "--metrics-listen", "127.0.0.1:0"}, extra...)
 	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	d := &daemon{cmd: cmd, stderr: &syncBuf{}, exited: make(chan struct{})}
 	cmd.Stderr = d.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -94,7 +101,11 @@ func startDaemon(t *testing.T, extra ...string) *daemon {
 	}
 	go io.Copy(io.Discard, stdout)
 	d.addr = strings.TrimSpace(strings.TrimPrefix(line, "ready "))
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+	wait := 5 * time.Second
+	if strings.Contains(strings.Join(extra, " "), "--log-level warn") {
+		wait = 0 // the "serving" line is not logged
+	}
+	for end := time.Now().Add(wait); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 		if m := metricsRE.FindStringSubmatch(d.stderr.String()); m != nil {
 			d.metrics = m[1]
 			break
