@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
+	"io"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -183,5 +186,29 @@ func TestBenchProgressOnlyOnTerminal(t *testing.T) {
 		if !strings.Contains(out, "\nthroughput: ") && !strings.HasPrefix(out, "throughput") && !strings.Contains(out, "op=put") {
 			t.Errorf("tty=%v: no figures:\n%q", tty, out)
 		}
+	}
+}
+
+// contrib/rdmamgr.service is Type=notify and its serve command line parses.
+func TestSystemdUnit(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "contrib/rdmamgr.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := string(b)
+	if !strings.Contains(unit, "\nType=notify\n") {
+		t.Error("unit is not Type=notify")
+	}
+	re := regexp.MustCompile(`(?m)^ExecStart=\S+ serve (.*)$`)
+	m := re.FindStringSubmatch(unit)
+	if m == nil {
+		t.Fatal("no ExecStart=... serve line")
+	}
+	args := strings.Fields(strings.ReplaceAll(m[1], "${CREDENTIALS_DIRECTORY}", "/run/credentials/rdmamgr.service"))
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	serveFlags(fs)
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		t.Errorf("ExecStart's serve flags %q: %v (extra %q)", args, err, fs.Args())
 	}
 }
