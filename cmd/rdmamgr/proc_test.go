@@ -163,3 +163,19 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 	t.Fatalf("timed out waiting for %s", what)
 }
+
+// bench --timeout ends a long run in time with the figures so far.
+func TestBenchTimeoutHonoured(t *testing.T) {
+	d := startDaemon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	testBinary(t)
+	t0 := time.Now()
+	stdout, stderr, code := runBin(t, ctx, "bench", "--peer", d.addr, "--size", "64KiB", "--count", "100000000", "--timeout", "2s")
+	if el := time.Since(t0); el > 2*time.Second+margin {
+		t.Errorf("took %v with --timeout 2s", el)
+	}
+	if code != 1 || !strings.Contains(stderr, "--timeout ended the run after") || !strings.Contains(stdout, "throughput:") {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+}
