@@ -709,9 +709,9 @@ func (m *Manager) allocate(msg *rdmapb.RequestBuffer, remote bool) (buffer.Buffe
 	if remote && lease == 0 {
 		lease = m.cfg.RemoteLease
 	}
-	if remote && m.cfg.MaxRemoteBytes > 0 {
+	if remote { // counted always (status, metrics); capped when MaxRemoteBytes is set
 		m.mu.Lock()
-		if msg.Size > m.cfg.MaxRemoteBytes || m.remoteTotal > m.cfg.MaxRemoteBytes-msg.Size {
+		if m.cfg.MaxRemoteBytes > 0 && (msg.Size > m.cfg.MaxRemoteBytes || m.remoteTotal > m.cfg.MaxRemoteBytes-msg.Size) {
 			total := m.remoteTotal
 			m.mu.Unlock()
 			return buffer.Buffer{}, fmt.Errorf("%d bytes for a peer with %d of %d in use (serve --max-remote): %w", msg.Size, total, m.cfg.MaxRemoteBytes, buffer.ErrExhausted)
@@ -726,7 +726,7 @@ func (m *Manager) allocate(msg *rdmapb.RequestBuffer, remote bool) (buffer.Buffe
 		}
 		b.Lease = lease
 	}
-	if remote && m.cfg.MaxRemoteBytes > 0 {
+	if remote {
 		m.mu.Lock()
 		if err != nil {
 			m.remoteTotal -= msg.Size

@@ -110,6 +110,9 @@ func TestMetricsAgreeWithBench(t *testing.T) {
 			if in := value(mfs, "rdmamgr_served_bytes_total", map[string]string{"direction": "in"}); in != n*size {
 				t.Errorf("mid-run: served %v ops but %v bytes in", n, in)
 			}
+			if rb := value(mfs, "rdmamgr_remote_bytes", nil); rb != 2*size {
+				t.Errorf("mid-run: remote_bytes %v, want the bench's buffer of %d", rb, 2*size)
+			}
 			if value(mfs, "rdmamgr_routes", map[string]string{"direction": "in", "state": "up"}) != 1 {
 				t.Errorf("mid-run: no inbound route up in rdmamgr_routes")
 			}
