@@ -142,6 +142,9 @@ type pipelineRow struct {
 
 func cmdBenchBaseline(ctx context.Context, bl *baselineFlags, a benchBaselineArgs, e *env) error {
 	stdout, stderr := e.stdout, e.stderr
+	if a.jsonPath == "-" {
+		stdout = io.Discard // stdout carries the JSON alone
+	}
 	if a.set["op"] || a.set["size"] {
 		return usagef("with --baseline use --ops and --sizes, not --op and --size")
 	}
@@ -357,7 +360,7 @@ func cmdBenchBaseline(ctx context.Context, bl *baselineFlags, a benchBaselineArg
 
 	rep.Elapsed = time.Since(rep.Started)
 	if a.jsonPath != "" {
-		if err := writeJSON(stdout, a.jsonPath, rep); err != nil {
+		if err := writeJSON(e.stdout, a.jsonPath, rep); err != nil {
 			return err
 		}
 	}
