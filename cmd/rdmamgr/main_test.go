@@ -102,8 +102,8 @@ func startDaemonEnv(t *testing.T, env []string, extra ...string) *daemon {
 	go io.Copy(io.Discard, stdout)
 	d.addr = strings.TrimSpace(strings.TrimPrefix(line, "ready "))
 	wait := 5 * time.Second
-	if strings.Contains(strings.Join(extra, " "), "--log-level warn") {
-		wait = 0 // the "serving" line is not logged
+	if lastValue(args, "--log-level") != "info" || lastValue(args, "--metrics-listen") == "" {
+		wait = 0 // no "serving ... metrics=http://" line
 	}
 	for end := time.Now().Add(wait); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 		if m := metricsRE.FindStringSubmatch(d.stderr.String()); m != nil {
@@ -112,6 +112,17 @@ func startDaemonEnv(t *testing.T, env []string, extra ...string) *daemon {
 		}
 	}
 	return d
+}
+
+// lastValue is the value of the last "--name value" in args.
+func lastValue(args []string, name string) string {
+	v := ""
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == name {
+			v = args[i+1]
+		}
+	}
+	return v
 }
 
 // stop sends SIGTERM and waits; a daemon that does not exit is killed.

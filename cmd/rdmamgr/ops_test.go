@@ -7,6 +7,7 @@ import (
 	"flag"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -210,5 +211,27 @@ func TestSystemdUnit(t *testing.T) {
 	serveFlags(fs)
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		t.Errorf("ExecStart's serve flags %q: %v (extra %q)", args, err, fs.Args())
+	}
+}
+
+// The admin listener serves /healthz, /readyz and /debug/pprof/ beside
+// /metrics; --metrics-listen "" turns it off.
+func TestAdminEndpoints(t *testing.T) {
+	d := startDaemon(t)
+	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready", "/debug/pprof/": "goroutine", "/metrics": "rdmamgr_uptime_seconds"} {
+		resp, err := http.Get("http://" + d.metrics + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), want) {
+			t.Errorf("GET %s: %d, body lacks %q", path, resp.StatusCode, want)
+		}
+	}
+	off := startDaemon(t, "--metrics-listen", "")
+	waitFor(t, "the serving line", func() bool { return strings.Contains(off.stderr.String(), "serving") })
+	if !strings.Contains(off.stderr.String(), "metrics=off") || off.metrics != "" {
+		t.Errorf(`--metrics-listen "" still serves metrics:\n%s`, off.stderr.String())
 	}
 }
