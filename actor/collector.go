@@ -31,11 +31,13 @@ var (
 	descLeased     = desc("leased_buffers", "Buffers with a lease.")
 	descQPs        = desc("queue_pairs", "Queue pairs handed out and not released.")
 	descUptime     = desc("uptime_seconds", "Seconds since the manager started.")
+	descRefusals   = desc("refusals_total", "Control-plane requests and connections refused, by reason (their logs are sampled).", "reason")
+	descCaps       = desc("cap_bytes", "The byte caps in force, by flag.", "flag")
 )
 
 func (c managerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descRoutes, descServedOps, descServedB, descRejected,
-		descAuthFail, descRegistered, descRegions, descRemote, descLeased, descQPs, descUptime} {
+		descAuthFail, descRegistered, descRegions, descRemote, descLeased, descQPs, descUptime, descRefusals, descCaps} {
 		ch <- d
 	}
 }
@@ -74,11 +76,16 @@ func (c managerCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descAuthFail, m.authFailures.Load(), "handshake")
 	counter(descAuthFail, backendAuth, "data_connection")
 	gauge(descRegistered, float64(st.RegisteredBytes))
-	gauge(descRegions, float64(len(st.Buffers)))
+	gauge(descRegions, float64(st.BuffersTotal))
 	gauge(descRemote, float64(st.RemoteBytes))
 	gauge(descLeased, float64(st.LeasedBuffers))
 	gauge(descQPs, float64(st.QueuePairs))
 	gauge(descUptime, float64(st.UptimeMs)/1000)
+	for reason, n := range st.Refusals {
+		counter(descRefusals, n, reason)
+	}
+	gauge(descCaps, float64(st.MaxRegisteredBytes), "max-registered")
+	gauge(descCaps, float64(st.MaxRemoteBytes), "max-remote")
 }
 
 // routeState reduces a status state ("failed: …", "down: …") to its word.

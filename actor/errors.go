@@ -33,7 +33,8 @@ var (
 // with whichever the caller expects: RESOURCE_EXHAUSTED wraps
 // buffer.ErrExhausted (a registry limit) and backend.ErrLimit (a route or
 // data-path limit); CLOSED wraps ErrClosed (the manager) and
-// backend.ErrClosed (its backend or registry).
+// backend.ErrClosed (its backend or registry); NOT_LOCAL wraps ErrNotLocal
+// and buffer.ErrInvalid (what it was before it had its own code).
 func toError(e *rdmapb.Error) error {
 	if e == nil || e.Code == rdmapb.Code_OK {
 		return nil
@@ -47,6 +48,8 @@ func toError(e *rdmapb.Error) error {
 		s = ErrUnknownPeer
 	case rdmapb.Code_WRONG_PEER:
 		s = queuepair.ErrWrongPeer
+	case rdmapb.Code_NOT_LOCAL:
+		return fmt.Errorf("%s: %w, %w", e.Message, ErrNotLocal, buffer.ErrInvalid)
 	case rdmapb.Code_RESOURCE_EXHAUSTED:
 		// The text says which limit; the sentinels only make errors.Is work.
 		return &limitError{msg: trimSentinels(msg, buffer.ErrExhausted, backend.ErrLimit) + ": limit exceeded", is: []error{buffer.ErrExhausted, backend.ErrLimit}}
@@ -106,7 +109,9 @@ func fromError(err error) *rdmapb.Error {
 		code = rdmapb.Code_UNKNOWN_PEER
 	case errors.Is(err, ErrClosed):
 		code = rdmapb.Code_CLOSED
-	case errors.Is(err, ErrNotLocal), errors.Is(err, queuepair.ErrNotLocal), errors.Is(err, queuepair.ErrLengthMismatch):
+	case errors.Is(err, ErrNotLocal):
+		code = rdmapb.Code_NOT_LOCAL
+	case errors.Is(err, queuepair.ErrNotLocal), errors.Is(err, queuepair.ErrLengthMismatch):
 		code = rdmapb.Code_INVALID_ARGUMENT
 	case errors.Is(err, queuepair.ErrWrongPeer):
 		code = rdmapb.Code_WRONG_PEER

@@ -124,7 +124,8 @@ func (m *Manager) observer() queuepair.Observer {
 	return m.cfg.Metrics
 }
 
-// statusOps adds inbound routes, version, uptime and holdings to resp.
+// statusOps adds inbound routes, version, uptime, leases and queue pairs to
+// resp.
 func (m *Manager) statusOps(resp *rdmapb.StatusResponse) {
 	now := time.Now()
 	m.ops.mu.Lock()
@@ -143,7 +144,6 @@ func (m *Manager) statusOps(resp *rdmapb.StatusResponse) {
 		}
 	}
 	m.mu.Lock()
-	resp.RemoteBytes = m.remoteTotal
 	resp.QueuePairs = uint32(len(m.qps))
 	m.mu.Unlock()
 }

@@ -67,7 +67,9 @@ func TestLimitErrorsNameTheirFlag(t *testing.T) {
 	a := startManager(t, sys, Config{Name: "a", MaxRoutes: 1, Limits: buffer.Limits{MaxBytes: 8192}})
 	b := startManager(t, sys, Config{Name: "b"})
 	c := startManager(t, sys, Config{Name: "c"})
-	_, err := a.Client().RequestBuffer(ctx, 16384, buffer.AccessReadWrite)
+	requestBuf(t, ctx, a.Client(), 4096, buffer.AccessReadWrite)
+	requestBuf(t, ctx, a.Client(), 4096, buffer.AccessReadWrite)
+	_, err := a.Client().RequestBuffer(ctx, 4096, buffer.AccessReadWrite)
 	if err == nil || !strings.Contains(err.Error(), "--max-registered") || !errors.Is(err, buffer.ErrExhausted) {
 		t.Errorf("over --max-registered: %v", err)
 	}

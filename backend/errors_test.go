@@ -18,6 +18,7 @@ var codesWithoutSentinel = map[rdmapb.Code]bool{
 	rdmapb.Code_UNKNOWN_PEER:    true,
 	rdmapb.Code_WRONG_PEER:      true,
 	rdmapb.Code_INTERNAL:        true,
+	rdmapb.Code_NOT_LOCAL:       true, // control plane only: actor.ErrNotLocal
 }
 
 func allCodes() []rdmapb.Code {

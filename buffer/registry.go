@@ -22,6 +22,7 @@ type Hooks interface {
 type Limits struct {
 	MaxBytes   uint64 // registered bytes in total
 	MaxRegions int    // number of regions
+	MaxRegion  uint64 // bytes of one region
 }
 
 // Stats is a snapshot of a registry.
@@ -131,6 +132,9 @@ func (g *Registry) reserve(size uint64) error {
 	defer g.mu.Unlock()
 	if g.closed {
 		return ErrClosed
+	}
+	if g.limits.MaxRegion > 0 && size > g.limits.MaxRegion {
+		return fmt.Errorf("register %d bytes in one region, limit %d (serve --max-region): %w", size, g.limits.MaxRegion, ErrExhausted)
 	}
 	if g.limits.MaxBytes > 0 && (size > g.limits.MaxBytes || g.bytes > g.limits.MaxBytes-size) {
 		return fmt.Errorf("register %d bytes with %d of %d in use (serve --max-registered): %w", size, g.bytes, g.limits.MaxBytes, ErrExhausted)

@@ -45,7 +45,7 @@ func (r *reuser) Complete(wr *backend.WorkRequest, err error) {
 // the right bytes; the route stays up.
 func testCancel(t *testing.T, f Factory) {
 	p := NewPair(t, f)
-	const rounds, perRound = 60, 8
+	const rounds, perRound = 40, 8
 	maxLen := min(f.MaxSize, 512<<10)
 	slot := maxLen
 	hb, lb := Alloc(t, p.RegB, perRound*slot, buffer.AccessReadWrite)
@@ -91,7 +91,7 @@ func testCancel(t *testing.T, f Factory) {
 		for _, j := range jobs {
 			if err := p.Route.Post(j.wr); err != nil {
 				if j.victim && errors.Is(err, backend.ErrDeadline) {
-					rec.ch <- Result{j.wr, err} // expired before it was posted
+					rec.Complete(j.wr, err) // expired before it was posted: reported now
 					continue
 				}
 				t.Fatalf("round %d: post: %v", round, err)

@@ -86,6 +86,10 @@ func (c *common) logger(stderr io.Writer) (zerolog.Logger, *slog.Logger, error) 
 	if !c.logJSON {
 		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly, NoColor: true}
 	}
-	zl := zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+	// Warnings are sampled as a backstop (100 a second): a flood of bad
+	// input must not become a flood of log lines. The refusals themselves
+	// are counted in status, and the manager samples its own lines.
+	zl := zerolog.New(w).Level(lvl).With().Timestamp().Logger().
+		Sample(zerolog.LevelSampler{WarnSampler: &zerolog.BurstSampler{Burst: 100, Period: time.Second}})
 	return zl, slog.New(zerolog.NewSlogHandler(zl)), nil
 }

@@ -45,7 +45,9 @@ func startNode(ctx context.Context, listen string, c *common, slogger *slog.Logg
 		plog = slogger.With("component", "protoactor")
 	}
 	sys := actor.NewActorSystem(plog)
-	r, addr, err := actor.StartRemote(sys, listen, c.maxMsg)
+	rcfg := c.limits.remote
+	rcfg.MaxMessageSize = c.maxMsg
+	r, addr, err := actor.StartRemoteConfig(sys, listen, rcfg)
 	if err != nil {
 		sys.Shutdown()
 		return nil, err

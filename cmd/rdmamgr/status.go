@@ -6,7 +6,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"syscall"
 	"time"
 
@@ -125,8 +127,9 @@ func printStatus(e *env, st *rdmapb.StatusResponse, asJSON bool) error {
 	w := e.stdout
 	fmt.Fprintf(w, "manager %016x at %s, version %s, up %v\n", st.ManagerId, st.Address, st.Version, msDur(st.UptimeMs).Round(time.Second))
 	fmt.Fprintf(w, "backend %s, data %s\n", st.Backend, st.DataAddr)
-	fmt.Fprintf(w, "buffers: %d, %s registered, %s held by peers, %d leased; queue pairs: %d\n",
-		len(st.Buffers), fmtBytes(st.RegisteredBytes), fmtBytes(st.RemoteBytes), st.LeasedBuffers, st.QueuePairs)
+	fmt.Fprintf(w, "buffers: %d, %s registered (cap %s), %s held by remote peers (cap %s), %d leased; queue pairs: %d\n",
+		st.BuffersTotal, fmtBytes(st.RegisteredBytes), fmtBytes(st.MaxRegisteredBytes), fmtBytes(st.RemoteBytes),
+		fmtBytes(st.MaxRemoteBytes), st.LeasedBuffers, st.QueuePairs)
 	fmt.Fprintf(w, "routes out: %d\n", len(st.Routes))
 	for _, r := range st.Routes {
 		fmt.Fprintf(w, "  %s peer_id=%016x backend=%s state=%s age=%v refs=%d ops=%d put=%s got=%s errors=%d\n",
@@ -138,7 +141,12 @@ func printStatus(e *env, st *rdmapb.StatusResponse, asJSON bool) error {
 	}
 	fmt.Fprintf(w, "served for peers: %d ops, %s written in, %s read out, %d rejected\n",
 		st.ServedOps, fmtBytes(st.ServedBytesIn), fmtBytes(st.ServedBytesOut), st.RejectedOps)
-	fmt.Fprintf(w, "auth failures: %d\n", st.AuthFailures)
+	fmt.Fprintf(w, "goroutines: %d, auth failures: %d\n", st.Goroutines, st.AuthFailures)
+	reasons := slices.Sorted(maps.Keys(st.Refusals))
+	fmt.Fprintf(w, "refusals: %d reasons\n", len(reasons))
+	for _, r := range reasons {
+		fmt.Fprintf(w, "  %-16s %d\n", r, st.Refusals[r])
+	}
 	return nil
 }
 
