@@ -304,19 +304,22 @@ func (w *WorkRequest) finish(err error) {
 	if w.state.Load() != statePending {
 		return
 	}
-	if w.region != nil {
-		w.region.Unref()
-		w.region = nil
-	}
+	w.qp.observe(w, err) // first: it adds nothing between the unref and done below
+	w.start = time.Time{}
+	r := w.region
+	w.region = nil
 	q := w.qp // read before done: the owner may re-arm w right after
 	w.qp = nil
-	q.observe(w, err)
-	w.start = time.Time{}
 	w.err = err
 	w.state.Store(stateDone)
 	select {
 	case w.sig <- struct{}{}:
 	default:
+	}
+	// The local region is let go only once the outcome is reported: whoever
+	// waits for its references (Release) then finds the operation done.
+	if r != nil {
+		r.Unref()
 	}
 	if b := w.batch; b != nil && b.left.Add(-1) == 0 {
 		b.unwatch()
