@@ -120,3 +120,15 @@ func fromError(err error) *rdmapb.Error {
 	}
 	return &rdmapb.Error{Code: code, Message: err.Error()}
 }
+
+// fromErrorFor is fromError for a reply to a caller: a remote caller gets
+// one code and one text for "no such region" and "wrong key" (RELEASED,
+// see backend.RemoteCode), so it cannot probe which regions exist; a local
+// caller keeps the precise sentinel.
+func fromErrorFor(remote bool, err error) *rdmapb.Error {
+	e := fromError(err)
+	if remote && e != nil && (e.Code == rdmapb.Code_BAD_KEY || e.Code == rdmapb.Code_RELEASED) {
+		e.Code, e.Message = rdmapb.Code_RELEASED, "no such buffer (released, or not this key)"
+	}
+	return e
+}

@@ -831,12 +831,13 @@ func (a *managerActor) Receive(ctx protoactor.Context) {
 		}
 		ctx.Respond(&rdmapb.RequestBufferResponse{Buffer: b.Proto()})
 	case *rdmapb.ReleaseBuffer:
+		remote := isRemote(ctx)
 		b, err := buffer.FromProto(msg.Buffer)
 		if err == nil && b.OwnerID != m.id {
 			err = fmt.Errorf("buffer owned by %016x: %w", b.OwnerID, buffer.ErrReleased)
 		}
 		if err != nil {
-			ctx.Respond(&rdmapb.ReleaseBufferResponse{Error: fromError(err)})
+			ctx.Respond(&rdmapb.ReleaseBufferResponse{Error: fromErrorFor(remote, err)})
 			return
 		}
 		// Release waits for in-flight work: do it off the mailbox.
@@ -848,9 +849,10 @@ func (a *managerActor) Receive(ctx protoactor.Context) {
 			if err == nil {
 				m.forgetRemote(b.Region)
 			}
-			return &rdmapb.ReleaseBufferResponse{Error: fromError(err)}
+			return &rdmapb.ReleaseBufferResponse{Error: fromErrorFor(remote, err)}
 		})
 	case *rdmapb.RenewLease:
+		remote := isRemote(ctx)
 		b, err := buffer.FromProto(msg.Buffer)
 		d := min(time.Duration(msg.LeaseMs)*time.Millisecond, m.cfg.MaxLease)
 		if err == nil && msg.LeaseMs == 0 {
@@ -860,20 +862,21 @@ func (a *managerActor) Receive(ctx protoactor.Context) {
 			err = m.reg.SetLease(b, d)
 		}
 		if err != nil {
-			ctx.Respond(&rdmapb.RenewLeaseResponse{Error: fromError(err)})
+			ctx.Respond(&rdmapb.RenewLeaseResponse{Error: fromErrorFor(remote, err)})
 			return
 		}
 		ctx.Respond(&rdmapb.RenewLeaseResponse{LeaseMs: uint64(d / time.Millisecond)})
 	case *rdmapb.RevokeBuffer:
+		remote := isRemote(ctx)
 		b, err := buffer.FromProto(msg.Buffer)
 		if err != nil {
-			ctx.Respond(&rdmapb.RevokeBufferResponse{Error: fromError(err)})
+			ctx.Respond(&rdmapb.RevokeBufferResponse{Error: fromErrorFor(remote, err)})
 			return
 		}
 		m.goReply(ctx.Sender(), func() any {
 			rctx, cancel := context.WithTimeout(context.Background(), m.cfg.OpTimeout)
 			defer cancel()
-			return &rdmapb.RevokeBufferResponse{Error: fromError(m.reg.Revoke(rctx, b))}
+			return &rdmapb.RevokeBufferResponse{Error: fromErrorFor(remote, m.reg.Revoke(rctx, b))}
 		})
 	case *rdmapb.RequestQueuePair:
 		// Locality comes from how the request arrived (remote_origin.go),
