@@ -116,6 +116,18 @@ func (m *Manager) inboundGone(addr string) {
 	}
 }
 
+// servedByPeer collects what each backend that counts by peer served, by
+// backend and peer manager id.
+func (m *Manager) servedByPeer() map[backend.Kind]map[uint64]backend.PeerServedStats {
+	out := make(map[backend.Kind]map[uint64]backend.PeerServedStats)
+	for _, b := range m.backends {
+		if ps, ok := b.(backend.PeerServer); ok {
+			out[b.Kind()] = ps.ServedByPeer()
+		}
+	}
+	return out
+}
+
 // observer is the queue pairs' Observer (nil without Metrics).
 func (m *Manager) observer() queuepair.Observer {
 	if m.cfg.Metrics == nil {
@@ -128,13 +140,21 @@ func (m *Manager) observer() queuepair.Observer {
 // resp.
 func (m *Manager) statusOps(resp *rdmapb.StatusResponse) {
 	now := time.Now()
+	served := m.servedByPeer()
 	m.ops.mu.Lock()
 	resp.UptimeMs = uint64(now.Sub(m.ops.started).Milliseconds())
 	for _, in := range m.ops.inbound {
-		resp.Inbound = append(resp.Inbound, &rdmapb.RouteStatus{
+		rs := &rdmapb.RouteStatus{
 			PeerId: in.peerID, PeerAddr: in.addr, Backend: string(in.kind), State: "up",
 			AgeMs: uint64(now.Sub(in.since).Milliseconds()), Inbound: true,
-		})
+		}
+		if st, ok := served[in.kind][in.peerID]; ok {
+			rs.Ops, rs.BytesPut, rs.BytesGot, rs.Errors = st.Ops, st.BytesIn, st.BytesOut, st.Rejected
+			if st.Conns == 0 {
+				rs.State = "closed" // no data connection of the peer's is open
+			}
+		}
+		resp.Inbound = append(resp.Inbound, rs)
 	}
 	m.ops.mu.Unlock()
 	resp.Version = Version()

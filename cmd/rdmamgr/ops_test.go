@@ -50,11 +50,14 @@ func TestStatusShowsInboundRoutesAndJSON(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &doc); err != nil {
 			t.Fatalf("status --json: %v\n%s", err, out)
 		}
-		return len(doc.Routes) == 1 && doc.Served.Ops > 0
+		return len(doc.Routes) == 1 && doc.Routes[0].Ops > 0
 	})
 	r := doc.Routes[0]
 	if r.Direction != "in" || r.Backend != "tcp" || r.State != "up" || !strings.HasPrefix(r.Peer, "127.0.0.1:") || r.PeerID == "" {
 		t.Errorf("inbound route: %+v", r)
+	}
+	if r.Ops == 0 || r.BytesPut != r.Ops*4096 || r.BytesGot != 0 || r.Errors != 0 || r.Ops > doc.Served.Ops {
+		t.Errorf("inbound route counters: %+v (served in all: %+v)", r, doc.Served)
 	}
 	if doc.Version == "" || doc.UptimeSeconds <= 0 || doc.ManagerID == "" {
 		t.Errorf("status --json lacks version, uptime or id: %+v", doc)

@@ -137,7 +137,8 @@ func printStatus(e *env, st *rdmapb.StatusResponse, asJSON bool) error {
 	}
 	fmt.Fprintf(w, "routes in: %d\n", len(st.Inbound))
 	for _, r := range st.Inbound {
-		fmt.Fprintf(w, "  %s peer_id=%016x backend=%s state=%s age=%v\n", r.PeerAddr, r.PeerId, r.Backend, r.State, msDur(r.AgeMs).Round(time.Second))
+		fmt.Fprintf(w, "  %s peer_id=%016x backend=%s state=%s age=%v ops=%d in=%s out=%s rejected=%d\n", r.PeerAddr, r.PeerId, r.Backend,
+			r.State, msDur(r.AgeMs).Round(time.Second), r.Ops, fmtBytes(r.BytesPut), fmtBytes(r.BytesGot), r.Errors)
 	}
 	fmt.Fprintf(w, "served for peers: %d ops, %s written in, %s read out, %d rejected\n",
 		st.ServedOps, fmtBytes(st.ServedBytesIn), fmtBytes(st.ServedBytesOut), st.RejectedOps)
