@@ -52,9 +52,13 @@ func toError(e *rdmapb.Error) error {
 		return fmt.Errorf("%s: %w, %w", e.Message, ErrNotLocal, buffer.ErrInvalid)
 	case rdmapb.Code_RESOURCE_EXHAUSTED:
 		// The text says which limit; the sentinels only make errors.Is work.
-		return &limitError{msg: trimSentinels(msg, buffer.ErrExhausted, backend.ErrLimit) + ": limit exceeded", is: []error{buffer.ErrExhausted, backend.ErrLimit}}
+		return &multiError{msg: trimSentinels(msg, buffer.ErrExhausted, backend.ErrLimit) + ": limit exceeded", is: []error{buffer.ErrExhausted, backend.ErrLimit}}
+	case rdmapb.Code_RELEASED:
+		// A remote peer answers a wrong key and an unknown region alike
+		// (backend.RemoteCode): either may be the cause.
+		return &multiError{msg: trimSentinels(msg, buffer.ErrReleased) + ": " + buffer.ErrReleased.Error(), is: []error{buffer.ErrReleased, buffer.ErrBadKey}}
 	case rdmapb.Code_CLOSED:
-		return &limitError{msg: trimSentinels(msg, ErrClosed, backend.ErrClosed) + ": closed", is: []error{ErrClosed, backend.ErrClosed}}
+		return &multiError{msg: trimSentinels(msg, ErrClosed, backend.ErrClosed) + ": closed", is: []error{ErrClosed, backend.ErrClosed}}
 	default:
 		s = backend.Sentinel(e.Code)
 	}
@@ -86,15 +90,15 @@ func trimSentinels(msg string, ss ...error) string {
 	}
 }
 
-// limitError is a wire error that matches several sentinels; its text is
+// multiError is a wire error that matches several sentinels; its text is
 // the peer's, said once.
-type limitError struct {
+type multiError struct {
 	msg string
 	is  []error
 }
 
-func (e *limitError) Error() string   { return e.msg }
-func (e *limitError) Unwrap() []error { return e.is }
+func (e *multiError) Error() string   { return e.msg }
+func (e *multiError) Unwrap() []error { return e.is }
 
 // fromError turns a Go error into the wire Error.
 func fromError(err error) *rdmapb.Error {
