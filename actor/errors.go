@@ -54,8 +54,8 @@ func toError(e *rdmapb.Error) error {
 		// The text says which limit; the sentinels only make errors.Is work.
 		return &multiError{msg: trimSentinels(msg, buffer.ErrExhausted, backend.ErrLimit) + ": limit exceeded", is: []error{buffer.ErrExhausted, backend.ErrLimit}}
 	case rdmapb.Code_RELEASED:
-		// A remote peer answers a wrong key and an unknown region alike
-		// (backend.RemoteCode): either may be the cause.
+		// A remote owner answers a wrong key and a released or unknown
+		// region alike (fromErrorFor): the caller cannot tell which.
 		return &multiError{msg: trimSentinels(msg, buffer.ErrReleased) + ": " + buffer.ErrReleased.Error(), is: []error{buffer.ErrReleased, buffer.ErrBadKey}}
 	case rdmapb.Code_CLOSED:
 		return &multiError{msg: trimSentinels(msg, ErrClosed, backend.ErrClosed) + ": closed", is: []error{ErrClosed, backend.ErrClosed}}

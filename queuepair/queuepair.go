@@ -193,6 +193,10 @@ func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote buffer.Buff
 		w.finish(err)
 		return
 	}
+	if ctx != nil && ctx.Err() != nil { // ended before it was posted
+		w.finish(fmt.Errorf("%s: %w", op, ctxCause(ctx)))
+		return
+	}
 	region, mem, err := q.local.Local(local)
 	if err != nil {
 		if errors.Is(err, buffer.ErrInvalid) {

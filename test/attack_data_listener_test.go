@@ -78,7 +78,12 @@ func TestAttackDataFDExhaustion(t *testing.T) {
 	}()
 	exhausted := false
 	for i := 0; i < 2*nofile && !exhausted; i++ { // bounded: at most 400 connections
-		c, err := net.DialTimeout("tcp", v.d.addr, 5*time.Second)
+		// From 16 loopback source addresses: the gRPC server admits at
+		// most 32 connections per address (and 256 in all, more than the
+		// victim's fds).
+		src := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%16))}
+		d := net.Dialer{LocalAddr: src, Timeout: 5 * time.Second}
+		c, err := d.Dial("tcp", v.d.addr)
 		if err != nil {
 			t.Fatalf("dial the gRPC port: %v", err)
 		}

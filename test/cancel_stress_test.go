@@ -1,0 +1,57 @@
+//go:build linux
+
+package test
+
+import (
+	"flag"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend/backendtest"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/queuepair"
+)
+
+var (
+	cancelOps      = flag.Int("cancel.ops", 10000, "TestCancelStress: operations to end by deadline or cancellation, at least")
+	cancelDuration = flag.Duration("cancel.duration", 3*time.Minute, "TestCancelStress: bound on its run time")
+)
+
+// TestCancelStress is issue 9's stress test across processes on the TCP
+// backend: operations to a daemon are ended by deadlines and cancellations
+// at random points of their life, their memory is reused the moment Wait
+// reports, and watched for a round more; neighbours on two queue pairs to
+// the same daemon must all succeed. Long run:
+//
+//	go test -count=1 -timeout 2h -run TestCancelStress -v ./test -args -cancel.ops=1000000 -cancel.duration=1h
+func TestCancelStress(t *testing.T) {
+	const maxSize = 512 << 10
+	checkLocalClean(t)
+	d := startDaemons(t, 1)[0]
+	r := newRand(t)
+	src, srcMem := localBuffer(t, uint64(backendtest.StressRemoteSize(maxSize)))
+	fill(r, srcMem)
+	remote := remoteBuffer(t, d, uint64(backendtest.StressRemoteSize(maxSize)), buffer.AccessReadWrite)
+	seed := queuePair(t, d)
+	if err := wait(seed.Put(src, remote)); err != nil {
+		t.Fatalf("seed the daemon's buffer: %v", err)
+	}
+	lb, lmem := localBuffer(t, uint64(backendtest.StressLocalSize(maxSize)))
+	rep := backendtest.CancelStress(t, backendtest.StressEnv{
+		QPs:        []*queuepair.QueuePair{seed, queuePair(t, d)},
+		Remote:     remote,
+		RemoteData: srcMem,
+		Local:      lb,
+		LocalMem:   lmem,
+		MaxSize:    maxSize,
+		Victims:    *cancelOps,
+		Duration:   *cancelDuration,
+		Timeout:    time.Minute,
+		Seed:       rand.Uint64(),
+	})
+	t.Logf("cancel stress over TCP to a daemon process: %s", rep)
+	if rep.Ended < *cancelOps && !t.Failed() {
+		t.Errorf("only %d operations ended early within %v (want %d)", rep.Ended, *cancelDuration, *cancelOps)
+	}
+}
