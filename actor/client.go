@@ -41,14 +41,14 @@ func (c *Client) Ref() *rdmapb.ManagerRef {
 func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message) (T, error) {
 	var zero T
 	if n := proto.Size(msg); n > c.maxMsg {
-		return zero, fmt.Errorf("%T of %d bytes, limit %d: %w", msg, n, c.maxMsg, ErrMessageTooLarge)
+		return zero, fmt.Errorf("%s %s: %d bytes, limit %d (--max-message-size): %w", verb(msg), PIDString(c.pid), n, c.maxMsg, ErrMessageTooLarge)
 	}
 	timeout := c.timeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
 	}
 	if timeout <= 0 {
-		return zero, fmt.Errorf("%T to %s: %w", msg, c.pid, context.DeadlineExceeded)
+		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), context.DeadlineExceeded)
 	}
 	// A client of a manager in this process fails at once when the manager
 	// is closed: protoactor drops requests still queued when an actor stops,
@@ -58,7 +58,7 @@ func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message)
 		closed = c.local.stop
 		select {
 		case <-closed:
-			return zero, fmt.Errorf("%T to %s: %w", msg, c.pid, ErrClosed)
+			return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), ErrClosed)
 		default:
 		}
 	}
@@ -73,24 +73,24 @@ func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message)
 	select {
 	case res = <-ch:
 	case <-ctx.Done():
-		return zero, fmt.Errorf("%T to %s: %w", msg, c.pid, ctx.Err())
+		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), ctx.Err())
 	case <-closed:
-		return zero, fmt.Errorf("%T to %s: %w", msg, c.pid, ErrClosed)
+		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), ErrClosed)
 	}
 	if errors.Is(res.err, protoactor.ErrDeadLetter) {
 		// No actor under that PID (never was, or stopped): not a timeout.
-		return zero, fmt.Errorf("%T to %s: no such manager: %w: %w", msg, c.pid, ErrUnknownPeer, res.err)
+		return zero, fmt.Errorf("%s %s: no such manager: %w", verb(msg), PIDString(c.pid), ErrUnknownPeer)
 	}
 	if res.err != nil {
-		return zero, fmt.Errorf("%T to %s: %w: %w", msg, c.pid, ErrTimeout, res.err)
+		return zero, fmt.Errorf("%s %s: no answer within %v: %w", verb(msg), PIDString(c.pid), timeout.Round(time.Millisecond), ErrTimeout)
 	}
 	switch v := res.v.(type) {
 	case T:
 		return v, nil
 	case *rdmapb.ErrorReply:
-		return zero, fmt.Errorf("%T to %s: %w", msg, c.pid, toError(v.Error))
+		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), toError(v.Error))
 	}
-	return zero, fmt.Errorf("%T to %s: reply %T: %w", msg, c.pid, res.v, ErrBadResponse)
+	return zero, fmt.Errorf("%s %s: reply %T: %w", verb(msg), PIDString(c.pid), res.v, ErrBadResponse)
 }
 
 // Ping checks the manager is alive and returns its id.
@@ -110,11 +110,11 @@ func (c *Client) RequestBuffer(ctx context.Context, size uint64, access buffer.A
 		return buffer.Buffer{}, err
 	}
 	if err := toError(r.Error); err != nil {
-		return buffer.Buffer{}, fmt.Errorf("request_buffer %d bytes: %w", size, err)
+		return buffer.Buffer{}, fmt.Errorf("request buffer of %d bytes from %s: %w", size, PIDString(c.pid), err)
 	}
 	b, err := buffer.FromProto(r.Buffer)
 	if err != nil {
-		return buffer.Buffer{}, fmt.Errorf("request_buffer reply: %w: %w", ErrBadResponse, err)
+		return buffer.Buffer{}, fmt.Errorf("request buffer from %s: reply: %w: %w", PIDString(c.pid), ErrBadResponse, err)
 	}
 	return b, nil
 }
@@ -127,7 +127,7 @@ func (c *Client) ReleaseBuffer(ctx context.Context, b buffer.Buffer) error {
 		return err
 	}
 	if err := toError(r.Error); err != nil {
-		return fmt.Errorf("release_buffer %v: %w", b, err)
+		return fmt.Errorf("release buffer %v at %s: %w", b, PIDString(c.pid), err)
 	}
 	return nil
 }
@@ -156,7 +156,7 @@ func (c *Client) RequestQueuePair(ctx context.Context, peer *protoactor.PID) (*q
 		return nil, err
 	}
 	if err := toError(r.Error); err != nil {
-		return nil, fmt.Errorf("request_queue_pair to %s: %w", peer, err)
+		return nil, fmt.Errorf("request queue pair to %s: %w", PIDString(peer), err)
 	}
 	return c.local.takeQueuePair(r.QpId)
 }
@@ -189,11 +189,11 @@ func (c *Client) RequestLeasedBuffer(ctx context.Context, size uint64, access bu
 		return buffer.Buffer{}, err
 	}
 	if err := toError(r.Error); err != nil {
-		return buffer.Buffer{}, fmt.Errorf("request_buffer %d bytes: %w", size, err)
+		return buffer.Buffer{}, fmt.Errorf("request buffer of %d bytes from %s: %w", size, PIDString(c.pid), err)
 	}
 	b, err := buffer.FromProto(r.Buffer)
 	if err != nil {
-		return buffer.Buffer{}, fmt.Errorf("request_buffer reply: %w: %w", ErrBadResponse, err)
+		return buffer.Buffer{}, fmt.Errorf("request buffer from %s: reply: %w: %w", PIDString(c.pid), ErrBadResponse, err)
 	}
 	return b, nil
 }
@@ -207,7 +207,7 @@ func (c *Client) RenewLease(ctx context.Context, b buffer.Buffer, lease time.Dur
 		return 0, err
 	}
 	if err := toError(r.Error); err != nil {
-		return 0, fmt.Errorf("renew lease of %v: %w", b, err)
+		return 0, fmt.Errorf("renew lease of %v at %s: %w", b, PIDString(c.pid), err)
 	}
 	return time.Duration(r.LeaseMs) * time.Millisecond, nil
 }
@@ -221,7 +221,28 @@ func (c *Client) RevokeBuffer(ctx context.Context, b buffer.Buffer) error {
 		return err
 	}
 	if err := toError(r.Error); err != nil {
-		return fmt.Errorf("revoke %v: %w", b, err)
+		return fmt.Errorf("revoke %v at %s: %w", b, PIDString(c.pid), err)
 	}
 	return nil
+}
+
+// verb says what a request does, for errors: "request buffer from".
+func verb(msg proto.Message) string {
+	switch msg.(type) {
+	case *rdmapb.RequestBuffer:
+		return "request buffer from"
+	case *rdmapb.ReleaseBuffer:
+		return "release buffer at"
+	case *rdmapb.RenewLease:
+		return "renew lease at"
+	case *rdmapb.RevokeBuffer:
+		return "revoke buffer at"
+	case *rdmapb.RequestQueuePair:
+		return "request queue pair from"
+	case *rdmapb.StatusRequest:
+		return "status of"
+	case *rdmapb.Ping:
+		return "ping"
+	}
+	return "request to"
 }

@@ -3,6 +3,7 @@ package actor
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -39,6 +40,7 @@ func toError(e *rdmapb.Error) error {
 		return nil
 	}
 	var s error
+	msg := e.Message
 	switch e.Code {
 	case rdmapb.Code_UNKNOWN_MESSAGE:
 		s = ErrUnknownMessage
@@ -49,21 +51,54 @@ func toError(e *rdmapb.Error) error {
 	case rdmapb.Code_NOT_LOCAL:
 		return fmt.Errorf("%s: %w, %w", e.Message, ErrNotLocal, buffer.ErrInvalid)
 	case rdmapb.Code_RESOURCE_EXHAUSTED:
-		return fmt.Errorf("%s: %w, %w", e.Message, buffer.ErrExhausted, backend.ErrLimit)
-	case rdmapb.Code_CLOSED:
-		return fmt.Errorf("%s: %w, %w", e.Message, ErrClosed, backend.ErrClosed)
+		// The text says which limit; the sentinels only make errors.Is work.
+		return &multiError{msg: trimSentinels(msg, buffer.ErrExhausted, backend.ErrLimit) + ": limit exceeded", is: []error{buffer.ErrExhausted, backend.ErrLimit}}
 	case rdmapb.Code_RELEASED:
 		// A remote owner answers a wrong key and a released or unknown
 		// region alike (fromErrorFor): the caller cannot tell which.
-		return fmt.Errorf("%s: %w, %w", e.Message, buffer.ErrReleased, buffer.ErrBadKey)
+		return &multiError{msg: trimSentinels(msg, buffer.ErrReleased) + ": " + buffer.ErrReleased.Error(), is: []error{buffer.ErrReleased, buffer.ErrBadKey}}
+	case rdmapb.Code_CLOSED:
+		return &multiError{msg: trimSentinels(msg, ErrClosed, backend.ErrClosed) + ": closed", is: []error{ErrClosed, backend.ErrClosed}}
 	default:
 		s = backend.Sentinel(e.Code)
 	}
 	if s == nil {
 		return fmt.Errorf("%s: %s", e.Code, e.Message)
 	}
-	return fmt.Errorf("%s: %w", e.Message, s)
+	// The peer's text ends with the sentinel's own words already: say them
+	// once.
+	if msg = trimSentinels(msg, s); msg == "" {
+		return s
+	}
+	return fmt.Errorf("%s: %w", msg, s)
 }
+
+// trimSentinels removes trailing ": <sentinel text>" (and a bare sentinel
+// text) from msg, as often as they repeat.
+func trimSentinels(msg string, ss ...error) string {
+	for {
+		before := msg
+		for _, s := range ss {
+			msg = strings.TrimSuffix(msg, ": "+s.Error())
+			if msg == s.Error() {
+				msg = ""
+			}
+		}
+		if msg == before {
+			return msg
+		}
+	}
+}
+
+// multiError is a wire error that matches several sentinels; its text is
+// the peer's, said once.
+type multiError struct {
+	msg string
+	is  []error
+}
+
+func (e *multiError) Error() string   { return e.msg }
+func (e *multiError) Unwrap() []error { return e.is }
 
 // fromError turns a Go error into the wire Error.
 func fromError(err error) *rdmapb.Error {

@@ -79,6 +79,8 @@ type Config struct {
 	Secret backend.Secret
 	// Logger receives the manager's logs; nil discards them.
 	Logger *slog.Logger
+	// Metrics, when not nil, counts operations and route setups (metrics.go).
+	Metrics *Metrics
 }
 
 func (c Config) withDefaults() Config {
@@ -173,6 +175,8 @@ type Manager struct {
 	// book counts refusals and samples their logs (shared with the
 	// remote guard of the same actor system).
 	book *refusals
+
+	ops opsState // uptime, inbound routes, route watchers (ops.go)
 }
 
 // maxNonces bounds the replay cache; past it new handshakes are refused
@@ -210,7 +214,8 @@ type routeEntry struct {
 	kind   backend.Kind
 	err    error
 	// refs counts queue pairs on the route; guarded by Manager.mu.
-	refs int
+	refs  int
+	since time.Time // when setup ended
 }
 
 type qpEntry struct {
@@ -274,6 +279,8 @@ func (m *Manager) Start(ctx context.Context) error {
 		case err == nil:
 			m.rdma = rb
 			m.backends = append(m.backends, rb)
+		case m.cfg.Backend == KindAuto && errors.Is(err, ibverbs.ErrNotBuilt):
+			m.log.Info("no RDMA device: using TCP only", "err", err) // the expected state of a build without ibverbs
 		case m.cfg.Backend == KindAuto:
 			m.log.Warn("no usable RDMA device: using TCP only", "err", err)
 		default:
@@ -295,7 +302,8 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.wg.Add(1)
 	m.mu.Unlock()
 	go m.reaper()
-	m.log.Info("manager started", "pid", pid.String(), "backends", m.kinds(), "data", m.tcp.Addr())
+	m.startOps()
+	m.log.Info("manager started", "pid", PIDString(pid), "backends", m.kinds(), "data", m.tcp.Addr())
 	return nil
 }
 
@@ -425,6 +433,7 @@ func (m *Manager) Close() error {
 			e.route.Close()
 		}
 	}
+	m.stopOps()
 	err := m.closeBackends()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -464,7 +473,7 @@ func (m *Manager) getRoute(ctx context.Context, peer *protoactor.PID) (*routeEnt
 		if e == nil {
 			if len(m.routes) >= m.cfg.MaxRoutes {
 				m.mu.Unlock()
-				return nil, fmt.Errorf("%d routes: %w", len(m.routes), backend.ErrLimit)
+				return nil, fmt.Errorf("%d routes, the most allowed (serve --max-routes): %w", len(m.routes), backend.ErrLimit)
 			}
 			e = &routeEntry{key: key, peer: peer, ready: make(chan struct{})}
 			m.routes[key] = e
@@ -517,8 +526,8 @@ func (m *Manager) setupRoute(e *routeEntry) {
 	for _, b := range m.backends {
 		r, peerID, err := m.handshake(ctx, e, b)
 		if err == nil {
-			e.route, e.peerID, e.kind = r, peerID, b.Kind()
-			m.log.Info("route up", "peer", e.key, "peer_id", fmt.Sprintf("%016x", e.peerID), "backend", b.Kind())
+			e.route, e.peerID, e.kind, e.since = r, peerID, b.Kind(), time.Now()
+			m.routeUp(e)
 			return
 		}
 		errs = append(errs, err)
@@ -527,6 +536,7 @@ func (m *Manager) setupRoute(e *routeEntry) {
 		}
 	}
 	e.err = errors.Join(errs...)
+	m.cfg.Metrics.routeSetup("out", "", e.err)
 }
 
 // handshake sets up a route to e's peer over b.
@@ -647,6 +657,7 @@ func (m *Manager) newQueuePair(e *routeEntry) (uint64, error) {
 		Timeout:   m.cfg.OpTimeout,
 		Kind:      e.kind,
 		OnRelease: func() { m.releaseQP(id) },
+		Observer:  m.observer(),
 	})
 	m.qps[id] = qe
 	return id, nil
@@ -786,12 +797,14 @@ func (m *Manager) status() *rdmapb.StatusResponse {
 				s := e.route.Stats()
 				rs.Backend = string(e.kind)
 				rs.PeerId, rs.Ops, rs.BytesPut, rs.BytesGot, rs.Errors = e.peerID, s.Ops, s.BytesPut, s.BytesGot, s.Errors
+				rs.AgeMs = uint64(time.Since(e.since).Milliseconds())
 			}
 		default:
 			rs.State = "connecting"
 		}
 		resp.Routes = append(resp.Routes, rs)
 	}
+	m.statusOps(resp)
 	return resp
 }
 
@@ -903,7 +916,7 @@ func (a *managerActor) Receive(ctx protoactor.Context) {
 		if isRemote(ctx) && !m.handshakeAllowed(remotePeer(ctx)) {
 			m.book.refuse(RefusedHandshake, "route handshake over the per-peer rate refused", "peer", remotePeer(ctx))
 			resp := &rdmapb.RouteHandshakeResponse{Version: ProtocolVersion, ResponderId: m.id, Backend: msg.Backend,
-				Error: fromError(fmt.Errorf("more than %d route handshakes in %v: %w", m.cfg.HandshakesPerPeer, handshakeWindow, backend.ErrLimit))}
+				Error: fromError(fmt.Errorf("more than %d route handshakes in %v (serve --handshakes-per-peer): %w", m.cfg.HandshakesPerPeer, handshakeWindow, backend.ErrLimit))}
 			resp.Mac = replyMAC(m.cfg.Secret, msg.Nonce, resp)
 			ctx.Respond(resp)
 			return
@@ -912,7 +925,7 @@ func (a *managerActor) Receive(ctx protoactor.Context) {
 	case *rdmapb.StatusRequest:
 		ctx.Respond(m.status())
 	default:
-		m.book.refuse(RefusedUnknownType, "unknown message", "type", fmt.Sprintf("%T", msg), "sender", fmt.Sprint(ctx.Sender()))
+		m.book.refuse(RefusedUnknownType, "unknown message", "type", fmt.Sprintf("%T", msg), "sender", PIDString(ctx.Sender()))
 		if ctx.Sender() != nil {
 			ctx.Respond(&rdmapb.ErrorReply{Error: fromError(fmt.Errorf("message %T: %w", msg, ErrUnknownMessage))})
 		}
@@ -944,6 +957,7 @@ func (m *Manager) acceptRoute(hs *rdmapb.RouteHandshake) *rdmapb.RouteHandshakeR
 			resp.Error = fromError(err)
 		} else {
 			resp.Endpoint = info
+			m.inboundUp(hs)
 		}
 	}
 	if resp.Error != nil {

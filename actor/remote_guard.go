@@ -210,7 +210,7 @@ func (g *remoteGuard) checkBatch(b *remote.MessageBatch, c *connPeer) error {
 			}
 		}
 		if name == nameStop || name == namePoisonPill {
-			g.book.refuse(RefusedStopActor, "dropped a request from a peer to stop an actor", "type", name, "target", b.Targets[e.Target].String())
+			g.book.refuse(RefusedStopActor, "dropped a request from a peer to stop an actor", "type", name, "target", PIDString(b.Targets[e.Target]))
 			continue
 		}
 		stamp(e, sender, c)

@@ -131,7 +131,7 @@ func (g *remoteGuard) checkSender(c *connPeer, p *protoactor.PID) error {
 // checkTarget refuses targets in other processes.
 func (g *remoteGuard) checkTarget(p *protoactor.PID) error {
 	if p.Address != g.sys.Address() {
-		return fmt.Errorf("target %q is not in this process (%s)", p.String(), g.sys.Address())
+		return fmt.Errorf("target %s is not in this process (%s)", PIDString(p), g.sys.Address())
 	}
 	return nil
 }

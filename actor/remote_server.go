@@ -157,7 +157,7 @@ func (c *connCap) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo,
 	if n >= c.max || k >= c.perIP {
 		c.mu.Unlock()
 		c.book.refuse(RefusedConn, "refused a control connection over the cap", "from", ip.String(), "conns", n, "from_ip", k)
-		return nil, nil, fmt.Errorf("%d connections, %d from %s: %w", n, k, ip, ErrTooManyConns)
+		return nil, nil, fmt.Errorf("%d connections, %d from %s (serve --grpc-max-conns, --grpc-max-conns-per-ip): %w", n, k, ip, ErrTooManyConns)
 	}
 	c.n++
 	c.byIP[ip]++

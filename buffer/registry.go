@@ -135,13 +135,13 @@ func (g *Registry) reserve(size uint64) error {
 		return ErrClosed
 	}
 	if g.limits.MaxRegion > 0 && size > g.limits.MaxRegion {
-		return fmt.Errorf("register %d bytes in one region, limit %d: %w", size, g.limits.MaxRegion, ErrExhausted)
+		return fmt.Errorf("register %d bytes in one region, limit %d (serve --max-region): %w", size, g.limits.MaxRegion, ErrExhausted)
 	}
 	if g.limits.MaxBytes > 0 && (size > g.limits.MaxBytes || g.bytes > g.limits.MaxBytes-size) {
-		return fmt.Errorf("register %d bytes with %d of %d in use: %w", size, g.bytes, g.limits.MaxBytes, ErrExhausted)
+		return fmt.Errorf("register %d bytes with %d of %d in use (serve --max-registered): %w", size, g.bytes, g.limits.MaxBytes, ErrExhausted)
 	}
 	if g.limits.MaxRegions > 0 && g.count >= g.limits.MaxRegions {
-		return fmt.Errorf("%d regions registered: %w", g.count, ErrExhausted)
+		return fmt.Errorf("%d regions registered, the most allowed (serve --max-regions): %w", g.count, ErrExhausted)
 	}
 	g.bytes += size
 	g.count++

@@ -1226,16 +1226,19 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 }
 
 type RouteStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PeerId        uint64                 `protobuf:"fixed64,1,opt,name=peer_id,json=peerId,proto3" json:"peer_id,omitempty"`
-	PeerAddr      string                 `protobuf:"bytes,2,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
-	Backend       string                 `protobuf:"bytes,3,opt,name=backend,proto3" json:"backend,omitempty"`
-	State         string                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
-	Refs          uint32                 `protobuf:"varint,5,opt,name=refs,proto3" json:"refs,omitempty"`
-	Ops           uint64                 `protobuf:"varint,6,opt,name=ops,proto3" json:"ops,omitempty"`
-	BytesPut      uint64                 `protobuf:"varint,7,opt,name=bytes_put,json=bytesPut,proto3" json:"bytes_put,omitempty"`
-	BytesGot      uint64                 `protobuf:"varint,8,opt,name=bytes_got,json=bytesGot,proto3" json:"bytes_got,omitempty"`
-	Errors        uint64                 `protobuf:"varint,9,opt,name=errors,proto3" json:"errors,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	PeerId   uint64                 `protobuf:"fixed64,1,opt,name=peer_id,json=peerId,proto3" json:"peer_id,omitempty"`
+	PeerAddr string                 `protobuf:"bytes,2,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
+	Backend  string                 `protobuf:"bytes,3,opt,name=backend,proto3" json:"backend,omitempty"`
+	State    string                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	Refs     uint32                 `protobuf:"varint,5,opt,name=refs,proto3" json:"refs,omitempty"`
+	Ops      uint64                 `protobuf:"varint,6,opt,name=ops,proto3" json:"ops,omitempty"`
+	BytesPut uint64                 `protobuf:"varint,7,opt,name=bytes_put,json=bytesPut,proto3" json:"bytes_put,omitempty"`
+	BytesGot uint64                 `protobuf:"varint,8,opt,name=bytes_got,json=bytesGot,proto3" json:"bytes_got,omitempty"`
+	Errors   uint64                 `protobuf:"varint,9,opt,name=errors,proto3" json:"errors,omitempty"`
+	// Fields from 20 on: issue 13 (operations).
+	AgeMs         uint64 `protobuf:"varint,20,opt,name=age_ms,json=ageMs,proto3" json:"age_ms,omitempty"` // since the route came up (or setup began)
+	Inbound       bool   `protobuf:"varint,21,opt,name=inbound,proto3" json:"inbound,omitempty"`          // a peer's route to us (we accepted its handshake)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1333,6 +1336,20 @@ func (x *RouteStatus) GetErrors() uint64 {
 	return 0
 }
 
+func (x *RouteStatus) GetAgeMs() uint64 {
+	if x != nil {
+		return x.AgeMs
+	}
+	return 0
+}
+
+func (x *RouteStatus) GetInbound() bool {
+	if x != nil {
+		return x.Inbound
+	}
+	return false
+}
+
 type BufferStatus struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Region        uint64                 `protobuf:"varint,1,opt,name=region,proto3" json:"region,omitempty"`
@@ -1424,8 +1441,14 @@ type StatusResponse struct {
 	RemoteBytes        uint64            `protobuf:"varint,23,opt,name=remote_bytes,json=remoteBytes,proto3" json:"remote_bytes,omitempty"`    // bytes held by remote peers
 	MaxRegisteredBytes uint64            `protobuf:"varint,24,opt,name=max_registered_bytes,json=maxRegisteredBytes,proto3" json:"max_registered_bytes,omitempty"`
 	MaxRemoteBytes     uint64            `protobuf:"varint,25,opt,name=max_remote_bytes,json=maxRemoteBytes,proto3" json:"max_remote_bytes,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Fields from 30 on: issue 13 (operations).
+	Inbound       []*RouteStatus `protobuf:"bytes,30,rep,name=inbound,proto3" json:"inbound,omitempty"`                                   // peers' routes to us
+	Version       string         `protobuf:"bytes,31,opt,name=version,proto3" json:"version,omitempty"`                                   // the manager's build (module version and VCS revision)
+	UptimeMs      uint64         `protobuf:"varint,32,opt,name=uptime_ms,json=uptimeMs,proto3" json:"uptime_ms,omitempty"`                // since the manager started
+	LeasedBuffers uint32         `protobuf:"varint,33,opt,name=leased_buffers,json=leasedBuffers,proto3" json:"leased_buffers,omitempty"` // buffers with a lease
+	QueuePairs    uint32         `protobuf:"varint,34,opt,name=queue_pairs,json=queuePairs,proto3" json:"queue_pairs,omitempty"`          // queue pairs handed out and not released
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1587,6 +1610,41 @@ func (x *StatusResponse) GetMaxRegisteredBytes() uint64 {
 func (x *StatusResponse) GetMaxRemoteBytes() uint64 {
 	if x != nil {
 		return x.MaxRemoteBytes
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetInbound() []*RouteStatus {
+	if x != nil {
+		return x.Inbound
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetUptimeMs() uint64 {
+	if x != nil {
+		return x.UptimeMs
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLeasedBuffers() uint32 {
+	if x != nil {
+		return x.LeasedBuffers
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetQueuePairs() uint32 {
+	if x != nil {
+		return x.QueuePairs
 	}
 	return 0
 }
@@ -1793,7 +1851,7 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\bendpoint\x18\x04 \x01(\fR\bendpoint\x12'\n" +
 	"\x05error\x18\x05 \x01(\v2\x11.rdmamgr.v1.ErrorR\x05error\x12\x10\n" +
 	"\x03mac\x18\x06 \x01(\fR\x03mac\"\x0f\n" +
-	"\rStatusRequest\"\xeb\x01\n" +
+	"\rStatusRequest\"\x9c\x02\n" +
 	"\vRouteStatus\x12\x17\n" +
 	"\apeer_id\x18\x01 \x01(\x06R\x06peerId\x12\x1b\n" +
 	"\tpeer_addr\x18\x02 \x01(\tR\bpeerAddr\x12\x18\n" +
@@ -1803,13 +1861,15 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\x03ops\x18\x06 \x01(\x04R\x03ops\x12\x1b\n" +
 	"\tbytes_put\x18\a \x01(\x04R\bbytesPut\x12\x1b\n" +
 	"\tbytes_got\x18\b \x01(\x04R\bbytesGot\x12\x16\n" +
-	"\x06errors\x18\t \x01(\x04R\x06errors\"w\n" +
+	"\x06errors\x18\t \x01(\x04R\x06errors\x12\x15\n" +
+	"\x06age_ms\x18\x14 \x01(\x04R\x05ageMs\x12\x18\n" +
+	"\ainbound\x18\x15 \x01(\bR\ainbound\"w\n" +
 	"\fBufferStatus\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\x04R\x06region\x12\x16\n" +
 	"\x06length\x18\x02 \x01(\x04R\x06length\x12\x16\n" +
 	"\x06access\x18\x03 \x01(\rR\x06access\x12\x1f\n" +
 	"\vuser_memory\x18\x04 \x01(\bR\n" +
-	"userMemory\"\xb9\x06\n" +
+	"userMemory\"\xeb\a\n" +
 	"\x0eStatusResponse\x12\x1d\n" +
 	"\n" +
 	"manager_id\x18\x01 \x01(\x06R\tmanagerId\x12\x18\n" +
@@ -1834,7 +1894,13 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\rbuffers_total\x18\x16 \x01(\x04R\fbuffersTotal\x12!\n" +
 	"\fremote_bytes\x18\x17 \x01(\x04R\vremoteBytes\x120\n" +
 	"\x14max_registered_bytes\x18\x18 \x01(\x04R\x12maxRegisteredBytes\x12(\n" +
-	"\x10max_remote_bytes\x18\x19 \x01(\x04R\x0emaxRemoteBytes\x1a;\n" +
+	"\x10max_remote_bytes\x18\x19 \x01(\x04R\x0emaxRemoteBytes\x121\n" +
+	"\ainbound\x18\x1e \x03(\v2\x17.rdmamgr.v1.RouteStatusR\ainbound\x12\x18\n" +
+	"\aversion\x18\x1f \x01(\tR\aversion\x12\x1b\n" +
+	"\tuptime_ms\x18  \x01(\x04R\buptimeMs\x12%\n" +
+	"\x0eleased_buffers\x18! \x01(\rR\rleasedBuffers\x12\x1f\n" +
+	"\vqueue_pairs\x18\" \x01(\rR\n" +
+	"queuePairs\x1a;\n" +
 	"\rRefusalsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"5\n" +
@@ -1937,12 +2003,13 @@ var file_rdmamgr_proto_depIdxs = []int32{
 	20, // 14: rdmamgr.v1.StatusResponse.routes:type_name -> rdmamgr.v1.RouteStatus
 	2,  // 15: rdmamgr.v1.StatusResponse.error:type_name -> rdmamgr.v1.Error
 	26, // 16: rdmamgr.v1.StatusResponse.refusals:type_name -> rdmamgr.v1.StatusResponse.RefusalsEntry
-	2,  // 17: rdmamgr.v1.ErrorReply.error:type_name -> rdmamgr.v1.Error
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	20, // 17: rdmamgr.v1.StatusResponse.inbound:type_name -> rdmamgr.v1.RouteStatus
+	2,  // 18: rdmamgr.v1.ErrorReply.error:type_name -> rdmamgr.v1.Error
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_rdmamgr_proto_init() }

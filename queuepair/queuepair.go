@@ -28,6 +28,8 @@ type Options struct {
 	// OnRelease is called once by Release, after every operation posted
 	// before it completed (the manager drops its reference on the route).
 	OnRelease func()
+	// Observer, when not nil, sees every operation's outcome.
+	Observer Observer
 }
 
 // DefaultTimeout is the operation timeout when Options.Timeout is zero.
@@ -42,6 +44,7 @@ type QueuePair struct {
 	timeout time.Duration
 	onRel   func()
 	kind    backend.Kind
+	obs     Observer
 	relOnce sync.Once
 
 	// ops holds the number of operations armed and not yet completed in
@@ -60,7 +63,7 @@ func New(id, peerID uint64, route backend.Route, local Resolver, opt Options) *Q
 		opt.Timeout = DefaultTimeout
 	}
 	return &QueuePair{id: id, peerID: peerID, route: route, local: local, timeout: opt.Timeout, onRel: opt.OnRelease, kind: opt.Kind,
-		idle: make(chan struct{})}
+		obs: opt.Observer, idle: make(chan struct{})}
 }
 
 // ID returns the queue pair's id at its manager.
@@ -183,6 +186,9 @@ func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote buffer.Buff
 		return
 	}
 	w.qp = q // counted in q.ops until finish
+	if q.obs != nil {
+		w.start = time.Now()
+	}
 	if err := q.check(op, local, remote); err != nil {
 		w.finish(err)
 		return
@@ -286,6 +292,7 @@ type WorkRequest struct {
 	sig   chan struct{} // capacity 1: one token per completion
 	err   error         // written before state becomes done
 	state atomic.Uint32
+	start time.Time // when it was posted, for the queue pair's Observer
 }
 
 const (
@@ -301,10 +308,10 @@ func (w *WorkRequest) finish(err error) {
 	if w.state.Load() != statePending {
 		return
 	}
-	if w.region != nil {
-		w.region.Unref()
-		w.region = nil
-	}
+	w.qp.observe(w, err) // first: it adds nothing between the unref and done below
+	w.start = time.Time{}
+	r := w.region
+	w.region = nil
 	q := w.qp // read before done: the owner may re-arm w right after
 	w.qp = nil
 	w.err = err
@@ -312,6 +319,11 @@ func (w *WorkRequest) finish(err error) {
 	select {
 	case w.sig <- struct{}{}:
 	default:
+	}
+	// The local region is let go only once the outcome is reported: whoever
+	// waits for its references (Release) then finds the operation done.
+	if r != nil {
+		r.Unref()
 	}
 	if b := w.batch; b != nil && b.left.Add(-1) == 0 {
 		b.unwatch()

@@ -65,6 +65,8 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	rdmamgrBin = filepath.Join(dir, "rdmamgr")
+	// Daemons serve /metrics on a port of their own, not the fixed default.
+	os.Setenv("RDMAMGR_METRICS_LISTEN", "127.0.0.1:0")
 	build := exec.Command("go", "build", "-o", rdmamgrBin, "github.com/rdmamgr/rdmamgr/cmd/rdmamgr")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "go build ./cmd/rdmamgr: %v\n%s", err, out)

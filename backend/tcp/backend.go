@@ -50,6 +50,8 @@ type Backend struct {
 	pendingByIP map[netip.Addr]int
 	authed      int
 	closed      bool
+	// peers count what was served for each peer manager (peers.go).
+	peers map[uint64]*peerCounters
 
 	wg sync.WaitGroup // accept loop, server connections, routes' goroutines
 }
@@ -252,16 +254,17 @@ func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, info []byte) (
 	return encodeResponderInfo(b.addr, tokens), nil
 }
 
-// takeToken consumes a token; single use.
-func (b *Backend) takeToken(t [tokenSize]byte) bool {
+// takeToken consumes a token (single use) and returns the peer it was
+// issued to.
+func (b *Backend) takeToken(t [tokenSize]byte) (uint64, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e, ok := b.tokens[t]
 	if !ok {
-		return false
+		return 0, false
 	}
 	delete(b.tokens, t)
-	return time.Now().Before(e.expires)
+	return e.peer, time.Now().Before(e.expires)
 }
 
 // codeByte is the wire form of an error.

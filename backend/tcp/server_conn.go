@@ -50,8 +50,12 @@ func (b *Backend) serveConn(c net.Conn, ip netip.Addr) {
 			err = fmt.Errorf("hello does not prove the secret: %w", backend.ErrUnauthenticated)
 		}
 	}
-	if err == nil && !b.takeToken(tok) {
-		err = fmt.Errorf("unknown, used or expired token: %w", backend.ErrUnauthenticated)
+	var peer uint64
+	if err == nil {
+		var ok bool
+		if peer, ok = b.takeToken(tok); !ok {
+			err = fmt.Errorf("unknown, used or expired token: %w", backend.ErrUnauthenticated)
+		}
 	}
 	if err == nil {
 		pending = false
@@ -76,7 +80,8 @@ func (b *Backend) serveConn(c net.Conn, ip netip.Addr) {
 	}
 	_ = c.SetDeadline(time.Time{})
 	setSockopts(c, b.cfg.SocketBuffer)
-	s := &serverConn{b: b, c: c}
+	s := &serverConn{b: b, c: c, peer: b.peerJoin(peer)}
+	defer b.peerLeave(s.peer)
 	if !b.trackServer(s) {
 		return
 	}

@@ -26,11 +26,12 @@ var aLongTimeAgo = time.Unix(1, 0)
 type serverConn struct {
 	b       *Backend
 	c       net.Conn
-	out     []byte      // response headers of the batch
-	segs    []respSeg   // the batch, in order
-	payload int         // READ payload bytes in the batch
-	iov     net.Buffers // the batch for writev; WriteTo consumes it
-	iovBuf  net.Buffers // iov's backing array, kept across batches
+	peer    *peerCounters // the peer manager's counters (peers.go)
+	out     []byte        // response headers of the batch
+	segs    []respSeg     // the batch, in order
+	payload int           // READ payload bytes in the batch
+	iov     net.Buffers   // the batch for writev; WriteTo consumes it
+	iovBuf  net.Buffers   // iov's backing array, kept across batches
 
 	mu sync.Mutex // guards writing and flushing, and segs while flushing
 	// writing is the region a WRITE payload is being read into (nil
@@ -94,7 +95,7 @@ func (s *serverConn) serve() error {
 			return err
 		}
 		if err := h.decode(hdr[:], maxLen); err != nil {
-			s.b.served.rejected.Add(1)
+			s.rejected()
 			return err
 		}
 		if h.op == opPing {
@@ -104,7 +105,7 @@ func (s *serverConn) serve() error {
 		need := backend.Op(h.op).Need()
 		r, mem, verr := s.b.reg.Acquire(h.region, h.key, h.offset, uint64(h.length), need)
 		if verr != nil {
-			s.b.served.rejected.Add(1)
+			s.rejected()
 			if h.op == opWrite {
 				// Keep the stream in step: drop the payload, touch nothing.
 				if err := s.discard(br, int64(h.length), time.Now().Add(s.b.cfg.FrameTimeout)); err != nil {
@@ -124,8 +125,7 @@ func (s *serverConn) serve() error {
 				s.appendResp(respHeader{op: h.op, code: code, wrid: h.wrid}, nil, nil)
 				continue
 			}
-			s.b.served.ops.Add(1)
-			s.b.served.bytesIn.Add(uint64(h.length))
+			s.servedIn(uint64(h.length))
 			s.appendResp(respHeader{op: h.op, wrid: h.wrid}, nil, nil)
 		case opRead:
 			s.appendResp(respHeader{op: h.op, length: h.length, wrid: h.wrid}, mem, r)
@@ -156,7 +156,7 @@ func (s *serverConn) write(br *bufio.Reader, r *buffer.Region, mem []byte) (byte
 	n, cause, err := s.readInto(br, r, mem, frameEnd)
 	r.UnrefRemote()
 	if err == nil && cause != nil {
-		s.b.served.rejected.Add(1)
+		s.rejected()
 		err = s.discard(br, int64(len(mem)-n), frameEnd)
 	}
 	if err != nil {
@@ -269,8 +269,7 @@ func (s *serverConn) flush() error {
 	if err == nil {
 		for _, g := range s.segs {
 			if g.mem != nil {
-				s.b.served.ops.Add(1)
-				s.b.served.bytesOut.Add(uint64(len(g.mem)))
+				s.servedOut(uint64(len(g.mem)))
 			}
 		}
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -33,21 +32,19 @@ type baselineFlags struct {
 	sizes        string
 	ops          string
 	placement    string
-	jsonPath     string
 	baselinePeer string
 	latCount     int
 	pipeCount    int
 	pipeDepth    int
 }
 
-var baselineOnlyFlags = []string{"sizes", "ops", "placement", "json", "baseline-peer", "lat-count", "pipeline-count", "pipeline-depth"}
+var baselineOnlyFlags = []string{"sizes", "ops", "placement", "baseline-peer", "lat-count", "pipeline-count", "pipeline-depth"}
 
 func (b *baselineFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&b.on, "baseline", false, "run the size × op table, an 8-byte Get latency and a 64-byte Put pipeline, each against a plain Go TCP baseline, and print the ratios (starts its own manager unless --peer is given)")
 	fs.StringVar(&b.sizes, "sizes", "4KiB,64KiB,1MiB,16MiB", "with --baseline: comma-separated sizes")
 	fs.StringVar(&b.ops, "ops", "put,get", "with --baseline: comma-separated ops (put, get)")
 	fs.StringVar(&b.placement, "placement", "any", "with --baseline: any (no pinning), same (bench and servers on one CPU) or split (bench on one CPU, servers on another)")
-	fs.StringVar(&b.jsonPath, "json", "", "with --baseline: also write the figures to this file as JSON")
 	fs.StringVar(&b.baselinePeer, "baseline-peer", "", "with --baseline: HOST:PORT of a running \"rdmamgr bench baseline-server\" (default: start one)")
 	fs.IntVar(&b.latCount, "lat-count", 5000, "with --baseline: round trips timed for the 8-byte latency")
 	fs.IntVar(&b.pipeCount, "pipeline-count", 100000, "with --baseline: operations timed for the 64-byte pipeline")
@@ -71,6 +68,7 @@ type benchBaselineArgs struct {
 	warmup                 int
 	verify                 bool
 	timeout                time.Duration
+	jsonPath               string
 	set                    map[string]bool
 	c                      *common
 }
@@ -142,7 +140,11 @@ type pipelineRow struct {
 	Errors  int     `json:"errors"`
 }
 
-func cmdBenchBaseline(ctx context.Context, bl *baselineFlags, a benchBaselineArgs, stdout, stderr io.Writer) error {
+func cmdBenchBaseline(ctx context.Context, bl *baselineFlags, a benchBaselineArgs, e *env) error {
+	stdout, stderr := e.stdout, e.stderr
+	if a.jsonPath == "-" {
+		stdout = io.Discard // stdout carries the JSON alone
+	}
 	if a.set["op"] || a.set["size"] {
 		return usagef("with --baseline use --ops and --sizes, not --op and --size")
 	}
@@ -222,7 +224,7 @@ func cmdBenchBaseline(ctx context.Context, bl *baselineFlags, a benchBaselineArg
 	if peerAddr == "" {
 		args := []string{"serve", "--listen", "127.0.0.1:0",
 			"--backend", a.c.backend, "--conns", strconv.Itoa(a.c.conns),
-			"--max-message-size", strconv.Itoa(a.c.maxMsg), "--log-level", "warn"}
+			"--max-message-size", strconv.Itoa(a.c.maxMsg), "--log-level", "warn", "--metrics-listen", ""}
 		if a.c.sockbuf != "" {
 			args = append(args, "--sockbuf", a.c.sockbuf)
 		}
@@ -283,6 +285,9 @@ func cmdBenchBaseline(ctx context.Context, bl *baselineFlags, a benchBaselineArg
 			what := fmt.Sprintf("%s %s", op, fmtSize(size))
 			cfg := benchConfig{op: op, size: size, count: count, concurrency: conc, warmup: a.warmup, verify: a.verify}
 			res, err := runBench(ctx, n.mgr, peer, cfg)
+			if err == nil && res.stop != nil {
+				err = fmt.Errorf("stopped after %d operations: %w", res.ops, res.stop)
+			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", what, err)
 			}
@@ -309,6 +314,9 @@ func cmdBenchBaseline(ctx context.Context, bl *baselineFlags, a benchBaselineArg
 	// 8-byte Get round trip against a ping-pong on one connection.
 	latWarm := max(a.warmup, 100)
 	res, err := runBench(ctx, n.mgr, peer, benchConfig{op: "get", size: latSize, count: bl.latCount, concurrency: 1, warmup: latWarm, verify: a.verify})
+	if err == nil && res.stop != nil {
+		err = fmt.Errorf("stopped after %d operations: %w", res.ops, res.stop)
+	}
 	if err != nil {
 		return fmt.Errorf("latency: %w", err)
 	}
@@ -329,6 +337,9 @@ func cmdBenchBaseline(ctx context.Context, bl *baselineFlags, a benchBaselineArg
 
 	// 64-byte Puts, many in flight, against a request/response pipeline.
 	res, err = runBench(ctx, n.mgr, peer, benchConfig{op: "put", size: pipeSize, count: bl.pipeCount, concurrency: bl.pipeDepth, warmup: max(a.warmup, bl.pipeDepth), verify: a.verify})
+	if err == nil && res.stop != nil {
+		err = fmt.Errorf("stopped after %d operations: %w", res.ops, res.stop)
+	}
 	if err != nil {
 		return fmt.Errorf("pipeline: %w", err)
 	}
@@ -338,7 +349,7 @@ func cmdBenchBaseline(ctx context.Context, bl *baselineFlags, a benchBaselineArg
 	}
 	pr := &pipelineRow{
 		Size: pipeSize, Count: bl.pipeCount, Depth: bl.pipeDepth, Conns: a.c.conns,
-		OursOps: float64(bl.pipeCount) / res.elapsed.Seconds(), TCPOps: float64(bl.pipeCount) / d.Seconds(),
+		OursOps: perSec(res.ops, res.elapsed), TCPOps: float64(bl.pipeCount) / d.Seconds(),
 		OursP50: micros(pct(res.lat, 50)),
 		Errors:  noteFailure("pipeline put 64B", res),
 	}
@@ -348,13 +359,9 @@ func cmdBenchBaseline(ctx context.Context, bl *baselineFlags, a benchBaselineArg
 		pipeSize, bl.pipeDepth, a.c.conns, bl.pipeCount, pr.OursOps, pr.TCPOps, pr.Ratio)
 
 	rep.Elapsed = time.Since(rep.Started)
-	if bl.jsonPath != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
+	if a.jsonPath != "" {
+		if err := writeJSON(e.stdout, a.jsonPath, rep); err != nil {
 			return err
-		}
-		if err := os.WriteFile(bl.jsonPath, append(b, '\n'), 0o644); err != nil {
-			return fmt.Errorf("--json: %w", err)
 		}
 	}
 	fmt.Fprintf(stdout, "errors: %d\n", countErrors(rep))

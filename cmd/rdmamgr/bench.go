@@ -1,344 +1,194 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"os"
-	"runtime"
-	"runtime/pprof"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/actor"
-	"github.com/rdmamgr/rdmamgr/buffer"
-	"github.com/rdmamgr/rdmamgr/queuepair"
+	"github.com/rdmamgr/rdmamgr/backend"
 )
 
-type benchConfig struct {
-	op          string
-	size        uint64
-	count       int
-	concurrency int
-	warmup      int
-	verify      bool
+func benchCommand() *command {
+	return &command{
+		name:     "bench",
+		synopsis: "--peer ADDR [--op put|get] [--size SIZE] [--count N] [flags]\n       rdmamgr bench --baseline [--sizes LIST] [--ops put,get] [--placement any|same|split] [flags]",
+		short:    "measure puts or gets to a manager (or, with --baseline, against plain Go TCP)",
+		long: `Moves data to (put) or from (get) the manager at --peer and reports throughput
+and latency (p50, p99, p99.9, max) of the operations that succeeded. The run
+stops when the peer is gone or more than --max-errors operations failed, and
+then reports what it did. A progress line is shown when stdout is a terminal.
+Interrupted (ctrl-C), it reports the partial figures and exits 130.
+
+With --baseline it measures a table of sizes and ops, an 8-byte Get round
+trip and a 64-byte Put pipeline, each against a plain Go TCP baseline in the
+same run, and prints the ratios (starting its own manager unless --peer is
+given). --json FILE writes the figures of either mode as JSON ("-": stdout).`,
+		setup: benchFlags,
+	}
 }
 
-type benchResult struct {
-	elapsed   time.Duration
-	lat       []time.Duration // sorted
-	bytes     uint64
-	verified  uint64
-	mismatch  int
-	errs      int
-	firstErr  error
-	handleLen int
-	backend   string
+// benchArgs are bench's flags after parsing.
+type benchArgs struct {
+	peer, peerName, listen string
+	op, size               string
+	count, concurrency     int
+	warmup, maxErrors      int
+	verify                 bool
+	timeout                time.Duration
+	cpuProfile, memProfile string
+	jsonPath               string
+	metricsListen          string
+	bl                     baselineFlags
+	c                      common
 }
 
-func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "baseline-server" {
-		// Hidden: the plain-TCP server `bench --baseline` starts.
-		return cmdBaselineServer(ctx, args[1:], stdout, stderr)
+func benchFlags(fs *flag.FlagSet) runFunc {
+	a := &benchArgs{}
+	fs.StringVar(&a.peer, "peer", "", "peer manager address `HOST:PORT`")
+	fs.StringVar(&a.peerName, "peer-name", actor.DefaultName, "peer manager actor `name`")
+	fs.StringVar(&a.listen, "listen", "127.0.0.1:0", "our actor-system address `HOST:PORT`")
+	fs.StringVar(&a.op, "op", "put", "`op`: put or get")
+	fs.StringVar(&a.size, "size", "1MiB", "bytes per operation (`size`: KiB, MiB, GiB; kB, MB, GB)")
+	fs.IntVar(&a.count, "count", 1000, "operations to time (with --baseline, per size: default enough for about 2 GiB, 100 to 50000)")
+	fs.IntVar(&a.concurrency, "concurrency", 1, "operations in flight (with --baseline: default 4)")
+	fs.IntVar(&a.warmup, "warmup", 10, "untimed operations first")
+	fs.IntVar(&a.maxErrors, "max-errors", 0, "stop after more than this many failed operations")
+	fs.BoolVar(&a.verify, "verify", false, "check every byte of every operation")
+	fs.DurationVar(&a.timeout, "timeout", 10*time.Minute, "bound on the whole run")
+	fs.StringVar(&a.jsonPath, "json", "", "also write the figures as JSON to this `file` (\"-\": stdout, instead of the text)")
+	fs.StringVar(&a.metricsListen, "metrics-listen", "", "serve /metrics of this run's manager on `HOST:PORT` (default: none)")
+	fs.StringVar(&a.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed run to this `file`")
+	fs.StringVar(&a.memProfile, "memprofile", "", "write an allocation profile of the run to this `file`")
+	a.bl.register(fs)
+	a.c.registerLog(fs, "warn")
+	a.c.registerManager(fs)
+	return func(ctx context.Context, e *env) error {
+		set := make(map[string]bool)
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if a.bl.on {
+			return cmdBenchBaseline(ctx, &a.bl, benchBaselineArgs{
+				peer: a.peer, peerName: a.peerName, listen: a.listen,
+				count: a.count, concurrency: a.concurrency, warmup: a.warmup, verify: a.verify, timeout: a.timeout,
+				jsonPath: a.jsonPath, set: set, c: &a.c,
+			}, e)
+		}
+		if err := a.bl.checkUnset(set); err != nil {
+			return err
+		}
+		cfg, err := a.config()
+		if err != nil {
+			return err
+		}
+		return bench(ctx, e, a, cfg)
 	}
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	peer := fs.String("peer", "", "peer manager address HOST:PORT")
-	peerName := fs.String("peer-name", actor.DefaultName, "peer manager actor name")
-	listen := fs.String("listen", "127.0.0.1:0", "our actor-system address")
-	op := fs.String("op", "put", "put or get")
-	sizeS := fs.String("size", "1MiB", "bytes per operation (suffix KiB, MiB, GiB)")
-	count := fs.Int("count", 1000, "operations to time (with --baseline, per size: default enough for about 2 GiB, 100 to 50000)")
-	conc := fs.Int("concurrency", 1, "operations in flight (with --baseline: default 4)")
-	warmup := fs.Int("warmup", 10, "untimed operations first")
-	verify := fs.Bool("verify", false, "check every byte of every operation")
-	timeout := fs.Duration("timeout", 10*time.Minute, "bound on the whole run")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed run to this file")
-	memProfile := fs.String("memprofile", "", "write an allocation profile of the run to this file")
-	var bl baselineFlags
-	bl.register(fs)
-	var c common
-	c.register(fs)
-	c.logLevel = "warn"
-	if err := fs.Parse(args); err != nil {
-		return err
+}
+
+// config checks the flags of a plain bench.
+func (a *benchArgs) config() (benchConfig, error) {
+	if a.peer == "" {
+		return benchConfig{}, usagef("--peer is required (or --baseline)")
 	}
-	set := make(map[string]bool)
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if bl.on {
-		return cmdBenchBaseline(ctx, &bl, benchBaselineArgs{
-			peer: *peer, peerName: *peerName, listen: *listen,
-			count: *count, concurrency: *conc, warmup: *warmup, verify: *verify, timeout: *timeout,
-			set: set, c: &c,
-		}, stdout, stderr)
+	if a.op != "put" && a.op != "get" {
+		return benchConfig{}, usagef("--op %q: want put or get", a.op)
 	}
-	if err := bl.checkUnset(set); err != nil {
-		return err
-	}
-	if *peer == "" {
-		return usagef("--peer is required")
-	}
-	if *op != "put" && *op != "get" {
-		return usagef("--op %q: want put or get", *op)
-	}
-	size, err := parseSize(*sizeS)
+	size, err := parseSize(a.size)
 	if err != nil {
-		return usagef("%v", err)
+		return benchConfig{}, usagef("--size: %v", err)
 	}
-	if *count < 1 || *conc < 1 || *conc > 4096 || *warmup < 0 {
-		return usagef("--count and --concurrency must be positive (concurrency at most 4096)")
+	switch {
+	case a.count < 1:
+		return benchConfig{}, usagef("--count %d: want at least 1", a.count)
+	case a.concurrency < 1 || a.concurrency > 4096:
+		return benchConfig{}, usagef("--concurrency %d: want 1 to 4096", a.concurrency)
+	case a.warmup < 0 || a.maxErrors < 0:
+		return benchConfig{}, usagef("--warmup and --max-errors must not be negative")
+	case a.timeout <= 0:
+		return benchConfig{}, usagef("--timeout %v: want a positive duration", a.timeout)
+	case size*uint64(a.concurrency) > 8<<30:
+		return benchConfig{}, usagef("--size × --concurrency over 8 GiB")
 	}
-	if size*uint64(*conc) > 8<<30 {
-		return usagef("--size × --concurrency over 8 GiB")
-	}
-	pid, err := peerPID(*peer, *peerName)
+	return benchConfig{op: a.op, size: size, count: a.count, concurrency: a.concurrency,
+		warmup: a.warmup, verify: a.verify, maxErrors: a.maxErrors}, nil
+}
+
+func bench(ctx context.Context, e *env, a *benchArgs, cfg benchConfig) error {
+	pid, err := peerPID(a.peer, a.peerName)
 	if err != nil {
 		return err
 	}
-	_, sl, err := c.logger(stderr)
+	_, sl, err := a.c.logger(e.stderr)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	n, err := startNode(ctx, *listen, &c, sl, actor.DefaultName, true)
+	if err := probe(ctx, a.peer); err != nil {
+		return err
+	}
+	if a.metricsListen != "" {
+		a.c.metrics = actor.NewMetrics()
+	}
+	n, err := startNode(ctx, a.listen, &a.c, sl, actor.DefaultName, true)
 	if err != nil {
 		return err
 	}
-	defer n.close()
-	cfg := benchConfig{op: *op, size: size, count: *count, concurrency: *conc, warmup: *warmup, verify: *verify}
-	stopProfiles, err := startProfiles(*cpuProfile, *memProfile)
+	defer n.closeWithin(5 * time.Second)
+	if a.metricsListen != "" {
+		adm := newAdminServer(n.mgr, metricsRegistry(n.mgr, a.c.metrics))
+		if err := adm.listen(a.metricsListen); err != nil {
+			return err
+		}
+		defer adm.close()
+		fmt.Fprintf(e.stderr, "rdmamgr bench: metrics on http://%s/metrics\n", adm.Addr())
+	}
+	stopProfiles, err := startProfiles(a.cpuProfile, a.memProfile)
 	if err != nil {
 		return err
+	}
+	if e.tty && a.jsonPath != "-" {
+		cfg.progress = progressLine(e.stdout)
 	}
 	res, err := runBench(ctx, n.mgr, actor.NewClient(n.sys, pid), cfg)
+	if cfg.progress != nil {
+		fmt.Fprint(e.stdout, "\r\033[K") // clear the progress line
+	}
 	if perr := stopProfiles(); perr != nil && err == nil {
 		err = perr
 	}
 	if err != nil {
+		return hintSecret(err)
+	}
+	if err := reportBench(e, a, cfg, res); err != nil {
 		return err
 	}
-	printBench(stdout, cfg, c.conns, res)
-	if res.errs > 0 {
-		return fmt.Errorf("%d operations failed; first: %w", res.errs, res.firstErr)
-	}
-	if res.mismatch > 0 {
+	return benchOutcome(res)
+}
+
+// benchOutcome is the error (or nil) a finished run exits with.
+func benchOutcome(res *benchResult) error {
+	var sc signalCause
+	switch {
+	case errors.As(res.stop, &sc):
+		return errInterrupted
+	case errors.Is(res.stop, context.DeadlineExceeded):
+		return fmt.Errorf("--timeout ended the run after %d operations", res.ops)
+	case res.stop != nil:
+		return fmt.Errorf("stopped after %d operations: %v; first error: %w", res.ops, res.stop, hintSecret(res.firstErr))
+	case res.errs > 0:
+		return fmt.Errorf("%d operations failed; first: %w", res.errs, hintSecret(res.firstErr))
+	case res.mismatch > 0:
 		return fmt.Errorf("%d operations moved wrong bytes", res.mismatch)
 	}
 	return nil
 }
 
-// runBench moves data between mgr and the peer behind peerClient.
-func runBench(ctx context.Context, mgr *actor.Manager, peer *actor.Client, cfg benchConfig) (*benchResult, error) {
-	total := cfg.size * uint64(cfg.concurrency)
-	remote, err := peer.RequestBuffer(ctx, total, buffer.AccessReadWrite)
-	if err != nil {
-		return nil, fmt.Errorf("request peer buffer: %w", err)
+// hintSecret adds what to do to an authentication failure.
+func hintSecret(err error) error {
+	if errors.Is(err, backend.ErrUnauthenticated) {
+		return fmt.Errorf("%w (do both sides use the same --secret-file?)", err)
 	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = peer.ReleaseBuffer(rctx, remote)
-	}()
-	local, err := mgr.Client().RequestBuffer(ctx, total, buffer.AccessReadWrite)
-	if err != nil {
-		return nil, fmt.Errorf("request local buffer: %w", err)
-	}
-	check, err := mgr.Client().RequestBuffer(ctx, total, buffer.AccessReadWrite)
-	if err != nil {
-		return nil, fmt.Errorf("request local buffer: %w", err)
-	}
-	qp, err := mgr.Client().RequestQueuePair(ctx, peer.PID())
-	if err != nil {
-		return nil, fmt.Errorf("request queue pair: %w", err)
-	}
-	defer qp.Release()
-	localMem, _ := mgr.Bytes(local)
-	checkMem, _ := mgr.Bytes(check)
-	pattern := make([]byte, total)
-	rand.Read(pattern)
-	copy(localMem, pattern)
-	if cfg.op == "get" {
-		// The peer's buffer holds the pattern; every get must return it.
-		if err := qp.Put(local, remote).Wait(ctx); err != nil {
-			return nil, fmt.Errorf("seed peer buffer: %w", err)
-		}
-	}
-	res := &benchResult{handleLen: remote.MarshalledSize(), backend: string(qp.Kind())}
-	var mu sync.Mutex // guards res.errs, res.firstErr, res.mismatch
-	fail := func(err error) {
-		mu.Lock()
-		res.errs++
-		if res.firstErr == nil {
-			res.firstErr = err
-		}
-		mu.Unlock()
-	}
-	lat := make([]time.Duration, cfg.count)
-	var verified atomic.Uint64
-	worker := func(slot int, timed bool, limit int64, start *atomic.Int64) {
-		off := uint64(slot) * cfg.size
-		l, _ := local.Slice(off, cfg.size)
-		r, _ := remote.Slice(off, cfg.size)
-		k, _ := check.Slice(off, cfg.size)
-		lm := localMem[off : off+cfg.size]
-		km := checkMem[off : off+cfg.size]
-		pm := pattern[off : off+cfg.size]
-		var wr queuepair.WorkRequest // reused: the data path allocates nothing
-		for {
-			i := start.Add(1) - 1
-			if i >= limit || ctx.Err() != nil {
-				return
-			}
-			if cfg.verify && cfg.op == "put" {
-				stamp(lm, uint64(i))
-			}
-			if cfg.verify && cfg.op == "get" {
-				clear(lm)
-			}
-			t0 := time.Now()
-			if cfg.op == "put" {
-				qp.PostPut(&wr, l, r)
-			} else {
-				qp.PostGet(&wr, l, r)
-			}
-			err := wr.Wait(ctx)
-			d := time.Since(t0)
-			if timed {
-				lat[i] = d
-			}
-			if err != nil {
-				fail(err)
-				continue
-			}
-			if !cfg.verify {
-				continue
-			}
-			ok := true
-			if cfg.op == "put" {
-				clear(km)
-				if err := qp.Get(k, r).Wait(ctx); err != nil {
-					fail(fmt.Errorf("verify read-back: %w", err))
-					continue
-				}
-				ok = bytes.Equal(km, lm)
-			} else {
-				ok = bytes.Equal(lm, pm)
-			}
-			if !ok {
-				mu.Lock()
-				res.mismatch++
-				mu.Unlock()
-			}
-			verified.Add(cfg.size)
-		}
-	}
-	runPhase := func(n int, timed bool) time.Duration {
-		var wg sync.WaitGroup
-		var ctr atomic.Int64
-		t0 := time.Now()
-		for s := 0; s < cfg.concurrency; s++ {
-			wg.Add(1)
-			go func() { defer wg.Done(); worker(s, timed, int64(n), &ctr) }()
-		}
-		wg.Wait()
-		return time.Since(t0)
-	}
-	if cfg.warmup > 0 {
-		runPhase(cfg.warmup, false)
-		res.errs, res.firstErr, res.mismatch = 0, nil, 0
-		verified.Store(0)
-	}
-	res.elapsed = runPhase(cfg.count, true)
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	res.bytes = cfg.size * uint64(cfg.count)
-	res.verified = verified.Load()
-	res.lat = lat
-	slices.Sort(res.lat)
-	return res, nil
-}
-
-// stamp writes the op number into every 4 KiB of p so a stale or misplaced
-// transfer cannot pass verification.
-func stamp(p []byte, seq uint64) {
-	for o := 0; o+8 <= len(p); o += 4096 {
-		binary.LittleEndian.PutUint64(p[o:], seq^uint64(o))
-	}
-	if len(p) < 8 {
-		for j := range p {
-			p[j] = byte(seq) + byte(j)
-		}
-	}
-}
-
-func pct(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(p / 100 * float64(len(sorted)-1))
-	return sorted[i]
-}
-
-func printBench(w io.Writer, cfg benchConfig, conns int, r *benchResult) {
-	mib := float64(r.bytes) / (1 << 20)
-	fmt.Fprintf(w, "op=%s size=%s count=%d concurrency=%d conns=%d backend=%s verify=%v\n",
-		cfg.op, fmtSize(cfg.size), cfg.count, cfg.concurrency, conns, r.backend, cfg.verify)
-	fmt.Fprintf(w, "throughput: %.1f MiB/s  %.0f ops/s  (%s in %v)\n",
-		mib/r.elapsed.Seconds(), float64(cfg.count)/r.elapsed.Seconds(), fmtBytes(r.bytes), r.elapsed.Round(time.Microsecond))
-	fmt.Fprintf(w, "latency: p50=%v p90=%v p99=%v max=%v\n",
-		pct(r.lat, 50).Round(time.Microsecond), pct(r.lat, 90).Round(time.Microsecond),
-		pct(r.lat, 99).Round(time.Microsecond), pct(r.lat, 100).Round(time.Microsecond))
-	if cfg.verify {
-		status := "ok"
-		if r.mismatch > 0 || r.errs > 0 {
-			status = "FAILED"
-		}
-		fmt.Fprintf(w, "verify: %s (%s checked, %d mismatches)\n", status, fmtBytes(r.verified), r.mismatch)
-	}
-	fmt.Fprintf(w, "errors: %d\n", r.errs)
-}
-
-// startProfiles starts the requested pprof profiles; the returned function
-// stops them and writes the files.
-func startProfiles(cpu, mem string) (func() error, error) {
-	var cpuFile *os.File
-	if cpu != "" {
-		f, err := os.Create(cpu)
-		if err != nil {
-			return nil, err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			f.Close()
-			return nil, err
-		}
-		cpuFile = f
-	}
-	if mem != "" {
-		runtime.MemProfileRate = 4096
-	}
-	return func() error {
-		if cpuFile != nil {
-			pprof.StopCPUProfile()
-			if err := cpuFile.Close(); err != nil {
-				return err
-			}
-		}
-		if mem != "" {
-			f, err := os.Create(mem)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			return pprof.Lookup("allocs").WriteTo(f, 0)
-		}
-		return nil
-	}, nil
+	return err
 }

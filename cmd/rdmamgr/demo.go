@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"flag"
 	"fmt"
-	"io"
 	mrand "math/rand/v2"
 	"time"
 
@@ -14,36 +14,56 @@ import (
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
-// cmdDemo runs two managers, each with its own actor system and protoactor
-// remote on loopback, and moves bytes both ways over a queue pair.
-func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	sizeS := fs.String("size", "8MiB", "buffer size")
-	rounds := fs.Int("rounds", 8, "put/get rounds at random offsets and sizes")
+func demoCommand() *command {
+	return &command{
+		name:     "demo",
+		synopsis: "[--size SIZE] [--rounds N]",
+		short:    "two managers move bytes both ways and verify them",
+		long: `Starts two managers in this process, each with its own actor system and
+protoactor remote on loopback, and moves bytes both ways over a queue pair:
+the whole buffer first, then random slices; every byte is checked.`,
+		setup: demoFlags,
+	}
+}
+
+func demoFlags(fs *flag.FlagSet) runFunc {
+	sizeS := fs.String("size", "8MiB", "buffer `size` (KiB, MiB, GiB; kB, MB, GB)")
+	rounds := fs.Int("rounds", 8, "put/get rounds at random offsets and sizes (at least 1)")
+	timeout := fs.Duration("timeout", 2*time.Minute, "bound on the whole run")
 	var c common
-	c.register(fs)
-	c.logLevel = "warn"
-	if err := fs.Parse(args); err != nil {
+	c.registerLog(fs, "warn")
+	c.registerManager(fs)
+	return func(ctx context.Context, e *env) error {
+		size, err := parseSize(*sizeS)
+		if err != nil {
+			return usagef("--size: %v", err)
+		}
+		if *rounds < 1 {
+			return usagef("--rounds %d: want at least 1", *rounds)
+		}
+		if *timeout <= 0 {
+			return usagef("--timeout %v: want a positive duration", *timeout)
+		}
+		return demo(ctx, e, &c, size, *rounds, *timeout)
+	}
+}
+
+// demo runs two managers and moves bytes both ways over a queue pair.
+func demo(ctx context.Context, e *env, c *common, size uint64, rounds int, timeout time.Duration) error {
+	stdout := e.stdout
+	_, sl, err := c.logger(e.stderr)
+	if err != nil {
 		return err
 	}
-	size, err := parseSize(*sizeS)
-	if err != nil {
-		return usagef("%v", err)
-	}
-	_, sl, err := c.logger(stderr)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	a, err := startNode(ctx, "127.0.0.1:0", &c, sl.With("node", "a"), actor.DefaultName, true)
+	a, err := startNode(ctx, "127.0.0.1:0", c, sl.With("node", "a"), actor.DefaultName, true)
 	if err != nil {
 		return fmt.Errorf("start manager a: %w", err)
 	}
 	defer a.close()
-	b, err := startNode(ctx, "127.0.0.1:0", &c, sl.With("node", "b"), actor.DefaultName, true)
+	b, err := startNode(ctx, "127.0.0.1:0", c, sl.With("node", "b"), actor.DefaultName, true)
 	if err != nil {
 		return fmt.Errorf("start manager b: %w", err)
 	}
@@ -79,7 +99,8 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var moved, verified uint64
 	mismatches := 0
 	start := time.Now()
-	for i := 0; i < *rounds; i++ {
+	done := 0
+	for i := 0; i < rounds && ctx.Err() == nil; i++ {
 		// Round 0 moves the whole buffer; the others random slices.
 		off, n := uint64(0), size
 		if i > 0 {
@@ -90,6 +111,9 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		r, _ := remote.Slice(off, n)
 		k, _ := back.Slice(off, n)
 		if err := qp.Put(l, r).Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				break
+			}
 			return fmt.Errorf("put %d bytes at %d: %w", n, off, err)
 		}
 		if !bytes.Equal(remoteMem[off:off+n], src[off:off+n]) {
@@ -97,6 +121,9 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		clear(dst[off : off+n])
 		if err := qp.Get(k, r).Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				break
+			}
 			return fmt.Errorf("get %d bytes at %d: %w", n, off, err)
 		}
 		if !bytes.Equal(dst[off:off+n], src[off:off+n]) {
@@ -104,30 +131,23 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		moved += 2 * n
 		verified += 2 * n
+		done++
 	}
 	el := time.Since(start)
-	st, err := actor.NewClient(a.sys, b.mgr.PID()).Status(ctx)
-	if err != nil {
-		return fmt.Errorf("status: %w", err)
-	}
 	fmt.Fprintf(stdout, "moved %s in %d puts and %d gets in %v (%.0f MiB/s, including verification)\n",
-		fmtBytes(moved), *rounds, *rounds, el.Round(time.Millisecond), float64(moved)/(1<<20)/el.Seconds())
-	fmt.Fprintf(stdout, "manager b served %d frames, %s in, %s out\n", st.ServedOps, fmtBytes(st.ServedBytesIn), fmtBytes(st.ServedBytesOut))
+		fmtBytes(moved), done, done, el.Round(time.Millisecond), float64(moved)/(1<<20)/el.Seconds())
+	sv := b.mgr.TCP().Served()
+	fmt.Fprintf(stdout, "manager b served %d ops, %s in, %s out\n", sv.Ops, fmtBytes(sv.BytesIn), fmtBytes(sv.BytesOut))
 	if mismatches > 0 {
 		return fmt.Errorf("%d transfers did not match", mismatches)
 	}
+	if done < rounds {
+		fmt.Fprintf(stdout, "verified %s in %d of %d rounds before the run was stopped\n", fmtBytes(verified), done, rounds)
+		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+			return fmt.Errorf("--timeout ended the run after %d of %d rounds", done, rounds)
+		}
+		return errInterrupted
+	}
 	fmt.Fprintf(stdout, "verified %s: every byte matched\n", fmtBytes(verified))
 	return nil
-}
-
-func fmtBytes(n uint64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.2f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }

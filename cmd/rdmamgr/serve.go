@@ -4,51 +4,86 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 
 	"github.com/rdmamgr/rdmamgr/actor"
 )
 
-func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:8090", "actor-system address HOST:PORT (port 0 picks one); the data listener binds the same host")
-	name := fs.String("name", actor.DefaultName, "manager actor name")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the daemon's life to this file")
+func serveCommand() *command {
+	return &command{
+		name:     "serve",
+		synopsis: "[--listen HOST:PORT] [flags]",
+		short:    "run a manager daemon",
+		long: `Runs a manager daemon: the manager actor on --listen, its data listener on the
+same host, and an admin listener (--metrics-listen, default ` + defaultMetricsListen + `) with
+/metrics (Prometheus), /healthz, /readyz and /debug/pprof/. Prints "ready ADDR"
+on stdout once peers can reach it and, under systemd Type=notify, sends READY=1.
+SIGINT or SIGTERM stops it (exit 0).`,
+		interruptOK: true,
+		setup:       serveFlags,
+	}
+}
+
+func serveFlags(fs *flag.FlagSet) runFunc {
+	listen := fs.String("listen", "127.0.0.1:8090", "actor-system address `HOST:PORT` (port 0 picks one); the data listener binds the same host")
+	name := fs.String("name", actor.DefaultName, "manager actor `name`")
+	metricsListen := fs.String("metrics-listen", defaultMetricsListen, "admin listener `HOST:PORT` for /metrics, /healthz, /readyz, /debug/pprof/ (\"\" or off: none)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the daemon's life to this `file`")
 	var c common
-	c.register(fs)
+	c.registerLog(fs, "info")
+	c.registerManager(fs)
 	c.limits.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
+	return func(ctx context.Context, e *env) error {
+		if _, _, err := splitHostPort(*listen); err != nil {
+			return usagef("--listen %q: want HOST:PORT", *listen)
+		}
+		if *metricsListen == "off" {
+			*metricsListen = ""
+		}
+		if *metricsListen != "" {
+			if _, _, err := splitHostPort(*metricsListen); err != nil {
+				return usagef("--metrics-listen %q: want HOST:PORT, or \"\" for none", *metricsListen)
+			}
+		}
+		return serve(ctx, e, &c, *listen, *name, *metricsListen, *cpuProfile)
 	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected arguments %q", fs.Args())
-	}
-	if _, _, err := splitHostPort(*listen); err != nil {
-		return usagef("--listen %q: want HOST:PORT", *listen)
-	}
-	zl, sl, err := c.logger(stderr)
+}
+
+func serve(ctx context.Context, e *env, c *common, listen, name, metricsListen, cpuProfile string) error {
+	zl, sl, err := c.logger(e.stderr)
 	if err != nil {
 		return err
 	}
-	stopProfiles, err := startProfiles(*cpuProfile, "")
+	stopProfiles, err := startProfiles(cpuProfile, "")
 	if err != nil {
 		return err
 	}
 	defer stopProfiles()
-	n, err := startNode(ctx, *listen, &c, sl, *name, true)
+	c.metrics = actor.NewMetrics()
+	n, err := startNode(ctx, listen, c, sl, name, true)
 	if err != nil {
 		return err
 	}
-	zl.Info().Str("addr", n.addr).Str("name", *name).Str("data", n.mgr.Backend().Addr()).
-		Str("backend", string(n.mgr.Backend().Kind())).Msg("serving")
-	fmt.Fprintf(stdout, "ready %s\n", n.addr)
-	if f, ok := stdout.(interface{ Sync() error }); ok {
+	defer n.close()
+	admin := "off"
+	if metricsListen != "" {
+		a := newAdminServer(n.mgr, metricsRegistry(n.mgr, c.metrics))
+		if err := a.listen(metricsListen); err != nil {
+			return err
+		}
+		defer a.close() // first: /readyz fails before the manager closes
+		admin = "http://" + a.Addr() + "/metrics"
+	}
+	zl.Info().Str("addr", n.addr).Str("name", name).Str("data", n.mgr.Backend().Addr()).
+		Str("backend", string(n.mgr.Backend().Kind())).Str("metrics", admin).Str("version", actor.Version()).Msg("serving")
+	fmt.Fprintf(e.stdout, "ready %s\n", n.addr)
+	if f, ok := e.stdout.(interface{ Sync() error }); ok {
 		_ = f.Sync()
 	}
+	if err := sdNotify("READY=1"); err != nil {
+		zl.Warn().Err(err).Msg("sd_notify READY=1")
+	}
 	<-ctx.Done()
-	zl.Info().Msg("shutting down")
-	n.close()
-	zl.Info().Msg("stopped")
+	zl.Info().Str("cause", context.Cause(ctx).Error()).Msg("shutting down")
+	_ = sdNotify("STOPPING=1")
 	return nil
 }

@@ -2,98 +2,185 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"maps"
+	"net"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
-	"github.com/rdmamgr/rdmamgr/buffer"
+	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
-func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	peer := fs.String("peer", "", "manager address HOST:PORT")
-	peerName := fs.String("peer-name", actor.DefaultName, "manager actor name")
-	listen := fs.String("listen", "127.0.0.1:0", "our actor-system address for replies")
-	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the answer")
+func statusCommand() *command {
+	return &command{
+		name:     "status",
+		synopsis: "--peer ADDR [--json] [--watch INTERVAL]",
+		short:    "show a manager's routes, buffers and counters",
+		long: `Asks the manager at --peer for its state: version and uptime, routes out (set up
+by it) and in (set up by peers) with peer, backend, age, operations, bytes and
+errors, buffers, what it served for peers, and authentication failures.
+--timeout bounds each query, connection included.`,
+		setup: statusFlags,
+	}
+}
+
+func statusFlags(fs *flag.FlagSet) runFunc {
+	peer := fs.String("peer", "", "manager address `HOST:PORT` (required)")
+	peerName := fs.String("peer-name", actor.DefaultName, "manager actor `name`")
+	listen := fs.String("listen", "127.0.0.1:0", "our actor-system address `HOST:PORT` for replies")
+	timeout := fs.Duration("timeout", 5*time.Second, "bound on each query, connection included")
+	asJSON := fs.Bool("json", false, "print JSON (with --watch: one object per line)")
+	watch := fs.Duration("watch", 0, "query again every `interval` until interrupted")
 	var c common
-	c.register(fs)
-	c.logLevel = "warn"
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *peer == "" {
-		return usagef("--peer is required")
-	}
-	pid, err := peerPID(*peer, *peerName)
-	if err != nil {
-		return err
-	}
-	_, sl, err := c.logger(stderr)
-	if err != nil {
-		return err
-	}
-	n, err := startNode(ctx, *listen, &c, sl, "", false)
-	if err != nil {
-		return err
-	}
-	defer n.close()
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	st, err := actor.NewClient(n.sys, pid).Status(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "manager %016x at %s\n", st.ManagerId, st.Address)
-	fmt.Fprintf(stdout, "backend %s, data %s\n", st.Backend, st.DataAddr)
-	fmt.Fprintf(stdout, "buffers: %d, %s registered (cap %s), %s held by remote peers (cap %s)\n", st.BuffersTotal,
-		fmtBytes(st.RegisteredBytes), fmtBytes(st.MaxRegisteredBytes), fmtBytes(st.RemoteBytes), fmtBytes(st.MaxRemoteBytes))
-	for _, b := range st.Buffers {
-		kind := "allocated"
-		if b.UserMemory {
-			kind = "user"
+	c.registerLog(fs, "warn")
+	c.registerMaxMsg(fs)
+	return func(ctx context.Context, e *env) error {
+		if *peer == "" {
+			return usagef("--peer is required")
 		}
-		fmt.Fprintf(stdout, "  region %-6d %12s  %-10s %s\n", b.Region, fmtBytes(b.Length), buffer.Access(b.Access), kind)
+		if *timeout <= 0 {
+			return usagef("--timeout %v: want a positive duration", *timeout)
+		}
+		if *watch < 0 {
+			return usagef("--watch %v: want a positive interval", *watch)
+		}
+		pid, err := peerPID(*peer, *peerName)
+		if err != nil {
+			return err
+		}
+		_, sl, err := c.logger(e.stderr)
+		if err != nil {
+			return err
+		}
+		qctx, cancel := context.WithTimeout(ctx, *timeout)
+		err = probe(qctx, *peer)
+		cancel()
+		if err != nil {
+			return err
+		}
+		n, err := startNode(ctx, *listen, &c, sl, "", false)
+		if err != nil {
+			return err
+		}
+		defer n.closeWithin(time.Second)
+		client := actor.NewClient(n.sys, pid)
+		for {
+			qctx, cancel := context.WithTimeout(ctx, *timeout)
+			st, err := client.Status(qctx)
+			cancel()
+			if err != nil && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, actor.ErrTimeout)) {
+				return fmt.Errorf("%s: no answer within --timeout %v", *peer, *timeout)
+			}
+			if err != nil {
+				return err
+			}
+			if err := printStatus(e, st, *asJSON); err != nil {
+				return err
+			}
+			if *watch == 0 {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return errInterrupted
+			case <-time.After(*watch):
+			}
+			if !*asJSON {
+				fmt.Fprintln(e.stdout)
+			}
+		}
 	}
-	fmt.Fprintf(stdout, "routes: %d\n", len(st.Routes))
+}
+
+// probe connects to the manager's address once, so that a refused or
+// unreachable address is reported as such at once instead of as a
+// timeout of the request.
+func probe(ctx context.Context, addr string) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("%s: connection refused (is a manager serving there?)", addr)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s: no connection within --timeout", addr)
+	case err != nil:
+		return fmt.Errorf("%s: %w", addr, err)
+	}
+	return c.Close()
+}
+
+func printStatus(e *env, st *rdmapb.StatusResponse, asJSON bool) error {
+	if asJSON {
+		b, err := json.Marshal(statusJSON(st))
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(e.stdout, "%s\n", b)
+		return err
+	}
+	w := e.stdout
+	fmt.Fprintf(w, "manager %016x at %s, version %s, up %v\n", st.ManagerId, st.Address, st.Version, msDur(st.UptimeMs).Round(time.Second))
+	fmt.Fprintf(w, "backend %s, data %s\n", st.Backend, st.DataAddr)
+	fmt.Fprintf(w, "buffers: %d, %s registered (cap %s), %s held by remote peers (cap %s), %d leased; queue pairs: %d\n",
+		st.BuffersTotal, fmtBytes(st.RegisteredBytes), fmtBytes(st.MaxRegisteredBytes), fmtBytes(st.RemoteBytes),
+		fmtBytes(st.MaxRemoteBytes), st.LeasedBuffers, st.QueuePairs)
+	fmt.Fprintf(w, "routes out: %d\n", len(st.Routes))
 	for _, r := range st.Routes {
-		fmt.Fprintf(stdout, "  %s peer=%016x state=%s refs=%d ops=%d put=%s got=%s errors=%d\n",
-			r.PeerAddr, r.PeerId, r.State, r.Refs, r.Ops, fmtBytes(r.BytesPut), fmtBytes(r.BytesGot), r.Errors)
+		fmt.Fprintf(w, "  %s peer_id=%016x backend=%s state=%s age=%v refs=%d ops=%d put=%s got=%s errors=%d\n",
+			r.PeerAddr, r.PeerId, r.Backend, r.State, msDur(r.AgeMs).Round(time.Second), r.Refs, r.Ops, fmtBytes(r.BytesPut), fmtBytes(r.BytesGot), r.Errors)
 	}
-	fmt.Fprintf(stdout, "served for peers: %d frames, %s written in, %s read out, %d rejected\n",
+	fmt.Fprintf(w, "routes in: %d\n", len(st.Inbound))
+	for _, r := range st.Inbound {
+		fmt.Fprintf(w, "  %s peer_id=%016x backend=%s state=%s age=%v ops=%d in=%s out=%s rejected=%d\n", r.PeerAddr, r.PeerId, r.Backend,
+			r.State, msDur(r.AgeMs).Round(time.Second), r.Ops, fmtBytes(r.BytesPut), fmtBytes(r.BytesGot), r.Errors)
+	}
+	fmt.Fprintf(w, "served for peers: %d ops, %s written in, %s read out, %d rejected\n",
 		st.ServedOps, fmtBytes(st.ServedBytesIn), fmtBytes(st.ServedBytesOut), st.RejectedOps)
-	fmt.Fprintf(stdout, "goroutines: %d, auth failures: %d\n", st.Goroutines, st.AuthFailures)
+	fmt.Fprintf(w, "goroutines: %d, auth failures: %d\n", st.Goroutines, st.AuthFailures)
 	reasons := slices.Sorted(maps.Keys(st.Refusals))
-	fmt.Fprintf(stdout, "refusals: %d reasons\n", len(reasons))
+	fmt.Fprintf(w, "refusals: %d reasons\n", len(reasons))
 	for _, r := range reasons {
-		fmt.Fprintf(stdout, "  %-16s %d\n", r, st.Refusals[r])
+		fmt.Fprintf(w, "  %-16s %d\n", r, st.Refusals[r])
 	}
 	return nil
 }
 
-func cmdDevices(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("devices", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		return err
+func msDur(ms uint64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+func devicesCommand() *command {
+	return &command{
+		name: "devices", short: "list the RDMA devices this build can use",
+		long: `Lists RDMA devices, ports and GIDs. A build without ibverbs (the default;
+build with -tags ibverbs) has none and says so.`,
+		setup: func(fs *flag.FlagSet) runFunc {
+			return func(ctx context.Context, e *env) error { return devices(e) }
+		},
 	}
+}
+
+func devices(e *env) error {
 	devs, err := ibverbs.Devices()
+	if errors.Is(err, ibverbs.ErrNotBuilt) {
+		fmt.Fprintln(e.stdout, "no devices (built without ibverbs)")
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	if len(devs) == 0 {
-		fmt.Fprintln(stdout, "no RDMA devices found")
+		fmt.Fprintln(e.stdout, "no devices")
 		return nil
 	}
 	for _, d := range devs {
-		fmt.Fprintf(stdout, "%s port %d %s\n", d.Name, d.Port, d.State)
+		fmt.Fprintf(e.stdout, "%s port %d %s\n", d.Name, d.Port, d.State)
 		for _, g := range d.GIDs {
-			fmt.Fprintf(stdout, "  gid %s\n", g)
+			fmt.Fprintf(e.stdout, "  gid %s\n", g)
 		}
 	}
 	return nil

@@ -1,0 +1,106 @@
+package tcp
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+)
+
+// peerCounters count what the server did for one peer manager, across its
+// data connections.
+type peerCounters struct {
+	ops, bytesIn, bytesOut, rejected atomic.Uint64
+	// conns and idleSince are guarded by Backend.mu.
+	conns     int
+	idleSince time.Time
+}
+
+// maxPeerCounters bounds the peers remembered; past it, those without a
+// connection the longest are forgotten.
+const maxPeerCounters = 4096
+
+var _ backend.PeerServer = (*Backend)(nil)
+
+// peerJoin counts a served connection of peer in and returns its counters.
+func (b *Backend) peerJoin(peer uint64) *peerCounters {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.peers == nil {
+		b.peers = make(map[uint64]*peerCounters)
+	}
+	p := b.peers[peer]
+	if p == nil {
+		if len(b.peers) >= maxPeerCounters {
+			b.forgetIdlePeerLocked()
+		}
+		p = &peerCounters{}
+		b.peers[peer] = p
+	}
+	p.conns++
+	return p
+}
+
+// peerLeave counts a served connection out.
+func (b *Backend) peerLeave(p *peerCounters) {
+	b.mu.Lock()
+	p.conns--
+	if p.conns == 0 {
+		p.idleSince = time.Now()
+	}
+	b.mu.Unlock()
+}
+
+// forgetIdlePeerLocked drops the peer idle the longest, if any.
+func (b *Backend) forgetIdlePeerLocked() {
+	var oldest uint64
+	var found bool
+	for id, p := range b.peers {
+		if p.conns == 0 && (!found || p.idleSince.Before(b.peers[oldest].idleSince)) {
+			oldest, found = id, true
+		}
+	}
+	if found {
+		delete(b.peers, oldest)
+	}
+}
+
+// ServedByPeer implements backend.PeerServer.
+func (b *Backend) ServedByPeer() map[uint64]backend.PeerServedStats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[uint64]backend.PeerServedStats, len(b.peers))
+	for id, p := range b.peers {
+		out[id] = backend.PeerServedStats{Ops: p.ops.Load(), BytesIn: p.bytesIn.Load(), BytesOut: p.bytesOut.Load(),
+			Rejected: p.rejected.Load(), Conns: p.conns}
+	}
+	return out
+}
+
+// servedIn counts a WRITE of n bytes served.
+func (s *serverConn) servedIn(n uint64) {
+	s.b.served.ops.Add(1)
+	s.b.served.bytesIn.Add(n)
+	if s.peer != nil {
+		s.peer.ops.Add(1)
+		s.peer.bytesIn.Add(n)
+	}
+}
+
+// servedOut counts a READ of n bytes served.
+func (s *serverConn) servedOut(n uint64) {
+	s.b.served.ops.Add(1)
+	s.b.served.bytesOut.Add(n)
+	if s.peer != nil {
+		s.peer.ops.Add(1)
+		s.peer.bytesOut.Add(n)
+	}
+}
+
+// rejected counts a refused request.
+func (s *serverConn) rejected() {
+	s.b.served.rejected.Add(1)
+	if s.peer != nil {
+		s.peer.rejected.Add(1)
+	}
+}

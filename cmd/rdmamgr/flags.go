@@ -1,0 +1,95 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
+	"github.com/rdmamgr/rdmamgr/backend/tcp"
+)
+
+// common flags of commands that run a manager or talk to one. registerLog
+// and registerManager add the two groups: a command registers only the
+// groups it uses, so its help lists only flags it honours.
+type common struct {
+	logLevel string
+	logJSON  bool
+	conns    int
+	maxMsg   int
+	backend  string
+	secret   string
+	sockbuf  string
+	chunk    string
+	limits   limitFlags
+	rdma     ibverbs.Config
+	metrics  *actor.Metrics // given to the manager startNode builds
+}
+
+// registerLog adds --log-level (default def, as the command uses it) and
+// --log-json.
+func (c *common) registerLog(fs *flag.FlagSet, def string) {
+	c.logLevel = def
+	fs.Var((*logLevel)(&c.logLevel), "log-level", "log `level`: debug, info, warn, error or disabled")
+	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON instead of console lines")
+}
+
+// registerManager adds the flags of a command that runs a manager.
+func (c *common) registerManager(fs *flag.FlagSet) {
+	fs.StringVar(&c.backend, "backend", "auto", "data plane: auto (ibverbs where a usable device exists, else tcp), ibverbs or tcp")
+	fs.StringVar(&c.secret, "secret-file", "", "`file` holding the deployment's shared secret (≥16 bytes); routes and data connections prove it. Without it, managers bind to loopback only")
+	c.rdma = ibverbs.DefaultConfig()
+	fs.StringVar(&c.rdma.Device, "rdma-device", "", "RDMA `device` (default: the first with an active port)")
+	fs.IntVar(&c.rdma.Port, "rdma-port", 0, "RDMA `port` (default: the first active one)")
+	fs.IntVar(&c.rdma.GIDIndex, "rdma-gid-index", -1, "GID `index` (-1: the first RoCE v2 GID with an IPv4 address, else 0)")
+	fs.StringVar(&c.chunk, "chunk", "", "TCP: operations larger than this `size` are split and striped over the route's connections (default 1MiB)")
+	fs.StringVar(&c.sockbuf, "sockbuf", "", "TCP socket send/receive buffer `size` for data connections (e.g. 4MiB; default: the kernel's autotuning)")
+	fs.IntVar(&c.conns, "conns", tcp.DefaultConfig().ConnsPerRoute, "TCP connections per route")
+	c.registerMaxMsg(fs)
+}
+
+func (c *common) registerMaxMsg(fs *flag.FlagSet) {
+	fs.IntVar(&c.maxMsg, "max-message-size", actor.DefaultMaxMessageSize, "largest control message in `bytes` (gRPC limit on both sides)")
+}
+
+// logLevel is a flag.Value that accepts only zerolog's level names.
+type logLevel string
+
+var logLevels = []string{"debug", "info", "warn", "error", "disabled"}
+
+func (l *logLevel) String() string { return string(*l) }
+
+func (l *logLevel) Set(s string) error {
+	for _, v := range logLevels {
+		if s == v {
+			*l = logLevel(s)
+			return nil
+		}
+	}
+	return fmt.Errorf("want one of %s", strings.Join(logLevels, ", "))
+}
+
+// logger returns a zerolog logger on stderr and a slog view of it for the
+// library packages.
+func (c *common) logger(stderr io.Writer) (zerolog.Logger, *slog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(c.logLevel)
+	if err != nil {
+		return zerolog.Logger{}, nil, usagef("--log-level %q: want one of %s", c.logLevel, strings.Join(logLevels, ", "))
+	}
+	var w io.Writer = stderr
+	if !c.logJSON {
+		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly, NoColor: true}
+	}
+	// Warnings are sampled as a backstop (100 a second): a flood of bad
+	// input must not become a flood of log lines. The refusals themselves
+	// are counted in status, and the manager samples its own lines.
+	zl := zerolog.New(w).Level(lvl).With().Timestamp().Logger().
+		Sample(zerolog.LevelSampler{WarnSampler: &zerolog.BurstSampler{Burst: 100, Period: time.Second}})
+	return zl, slog.New(zerolog.NewSlogHandler(zl)), nil
+}

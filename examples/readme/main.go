@@ -1,0 +1,97 @@
+// Command readme is the README's "Use it from Go" example, compiled by
+// every build and run against a daemon by the tests: it writes into a
+// buffer at the manager given by -peer, reads it back and checks it.
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"time"
+
+	protoactor "github.com/asynkron/protoactor-go/actor"
+	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/queuepair"
+)
+
+func main() {
+	peer := flag.String("peer", "127.0.0.1:8090", "the manager's address HOST:PORT")
+	secretFile := flag.String("secret-file", "secret", "the deployment's shared secret")
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := run(ctx, *peer, *secretFile); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context, peerAddr, secretFile string) error {
+	secret, err := backend.LoadSecret(secretFile)
+	if err != nil {
+		return err
+	}
+	sys := actor.NewActorSystem(nil) // protoactor system (nil: discard its logs)
+	defer sys.Shutdown()
+	r, _, err := actor.StartRemote(sys, "127.0.0.1:0", 0) // gRPC limits set on both sides
+	if err != nil {
+		return err
+	}
+	defer r.Shutdown(true)
+	mgr, err := actor.New(sys, actor.Config{Secret: secret}) // no I/O yet; TCP unless Backend says otherwise
+	if err != nil {
+		return err
+	}
+	if err := mgr.Start(ctx); err != nil { // data listener + manager actor
+		return err
+	}
+	defer mgr.Close()
+
+	me := mgr.Client() // typed client of the local manager
+	peer := actor.NewClient(sys, protoactor.NewPID(peerAddr, actor.DefaultName))
+	local, err := me.RequestBuffer(ctx, 1<<20, buffer.AccessReadWrite)
+	if err != nil {
+		return err
+	}
+	remote, err := peer.RequestBuffer(ctx, 1<<20, buffer.AccessReadWrite) // or a handle another actor sent you
+	if err != nil {
+		return err
+	}
+	defer peer.ReleaseBuffer(context.WithoutCancel(ctx), remote)
+	qp, err := me.RequestQueuePair(ctx, peer.PID()) // one cached route per peer, shared setup
+	if err != nil {
+		return err
+	}
+	defer qp.Release()
+
+	mem, _ := mgr.Bytes(local) // fill the local buffer
+	copy(mem, "hello, remote memory")
+	if err := qp.Put(local, remote).Wait(ctx); err != nil { // Put returns at once; Wait, Poll or Done
+		// errors.Is(err, buffer.ErrBadKey / ErrAccess / ErrOutOfRange / ErrReleased / ErrRevoked / ErrExpired,
+		//           backend.ErrPeerGone / ErrUnauthenticated, queuepair.ErrWrongPeer, ...)
+		// ctx ending first cancels the Put: errors.Is(err, context.DeadlineExceeded) or context.Canceled.
+		// Whatever Wait returned, the operation is over: no byte of it touches mem any more.
+		return fmt.Errorf("put: %w", err)
+	}
+
+	clear(mem)
+	half, _ := remote.Slice(0, 512<<10) // sub-handles, overflow-safe
+	l2, _ := local.Slice(0, 512<<10)
+	var w queuepair.WorkRequest // reusable: no allocation per operation
+	qp.PostGet(&w, l2, half)
+	if err := w.Wait(ctx); err != nil { // or w.Cancel(): ends it, waits, returns the outcome
+		return fmt.Errorf("get: %w", err)
+	}
+	b := qp.Submit(ctx, queuepair.PutOp(l2, half), queuepair.GetOp(l2, half)) // ctx's deadline and cancellation
+	if err := b.Wait(ctx); err != nil {
+		return fmt.Errorf("batch: %w", err)
+	}
+	if !bytes.HasPrefix(mem, []byte("hello, remote memory")) {
+		return fmt.Errorf("read back %q", mem[:20])
+	}
+	fmt.Printf("read back %q from %s\n", mem[:20], peerAddr)
+	return nil
+}
