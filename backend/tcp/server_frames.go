@@ -17,6 +17,12 @@ import (
 // Write at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
+// cutGrace is how long a revocation or release lets a READ payload being
+// written to a peer finish before it cuts the connection: long enough for a
+// peer that reads (a 1 MiB batch takes well under a millisecond), short
+// enough that a stalled one cannot hold the owner.
+const cutGrace = 250 * time.Millisecond
+
 // serverConn serves one authenticated connection; used by one goroutine,
 // and by CutRegion through cut.
 //
@@ -53,12 +59,13 @@ func (s *serverConn) cut(r *buffer.Region) {
 		_ = s.c.SetReadDeadline(aLongTimeAgo)
 	}
 	// A READ admitted before its lease ran out may finish; one whose
-	// region was revoked or is being released may not wait for a peer
-	// that stopped reading: the write fails and the connection closes.
+	// region was revoked or is being released may not wait long for a
+	// peer that stopped reading: a peer that reads gets the rest within
+	// cutGrace, else the write fails and the connection closes.
 	if e := s.b.reg.RemoteErr(r); s.flushing && e != nil && e != buffer.ErrExpired {
 		for _, g := range s.segs {
 			if g.r == r {
-				_ = s.c.SetWriteDeadline(aLongTimeAgo)
+				_ = s.c.SetWriteDeadline(time.Now().Add(cutGrace))
 				break
 			}
 		}
