@@ -20,8 +20,10 @@ const DefaultMaxMessageSize = 4 << 20
 // message is an error rather than a dropped connection, and with a guard
 // that keeps peers from crashing the process or stopping its actors
 // (remote_guard.go). It returns the remote and the address peers use.
-// Unlike remote.Start it returns an error when it cannot listen.
-func StartRemote(sys *protoactor.ActorSystem, addr string, maxMsg int) (r *remote.Remote, advertised string, err error) {
+// Unlike remote.Start it returns an error when it cannot listen. Options
+// add TLS and the advertised host (remote_opts.go, advertise.go); a wildcard
+// bind advertises a routable address of this host, never the wildcard.
+func StartRemote(sys *protoactor.ActorSystem, addr string, maxMsg int, opts ...RemoteOption) (r *remote.Remote, advertised string, err error) {
 	host, portS, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("remote address %q: %w", addr, err)
@@ -36,10 +38,15 @@ func StartRemote(sys *protoactor.ActorSystem, addr string, maxMsg int) (r *remot
 	// Slack for protoactor's envelope around our messages.
 	limit := maxMsg + 64<<10
 	guard := &remoteGuard{sys: sys}
-	cfg := remote.Configure(host, port,
-		remote.WithServerOptions(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(limit), grpc.MaxSendMsgSize(limit)},
-			guard.serverOptions()...)...),
-		remote.WithDialOptions(grpc.WithInsecure(),
+	o := newRemoteOpts(opts)
+	host, port, adv, err := o.resolve(host, port)
+	if err != nil {
+		return nil, "", err
+	}
+	cfg := remote.Configure(host, port, remote.WithAdvertisedHost(adv),
+		remote.WithServerOptions(append(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(limit), grpc.MaxSendMsgSize(limit)},
+			guard.serverOptions()...), o.serverOptions()...)...),
+		remote.WithDialOptions(o.dialCredentials(),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit), grpc.MaxCallSendMsgSize(limit)),
 			grpc.WithChainStreamInterceptor(closeConnWithStream)),
 	)

@@ -75,6 +75,7 @@ func (b *Backend) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("tcp: listen %s: %w", b.cfg.ListenAddr, err)
 	}
+	ln = b.wrapListener(ln)
 	b.mu.Lock()
 	if b.closed || b.ln != nil {
 		b.mu.Unlock()
@@ -87,7 +88,7 @@ func (b *Backend) Start(ctx context.Context) error {
 	b.ln = ln
 	b.addr = b.cfg.AdvertiseAddr
 	if b.addr == "" {
-		b.addr = advertise(ln.Addr().(*net.TCPAddr))
+		b.addr = advertise(ln.Addr().(*net.TCPAddr), b.cfg.AdvertiseHost)
 	}
 	b.wg.Add(1)
 	b.mu.Unlock()
@@ -96,8 +97,12 @@ func (b *Backend) Start(ctx context.Context) error {
 	return nil
 }
 
-// advertise turns a wildcard listen address into a dialable one.
-func advertise(a *net.TCPAddr) string {
+// advertise turns a listen address into a dialable one: host with a's
+// port when host is set, else a (loopback for a wildcard).
+func advertise(a *net.TCPAddr, host string) string {
+	if host != "" {
+		return net.JoinHostPort(host, fmt.Sprint(a.Port))
+	}
 	if a.IP == nil || a.IP.IsUnspecified() {
 		return net.JoinHostPort("127.0.0.1", fmt.Sprint(a.Port))
 	}

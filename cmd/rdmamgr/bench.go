@@ -49,9 +49,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	peer := fs.String("peer", "", "peer manager address HOST:PORT")
+	peer := fs.String("peer", "", "peer manager address HOST:PORT, or a member name with --etcd")
 	peerName := fs.String("peer-name", actor.DefaultName, "peer manager actor name")
-	listen := fs.String("listen", "127.0.0.1:0", "our actor-system address")
+	listen := fs.String("listen", "", "our actor-system address (default: the local address of the route to the peer, port 0)")
 	op := fs.String("op", "put", "put or get")
 	sizeS := fs.String("size", "1MiB", "bytes per operation (suffix KiB, MiB, GiB)")
 	count := fs.Int("count", 1000, "operations to time (with --baseline, per size: default enough for about 2 GiB, 100 to 50000)")
@@ -97,17 +97,17 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if size*uint64(*conc) > 8<<30 {
 		return usagef("--size × --concurrency over 8 GiB")
 	}
-	pid, err := peerPID(*peer, *peerName)
-	if err != nil {
-		return err
-	}
 	_, sl, err := c.logger(stderr)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	n, err := startNode(ctx, *listen, &c, sl, actor.DefaultName, true)
+	pid, lis, err := c.net.peerAndListen(ctx, *peer, *peerName, *listen, sl)
+	if err != nil {
+		return err
+	}
+	n, err := startNode(ctx, lis, &c, sl, actor.DefaultName, true)
 	if err != nil {
 		return err
 	}

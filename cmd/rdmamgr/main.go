@@ -35,6 +35,12 @@ usage:
                                                  ours against plain Go TCP, in one run, with ratios
   rdmamgr status  --peer ADDR                    show a manager's buffers, routes and counters
   rdmamgr devices                                list RDMA devices
+  rdmamgr certs   --dir D --host NAME=ADDR ...   make a deployment CA and host certificates
+  rdmamgr members --etcd HOST:PORT [--cluster C] list a cluster's members
+
+Across hosts: --tls-ca/--tls-cert/--tls-key (mutual TLS; without them a
+manager binds loopback only), --advertise HOST, --data-tls, and
+--etcd/--cluster with 'serve --member NAME' and '--peer NAME'.
 
 Run 'rdmamgr CMD -h' for a command's flags.
 `
@@ -63,6 +69,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdStatus(ctx, args[1:], stdout, stderr)
 	case "devices":
 		err = cmdDevices(ctx, args[1:], stdout, stderr)
+	case "certs":
+		err = cmdCerts(args[1:], stdout, stderr)
+	case "members":
+		err = cmdMembers(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -101,6 +111,7 @@ type common struct {
 	chunk    string
 	limits   limitFlags
 	rdma     ibverbs.Config
+	net      netFlags // hosts.go
 }
 
 // limitFlags bound what a manager holds; zero means the library default.
@@ -151,6 +162,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.sockbuf, "sockbuf", "", "TCP socket send/receive buffer size for data connections (e.g. 4MiB; default: the kernel's autotuning)")
 	fs.IntVar(&c.conns, "conns", tcp.DefaultConfig().ConnsPerRoute, "TCP connections per route")
 	fs.IntVar(&c.maxMsg, "max-message-size", actor.DefaultMaxMessageSize, "largest control message in bytes (gRPC limit on both sides)")
+	c.net.register(fs)
 }
 
 // logger returns a zerolog logger on stderr and a slog view of it for the
@@ -188,15 +200,19 @@ func startNode(ctx context.Context, listen string, c *common, slogger *slog.Logg
 			return nil, usagef("%v", err)
 		}
 		secret = s
-	} else if withManager {
-		listen = loopbackOnly(listen, slogger)
+	}
+	if err := c.net.load(); err != nil {
+		return nil, err
+	}
+	if c.net.creds == nil && withManager {
+		listen = loopbackOnly(listen, &c.net, slogger)
 	}
 	var plog *slog.Logger
 	if c.logLevel == "debug" {
 		plog = slogger.With("component", "protoactor")
 	}
 	sys := actor.NewActorSystem(plog)
-	r, addr, err := actor.StartRemote(sys, listen, c.maxMsg)
+	r, addr, err := actor.StartRemote(sys, listen, c.maxMsg, c.net.remoteOptions(slogger)...)
 	if err != nil {
 		sys.Shutdown()
 		return nil, err
@@ -211,9 +227,8 @@ func startNode(ctx context.Context, listen string, c *common, slogger *slog.Logg
 		n.close()
 		return nil, usagef("--backend %q: want auto, ibverbs or tcp", c.backend)
 	}
-	host := listen[:strings.LastIndex(listen, ":")]
 	tcfg := tcp.DefaultConfig()
-	tcfg.ListenAddr = host + ":0"
+	c.net.applyTCP(&tcfg, listen, addr)
 	tcfg.ConnsPerRoute = c.conns
 	if c.chunk != "" {
 		sz, err := parseSize(c.chunk)
@@ -257,17 +272,20 @@ func startNode(ctx context.Context, listen string, c *common, slogger *slog.Logg
 	return n, nil
 }
 
-// loopbackOnly rewrites a non-loopback listen address to 127.0.0.1: without
-// a secret nothing authenticates peers, so only this host may reach us.
-func loopbackOnly(listen string, log *slog.Logger) string {
+// loopbackOnly rewrites a non-loopback listen address to 127.0.0.1 (and
+// drops --advertise): without TLS credentials control messages, handles and
+// their keys would cross the network in clear text, so only this host may
+// reach us.
+func loopbackOnly(listen string, nf *netFlags, log *slog.Logger) string {
 	host, port, err := splitHostPort(listen)
 	if err != nil {
 		return listen
 	}
-	if ip := net.ParseIP(strings.Trim(host, "[]")); (ip != nil && ip.IsLoopback()) || host == "localhost" {
+	if ip := net.ParseIP(strings.Trim(host, "[]")); ((ip != nil && ip.IsLoopback()) || host == "localhost") && nf.advertise == "" {
 		return listen
 	}
-	log.Warn("no --secret-file: binding to loopback only; give every manager the same --secret-file to serve other hosts", "asked", listen)
+	log.Warn("no --tls-ca/--tls-cert/--tls-key: binding to loopback only; make credentials with 'rdmamgr certs' to serve other hosts", "asked", listen, "advertise", nf.advertise)
+	nf.advertise = ""
 	return net.JoinHostPort("127.0.0.1", port)
 }
 

@@ -15,9 +15,9 @@ import (
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	peer := fs.String("peer", "", "manager address HOST:PORT")
+	peer := fs.String("peer", "", "manager address HOST:PORT, or a member name with --etcd")
 	peerName := fs.String("peer-name", actor.DefaultName, "manager actor name")
-	listen := fs.String("listen", "127.0.0.1:0", "our actor-system address for replies")
+	listen := fs.String("listen", "", "our actor-system address for replies (default: the local address of the route to the peer, port 0)")
 	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the answer")
 	var c common
 	c.register(fs)
@@ -28,15 +28,15 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *peer == "" {
 		return usagef("--peer is required")
 	}
-	pid, err := peerPID(*peer, *peerName)
-	if err != nil {
-		return err
-	}
 	_, sl, err := c.logger(stderr)
 	if err != nil {
 		return err
 	}
-	n, err := startNode(ctx, *listen, &c, sl, "", false)
+	pid, lis, err := c.net.peerAndListen(ctx, *peer, *peerName, *listen, sl)
+	if err != nil {
+		return err
+	}
+	n, err := startNode(ctx, lis, &c, sl, "", false)
 	if err != nil {
 		return err
 	}
