@@ -62,5 +62,5 @@ func (b *Backend) dial(ctx context.Context, d *net.Dialer, addr string) (net.Con
 		c.Close()
 		return nil, fmt.Errorf("tls: %w: %w", backend.ErrUnauthenticated, err)
 	}
-	return tc, nil
+	return newTLSClientConn(tc), nil
 }
