@@ -143,3 +143,8 @@ func CheckReply(self, peer string) error {
 }
 
 func joinPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
+
+func splitHost(addr string) (string, error) {
+	h, _, err := net.SplitHostPort(addr)
+	return h, err
+}

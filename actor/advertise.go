@@ -2,7 +2,6 @@ package actor
 
 import (
 	"fmt"
-	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -68,10 +67,8 @@ func freePort(host string) (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// logger returns o's logger or a discarding one.
-func (o *remoteOpts) logger() *slog.Logger {
-	if o.log == nil {
-		return slog.New(slog.DiscardHandler)
-	}
-	return o.log
-}
+// endpointQueueInitial is the initial size of protoactor's queue of
+// messages to one peer. The queue grows as needed; protoactor's default
+// initial size, 1,000,000 slots, made every peer cost 16 MB in each
+// direction before a message was sent (TestControlConnCost).
+const endpointQueueInitial = 256

@@ -43,7 +43,7 @@ func StartRemote(sys *protoactor.ActorSystem, addr string, maxMsg int, opts ...R
 	if err != nil {
 		return nil, "", err
 	}
-	cfg := remote.Configure(host, port, remote.WithAdvertisedHost(adv),
+	cfg := remote.Configure(host, port, remote.WithAdvertisedHost(adv), remote.WithEndpointWriterQueueSize(endpointQueueInitial),
 		remote.WithServerOptions(append(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(limit), grpc.MaxSendMsgSize(limit)},
 			guard.serverOptions()...), o.serverOptions()...)...),
 		remote.WithDialOptions(o.dialCredentials(),

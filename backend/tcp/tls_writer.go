@@ -35,7 +35,10 @@ type tlsClientConn struct {
 	err     error // the flusher's; sticky
 }
 
-const tlsPending = 256 << 10
+const (
+	tlsPending = 256 << 10
+	tlsRecord  = 16 << 10 // TLS's largest record payload
+)
 
 func newTLSClientConn(c *tls.Conn) *tlsClientConn {
 	t := &tlsClientConn{
@@ -45,7 +48,6 @@ func newTLSClientConn(c *tls.Conn) *tlsClientConn {
 		dlChanged: make(chan struct{}, 1),
 		closed:    make(chan struct{}),
 		flushed:   make(chan struct{}),
-		pending:   make([]byte, 0, tlsPending),
 	}
 	go t.flush()
 	return t
@@ -101,12 +103,18 @@ func (t *tlsClientConn) Write(p []byte) (n int, err error) {
 // flush hands buffered bytes to TLS in order until Close or an error.
 func (t *tlsClientConn) flush() {
 	defer close(t.flushed)
-	buf := make([]byte, 0, 64<<10)
+	var buf []byte // one TLS record's worth, made on first use
 	for {
 		t.mu.Lock()
-		k := min(len(t.pending), cap(buf))
+		k := min(len(t.pending), tlsRecord)
+		if k > 0 && buf == nil {
+			buf = make([]byte, 0, tlsRecord)
+		}
 		buf = append(buf[:0], t.pending[:k]...)
 		t.pending = append(t.pending[:0], t.pending[k:]...)
+		if len(t.pending) == 0 && cap(t.pending) > tlsRecord {
+			t.pending = nil // an idle connection keeps no large buffer
+		}
 		t.mu.Unlock()
 		if k == 0 {
 			select {
