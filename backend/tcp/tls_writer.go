@@ -35,10 +35,7 @@ type tlsClientConn struct {
 	err     error // the flusher's; sticky
 }
 
-const (
-	tlsPending = 256 << 10
-	tlsRecord  = 16 << 10 // TLS's largest record payload
-)
+const tlsPending = 256 << 10
 
 func newTLSClientConn(c *tls.Conn) *tlsClientConn {
 	t := &tlsClientConn{
@@ -100,23 +97,18 @@ func (t *tlsClientConn) Write(p []byte) (n int, err error) {
 	return n, nil
 }
 
-// flush hands buffered bytes to TLS in order until Close or an error.
+// flush hands buffered bytes to TLS in order until Close or an error. It
+// swaps buffers with Write's side instead of copying; an idle connection
+// keeps neither.
 func (t *tlsClientConn) flush() {
 	defer close(t.flushed)
-	var buf []byte // one TLS record's worth, made on first use
+	var buf []byte
 	for {
 		t.mu.Lock()
-		k := min(len(t.pending), tlsRecord)
-		if k > 0 && buf == nil {
-			buf = make([]byte, 0, tlsRecord)
-		}
-		buf = append(buf[:0], t.pending[:k]...)
-		t.pending = append(t.pending[:0], t.pending[k:]...)
-		if len(t.pending) == 0 && cap(t.pending) > tlsRecord {
-			t.pending = nil // an idle connection keeps no large buffer
-		}
+		buf, t.pending = t.pending, buf[:0]
 		t.mu.Unlock()
-		if k == 0 {
+		if len(buf) == 0 {
+			buf = nil
 			select {
 			case <-t.kick:
 				continue
