@@ -5,6 +5,8 @@ import (
 	"net"
 	"strconv"
 	"strings"
+
+	"github.com/rdmamgr/rdmamgr/backend/tcp"
 )
 
 func newRemoteOpts(opts []RemoteOption) *remoteOpts {
@@ -72,3 +74,18 @@ func freePort(host string) (int, error) {
 // initial size, 1,000,000 slots, made every peer cost 16 MB in each
 // direction before a message was sent (TestControlConnCost).
 const endpointQueueInitial = 256
+
+// dataNearRemote puts a TCP data listener that was left at its default
+// next to the actor system: bound to the advertised host, port 0, and
+// advertised there, so peers on other hosts reach it as they reach the
+// actor system. A system without remote ("nonhost") keeps loopback.
+func dataNearRemote(cfg *tcp.Config, sysAddr string) {
+	if cfg.ListenAddr != "" || cfg.AdvertiseAddr != "" {
+		return
+	}
+	host, _, err := net.SplitHostPort(sysAddr)
+	if err != nil || IsLoopback(host) {
+		return
+	}
+	cfg.ListenAddr = net.JoinHostPort(host, "0")
+}

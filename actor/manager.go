@@ -206,6 +206,7 @@ func New(sys *protoactor.ActorSystem, cfg Config) (*Manager, error) {
 	reg := buffer.NewRegistry(id, cfg.Limits)
 	log := cfg.Logger.With("manager", fmt.Sprintf("%016x", id))
 	cfg.TCP.Secret = cfg.Secret
+	dataNearRemote(&cfg.TCP, sys.Address()) // advertise.go
 	t, err := tcp.New(cfg.TCP, reg, log)
 	if err != nil {
 		return nil, err
