@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"sync"
+	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
 )
@@ -23,13 +25,12 @@ func (b *Backend) wrapListener(ln net.Listener) net.Listener {
 	if b.cfg.ServerTLS == nil {
 		return ln
 	}
-	return &tlsListener{Listener: ln, cfg: b.cfg.ServerTLS, bufSize: b.cfg.SocketBuffer}
+	return &tlsListener{Listener: ln, b: b}
 }
 
 type tlsListener struct {
 	net.Listener
-	cfg     *tls.Config
-	bufSize int
+	b *Backend
 }
 
 // Accept sets the socket options on the TCP connection (setSockopts cannot
@@ -39,8 +40,66 @@ func (l *tlsListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	setSockopts(c, l.bufSize)
-	return tls.Server(c, l.cfg), nil
+	setSockopts(c, l.b.cfg.SocketBuffer)
+	return &tlsServerConn{Conn: tls.Server(c, l.b.cfg.ServerTLS), b: l.b}, nil
+}
+
+// tlsServerConn runs the handshake on first use, inside the deadline the
+// server set for the hello, and counts a failed one as an authentication
+// failure (logged at most once per refusalLogEvery).
+type tlsServerConn struct {
+	*tls.Conn
+	b    *Backend
+	once sync.Once
+	err  error
+}
+
+func (c *tlsServerConn) handshake() error {
+	c.once.Do(func() {
+		if err := c.Conn.Handshake(); err != nil {
+			c.err = fmt.Errorf("tls: %w: %w", backend.ErrUnauthenticated, err)
+			n := c.b.served.authFail.Add(1)
+			if refusals.allow() {
+				c.b.log.Warn("data connection refused at the TLS handshake", "remote", c.RemoteAddr().String(),
+					"err", err, "auth_failures_total", n)
+			}
+		}
+	})
+	return c.err
+}
+
+func (c *tlsServerConn) Read(p []byte) (int, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *tlsServerConn) Write(p []byte) (int, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(p)
+}
+
+// refusals rate-limits the refusal log of the data plane's TLS.
+var refusals sampler
+
+const refusalLogEvery = 10 * time.Second
+
+type sampler struct {
+	mu   sync.Mutex // guards last
+	last time.Time
+}
+
+func (s *sampler) allow() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now := time.Now(); now.Sub(s.last) >= refusalLogEvery {
+		s.last = now
+		return true
+	}
+	return false
 }
 
 // dial connects to a peer's data listener, over TLS when ClientTLS is set.

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
@@ -98,5 +99,14 @@ func TestTLSRefusesStrangers(t *testing.T) {
 			t.Errorf("%s: %v, want ErrUnauthenticated", name, err)
 		}
 		client.Close()
+	}
+	// Both refusals are counted by the server (the TLS one at its
+	// handshake, the plain one at its hello).
+	deadline := time.Now().Add(5 * time.Second)
+	for server.Served().AuthFail < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("server counted %d authentication failures, want 2", server.Served().AuthFail)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
