@@ -164,7 +164,7 @@ func TestSoakAcrossHosts(t *testing.T) {
 	for _, h := range nt.Hosts {
 		ds = append(ds, serve(t, h, cat([]string{"--listen", ":7000"}, c.flags(h))...))
 	}
-	const rounds = 3
+	const rounds = 5
 	for r := 0; r < rounds; r++ {
 		errs := make(chan error, 6)
 		for i, from := range nt.Hosts {
