@@ -112,6 +112,11 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer n.close()
+	unfollow, err := c.net.followCluster(n, sl)
+	if err != nil {
+		return err
+	}
+	defer unfollow()
 	cfg := benchConfig{op: *op, size: size, count: *count, concurrency: *conc, warmup: *warmup, verify: *verify}
 	stopProfiles, err := startProfiles(*cpuProfile, *memProfile)
 	if err != nil {

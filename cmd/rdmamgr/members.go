@@ -42,21 +42,9 @@ func (f *netFlags) joinCluster(ctx context.Context, n *node, name string, log *s
 		return nil, err
 	}
 	log.Info("member of cluster", "cluster", f.cluster, "name", name, "etcd", f.etcd, "lease_ttl", f.leaseTTL)
-	wctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = reg.Watch(wctx, func(ev membership.Event) {
-			if !ev.Left || ev.Member.Address == n.addr {
-				return
-			}
-			k := n.mgr.DropPeer(ev.Member.Address, "membership lease ended")
-			log.Info("member left", "name", ev.Member.Name, "address", ev.Member.Address, "routes_dropped", k)
-		})
-	}()
+	stop := follow(reg, n, log)
 	return func() {
 		stop()
-		<-done
 		if err := g.Close(); err != nil {
 			log.Warn("leaving the cluster", "err", err)
 		}
@@ -97,4 +85,30 @@ func listMembers(ctx context.Context, nf *netFlags, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "%s %s %s data=%s id=%s\n", m.Name, m.Address, m.Manager, m.Data, m.ID)
 	}
 	return nil
+}
+
+// follow drops n's routes to members that leave, until the returned
+// function is called.
+func follow(reg *membership.Registry, n *node, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = reg.Follow(ctx, n.addr, n.mgr, log)
+	}()
+	return func() { cancel(); <-done }
+}
+
+// followCluster makes a client's manager (bench) drop routes to members
+// that leave, when --etcd is set.
+func (f *netFlags) followCluster(n *node, log *slog.Logger) (stop func(), err error) {
+	if f.etcd == "" {
+		return func() {}, nil
+	}
+	reg, err := f.openMembership(log)
+	if err != nil {
+		return nil, err
+	}
+	s := follow(reg, n, log)
+	return func() { s(); reg.Close() }, nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,15 +54,7 @@ func TestMembership(t *testing.T) {
 	h1, h2, h3 := nt.Hosts[0], nt.Hosts[1], nt.Hosts[2]
 	c := makeCreds(t, nt.Hosts)
 	ep, etcd := startEtcd(t, h1)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := members(t, h2, ep); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("etcd on %s not serving: %v", h1.Name, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitEtcd(t, h2, ep)
 	const ttl = 3 * time.Second
 	cluster := []string{"--etcd", ep, "--cluster", "t"}
 	var ds []*daemon
@@ -139,4 +132,67 @@ func TestMembership(t *testing.T) {
 		t.Fatalf("status with etcd gone: %v\n%s", err, out)
 	}
 	bench(t, h2, ds[0].addr, "get", c.flags(h2)...)
+}
+
+// waitEtcd polls until etcd on ep answers from h.
+func waitEtcd(t *testing.T, h *netns.Host, ep string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := members(t, h, ep); err == nil {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("etcd not serving: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// A member that stops answering (SIGSTOP: its sockets stay open) loses its
+// routes when its lease ends: a client following the cluster fails its
+// transfer with the peer gone, by membership, before the data plane's own
+// heartbeat (4 s) would notice.
+func TestLeaseEndsRoutes(t *testing.T) {
+	nt := netns.New(t, 3)
+	h1, h2, h3 := nt.Hosts[0], nt.Hosts[1], nt.Hosts[2]
+	c := makeCreds(t, nt.Hosts)
+	ep, _ := startEtcd(t, h1)
+	waitEtcd(t, h2, ep)
+	cluster := []string{"--etcd", ep, "--cluster", "t"}
+	d := serve(t, h3, cat([]string{"--listen", ":7000", "--member", "h3", "--lease-ttl", "1s"}, cluster, c.flags(h3))...)
+	t.Cleanup(func() { _ = d.cmd.Process.Signal(syscall.SIGCONT) }) // runs before the daemon's stop
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	b := h2.Command(ctx, rdmamgrBin, cat([]string{"bench", "--peer", "h3", "--op", "put", "--size", "1MiB",
+		"--count", "10000", "--concurrency", "1", "--backend", "tcp", "--timeout", "60s"}, cluster, c.flags(h2))...)
+	out := &lockedBuf{}
+	b.Stdout, b.Stderr = out, out
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.Wait() }()
+	time.Sleep(2 * time.Second) // the route is up and busy
+	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	err := <-done
+	took := time.Since(stopped)
+	if err == nil {
+		t.Fatalf("transfer to a frozen member succeeded:\n%s", out)
+	}
+	if !strings.Contains(out.String(), "membership lease ended") || !strings.Contains(out.String(), "peer gone") {
+		t.Fatalf("transfer did not end by membership (peer gone, lease ended):\n%s", out)
+	}
+	// took includes bench's clean-up, which waits out its requests to
+	// release the frozen peer's buffer.
+	t.Logf("bench against a frozen member exited %v after SIGSTOP (lease TTL 1 s): %s", took.Round(10*time.Millisecond),
+		lastLine(out.String()))
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
