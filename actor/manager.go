@@ -768,7 +768,7 @@ func (m *Manager) status() *rdmapb.StatusResponse {
 		ServedBytesIn:   sv.BytesIn,
 		ServedBytesOut:  sv.BytesOut,
 		RejectedOps:     sv.Rejected,
-		AuthFailures:    sv.AuthFail + m.authFailures.Load(),
+		AuthFailures:    sv.AuthFail + m.authFailures.Load() + ControlRefusals(),
 	}
 	for _, r := range m.reg.Regions() {
 		resp.Buffers = append(resp.Buffers, &rdmapb.BufferStatus{

@@ -91,17 +91,17 @@ func (g *Registration) keep(life context.Context, ka <-chan *clientv3.LeaseKeepA
 	}
 }
 
-// Close revokes the lease (the member leaves at once) and stops the
-// keepalive. It waits at most 2 s for etcd.
+// Close stops the keepalive and revokes the lease (the member leaves at
+// once). It waits at most 2 s for etcd.
 func (g *Registration) Close() error {
+	g.cancel() // ends the keepalive channel, and keep
+	<-g.done
 	g.mu.Lock()
 	lease := g.lease
 	g.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, err := g.r.cli.Revoke(ctx, lease)
-	g.cancel() // ends the keepalive channel
-	<-g.done
 	return err
 }
 

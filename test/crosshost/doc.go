@@ -18,6 +18,11 @@
 //   - TestMembership: three hosts find each other by name through etcd; a
 //     killed member leaves within its lease TTL (the time is logged); etcd
 //     going away leaves a running transfer alone.
+//   - TestLeaseEndsRoutes: a frozen member (SIGSTOP) loses its routes at a
+//     client that follows the cluster when its lease ends: the transfer
+//     fails with the peer gone, "membership lease ended".
+//   - TestBenchAcrossHosts (RDMAMGR_XBENCH=1): the README's table, plain
+//     data plane against --data-tls.
 //
 // The tests skip where namespaces cannot be made, saying why, unless
 // RDMAMGR_REQUIRE_NETNS=1 (set by .ci/run), which turns that into a failure.
