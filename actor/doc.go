@@ -14,6 +14,13 @@
 // process (their memory is local); Put and Get then go from the caller's
 // goroutine to the backend, never through a mailbox.
 //
+// Whether a request is local comes from how it arrived, never from its
+// sender address: the guard in front of protoactor's gRPC endpoint stamps
+// every envelope from the network and drops those whose sender is forged,
+// so replies go only to the peer itself (remote_origin.go). The gRPC
+// server is bounded (RemoteConfig), and so is the manager by default
+// (limits.go); refusals are counted by reason in status and logged sampled.
+//
 // Contract: New does no I/O; Start starts the backend and spawns the actor;
 // Close is idempotent and waits for every goroutine the manager started.
 // Errors returned by the Client wrap the sentinels of buffer, backend,

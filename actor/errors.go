@@ -32,7 +32,8 @@ var (
 // with whichever the caller expects: RESOURCE_EXHAUSTED wraps
 // buffer.ErrExhausted (a registry limit) and backend.ErrLimit (a route or
 // data-path limit); CLOSED wraps ErrClosed (the manager) and
-// backend.ErrClosed (its backend or registry).
+// backend.ErrClosed (its backend or registry); NOT_LOCAL wraps ErrNotLocal
+// and buffer.ErrInvalid (what it was before it had its own code).
 func toError(e *rdmapb.Error) error {
 	if e == nil || e.Code == rdmapb.Code_OK {
 		return nil
@@ -45,6 +46,8 @@ func toError(e *rdmapb.Error) error {
 		s = ErrUnknownPeer
 	case rdmapb.Code_WRONG_PEER:
 		s = queuepair.ErrWrongPeer
+	case rdmapb.Code_NOT_LOCAL:
+		return fmt.Errorf("%s: %w, %w", e.Message, ErrNotLocal, buffer.ErrInvalid)
 	case rdmapb.Code_RESOURCE_EXHAUSTED:
 		return fmt.Errorf("%s: %w, %w", e.Message, buffer.ErrExhausted, backend.ErrLimit)
 	case rdmapb.Code_CLOSED:
@@ -71,7 +74,9 @@ func fromError(err error) *rdmapb.Error {
 		code = rdmapb.Code_UNKNOWN_PEER
 	case errors.Is(err, ErrClosed):
 		code = rdmapb.Code_CLOSED
-	case errors.Is(err, ErrNotLocal), errors.Is(err, queuepair.ErrNotLocal), errors.Is(err, queuepair.ErrLengthMismatch):
+	case errors.Is(err, ErrNotLocal):
+		code = rdmapb.Code_NOT_LOCAL
+	case errors.Is(err, queuepair.ErrNotLocal), errors.Is(err, queuepair.ErrLengthMismatch):
 		code = rdmapb.Code_INVALID_ARGUMENT
 	case errors.Is(err, queuepair.ErrWrongPeer):
 		code = rdmapb.Code_WRONG_PEER
@@ -79,4 +84,16 @@ func fromError(err error) *rdmapb.Error {
 		code = rdmapb.Code_RELEASED
 	}
 	return &rdmapb.Error{Code: code, Message: err.Error()}
+}
+
+// fromErrorFor is fromError for a reply to a caller: a remote caller gets
+// one code and one text for "no such region" and "wrong key" (RELEASED,
+// see backend.RemoteCode), so it cannot probe which regions exist; a local
+// caller keeps the precise sentinel.
+func fromErrorFor(remote bool, err error) *rdmapb.Error {
+	e := fromError(err)
+	if remote && e != nil && (e.Code == rdmapb.Code_BAD_KEY || e.Code == rdmapb.Code_RELEASED) {
+		e.Code, e.Message = rdmapb.Code_RELEASED, "no such buffer (released, or not this key)"
+	}
+	return e
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,20 +43,27 @@ type Config struct {
 	TCP tcp.Config
 	// IBVerbs configures the ibverbs backend.
 	IBVerbs ibverbs.Config
-	// Limits bound the registry.
+	// Limits bound the registry; zero fields take DefaultLimits' values
+	// (limits.go).
 	Limits buffer.Limits
 	// MaxRemoteBytes caps the bytes that remote peers may hold through
-	// RequestBuffer at once (0: no cap beyond Limits).
+	// RequestBuffer at once (0: DefaultMaxRemoteBytes).
 	MaxRemoteBytes uint64
+	// MaxRemoteBuffersPerPeer caps the buffers one remote peer holds
+	// (DefaultMaxRemoteBuffersPerPeer).
+	MaxRemoteBuffersPerPeer int
 	// RemoteLease is the lease given to buffers remote peers request
-	// without asking for one (0: none).
+	// without asking for one (0: DefaultRemoteLease; negative: none).
 	RemoteLease time.Duration
+	// HandshakesPerPeer caps the route handshakes accepted from one peer
+	// per 30 s (DefaultHandshakesPerPeer).
+	HandshakesPerPeer int
 	// MaxLease caps any lease (24 h).
 	MaxLease time.Duration
 	// ReapInterval is how often buffers whose lease ran out are released
 	// (1 s).
 	ReapInterval time.Duration
-	// MaxRoutes bounds the routes to peers (0: 4096).
+	// MaxRoutes bounds the routes to peers (DefaultMaxRoutes).
 	MaxRoutes int
 	// RouteTimeout bounds a route setup (10 s).
 	RouteTimeout time.Duration
@@ -81,8 +89,17 @@ func (c Config) withDefaults() Config {
 		c.Backend = backend.KindTCP
 	}
 	if c.MaxRoutes == 0 {
-		c.MaxRoutes = 4096
+		c.MaxRoutes = DefaultMaxRoutes
 	}
+	d := DefaultLimits()
+	setIfZero(&c.Limits.MaxBytes, d.MaxBytes)
+	setIfZero(&c.Limits.MaxRegions, d.MaxRegions)
+	setIfZero(&c.Limits.MaxRegion, min(d.MaxRegion, c.Limits.MaxBytes))
+	setIfZero(&c.MaxRemoteBytes, min(DefaultMaxRemoteBytes(), c.Limits.MaxBytes))
+	setIfZero(&c.MaxRemoteBuffersPerPeer, DefaultMaxRemoteBuffersPerPeer)
+	setIfZero(&c.RemoteLease, DefaultRemoteLease)
+	c.RemoteLease = max(c.RemoteLease, 0)
+	setIfZero(&c.HandshakesPerPeer, DefaultHandshakesPerPeer)
 	if c.IBVerbs == (ibverbs.Config{}) {
 		c.IBVerbs = ibverbs.DefaultConfig() // GID index auto, not 0
 	}
@@ -134,11 +151,16 @@ type Manager struct {
 	qps    map[uint64]*qpEntry
 	nextQP uint64
 	closed bool
-	// remoteBytes are the bytes of regions remote peers requested, by
-	// region id; remoteTotal is their sum (capped by MaxRemoteBytes).
-	remoteBytes map[uint64]uint64
-	remoteTotal uint64
-	stop        chan struct{} // closed by Close: stops the reaper
+	// remoteBytes are the regions remote peers requested, by region id;
+	// remoteTotal is their bytes (capped by MaxRemoteBytes) and
+	// remotePerPeer their count by peer (capped by
+	// MaxRemoteBuffersPerPeer).
+	remoteBytes   map[uint64]remoteGrant
+	remoteTotal   uint64
+	remotePerPeer map[string]int
+	// handshakes counts route handshakes by peer (HandshakesPerPeer).
+	handshakes map[string]handshakeCount
+	stop       chan struct{} // closed by Close: stops the reaper
 
 	// life ends when Close starts: route setups in progress give up
 	// instead of holding Close for their timeout.
@@ -148,6 +170,9 @@ type Manager struct {
 	wg sync.WaitGroup // route setups and replies sent from goroutines
 
 	authFailures atomic.Uint64
+	// book counts refusals and samples their logs (shared with the
+	// remote guard of the same actor system).
+	book *refusals
 }
 
 // maxNonces bounds the replay cache; past it new handshakes are refused
@@ -216,6 +241,8 @@ func New(sys *protoactor.ActorSystem, cfg Config) (*Manager, error) {
 	default:
 		return nil, fmt.Errorf("backend %q (want tcp, ibverbs or auto): %w", cfg.Backend, backend.ErrNotSupported)
 	}
+	book := refusalsOf(sys)
+	book.setLogger(log)
 	life, endLife := context.WithCancel(context.Background())
 	return &Manager{
 		sys:    sys,
@@ -228,10 +255,13 @@ func New(sys *protoactor.ActorSystem, cfg Config) (*Manager, error) {
 		qps:    make(map[uint64]*qpEntry),
 		nonces: make(map[string]time.Time),
 
-		remoteBytes: make(map[uint64]uint64),
-		stop:        make(chan struct{}),
-		life:        life,
-		endLife:     endLife,
+		remoteBytes:   make(map[uint64]remoteGrant),
+		remotePerPeer: make(map[string]int),
+		handshakes:    make(map[string]handshakeCount),
+		book:          book,
+		stop:          make(chan struct{}),
+		life:          life,
+		endLife:       endLife,
 	}, nil
 }
 
@@ -692,59 +722,9 @@ func (m *Manager) dropUnclaimed(cutoff time.Time) {
 	}
 }
 
-// allocate serves RequestBuffer; remote requesters count against
-// MaxRemoteBytes.
-func (m *Manager) allocate(msg *rdmapb.RequestBuffer, remote bool) (buffer.Buffer, error) {
-	lease := time.Duration(msg.LeaseMs) * time.Millisecond
-	if msg.LeaseMs > uint64(m.cfg.MaxLease/time.Millisecond) {
-		lease = m.cfg.MaxLease
-	}
-	if remote && lease == 0 {
-		lease = m.cfg.RemoteLease
-	}
-	if remote && m.cfg.MaxRemoteBytes > 0 {
-		m.mu.Lock()
-		if msg.Size > m.cfg.MaxRemoteBytes || m.remoteTotal > m.cfg.MaxRemoteBytes-msg.Size {
-			total := m.remoteTotal
-			m.mu.Unlock()
-			return buffer.Buffer{}, fmt.Errorf("%d bytes for a peer with %d of %d in use: %w", msg.Size, total, m.cfg.MaxRemoteBytes, buffer.ErrExhausted)
-		}
-		m.remoteTotal += msg.Size // reserved; undone below on failure
-		m.mu.Unlock()
-	}
-	b, err := m.reg.Allocate(msg.Size, buffer.Access(msg.Access))
-	if err == nil && lease > 0 {
-		if err = m.reg.SetLease(b, lease); err != nil {
-			_ = m.reg.Release(context.Background(), b)
-		}
-		b.Lease = lease
-	}
-	if remote && m.cfg.MaxRemoteBytes > 0 {
-		m.mu.Lock()
-		if err != nil {
-			m.remoteTotal -= msg.Size
-		} else {
-			m.remoteBytes[b.Region] = msg.Size
-		}
-		m.mu.Unlock()
-	}
-	return b, err
-}
-
-// forgetRemote drops a released region from the remote byte count.
-func (m *Manager) forgetRemote(region uint64) {
-	m.mu.Lock()
-	if n, ok := m.remoteBytes[region]; ok {
-		delete(m.remoteBytes, region)
-		m.remoteTotal -= n
-	}
-	m.mu.Unlock()
-}
-
-func isRemote(ctx protoactor.Context) bool {
-	s := ctx.Sender()
-	return s != nil && s.Address != ctx.Self().Address
-}
+// maxStatusBuffers bounds the buffers a status reply lists (the reply
+// stays far below the message limit; buffers_total has the count).
+const maxStatusBuffers = 1024
 
 // status builds the status reply.
 func (m *Manager) status() *rdmapb.StatusResponse {
@@ -768,14 +748,25 @@ func (m *Manager) status() *rdmapb.StatusResponse {
 		ServedBytesIn:   sv.BytesIn,
 		ServedBytesOut:  sv.BytesOut,
 		RejectedOps:     sv.Rejected,
-		AuthFailures:    sv.AuthFail + m.authFailures.Load() + ControlRefusals(),
+		AuthFailures:    sv.AuthFail + m.authFailures.Load(),
+
+		Refusals:           m.book.snapshot(),
+		Goroutines:         uint64(runtime.NumGoroutine()),
+		MaxRegisteredBytes: m.cfg.Limits.MaxBytes,
+		MaxRemoteBytes:     m.cfg.MaxRemoteBytes,
 	}
-	for _, r := range m.reg.Regions() {
+	regions := m.reg.Regions()
+	resp.BuffersTotal = uint64(len(regions))
+	if len(regions) > maxStatusBuffers {
+		regions = regions[:maxStatusBuffers]
+	}
+	for _, r := range regions {
 		resp.Buffers = append(resp.Buffers, &rdmapb.BufferStatus{
 			Region: r.ID(), Length: uint64(r.Len()), Access: uint32(r.Access()), UserMemory: r.Kind() == buffer.KindUser,
 		})
 	}
 	m.mu.Lock()
+	resp.RemoteBytes = m.remoteTotal
 	entries := make([]*routeEntry, 0, len(m.routes))
 	refs := make([]int, 0, len(m.routes))
 	for _, e := range m.routes {
@@ -821,19 +812,23 @@ func (a *managerActor) Receive(ctx protoactor.Context) {
 	case *rdmapb.Ping:
 		ctx.Respond(&rdmapb.Pong{ManagerId: m.id})
 	case *rdmapb.RequestBuffer:
-		b, err := m.allocate(msg, isRemote(ctx))
+		b, err := m.allocate(msg, isRemote(ctx), remotePeer(ctx))
 		if err != nil {
+			if errors.Is(err, buffer.ErrExhausted) {
+				m.book.refuse(RefusedLimit, "request_buffer refused", "size", msg.Size, "remote", isRemote(ctx), "peer", remotePeer(ctx), "err", err)
+			}
 			ctx.Respond(&rdmapb.RequestBufferResponse{Error: fromError(err)})
 			return
 		}
 		ctx.Respond(&rdmapb.RequestBufferResponse{Buffer: b.Proto()})
 	case *rdmapb.ReleaseBuffer:
+		remote := isRemote(ctx)
 		b, err := buffer.FromProto(msg.Buffer)
 		if err == nil && b.OwnerID != m.id {
 			err = fmt.Errorf("buffer owned by %016x: %w", b.OwnerID, buffer.ErrReleased)
 		}
 		if err != nil {
-			ctx.Respond(&rdmapb.ReleaseBufferResponse{Error: fromError(err)})
+			ctx.Respond(&rdmapb.ReleaseBufferResponse{Error: fromErrorFor(remote, err)})
 			return
 		}
 		// Release waits for in-flight work: do it off the mailbox.
@@ -845,9 +840,10 @@ func (a *managerActor) Receive(ctx protoactor.Context) {
 			if err == nil {
 				m.forgetRemote(b.Region)
 			}
-			return &rdmapb.ReleaseBufferResponse{Error: fromError(err)}
+			return &rdmapb.ReleaseBufferResponse{Error: fromErrorFor(remote, err)}
 		})
 	case *rdmapb.RenewLease:
+		remote := isRemote(ctx)
 		b, err := buffer.FromProto(msg.Buffer)
 		d := min(time.Duration(msg.LeaseMs)*time.Millisecond, m.cfg.MaxLease)
 		if err == nil && msg.LeaseMs == 0 {
@@ -857,23 +853,28 @@ func (a *managerActor) Receive(ctx protoactor.Context) {
 			err = m.reg.SetLease(b, d)
 		}
 		if err != nil {
-			ctx.Respond(&rdmapb.RenewLeaseResponse{Error: fromError(err)})
+			ctx.Respond(&rdmapb.RenewLeaseResponse{Error: fromErrorFor(remote, err)})
 			return
 		}
 		ctx.Respond(&rdmapb.RenewLeaseResponse{LeaseMs: uint64(d / time.Millisecond)})
 	case *rdmapb.RevokeBuffer:
+		remote := isRemote(ctx)
 		b, err := buffer.FromProto(msg.Buffer)
 		if err != nil {
-			ctx.Respond(&rdmapb.RevokeBufferResponse{Error: fromError(err)})
+			ctx.Respond(&rdmapb.RevokeBufferResponse{Error: fromErrorFor(remote, err)})
 			return
 		}
 		m.goReply(ctx.Sender(), func() any {
 			rctx, cancel := context.WithTimeout(context.Background(), m.cfg.OpTimeout)
 			defer cancel()
-			return &rdmapb.RevokeBufferResponse{Error: fromError(m.reg.Revoke(rctx, b))}
+			return &rdmapb.RevokeBufferResponse{Error: fromErrorFor(remote, m.reg.Revoke(rctx, b))}
 		})
 	case *rdmapb.RequestQueuePair:
-		if ctx.Sender() == nil || ctx.Sender().Address != ctx.Self().Address {
+		// Locality comes from how the request arrived (remote_origin.go),
+		// never from its sender address: a remote peer must not make us
+		// set up routes to addresses it names.
+		if isRemote(ctx) || ctx.Sender() == nil {
+			m.book.refuse(RefusedNotLocal, "request_queue_pair from a remote peer refused", "peer", remotePeer(ctx))
 			ctx.Respond(&rdmapb.RequestQueuePairResponse{Error: fromError(fmt.Errorf("queue pairs are handed only to callers in the manager's process: %w", ErrNotLocal))})
 			return
 		}
@@ -903,11 +904,19 @@ func (a *managerActor) Receive(ctx protoactor.Context) {
 	case *rdmapb.ReleaseQueuePair:
 		ctx.Respond(&rdmapb.ReleaseQueuePairResponse{Error: fromError(m.releaseQP(msg.QpId))})
 	case *rdmapb.RouteHandshake:
+		if isRemote(ctx) && !m.handshakeAllowed(remotePeer(ctx)) {
+			m.book.refuse(RefusedHandshake, "route handshake over the per-peer rate refused", "peer", remotePeer(ctx))
+			resp := &rdmapb.RouteHandshakeResponse{Version: ProtocolVersion, ResponderId: m.id, Backend: msg.Backend,
+				Error: fromError(fmt.Errorf("more than %d route handshakes in %v: %w", m.cfg.HandshakesPerPeer, handshakeWindow, backend.ErrLimit))}
+			resp.Mac = replyMAC(m.cfg.Secret, msg.Nonce, resp)
+			ctx.Respond(resp)
+			return
+		}
 		ctx.Respond(m.acceptRoute(msg))
 	case *rdmapb.StatusRequest:
 		ctx.Respond(m.status())
 	default:
-		m.log.Warn("unknown message", "type", fmt.Sprintf("%T", msg), "sender", fmt.Sprint(ctx.Sender()))
+		m.book.refuse(RefusedUnknownType, "unknown message", "type", fmt.Sprintf("%T", msg), "sender", fmt.Sprint(ctx.Sender()))
 		if ctx.Sender() != nil {
 			ctx.Respond(&rdmapb.ErrorReply{Error: fromError(fmt.Errorf("message %T: %w", msg, ErrUnknownMessage))})
 		}
@@ -920,7 +929,7 @@ func (m *Manager) acceptRoute(hs *rdmapb.RouteHandshake) *rdmapb.RouteHandshakeR
 	defer func() { resp.Mac = replyMAC(m.cfg.Secret, hs.Nonce, resp) }()
 	if err := m.checkHandshake(hs); err != nil {
 		m.authFailures.Add(1)
-		m.log.Warn("route handshake refused", "initiator", hs.InitiatorAddr, "err", err)
+		m.book.refuse(RefusedHandshake, "route handshake refused", "initiator", hs.InitiatorAddr, "err", err)
 		resp.Error = fromError(err)
 		return resp
 	}
@@ -942,7 +951,7 @@ func (m *Manager) acceptRoute(hs *rdmapb.RouteHandshake) *rdmapb.RouteHandshakeR
 		}
 	}
 	if resp.Error != nil {
-		m.log.Warn("route handshake refused", "initiator", hs.InitiatorAddr, "err", resp.Error.Message)
+		m.book.refuse(RefusedHandshake, "route handshake refused", "initiator", hs.InitiatorAddr, "err", resp.Error.Message)
 	}
 	return resp
 }

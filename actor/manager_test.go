@@ -1080,7 +1080,7 @@ func TestErrorMapping(t *testing.T) {
 		{buffer.ErrClosed, rdmapb.Code_CLOSED, []error{ErrClosed, backend.ErrClosed}},
 		{ErrUnknownMessage, rdmapb.Code_UNKNOWN_MESSAGE, []error{ErrUnknownMessage}},
 		{ErrUnknownPeer, rdmapb.Code_UNKNOWN_PEER, []error{ErrUnknownPeer}},
-		{ErrNotLocal, rdmapb.Code_INVALID_ARGUMENT, []error{buffer.ErrInvalid}},
+		{ErrNotLocal, rdmapb.Code_NOT_LOCAL, []error{ErrNotLocal, buffer.ErrInvalid}},
 		{queuepair.ErrWrongPeer, rdmapb.Code_WRONG_PEER, []error{queuepair.ErrWrongPeer}},
 		{queuepair.ErrReleased, rdmapb.Code_RELEASED, []error{buffer.ErrReleased}},
 		{buffer.ErrBadKey, rdmapb.Code_BAD_KEY, []error{buffer.ErrBadKey}},

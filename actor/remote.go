@@ -12,18 +12,32 @@ import (
 	"google.golang.org/grpc"
 )
 
-// DefaultMaxMessageSize bounds control messages on the gRPC transport.
-const DefaultMaxMessageSize = 4 << 20
+// DefaultMaxMessageSize bounds control messages on the gRPC transport. The
+// largest real one is a status reply (at most maxStatusBuffers buffers
+// listed, a few tens of KiB); requests are a few hundred bytes.
+const DefaultMaxMessageSize = 1 << 20
 
-// StartRemote starts protoactor remote for sys on addr ("host:port"; port 0
-// picks one) with gRPC message limits set on both sides, so an oversize
-// message is an error rather than a dropped connection, and with a guard
-// that keeps peers from crashing the process or stopping its actors
-// (remote_guard.go). It returns the remote and the address peers use.
-// Unlike remote.Start it returns an error when it cannot listen. Options
-// add TLS and the advertised host (remote_opts.go, advertise.go); a wildcard
-// bind advertises a routable address of this host, never the wildcard.
+// endpointBatch is how many envelopes protoactor puts in one gRPC message;
+// with the message limit it bounds what one batch may carry.
+const endpointBatch = 64
+
+// StartRemote is StartRemoteConfig with the default RemoteConfig and the
+// given message limit (0: DefaultMaxMessageSize).
 func StartRemote(sys *protoactor.ActorSystem, addr string, maxMsg int, opts ...RemoteOption) (r *remote.Remote, advertised string, err error) {
+	return StartRemoteConfig(sys, addr, RemoteConfig{MaxMessageSize: maxMsg}, opts...)
+}
+
+// StartRemoteConfig starts protoactor remote for sys on addr ("host:port";
+// port 0 picks one) on a hardened gRPC server (cfg, remote_server.go),
+// with message limits set on both sides so an oversize message is an error
+// rather than a dropped connection, and with a guard that keeps peers from
+// crashing the process, stopping its actors or passing for local
+// (remote_guard.go, remote_origin.go). It returns the remote and the
+// address peers use. Unlike remote.Start it returns an error when it
+// cannot listen. Options add mutual TLS and the advertised host
+// (remote_opts.go, advertise.go); a wildcard bind advertises a routable
+// address of this host, never the wildcard.
+func StartRemoteConfig(sys *protoactor.ActorSystem, addr string, cfg RemoteConfig, opts ...RemoteOption) (r *remote.Remote, advertised string, err error) {
 	host, portS, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("remote address %q: %w", addr, err)
@@ -32,25 +46,23 @@ func StartRemote(sys *protoactor.ActorSystem, addr string, maxMsg int, opts ...R
 	if err != nil || port < 0 || port > 65535 {
 		return nil, "", fmt.Errorf("remote port %q: bad port", portS)
 	}
-	if maxMsg <= 0 {
-		maxMsg = DefaultMaxMessageSize
+	if cfg.MaxMessageSize < 0 {
+		cfg.MaxMessageSize = 0
 	}
-	// Slack for protoactor's envelope around our messages.
-	limit := maxMsg + 64<<10
-	guard := &remoteGuard{sys: sys}
+	cfg = cfg.withDefaults()
+	book := refusalsOf(sys)
+	guard := &remoteGuard{sys: sys, book: book, streams: make(chan struct{}, cfg.MaxStreams)}
 	o := newRemoteOpts(opts)
 	host, port, adv, err := o.resolve(host, port)
 	if err != nil {
 		return nil, "", err
 	}
-	cfg := remote.Configure(host, port, remote.WithAdvertisedHost(adv), remote.WithEndpointWriterQueueSize(endpointQueueInitial),
-		remote.WithServerOptions(append(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(limit), grpc.MaxSendMsgSize(limit)},
-			guard.serverOptions()...), o.serverOptions()...)...),
-		remote.WithDialOptions(o.dialCredentials(),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit), grpc.MaxCallSendMsgSize(limit)),
-			grpc.WithChainStreamInterceptor(closeConnWithStream)),
+	rc := remote.Configure(host, port, remote.WithAdvertisedHost(adv), remote.WithEndpointWriterQueueSize(endpointQueueInitial),
+		remote.WithServerOptions(append(cfg.serverOptions(book, o.serverCredentials(book)), guard.serverOptions()...)...),
+		remote.WithDialOptions(cfg.dialOptions(o.dialCredentials())...),
+		remote.WithEndpointWriterBatchSize(endpointBatch),
 	)
-	r = remote.NewRemote(sys, cfg)
+	r = remote.NewRemote(sys, rc)
 	defer func() {
 		if p := recover(); p != nil {
 			r, advertised, err = nil, "", fmt.Errorf("start remote on %s: %v", addr, p)

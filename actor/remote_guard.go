@@ -12,6 +12,7 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -35,7 +36,14 @@ import (
 //     sender, if any, gets an ErrorReply with code UNKNOWN_MESSAGE, as for
 //     any other message the manager does not handle;
 //   - Stop and PoisonPill are dropped: peers do not stop our actors;
-//   - Watch, Unwatch and Terminated without their PID are dropped.
+//   - Watch, Unwatch and Terminated without their PID are dropped;
+//   - an envelope with a forged sender or a target in another process is
+//     dropped, and every envelope kept is stamped as remote
+//     (remote_origin.go);
+//   - streams over the server-wide cap are refused before anything is read
+//     (remote_server.go bounds connections and messages).
+//
+// Every refusal is counted by reason (status) and logged sampled.
 //
 // Unary Remoting calls are refused with Unimplemented, and any panic left
 // in a handler is turned into an Internal error for that stream.
@@ -57,7 +65,10 @@ var (
 
 // remoteGuard holds what the interceptors need.
 type remoteGuard struct {
-	sys *protoactor.ActorSystem
+	sys  *protoactor.ActorSystem
+	book *refusals
+	// streams bounds the Remoting streams served at once (server-wide).
+	streams chan struct{}
 }
 
 // serverOptions returns the gRPC server options installing the guard.
@@ -82,7 +93,21 @@ func (g *remoteGuard) unary(ctx context.Context, req any, info *grpc.UnaryServer
 
 func (g *remoteGuard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 	defer g.recoverTo(info.FullMethod, &err)
-	return handler(srv, &guardedStream{ServerStream: ss, g: g})
+	// A stream over the cap is refused before anything is read from it:
+	// the memory a peer can make us hold is bounded by streams times the
+	// receive limit.
+	select {
+	case g.streams <- struct{}{}:
+		defer func() { <-g.streams }()
+	default:
+		g.book.refuse(RefusedStream, "refused a gRPC stream over the cap", "cap", cap(g.streams))
+		return status.Errorf(codes.ResourceExhausted, "too many streams")
+	}
+	c := &connPeer{}
+	if p, ok := peer.FromContext(ss.Context()); ok {
+		c.remote, c.local, c.src = addrOf(p.Addr), addrOf(p.LocalAddr), p.Addr.String()
+	}
+	return handler(srv, &guardedStream{ServerStream: ss, g: g, c: c})
 }
 
 // recoverTo turns a panic in a handler into an error for its caller.
@@ -97,6 +122,7 @@ func (g *remoteGuard) recoverTo(method string, err *error) {
 type guardedStream struct {
 	grpc.ServerStream
 	g *remoteGuard
+	c *connPeer
 }
 
 func (s *guardedStream) RecvMsg(m any) error {
@@ -107,8 +133,8 @@ func (s *guardedStream) RecvMsg(m any) error {
 	if !ok {
 		return nil
 	}
-	if err := s.g.check(rm); err != nil {
-		s.g.log().Warn("refused a malformed message from a peer", "err", err)
+	if err := s.g.check(rm, s.c); err != nil {
+		s.g.book.refuse(RefusedMalformed, "refused a malformed message from a peer", "from", s.c.remote.String(), "err", err)
 		return status.Errorf(codes.InvalidArgument, "malformed remote message: %v", err)
 	}
 	return nil
@@ -116,7 +142,7 @@ func (s *guardedStream) RecvMsg(m any) error {
 
 // check validates rm and drops the envelopes that must not be delivered;
 // an error means the stream must end.
-func (g *remoteGuard) check(rm *remote.RemoteMessage) error {
+func (g *remoteGuard) check(rm *remote.RemoteMessage, c *connPeer) error {
 	switch t := rm.MessageType.(type) {
 	case *remote.RemoteMessage_ConnectRequest:
 		if t.ConnectRequest == nil {
@@ -126,12 +152,12 @@ func (g *remoteGuard) check(rm *remote.RemoteMessage) error {
 			return errors.New("empty server connection")
 		}
 	case *remote.RemoteMessage_MessageBatch:
-		return g.checkBatch(t.MessageBatch)
+		return g.checkBatch(t.MessageBatch, c)
 	}
 	return nil
 }
 
-func (g *remoteGuard) checkBatch(b *remote.MessageBatch) error {
+func (g *remoteGuard) checkBatch(b *remote.MessageBatch, c *connPeer) error {
 	if b == nil {
 		return errors.New("empty message batch")
 	}
@@ -160,21 +186,34 @@ func (g *remoteGuard) checkBatch(b *remote.MessageBatch) error {
 			return fmt.Errorf("envelope %d: serializer %d", i, e.SerializerId)
 		}
 		name := b.TypeNames[e.TypeId]
+		var sender *protoactor.PID
+		if e.Sender > 0 {
+			sender = b.Senders[e.Sender-1]
+			if err := g.checkSender(c, sender); err != nil {
+				g.book.refuse(RefusedForgedSender, "dropped a message with a forged sender", "type", name, "from", c.src, "err", err)
+				continue
+			}
+		}
+		if err := g.checkTarget(b.Targets[e.Target]); err != nil {
+			g.book.refuse(RefusedForeignTarget, "dropped a message for another process", "type", name, "from", c.remote.String(), "err", err)
+			continue
+		}
 		if e.SerializerId == protoSerializerID {
 			mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(name))
 			if err != nil {
 				g.unknownType(b, e, name)
 				continue
 			}
-			if !g.validPIDs(mt, name, e.MessageData) {
-				g.log().Warn("dropped a message without its PID from a peer", "type", name)
+			if err := g.validPIDs(mt, name, e.MessageData, c); err != nil {
+				g.book.refuse(RefusedForgedSender, "dropped a watch message from a peer", "type", name, "from", c.remote.String(), "err", err)
 				continue
 			}
 		}
 		if name == nameStop || name == namePoisonPill {
-			g.log().Warn("dropped a request from a peer to stop an actor", "type", name, "target", b.Targets[e.Target].String())
+			g.book.refuse(RefusedStopActor, "dropped a request from a peer to stop an actor", "type", name, "target", b.Targets[e.Target].String())
 			continue
 		}
+		stamp(e, sender, c)
 		kept = append(kept, e)
 	}
 	clear(b.Envelopes[len(kept):])
@@ -182,15 +221,16 @@ func (g *remoteGuard) checkBatch(b *remote.MessageBatch) error {
 	return nil
 }
 
-// validPIDs reports whether a Watch, Unwatch or Terminated names its PID
-// (protoactor dereferences it); other types pass.
-func (g *remoteGuard) validPIDs(mt protoreflect.MessageType, name string, data []byte) bool {
+// validPIDs checks that a Watch, Unwatch or Terminated names its PID
+// (protoactor dereferences it) and that a watcher is the connection's peer
+// (we send it Terminated); other types pass.
+func (g *remoteGuard) validPIDs(mt protoreflect.MessageType, name string, data []byte, c *connPeer) error {
 	if name != nameWatch && name != nameUnwatch && name != nameTerminated {
-		return true
+		return nil
 	}
 	m := mt.New().Interface()
 	if err := proto.Unmarshal(data, m); err != nil {
-		return true // protoactor fails to decode it too, without panicking
+		return nil // protoactor fails to decode it too, without panicking
 	}
 	var pid *protoactor.PID
 	switch v := m.(type) {
@@ -201,13 +241,19 @@ func (g *remoteGuard) validPIDs(mt protoreflect.MessageType, name string, data [
 	case *protoactor.Terminated:
 		pid = v.Who
 	}
-	return pid != nil && pid.Address != "" && pid.Id != ""
+	if pid == nil || pid.Address == "" || pid.Id == "" {
+		return errors.New("no PID")
+	}
+	if name == nameTerminated {
+		return nil
+	}
+	return g.checkSender(c, pid)
 }
 
 // unknownType answers an envelope of a type this binary does not link as
 // the manager answers any message it does not handle.
 func (g *remoteGuard) unknownType(b *remote.MessageBatch, e *remote.MessageEnvelope, name string) {
-	g.log().Warn("dropped a message of an unknown type from a peer", "type", name)
+	g.book.refuse(RefusedUnknownType, "dropped a message of an unknown type from a peer", "type", name)
 	if e.Sender == 0 {
 		return
 	}

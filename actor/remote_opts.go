@@ -1,15 +1,10 @@
 package actor
 
 import (
-	"context"
 	"crypto/tls"
 	"log/slog"
 	"net"
-	"sync"
-	"sync/atomic"
-	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -31,84 +26,55 @@ func WithTLS(server, client *tls.Config) RemoteOption {
 }
 
 // WithAdvertise sets the host (or host:port) peers use to reach us; with
-// no port, the listener's port.
+// no port, the listener's port. Peers check that our messages' sender
+// host is the IP their connection from us comes from (remote_origin.go),
+// so advertise the address this host sends from toward its peers.
 func WithAdvertise(host string) RemoteOption {
 	return func(o *remoteOpts) { o.advertise = host }
 }
 
-// WithRemoteLogger receives the control plane's refusal logs (sampled).
+// WithRemoteLogger receives StartRemote's own log lines (which address a
+// wildcard bind advertises).
 func WithRemoteLogger(l *slog.Logger) RemoteOption {
 	return func(o *remoteOpts) { o.log = l }
 }
 
-func (o *remoteOpts) dialCredentials() grpc.DialOption {
+// RefusedTLS: a peer failed the control plane's TLS handshake (no
+// certificate, one from another CA, no TLS at all).
+const RefusedTLS = "tls"
+
+func (o *remoteOpts) dialCredentials() credentials.TransportCredentials {
 	if o.clientTLS == nil {
-		return grpc.WithTransportCredentials(insecure.NewCredentials())
+		return insecure.NewCredentials()
 	}
-	return grpc.WithTransportCredentials(credentials.NewTLS(o.clientTLS))
+	return credentials.NewTLS(o.clientTLS)
 }
 
-func (o *remoteOpts) serverOptions() []grpc.ServerOption {
+// serverCredentials returns what the gRPC server's connection cap wraps:
+// plain, or TLS with its refusals counted in book.
+func (o *remoteOpts) serverCredentials(book *refusals) credentials.TransportCredentials {
 	if o.serverTLS == nil {
-		return nil
+		return insecure.NewCredentials()
 	}
-	return []grpc.ServerOption{grpc.Creds(&refusalCounter{
-		TransportCredentials: credentials.NewTLS(o.serverTLS),
-		log:                  o.log,
-	})}
+	return &tlsRefusals{TransportCredentials: credentials.NewTLS(o.serverTLS), book: book}
 }
 
-// controlRefusals counts TLS handshakes the control plane refused, in this
-// process (a process runs one remote).
-var controlRefusals atomic.Uint64
-
-// ControlRefusals returns how many peers the control plane refused at the
-// TLS handshake (no certificate, one from another CA, no TLS at all).
-func ControlRefusals() uint64 { return controlRefusals.Load() }
-
-// refusalCounter counts and logs (at most one line per refusalLogEvery,
-// with the number left out) the handshakes a TLS server refuses.
-type refusalCounter struct {
+// tlsRefusals counts (and logs, sampled) the handshakes a TLS server
+// refuses.
+type tlsRefusals struct {
 	credentials.TransportCredentials
-	log *slog.Logger
+	book *refusals
 }
 
-const refusalLogEvery = 10 * time.Second
-
-var refusalLog struct {
-	mu         sync.Mutex // guards the fields below
-	last       time.Time
-	suppressed uint64
-}
-
-func (c *refusalCounter) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+func (c *tlsRefusals) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	nc, ai, err := c.TransportCredentials.ServerHandshake(conn)
 	if err != nil {
-		n := controlRefusals.Add(1)
-		c.logRefusal(conn.RemoteAddr().String(), err, n)
+		c.book.refuse(RefusedTLS, "control plane refused a peer at the TLS handshake",
+			"peer", conn.RemoteAddr().String(), "err", err.Error())
 	}
 	return nc, ai, err
 }
 
-func (c *refusalCounter) logRefusal(peer string, err error, total uint64) {
-	if c.log == nil {
-		return
-	}
-	refusalLog.mu.Lock()
-	now := time.Now()
-	if now.Sub(refusalLog.last) < refusalLogEvery {
-		refusalLog.suppressed++
-		refusalLog.mu.Unlock()
-		return
-	}
-	skipped := refusalLog.suppressed
-	refusalLog.last, refusalLog.suppressed = now, 0
-	refusalLog.mu.Unlock()
-	c.log.LogAttrs(context.Background(), slog.LevelWarn, "control plane refused a peer at the TLS handshake",
-		slog.String("peer", peer), slog.String("err", err.Error()),
-		slog.Uint64("refused_total", total), slog.Uint64("not_logged_since_last", skipped))
-}
-
-func (c *refusalCounter) Clone() credentials.TransportCredentials {
-	return &refusalCounter{TransportCredentials: c.TransportCredentials.Clone(), log: c.log}
+func (c *tlsRefusals) Clone() credentials.TransportCredentials {
+	return &tlsRefusals{TransportCredentials: c.TransportCredentials.Clone(), book: c.book}
 }

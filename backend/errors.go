@@ -47,14 +47,14 @@ func Code(err error) rdmapb.Code {
 	switch {
 	case err == nil:
 		return rdmapb.Code_OK
+	case errors.Is(err, buffer.ErrReleased): // first: a remote RELEASED is also ErrBadKey
+		return rdmapb.Code_RELEASED
 	case errors.Is(err, buffer.ErrBadKey):
 		return rdmapb.Code_BAD_KEY
 	case errors.Is(err, buffer.ErrOutOfRange):
 		return rdmapb.Code_OUT_OF_RANGE
 	case errors.Is(err, buffer.ErrAccess):
 		return rdmapb.Code_ACCESS_DENIED
-	case errors.Is(err, buffer.ErrReleased):
-		return rdmapb.Code_RELEASED
 	case errors.Is(err, buffer.ErrInvalid):
 		return rdmapb.Code_INVALID_ARGUMENT
 	case errors.Is(err, buffer.ErrExpired):
@@ -79,6 +79,18 @@ func Code(err error) rdmapb.Code {
 		return rdmapb.Code_NOT_SUPPORTED
 	}
 	return rdmapb.Code_INTERNAL
+}
+
+// RemoteCode is Code for an answer to a remote peer: a wrong key and a
+// region that does not exist (or was released) get the same code,
+// RELEASED, so a peer cannot probe which regions exist. Local callers keep
+// the precise sentinel.
+func RemoteCode(err error) rdmapb.Code {
+	c := Code(err)
+	if c == rdmapb.Code_BAD_KEY {
+		c = rdmapb.Code_RELEASED
+	}
+	return c
 }
 
 // Sentinel maps a wire code back to the sentinel error callers compare with;
@@ -133,3 +145,10 @@ func (e *RemoteError) Error() string {
 
 // Unwrap returns the sentinel of the code.
 func (e *RemoteError) Unwrap() error { return Sentinel(e.Code) }
+
+// Is makes a remote RELEASED match buffer.ErrBadKey too: the peer answers
+// a wrong key and an unknown region alike (RemoteCode), so either may be
+// the cause and a caller may branch on whichever it expects.
+func (e *RemoteError) Is(target error) bool {
+	return e.Code == rdmapb.Code_RELEASED && target == buffer.ErrBadKey
+}

@@ -18,6 +18,7 @@ var codesWithoutSentinel = map[rdmapb.Code]bool{
 	rdmapb.Code_UNKNOWN_PEER:    true,
 	rdmapb.Code_WRONG_PEER:      true,
 	rdmapb.Code_INTERNAL:        true,
+	rdmapb.Code_NOT_LOCAL:       true, // control plane only: actor.ErrNotLocal
 }
 
 func allCodes() []rdmapb.Code {
@@ -166,6 +167,25 @@ func TestRemoteError(t *testing.T) {
 	}
 	if errors.Is(&RemoteError{Code: rdmapb.Code_BAD_KEY, Op: OpWrite}, buffer.ErrAccess) {
 		t.Errorf("remote BAD_KEY matches buffer.ErrAccess")
+	}
+	// Remote peers hear one code for a wrong key and an unknown region;
+	// the error matches both sentinels.
+	if c := RemoteCode(fmt.Errorf("x: %w", buffer.ErrBadKey)); c != rdmapb.Code_RELEASED {
+		t.Errorf("RemoteCode(bad key) = %v, want RELEASED", c)
+	}
+	if c := RemoteCode(fmt.Errorf("x: %w", buffer.ErrReleased)); c != rdmapb.Code_RELEASED {
+		t.Errorf("RemoteCode(released) = %v, want RELEASED", c)
+	}
+	if c := RemoteCode(buffer.ErrAccess); c != rdmapb.Code_ACCESS_DENIED {
+		t.Errorf("RemoteCode(access) = %v", c)
+	}
+	rel := fmt.Errorf("put: %w", &RemoteError{Code: rdmapb.Code_RELEASED, Op: OpWrite})
+	if !errors.Is(rel, buffer.ErrReleased) || !errors.Is(rel, buffer.ErrBadKey) || errors.Is(rel, buffer.ErrAccess) {
+		t.Errorf("remote RELEASED: Is(ErrReleased) %v, Is(ErrBadKey) %v, Is(ErrAccess) %v",
+			errors.Is(rel, buffer.ErrReleased), errors.Is(rel, buffer.ErrBadKey), errors.Is(rel, buffer.ErrAccess))
+	}
+	if c := Code(rel); c != rdmapb.Code_RELEASED {
+		t.Errorf("Code(remote RELEASED) = %v", c)
 	}
 }
 

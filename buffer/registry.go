@@ -22,6 +22,7 @@ type Hooks interface {
 type Limits struct {
 	MaxBytes   uint64 // registered bytes in total
 	MaxRegions int    // number of regions
+	MaxRegion  uint64 // bytes of one region
 }
 
 // Stats is a snapshot of a registry.
@@ -41,6 +42,7 @@ type Registry struct {
 	mu sync.RWMutex // guards the fields below
 	// hooks is set before the first region is created.
 	hooks   []Hooks
+	cutters []Cutter
 	regions map[uint64]*Region
 	nextID  uint64
 	bytes   uint64
@@ -131,6 +133,9 @@ func (g *Registry) reserve(size uint64) error {
 	defer g.mu.Unlock()
 	if g.closed {
 		return ErrClosed
+	}
+	if g.limits.MaxRegion > 0 && size > g.limits.MaxRegion {
+		return fmt.Errorf("register %d bytes in one region, limit %d: %w", size, g.limits.MaxRegion, ErrExhausted)
 	}
 	if g.limits.MaxBytes > 0 && (size > g.limits.MaxBytes || g.bytes > g.limits.MaxBytes-size) {
 		return fmt.Errorf("register %d bytes with %d of %d in use: %w", size, g.bytes, g.limits.MaxBytes, ErrExhausted)
@@ -268,6 +273,7 @@ func (g *Registry) SetLease(b Buffer, d time.Duration) error {
 			next = g.now() + int64(d)
 		}
 		if r.lease.CompareAndSwap(old, next) {
+			g.cut(r) // a shorter lease ends stalled requests sooner
 			return nil
 		}
 	}
@@ -286,7 +292,8 @@ func (g *Registry) LeaseLeft(r *Region) (time.Duration, bool) {
 // Revoke stops remote access to handle b's region: requests not yet
 // admitted fail with ErrRevoked, and Revoke returns once the admitted ones
 // have finished, so no remote request touches the region after it returns
-// nil. The owner's own use of the region goes on. When ctx ends first the
+// nil. Cutters end admitted requests whose payload is stalled, so a holder
+// that stops sending cannot hold Revoke (or Release) for long. The owner's own use of the region goes on. When ctx ends first the
 // revocation still holds for new requests and ctx's error is returned.
 func (g *Registry) Revoke(ctx context.Context, b Buffer) error {
 	r, err := g.lookup(b)
@@ -294,6 +301,7 @@ func (g *Registry) Revoke(ctx context.Context, b Buffer) error {
 		return err
 	}
 	r.revoked.Store(true)
+	g.cut(r)
 	for _, h := range g.hooksSnapshot() {
 		if rv, ok := h.(Revoker); ok {
 			if err := rv.RevokeRegion(r); err != nil {
@@ -415,6 +423,7 @@ func (g *Registry) Release(ctx context.Context, b Buffer) error {
 
 func (g *Registry) finish(ctx context.Context, r *Region) error {
 	r.markReleased()
+	g.cut(r)
 	select {
 	case <-r.drained: // already drained: succeed even if ctx is done
 		g.free(r)

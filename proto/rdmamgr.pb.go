@@ -49,6 +49,7 @@ const (
 	Code_NOT_SUPPORTED      Code = 17 // the backend or feature is not available here
 	Code_LEASE_EXPIRED      Code = 18 // the buffer's lease ran out
 	Code_REVOKED            Code = 19 // the owner revoked the buffer
+	Code_NOT_LOCAL          Code = 20 // served only to callers in the manager's process
 )
 
 // Enum value maps for Code.
@@ -74,6 +75,7 @@ var (
 		17: "NOT_SUPPORTED",
 		18: "LEASE_EXPIRED",
 		19: "REVOKED",
+		20: "NOT_LOCAL",
 	}
 	Code_value = map[string]int32{
 		"OK":                 0,
@@ -96,6 +98,7 @@ var (
 		"NOT_SUPPORTED":      17,
 		"LEASE_EXPIRED":      18,
 		"REVOKED":            19,
+		"NOT_LOCAL":          20,
 	}
 )
 
@@ -1413,8 +1416,16 @@ type StatusResponse struct {
 	RejectedOps     uint64                 `protobuf:"varint,11,opt,name=rejected_ops,json=rejectedOps,proto3" json:"rejected_ops,omitempty"`            // peer operations refused (key, bounds, access)
 	Error           *Error                 `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
 	AuthFailures    uint64                 `protobuf:"varint,13,opt,name=auth_failures,json=authFailures,proto3" json:"auth_failures,omitempty"` // handshakes and data connections refused
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Refusals by reason (actor.Refused*): forged senders, caps, gRPC
+	// connection and stream caps, malformed input. Their logs are sampled.
+	Refusals           map[string]uint64 `protobuf:"bytes,20,rep,name=refusals,proto3" json:"refusals,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Goroutines         uint64            `protobuf:"varint,21,opt,name=goroutines,proto3" json:"goroutines,omitempty"`                         // the manager's process
+	BuffersTotal       uint64            `protobuf:"varint,22,opt,name=buffers_total,json=buffersTotal,proto3" json:"buffers_total,omitempty"` // regions registered (buffers lists at most 1024)
+	RemoteBytes        uint64            `protobuf:"varint,23,opt,name=remote_bytes,json=remoteBytes,proto3" json:"remote_bytes,omitempty"`    // bytes held by remote peers
+	MaxRegisteredBytes uint64            `protobuf:"varint,24,opt,name=max_registered_bytes,json=maxRegisteredBytes,proto3" json:"max_registered_bytes,omitempty"`
+	MaxRemoteBytes     uint64            `protobuf:"varint,25,opt,name=max_remote_bytes,json=maxRemoteBytes,proto3" json:"max_remote_bytes,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1534,6 +1545,48 @@ func (x *StatusResponse) GetError() *Error {
 func (x *StatusResponse) GetAuthFailures() uint64 {
 	if x != nil {
 		return x.AuthFailures
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetRefusals() map[string]uint64 {
+	if x != nil {
+		return x.Refusals
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetGoroutines() uint64 {
+	if x != nil {
+		return x.Goroutines
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetBuffersTotal() uint64 {
+	if x != nil {
+		return x.BuffersTotal
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetRemoteBytes() uint64 {
+	if x != nil {
+		return x.RemoteBytes
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetMaxRegisteredBytes() uint64 {
+	if x != nil {
+		return x.MaxRegisteredBytes
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetMaxRemoteBytes() uint64 {
+	if x != nil {
+		return x.MaxRemoteBytes
 	}
 	return 0
 }
@@ -1756,7 +1809,7 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\x06length\x18\x02 \x01(\x04R\x06length\x12\x16\n" +
 	"\x06access\x18\x03 \x01(\rR\x06access\x12\x1f\n" +
 	"\vuser_memory\x18\x04 \x01(\bR\n" +
-	"userMemory\"\xf2\x03\n" +
+	"userMemory\"\xb9\x06\n" +
 	"\x0eStatusResponse\x12\x1d\n" +
 	"\n" +
 	"manager_id\x18\x01 \x01(\x06R\tmanagerId\x12\x18\n" +
@@ -1773,14 +1826,25 @@ const file_rdmamgr_proto_rawDesc = "" +
 	" \x01(\x04R\x0eservedBytesOut\x12!\n" +
 	"\frejected_ops\x18\v \x01(\x04R\vrejectedOps\x12'\n" +
 	"\x05error\x18\f \x01(\v2\x11.rdmamgr.v1.ErrorR\x05error\x12#\n" +
-	"\rauth_failures\x18\r \x01(\x04R\fauthFailures\"5\n" +
+	"\rauth_failures\x18\r \x01(\x04R\fauthFailures\x12D\n" +
+	"\brefusals\x18\x14 \x03(\v2(.rdmamgr.v1.StatusResponse.RefusalsEntryR\brefusals\x12\x1e\n" +
+	"\n" +
+	"goroutines\x18\x15 \x01(\x04R\n" +
+	"goroutines\x12#\n" +
+	"\rbuffers_total\x18\x16 \x01(\x04R\fbuffersTotal\x12!\n" +
+	"\fremote_bytes\x18\x17 \x01(\x04R\vremoteBytes\x120\n" +
+	"\x14max_registered_bytes\x18\x18 \x01(\x04R\x12maxRegisteredBytes\x12(\n" +
+	"\x10max_remote_bytes\x18\x19 \x01(\x04R\x0emaxRemoteBytes\x1a;\n" +
+	"\rRefusalsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"5\n" +
 	"\n" +
 	"ErrorReply\x12'\n" +
 	"\x05error\x18\x01 \x01(\v2\x11.rdmamgr.v1.ErrorR\x05error\"\x06\n" +
 	"\x04Ping\"%\n" +
 	"\x04Pong\x12\x1d\n" +
 	"\n" +
-	"manager_id\x18\x01 \x01(\x06R\tmanagerId*\xdf\x02\n" +
+	"manager_id\x18\x01 \x01(\x06R\tmanagerId*\xee\x02\n" +
 	"\x04Code\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x14\n" +
 	"\x10INVALID_ARGUMENT\x10\x01\x12\v\n" +
@@ -1804,7 +1868,8 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\bINTERNAL\x10\x10\x12\x11\n" +
 	"\rNOT_SUPPORTED\x10\x11\x12\x11\n" +
 	"\rLEASE_EXPIRED\x10\x12\x12\v\n" +
-	"\aREVOKED\x10\x13*S\n" +
+	"\aREVOKED\x10\x13\x12\r\n" +
+	"\tNOT_LOCAL\x10\x14*S\n" +
 	"\x06Access\x12\x0f\n" +
 	"\vACCESS_NONE\x10\x00\x12\x0f\n" +
 	"\vACCESS_READ\x10\x01\x12\x10\n" +
@@ -1824,7 +1889,7 @@ func file_rdmamgr_proto_rawDescGZIP() []byte {
 }
 
 var file_rdmamgr_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_rdmamgr_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_rdmamgr_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_rdmamgr_proto_goTypes = []any{
 	(Code)(0),                        // 0: rdmamgr.v1.Code
 	(Access)(0),                      // 1: rdmamgr.v1.Access
@@ -1852,6 +1917,7 @@ var file_rdmamgr_proto_goTypes = []any{
 	(*ErrorReply)(nil),               // 23: rdmamgr.v1.ErrorReply
 	(*Ping)(nil),                     // 24: rdmamgr.v1.Ping
 	(*Pong)(nil),                     // 25: rdmamgr.v1.Pong
+	nil,                              // 26: rdmamgr.v1.StatusResponse.RefusalsEntry
 }
 var file_rdmamgr_proto_depIdxs = []int32{
 	0,  // 0: rdmamgr.v1.Error.code:type_name -> rdmamgr.v1.Code
@@ -1870,12 +1936,13 @@ var file_rdmamgr_proto_depIdxs = []int32{
 	21, // 13: rdmamgr.v1.StatusResponse.buffers:type_name -> rdmamgr.v1.BufferStatus
 	20, // 14: rdmamgr.v1.StatusResponse.routes:type_name -> rdmamgr.v1.RouteStatus
 	2,  // 15: rdmamgr.v1.StatusResponse.error:type_name -> rdmamgr.v1.Error
-	2,  // 16: rdmamgr.v1.ErrorReply.error:type_name -> rdmamgr.v1.Error
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	26, // 16: rdmamgr.v1.StatusResponse.refusals:type_name -> rdmamgr.v1.StatusResponse.RefusalsEntry
+	2,  // 17: rdmamgr.v1.ErrorReply.error:type_name -> rdmamgr.v1.Error
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_rdmamgr_proto_init() }
@@ -1889,7 +1956,7 @@ func file_rdmamgr_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rdmamgr_proto_rawDesc), len(file_rdmamgr_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

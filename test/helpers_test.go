@@ -186,6 +186,8 @@ func wireErr(e *rdmapb.Error) error {
 		s = actor.ErrUnknownMessage
 	case rdmapb.Code_UNKNOWN_PEER:
 		s = actor.ErrUnknownPeer
+	case rdmapb.Code_NOT_LOCAL:
+		return fmt.Errorf("%s: %s: %w, %w", e.Code, e.Message, actor.ErrNotLocal, buffer.ErrInvalid)
 	default:
 		s = backend.Sentinel(e.Code)
 	}

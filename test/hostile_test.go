@@ -349,9 +349,10 @@ func TestHostile(t *testing.T) {
 		},
 		{
 			// A refused write's payload is skipped: the connection stays
-			// in step and serves the next frame.
+			// in step and serves the next frame. (A wrong key is answered
+			// like an unknown region, RELEASED: peers cannot probe.)
 			name: "refused frame keeps the stream in step",
-			want: []error{buffer.ErrBadKey},
+			want: []error{buffer.ErrReleased},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				c := h.authConn(t, ctx)
 				key := h.rw.Key

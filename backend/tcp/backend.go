@@ -2,13 +2,12 @@ package tcp
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,15 +26,30 @@ type Backend struct {
 	served struct {
 		ops, bytesIn, bytesOut, rejected, authFail atomic.Uint64
 	}
+	lnStats struct {
+		acceptRetries, refusedPending, refusedFull atomic.Uint64
+	}
+	logs struct {
+		noHello, refused, acceptErr, closed logSampler
+	}
+	done chan struct{} // closed by Close: ends the accept loop's backoff
 
 	mu sync.Mutex // guards the fields below
 	// ln is the data listener, set by Start.
 	ln     net.Listener
+	lnErr  error // why the accept loop ended for good; nil while it runs
 	addr   string
 	tokens map[[tokenSize]byte]tokenEntry
 	conns  map[net.Conn]struct{} // server and client connections, closed by Close
 	routes map[*route]struct{}
-	closed bool
+	// srv holds the served connections past the hello (for CutRegion).
+	srv map[*serverConn]struct{}
+	// pending counts connections accepted and not through the hello, in
+	// all and per source address; authed counts those past it.
+	pending     int
+	pendingByIP map[netip.Addr]int
+	authed      int
+	closed      bool
 
 	wg sync.WaitGroup // accept loop, server connections, routes' goroutines
 }
@@ -55,14 +69,21 @@ func New(cfg Config, reg *buffer.Registry, log *slog.Logger) (*Backend, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Backend{
-		cfg:    cfg.withDefaults(),
-		reg:    reg,
-		log:    log.With("backend", "tcp"),
-		tokens: make(map[[tokenSize]byte]tokenEntry),
-		conns:  make(map[net.Conn]struct{}),
-		routes: make(map[*route]struct{}),
-	}, nil
+	b := &Backend{
+		cfg:         cfg.withDefaults(),
+		reg:         reg,
+		log:         log.With("backend", "tcp"),
+		tokens:      make(map[[tokenSize]byte]tokenEntry),
+		conns:       make(map[net.Conn]struct{}),
+		routes:      make(map[*route]struct{}),
+		srv:         make(map[*serverConn]struct{}),
+		pendingByIP: make(map[netip.Addr]int),
+		done:        make(chan struct{}),
+	}
+	if reg != nil {
+		reg.AddCutter(b)
+	}
+	return b, nil
 }
 
 // Kind returns backend.KindTCP.
@@ -75,7 +96,11 @@ func (b *Backend) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("tcp: listen %s: %w", b.cfg.ListenAddr, err)
 	}
-	ln = b.wrapListener(ln)
+	return b.serve(b.wrapListener(ln)) // tls.go
+}
+
+// serve starts the accept loop on ln (Start's listener, or a test's).
+func (b *Backend) serve(ln net.Listener) error {
 	b.mu.Lock()
 	if b.closed || b.ln != nil {
 		b.mu.Unlock()
@@ -88,7 +113,7 @@ func (b *Backend) Start(ctx context.Context) error {
 	b.ln = ln
 	b.addr = b.cfg.AdvertiseAddr
 	if b.addr == "" {
-		b.addr = advertise(ln.Addr().(*net.TCPAddr), b.cfg.AdvertiseHost)
+		b.addr = advertise(ln.Addr(), b.cfg.AdvertiseHost)
 	}
 	b.wg.Add(1)
 	b.mu.Unlock()
@@ -97,9 +122,14 @@ func (b *Backend) Start(ctx context.Context) error {
 	return nil
 }
 
-// advertise turns a listen address into a dialable one: host with a's
-// port when host is set, else a (loopback for a wildcard).
-func advertise(a *net.TCPAddr, host string) string {
+// advertise turns a listen address into a dialable one: host with the
+// listener's port when host is set, else the address (loopback for a
+// wildcard).
+func advertise(addr net.Addr, host string) string {
+	a, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return addr.String()
+	}
 	if host != "" {
 		return net.JoinHostPort(host, fmt.Sprint(a.Port))
 	}
@@ -109,10 +139,14 @@ func advertise(a *net.TCPAddr, host string) string {
 	return a.String()
 }
 
-// Addr returns the advertised data address ("" before Start).
+// Addr returns the advertised data address ("" before Start). Once the
+// listener is down for good it says so: "HOST:PORT (listener down: ERR)".
 func (b *Backend) Addr() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.lnErr != nil {
+		return fmt.Sprintf("%s (listener down: %v)", b.addr, b.lnErr)
+	}
 	return b.addr
 }
 
@@ -137,6 +171,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	close(b.done)
 	if b.ln != nil {
 		b.ln.Close()
 	}
@@ -172,30 +207,6 @@ func (b *Backend) untrackConn(c net.Conn) {
 	b.mu.Unlock()
 }
 
-func (b *Backend) acceptLoop(ln net.Listener) {
-	defer b.wg.Done()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return
-		}
-		b.mu.Lock()
-		if b.closed || len(b.conns) >= b.cfg.MaxServerConns {
-			b.mu.Unlock()
-			c.Close()
-			continue
-		}
-		b.conns[c] = struct{}{}
-		b.wg.Add(1)
-		b.mu.Unlock()
-		go b.serveConn(c)
-	}
-}
-
 // PrepareRoute returns the initiator's info: version and connection count.
 func (b *Backend) PrepareRoute(ctx context.Context, peerID uint64) (backend.PendingRoute, []byte, error) {
 	b.mu.Lock()
@@ -225,6 +236,9 @@ func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, info []byte) (
 	if b.ln == nil {
 		return nil, ErrNotStarted
 	}
+	if b.lnErr != nil {
+		return nil, fmt.Errorf("%w: %w", ErrListenerDown, b.lnErr)
+	}
 	for t, e := range b.tokens {
 		if now.After(e.expires) {
 			delete(b.tokens, t)
@@ -253,209 +267,6 @@ func (b *Backend) takeToken(t [tokenSize]byte) bool {
 	}
 	delete(b.tokens, t)
 	return time.Now().Before(e.expires)
-}
-
-// serveConn authenticates a data connection and serves its requests in
-// order until it fails. It returns when the connection is closed.
-func (b *Backend) serveConn(c net.Conn) {
-	defer b.wg.Done()
-	defer b.untrackConn(c)
-	defer c.Close()
-	log := b.log.With("remote", c.RemoteAddr().String())
-
-	_ = c.SetDeadline(time.Now().Add(b.cfg.HelloTimeout))
-	var nonce [16]byte
-	copy(nonce[:], backend.Nonce())
-	var ch [challengeSize]byte
-	encodeChallenge(ch[:], nonce)
-	if _, err := c.Write(ch[:]); err != nil {
-		return
-	}
-	var hello [helloSize]byte
-	if _, err := io.ReadFull(c, hello[:]); err != nil {
-		b.served.authFail.Add(1)
-		log.Warn("data connection without hello", "err", err)
-		return
-	}
-	var ack [helloAckSize]byte
-	tok, mac, err := decodeHello(hello[:])
-	if err == nil && b.cfg.Secret.Enabled() {
-		want := helloMAC(b.cfg.Secret, nonce, tok)
-		if !hmac.Equal(mac[:], want[:]) {
-			err = fmt.Errorf("hello does not prove the secret: %w", backend.ErrUnauthenticated)
-		}
-	}
-	if err == nil && !b.takeToken(tok) {
-		err = fmt.Errorf("unknown, used or expired token: %w", backend.ErrUnauthenticated)
-	}
-	if err != nil {
-		b.served.authFail.Add(1)
-		log.Warn("data connection refused", "err", err)
-		encodeHelloAck(ack[:], byte(backend.Code(err)))
-		_, _ = c.Write(ack[:])
-		return
-	}
-	encodeHelloAck(ack[:], 0)
-	if _, err := c.Write(ack[:]); err != nil {
-		return
-	}
-	_ = c.SetDeadline(time.Time{})
-	setSockopts(c, b.cfg.SocketBuffer)
-	s := serverConn{b: b, c: c}
-	if err := s.serve(); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-		log.Warn("data connection closed", "err", err)
-	}
-}
-
-func setSockopts(c net.Conn, bufSize int) {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		return
-	}
-	_ = tc.SetNoDelay(true)
-	if bufSize > 0 {
-		_ = tc.SetReadBuffer(bufSize)
-		_ = tc.SetWriteBuffer(bufSize)
-	}
-}
-
-// serverConn serves one authenticated connection; used by one goroutine.
-//
-// Responses are batched: while more requests are already buffered, response
-// headers and READ payloads (still in their regions, referenced) accumulate
-// and go out in one writev when the input runs dry or the batch is full.
-type serverConn struct {
-	b       *Backend
-	c       net.Conn
-	out     []byte      // response headers of the batch
-	segs    []respSeg   // the batch, in order
-	payload int         // READ payload bytes in the batch
-	iov     net.Buffers // the batch for writev; WriteTo consumes it
-	iovBuf  net.Buffers // iov's backing array, kept across batches
-}
-
-// respSeg is one response of a batch: out[hdrEnd-respHeaderSize:hdrEnd],
-// then mem (READ only) from region r, unreferenced once written.
-type respSeg struct {
-	hdrEnd int
-	mem    []byte
-	r      *buffer.Region
-}
-
-const (
-	serverReadBuf   = 4 << 10
-	maxBatchSegs    = 64
-	maxBatchPayload = 1 << 20
-)
-
-func (s *serverConn) serve() error {
-	defer s.release()
-	br := newReader(s.c, serverReadBuf)
-	var hdr [reqHeaderSize]byte
-	var h reqHeader
-	maxLen := uint32(s.b.cfg.MaxFrameLen)
-	for {
-		if len(s.segs) > 0 && (br.Buffered() == 0 || len(s.segs) >= maxBatchSegs || s.payload >= maxBatchPayload) {
-			if err := s.flush(); err != nil {
-				return err
-			}
-		}
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
-			return err
-		}
-		if err := h.decode(hdr[:], maxLen); err != nil {
-			s.b.served.rejected.Add(1)
-			return err
-		}
-		if h.op == opPing {
-			s.appendResp(respHeader{op: opPing, wrid: h.wrid}, nil, nil)
-			continue
-		}
-		need := backend.Op(h.op).Need()
-		r, mem, verr := s.b.reg.Acquire(h.region, h.key, h.offset, uint64(h.length), need)
-		if verr != nil {
-			s.b.served.rejected.Add(1)
-			if h.op == opWrite {
-				// Keep the stream in step: drop the payload, touch nothing.
-				if _, err := io.CopyN(io.Discard, br, int64(h.length)); err != nil {
-					return err
-				}
-			}
-			s.appendResp(respHeader{op: h.op, code: byte(backend.Code(verr)), wrid: h.wrid}, nil, nil)
-			continue
-		}
-		switch h.op {
-		case opWrite:
-			// A peer that stalls mid-payload must not hold the region
-			// (and a revocation or release waiting on it) for long.
-			timed := br.Buffered() < len(mem)
-			if timed {
-				_ = s.c.SetReadDeadline(time.Now().Add(s.b.cfg.FrameTimeout))
-			}
-			_, err := io.ReadFull(br, mem)
-			r.UnrefRemote()
-			if timed && err == nil {
-				err = s.c.SetReadDeadline(time.Time{})
-			}
-			if err != nil {
-				return err
-			}
-			s.b.served.ops.Add(1)
-			s.b.served.bytesIn.Add(uint64(h.length))
-			s.appendResp(respHeader{op: h.op, wrid: h.wrid}, nil, nil)
-		case opRead:
-			s.appendResp(respHeader{op: h.op, length: h.length, wrid: h.wrid}, mem, r)
-		}
-	}
-}
-
-func (s *serverConn) appendResp(h respHeader, mem []byte, r *buffer.Region) {
-	n := len(s.out)
-	s.out = append(s.out, make([]byte, respHeaderSize)...)
-	h.encode(s.out[n:])
-	s.segs = append(s.segs, respSeg{hdrEnd: len(s.out), mem: mem, r: r})
-	s.payload += len(mem)
-}
-
-// flush writes the batch with one writev and drops the regions' references.
-func (s *serverConn) flush() error {
-	s.iov = s.iovBuf[:0]
-	start := 0
-	for _, g := range s.segs {
-		if g.mem != nil {
-			s.iov = append(s.iov, s.out[start:g.hdrEnd], g.mem)
-			start = g.hdrEnd
-		}
-	}
-	if start < len(s.out) {
-		s.iov = append(s.iov, s.out[start:])
-	}
-	s.iovBuf = s.iov[:0]
-	_, err := s.iov.WriteTo(s.c)
-	if err == nil {
-		for _, g := range s.segs {
-			if g.mem != nil {
-				s.b.served.ops.Add(1)
-				s.b.served.bytesOut.Add(uint64(len(g.mem)))
-			}
-		}
-	}
-	s.release()
-	return err
-}
-
-// release drops the references of the batch and empties it.
-func (s *serverConn) release() {
-	for i, g := range s.segs {
-		if g.r != nil {
-			g.r.UnrefRemote()
-		}
-		s.segs[i] = respSeg{}
-	}
-	s.segs = s.segs[:0]
-	s.out = s.out[:0]
-	s.payload = 0
-	clear(s.iovBuf[:cap(s.iovBuf)])
 }
 
 // codeByte is the wire form of an error.

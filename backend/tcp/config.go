@@ -27,14 +27,26 @@ type Config struct {
 	TokenTTL time.Duration
 	// MaxPendingTokens bounds the tokens handed out and not yet used.
 	MaxPendingTokens int
-	// HelloTimeout bounds the time a new connection has to authenticate.
+	// HelloTimeout bounds the time a new data connection has to finish
+	// the hello (default 3 s: a hello is one round trip, and a silent
+	// connection must give its slot back soon).
 	HelloTimeout time.Duration
-	// MaxServerConns bounds the authenticated connections served at once.
+	// MaxServerConns bounds the authenticated connections served at once
+	// (default 4096). Connections still in the hello do not count.
 	MaxServerConns int
+	// MaxPendingConns bounds the connections accepted and not yet through
+	// the hello, in all (default 1024); more are closed as they are
+	// accepted, so silent connections cannot starve authenticated ones.
+	MaxPendingConns int
+	// MaxPendingPerIP bounds the connections not yet through the hello
+	// from one source address (default 64, a full route's connections),
+	// so one host cannot take every pending slot.
+	MaxPendingPerIP int
 	// WatchdogInterval is how often deadlines of in-flight work are checked.
 	WatchdogInterval time.Duration
-	// FrameTimeout bounds the time a WRITE's payload may take to arrive
-	// (the region stays referenced meanwhile).
+	// FrameTimeout bounds the time a WRITE's payload may take to arrive,
+	// and a batch of READ payloads to leave (default 30 s). A revocation,
+	// a release or the end of the lease cuts a stalled payload sooner.
 	FrameTimeout time.Duration
 	// HeartbeatInterval: a connection that heard nothing for this long
 	// sends a ping.
@@ -68,8 +80,10 @@ func DefaultConfig() Config {
 		MaxInFlight:       1024,
 		TokenTTL:          30 * time.Second,
 		MaxPendingTokens:  4096,
-		HelloTimeout:      5 * time.Second,
+		HelloTimeout:      3 * time.Second,
 		MaxServerConns:    4096,
+		MaxPendingConns:   1024,
+		MaxPendingPerIP:   64,
 		WatchdogInterval:  20 * time.Millisecond,
 		HeartbeatInterval: time.Second,
 		FrameTimeout:      30 * time.Second,
@@ -106,6 +120,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxServerConns == 0 {
 		c.MaxServerConns = d.MaxServerConns
 	}
+	if c.MaxPendingConns == 0 {
+		c.MaxPendingConns = d.MaxPendingConns
+	}
+	if c.MaxPendingPerIP == 0 {
+		c.MaxPendingPerIP = d.MaxPendingPerIP
+	}
 	if c.WatchdogInterval == 0 {
 		c.WatchdogInterval = d.WatchdogInterval
 	}
@@ -133,6 +153,11 @@ func (c Config) Verify() error {
 		return fmt.Errorf("tcp: ChunkSize %d not in 1..MaxFrameLen", c.ChunkSize)
 	case c.MaxInFlight < 1:
 		return fmt.Errorf("tcp: MaxInFlight %d < 1", c.MaxInFlight)
+	case c.MaxServerConns < 1 || c.MaxPendingConns < 1 || c.MaxPendingPerIP < 1:
+		return fmt.Errorf("tcp: MaxServerConns %d, MaxPendingConns %d, MaxPendingPerIP %d: want at least 1",
+			c.MaxServerConns, c.MaxPendingConns, c.MaxPendingPerIP)
+	case c.HelloTimeout < 0 || c.FrameTimeout < 0:
+		return fmt.Errorf("tcp: negative HelloTimeout %v or FrameTimeout %v", c.HelloTimeout, c.FrameTimeout)
 	case c.HeartbeatInterval < 0 || c.PeerTimeout < c.HeartbeatInterval:
 		return fmt.Errorf("tcp: PeerTimeout %v must be at least HeartbeatInterval %v", c.PeerTimeout, c.HeartbeatInterval)
 	}

@@ -17,6 +17,20 @@
 // request that fails the key, access or bounds check is answered with its
 // error code and changes nothing.
 //
+// The listener survives a hostile network (server_accept.go): Accept
+// errors such as EMFILE are retried with a backoff; connections that have
+// not finished the hello have their own caps (in all and per source
+// address) and a short timeout, and never take an authenticated slot. A
+// listener that fails for good shows in Addr and Listener.
+//
+// Leases and revocation cut in-flight work (server_frames.go): a WRITE's
+// payload is read only while remote access to its region holds. A
+// revocation, a release (buffer.Cutter) or the end of the lease wakes a
+// connection stalled mid-payload; the rest of the payload goes to a sink
+// and the requester hears REVOKED, RELEASED or LEASE_EXPIRED, so neither
+// waits out the frame timeout. A wrong key and an unknown region get one
+// code (backend.RemoteCode).
+//
 // Shutdown order: Close closes the listener and every connection, then waits
 // for the accept loop, the connection goroutines and the watchdogs. A work
 // request is completed only after neither the reader nor the writer of its

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/rdmamgr/rdmamgr/backend"
 )
@@ -11,6 +12,10 @@ import (
 var (
 	// ErrNotStarted: PrepareRoute or AcceptRoute before Start.
 	ErrNotStarted = errors.New("tcp: backend not started")
+	// ErrListenerDown: the data listener failed for good (an accept error
+	// that no retry can cure); routes cannot be accepted until restart.
+	// It is also backend.ErrClosed.
+	ErrListenerDown = fmt.Errorf("tcp: data listener down: %w", backend.ErrClosed)
 	// errConnClosed marks a connection that was closed locally.
 	errConnClosed = backend.ErrClosed
 )

@@ -114,38 +114,72 @@ type common struct {
 	net      netFlags // hosts.go
 }
 
-// limitFlags bound what a manager holds; zero means the library default.
+// limitFlags bound what a manager holds. Their defaults are the library's
+// (actor/limits.go, actor/remote_server.go), computed for this machine and
+// printed by -h.
 type limitFlags struct {
-	maxRegistered string
-	maxRemote     string
-	remoteLease   time.Duration
-	maxRoutes     int
+	maxRegistered     string
+	maxRegion         string
+	maxRegions        int
+	maxRemote         string
+	maxRemotePerPeer  int
+	remoteLease       time.Duration
+	maxRoutes         int
+	handshakesPerPeer int
+	remote            actor.RemoteConfig
 }
 
 func (l *limitFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&l.maxRegistered, "max-registered", "", "most bytes the manager registers in all (e.g. 8GiB; default no limit)")
-	fs.StringVar(&l.maxRemote, "max-remote", "", "most bytes remote peers may hold through request_buffer at once (default no cap)")
-	fs.DurationVar(&l.remoteLease, "remote-lease", 0, "lease given to buffers remote peers request without one (0: none)")
-	fs.IntVar(&l.maxRoutes, "max-routes", 0, "most routes to peers (default 4096)")
+	d := actor.DefaultLimits()
+	fs.StringVar(&l.maxRegistered, "max-registered", fmtSize(d.MaxBytes),
+		fmt.Sprintf("most bytes the manager registers in all (%d%% of physical memory)", actor.DefaultRegisteredShare))
+	fs.StringVar(&l.maxRegion, "max-region", fmtSize(d.MaxRegion), "largest single buffer (a quarter of physical memory)")
+	fs.IntVar(&l.maxRegions, "max-regions", d.MaxRegions, "most registered regions (16384, or a quarter of vm.max_map_count if lower)")
+	fs.StringVar(&l.maxRemote, "max-remote", fmtSize(actor.DefaultMaxRemoteBytes()),
+		"most bytes remote peers may hold through request_buffer at once (a quarter of physical memory)")
+	fs.IntVar(&l.maxRemotePerPeer, "max-remote-buffers", actor.DefaultMaxRemoteBuffersPerPeer, "most buffers one remote peer may hold")
+	fs.DurationVar(&l.remoteLease, "remote-lease", actor.DefaultRemoteLease, "lease given to buffers remote peers request without one (0: none)")
+	fs.IntVar(&l.maxRoutes, "max-routes", actor.DefaultMaxRoutes, "most routes to peers")
+	fs.IntVar(&l.handshakesPerPeer, "handshakes-per-peer", actor.DefaultHandshakesPerPeer, "most route handshakes accepted from one peer per 30 s")
+	r := actor.DefaultRemoteConfig()
+	fs.IntVar(&l.remote.MaxConns, "grpc-max-conns", r.MaxConns, "most control (gRPC) connections served at once")
+	fs.IntVar(&l.remote.MaxConnsPerIP, "grpc-max-conns-per-ip", r.MaxConnsPerIP, "most control connections from one address")
+	fs.IntVar(&l.remote.MaxStreams, "grpc-max-streams", r.MaxStreams, "most control streams served at once (a peer uses one)")
+	fs.DurationVar(&l.remote.HandshakeTimeout, "grpc-handshake-timeout", r.HandshakeTimeout, "time a new control connection has to finish its HTTP/2 handshake")
 }
 
 func (l *limitFlags) apply(cfg *actor.Config) error {
-	if l.maxRegistered != "" {
-		n, err := parseSize(l.maxRegistered)
-		if err != nil {
-			return usagef("--max-registered: %v", err)
+	for _, f := range []struct {
+		name, v string
+		dst     *uint64
+	}{{"max-registered", l.maxRegistered, &cfg.Limits.MaxBytes}, {"max-region", l.maxRegion, &cfg.Limits.MaxRegion},
+		{"max-remote", l.maxRemote, &cfg.MaxRemoteBytes}} {
+		if f.v == "" {
+			continue
 		}
-		cfg.Limits.MaxBytes = n
-	}
-	if l.maxRemote != "" {
-		n, err := parseSize(l.maxRemote)
+		n, err := parseSize(f.v)
 		if err != nil {
-			return usagef("--max-remote: %v", err)
+			return usagef("--%s: %v", f.name, err)
 		}
-		cfg.MaxRemoteBytes = n
+		*f.dst = n
 	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"max-regions", l.maxRegions}, {"max-remote-buffers", l.maxRemotePerPeer}, {"max-routes", l.maxRoutes},
+		{"handshakes-per-peer", l.handshakesPerPeer}} {
+		if f.v < 0 {
+			return usagef("--%s %d: want a positive number", f.name, f.v)
+		}
+	}
+	cfg.Limits.MaxRegions = l.maxRegions
+	cfg.MaxRemoteBuffersPerPeer = l.maxRemotePerPeer
 	cfg.RemoteLease = l.remoteLease
+	if l.remoteLease == 0 {
+		cfg.RemoteLease = -1 // asked for none
+	}
 	cfg.MaxRoutes = l.maxRoutes
+	cfg.HandshakesPerPeer = l.handshakesPerPeer
 	return nil
 }
 
@@ -176,7 +210,11 @@ func (c *common) logger(stderr io.Writer) (zerolog.Logger, *slog.Logger, error) 
 	if !c.logJSON {
 		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly, NoColor: true}
 	}
-	zl := zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+	// Warnings are sampled as a backstop (100 a second): a flood of bad
+	// input must not become a flood of log lines. The refusals themselves
+	// are counted in status, and the manager samples its own lines.
+	zl := zerolog.New(w).Level(lvl).With().Timestamp().Logger().
+		Sample(zerolog.LevelSampler{WarnSampler: &zerolog.BurstSampler{Burst: 100, Period: time.Second}})
 	return zl, slog.New(zerolog.NewSlogHandler(zl)), nil
 }
 
@@ -212,7 +250,9 @@ func startNode(ctx context.Context, listen string, c *common, slogger *slog.Logg
 		plog = slogger.With("component", "protoactor")
 	}
 	sys := actor.NewActorSystem(plog)
-	r, addr, err := actor.StartRemote(sys, listen, c.maxMsg, c.net.remoteOptions(slogger)...)
+	rcfg := c.limits.remote
+	rcfg.MaxMessageSize = c.maxMsg
+	r, addr, err := actor.StartRemoteConfig(sys, listen, rcfg, c.net.remoteOptions(slogger)...)
 	if err != nil {
 		sys.Shutdown()
 		return nil, err

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/actor"
@@ -49,7 +51,8 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stdout, "manager %016x at %s\n", st.ManagerId, st.Address)
 	fmt.Fprintf(stdout, "backend %s, data %s\n", st.Backend, st.DataAddr)
-	fmt.Fprintf(stdout, "buffers: %d, %s registered\n", len(st.Buffers), fmtBytes(st.RegisteredBytes))
+	fmt.Fprintf(stdout, "buffers: %d, %s registered (cap %s), %s held by remote peers (cap %s)\n", st.BuffersTotal,
+		fmtBytes(st.RegisteredBytes), fmtBytes(st.MaxRegisteredBytes), fmtBytes(st.RemoteBytes), fmtBytes(st.MaxRemoteBytes))
 	for _, b := range st.Buffers {
 		kind := "allocated"
 		if b.UserMemory {
@@ -64,6 +67,12 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stdout, "served for peers: %d frames, %s written in, %s read out, %d rejected\n",
 		st.ServedOps, fmtBytes(st.ServedBytesIn), fmtBytes(st.ServedBytesOut), st.RejectedOps)
+	fmt.Fprintf(stdout, "goroutines: %d, auth failures: %d\n", st.Goroutines, st.AuthFailures)
+	reasons := slices.Sorted(maps.Keys(st.Refusals))
+	fmt.Fprintf(stdout, "refusals: %d reasons\n", len(reasons))
+	for _, r := range reasons {
+		fmt.Fprintf(stdout, "  %-16s %d\n", r, st.Refusals[r])
+	}
 	return nil
 }
 

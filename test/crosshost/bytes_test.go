@@ -4,6 +4,7 @@ package crosshost
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -41,7 +42,7 @@ func TestBytesAcrossHosts(t *testing.T) {
 		if want := h.Addr + ":7000"; d.addr != want {
 			t.Fatalf("%s: ready %s, want the host's address %s\n%s", h.Name, d.addr, want, d.log)
 		}
-		if !strings.Contains(d.log.String(), "advertising a routable address") {
+		if !eventually(func() bool { return strings.Contains(d.log.String(), "advertising a routable address") }) {
 			t.Errorf("%s: the picked address is not logged:\n%s", h.Name, d.log)
 		}
 	}
@@ -108,8 +109,11 @@ func TestHostileAcrossHosts(t *testing.T) {
 	if err != nil || !strings.Contains(out, "buffers: 0, 0 B registered") {
 		t.Fatalf("status after the refusals: %v\n%s", err, out)
 	}
-	if !strings.Contains(d.log.String(), "control plane refused a peer") {
+	if !eventually(func() bool { return strings.Contains(d.log.String(), "control plane refused a peer") }) {
 		t.Errorf("no refusal logged:\n%s", d.log)
+	}
+	if !regexp.MustCompile(`(?m)^\s+tls\s+[1-9]`).MatchString(out) {
+		t.Errorf("status does not count the TLS refusals:\n%s", out)
 	}
 
 	// Without credentials, a wildcard bind becomes loopback.
@@ -198,6 +202,19 @@ func TestSoakAcrossHosts(t *testing.T) {
 		out, err := run(t, from, 30*time.Second, cat([]string{"status", "--peer", d.addr}, c.flags(from))...)
 		if err != nil || !strings.Contains(out, "buffers: 0,") {
 			t.Errorf("%s after the soak: %v\n%s", d.host.Name, err, out)
+		}
+	}
+}
+
+// eventually polls ok for up to 5 s: a child's stderr arrives through a
+// copying goroutine, after what it printed on stdout.
+func eventually(ok func() bool) bool {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if ok() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
 		}
 	}
 }

@@ -1,0 +1,135 @@
+package tcp
+
+import (
+	"crypto/hmac"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
+
+// serveConn authenticates a data connection and serves its requests in
+// order until it fails. It returns when the connection is closed.
+func (b *Backend) serveConn(c net.Conn, ip netip.Addr) {
+	defer b.wg.Done()
+	defer b.untrackConn(c)
+	defer c.Close()
+	pending := true
+	defer func() {
+		if pending {
+			b.helloDone(ip, false)
+		}
+	}()
+
+	_ = c.SetDeadline(time.Now().Add(b.cfg.HelloTimeout))
+	var nonce [16]byte
+	copy(nonce[:], backend.Nonce())
+	var ch [challengeSize]byte
+	encodeChallenge(ch[:], nonce)
+	if _, err := c.Write(ch[:]); err != nil {
+		return
+	}
+	var hello [helloSize]byte
+	if _, err := io.ReadFull(c, hello[:]); err != nil {
+		b.served.authFail.Add(1)
+		if ok, dropped := b.logs.noHello.allow(); ok {
+			b.log.Warn("data connection without hello", "remote", ip.String(), "err", err, "suppressed", dropped)
+		}
+		return
+	}
+	var ack [helloAckSize]byte
+	tok, mac, err := decodeHello(hello[:])
+	if err == nil && b.cfg.Secret.Enabled() {
+		want := helloMAC(b.cfg.Secret, nonce, tok)
+		if !hmac.Equal(mac[:], want[:]) {
+			err = fmt.Errorf("hello does not prove the secret: %w", backend.ErrUnauthenticated)
+		}
+	}
+	if err == nil && !b.takeToken(tok) {
+		err = fmt.Errorf("unknown, used or expired token: %w", backend.ErrUnauthenticated)
+	}
+	if err == nil {
+		pending = false
+		if !b.helloDone(ip, true) {
+			err = fmt.Errorf("%d data connections served: %w", b.cfg.MaxServerConns, backend.ErrLimit)
+		} else {
+			defer b.authDone()
+		}
+	}
+	if err != nil {
+		b.served.authFail.Add(1)
+		if ok, dropped := b.logs.refused.allow(); ok {
+			b.log.Warn("data connection refused", "remote", ip.String(), "err", err, "suppressed", dropped)
+		}
+		encodeHelloAck(ack[:], codeByte(err))
+		_, _ = c.Write(ack[:])
+		return
+	}
+	encodeHelloAck(ack[:], 0)
+	if _, err := c.Write(ack[:]); err != nil {
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	setSockopts(c, b.cfg.SocketBuffer)
+	s := &serverConn{b: b, c: c}
+	if !b.trackServer(s) {
+		return
+	}
+	defer b.untrackServer(s)
+	if err := s.serve(); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		if ok, dropped := b.logs.closed.allow(); ok {
+			b.log.Warn("data connection closed", "remote", ip.String(), "err", err, "suppressed", dropped)
+		}
+	}
+}
+
+func (b *Backend) authDone() {
+	b.mu.Lock()
+	b.authed--
+	b.mu.Unlock()
+}
+
+func (b *Backend) trackServer(s *serverConn) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.srv[s] = struct{}{}
+	return true
+}
+
+func (b *Backend) untrackServer(s *serverConn) {
+	b.mu.Lock()
+	delete(b.srv, s)
+	b.mu.Unlock()
+}
+
+// CutRegion implements buffer.Cutter: a served connection stalled in r's
+// memory (a WRITE payload that stopped arriving, a batch of READ payloads
+// the peer stopped reading) is woken to check RemoteErr again, so the
+// registry's wait for r's remote requests is short.
+func (b *Backend) CutRegion(r *buffer.Region) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for s := range b.srv {
+		s.cut(r)
+	}
+}
+
+func setSockopts(c net.Conn, bufSize int) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	_ = tc.SetNoDelay(true)
+	if bufSize > 0 {
+		_ = tc.SetReadBuffer(bufSize)
+		_ = tc.SetWriteBuffer(bufSize)
+	}
+}
