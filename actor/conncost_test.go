@@ -33,7 +33,9 @@ func TestControlConnCost(t *testing.T) {
 				opts = testTLS(t)
 			}
 			hub := NewActorSystem(nil)
-			_, _, err := StartRemote(hub, "127.0.0.1:0", 0, opts...)
+			// Every peer dials the hub from 127.0.0.1: lift the per-IP cap.
+			big := RemoteConfig{MaxConns: 4 * n, MaxConnsPerIP: 4 * n, MaxStreams: 4 * n}
+			_, _, err := StartRemoteConfig(hub, "127.0.0.1:0", big, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
