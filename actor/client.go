@@ -43,6 +43,9 @@ func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message)
 	if n := proto.Size(msg); n > c.maxMsg {
 		return zero, fmt.Errorf("%s %s: %d bytes, limit %d (--max-message-size): %w", verb(msg), PIDString(c.pid), n, c.maxMsg, ErrMessageTooLarge)
 	}
+	if err := CheckReply(c.sys.Address(), c.pid.Address); err != nil {
+		return zero, fmt.Errorf("%T to %s: %w", msg, c.pid, err)
+	}
 	timeout := c.timeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)

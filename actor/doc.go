@@ -21,6 +21,15 @@
 // server is bounded (RemoteConfig), and so is the manager by default
 // (limits.go); refusals are counted by reason in status and logged sampled.
 //
+// Across hosts (docs/multihost.md): StartRemote's options run the control
+// plane over mutual TLS (WithTLS) and set the advertised host
+// (WithAdvertise); a wildcard bind advertises a routable address of the
+// host, never the wildcard (advertise.go). Callers listen on the local
+// address of their route to the peer (ReplyListen); a loopback reply
+// address toward another host fails at once (CheckReply,
+// ErrUnreachableReply). DropPeer ends the routes to a peer that left the
+// cluster (membership).
+//
 // Contract: New does no I/O; Start starts the backend and spawns the actor;
 // Close is idempotent and waits for every goroutine the manager started.
 // Errors returned by the Client wrap the sentinels of buffer, backend,

@@ -236,6 +236,7 @@ func New(sys *protoactor.ActorSystem, cfg Config) (*Manager, error) {
 	reg := buffer.NewRegistry(id, cfg.Limits)
 	log := cfg.Logger.With("manager", fmt.Sprintf("%016x", id))
 	cfg.TCP.Secret = cfg.Secret
+	dataNearRemote(&cfg.TCP, sys.Address()) // advertise.go
 	t, err := tcp.New(cfg.TCP, reg, log)
 	if err != nil {
 		return nil, err
@@ -552,6 +553,9 @@ func (m *Manager) handshake(ctx context.Context, e *routeEntry, b backend.Backen
 	// A message sent to a peer in the instant it dies (before protoactor
 	// notices) is lost without a trace, so the handshake is retried in
 	// short attempts, each with a fresh nonce, within the route timeout.
+	if err := CheckReply(m.sys.Address(), e.peer.Address); err != nil {
+		return fail(fmt.Errorf("handshake with %s: %w", e.key, err))
+	}
 	var hs *rdmapb.RouteHandshake
 	var res any
 	for {

@@ -23,8 +23,8 @@ const endpointBatch = 64
 
 // StartRemote is StartRemoteConfig with the default RemoteConfig and the
 // given message limit (0: DefaultMaxMessageSize).
-func StartRemote(sys *protoactor.ActorSystem, addr string, maxMsg int) (r *remote.Remote, advertised string, err error) {
-	return StartRemoteConfig(sys, addr, RemoteConfig{MaxMessageSize: maxMsg})
+func StartRemote(sys *protoactor.ActorSystem, addr string, maxMsg int, opts ...RemoteOption) (r *remote.Remote, advertised string, err error) {
+	return StartRemoteConfig(sys, addr, RemoteConfig{MaxMessageSize: maxMsg}, opts...)
 }
 
 // StartRemoteConfig starts protoactor remote for sys on addr ("host:port";
@@ -34,8 +34,10 @@ func StartRemote(sys *protoactor.ActorSystem, addr string, maxMsg int) (r *remot
 // crashing the process, stopping its actors or passing for local
 // (remote_guard.go, remote_origin.go). It returns the remote and the
 // address peers use. Unlike remote.Start it returns an error when it
-// cannot listen.
-func StartRemoteConfig(sys *protoactor.ActorSystem, addr string, cfg RemoteConfig) (r *remote.Remote, advertised string, err error) {
+// cannot listen. Options add mutual TLS and the advertised host
+// (remote_opts.go, advertise.go); a wildcard bind advertises a routable
+// address of this host, never the wildcard.
+func StartRemoteConfig(sys *protoactor.ActorSystem, addr string, cfg RemoteConfig, opts ...RemoteOption) (r *remote.Remote, advertised string, err error) {
 	host, portS, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("remote address %q: %w", addr, err)
@@ -50,9 +52,14 @@ func StartRemoteConfig(sys *protoactor.ActorSystem, addr string, cfg RemoteConfi
 	cfg = cfg.withDefaults()
 	book := refusalsOf(sys)
 	guard := &remoteGuard{sys: sys, book: book, streams: make(chan struct{}, cfg.MaxStreams)}
-	rc := remote.Configure(host, port,
-		remote.WithServerOptions(append(cfg.serverOptions(book), guard.serverOptions()...)...),
-		remote.WithDialOptions(cfg.dialOptions()...),
+	o := newRemoteOpts(opts)
+	host, port, adv, err := o.resolve(host, port)
+	if err != nil {
+		return nil, "", err
+	}
+	rc := remote.Configure(host, port, remote.WithAdvertisedHost(adv), remote.WithEndpointWriterQueueSize(endpointQueueInitial),
+		remote.WithServerOptions(append(cfg.serverOptions(book, o.serverCredentials(book)), guard.serverOptions()...)...),
+		remote.WithDialOptions(cfg.dialOptions(o.dialCredentials())...),
 		remote.WithEndpointWriterBatchSize(endpointBatch),
 	)
 	r = remote.NewRemote(sys, rc)

@@ -12,7 +12,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 )
 
@@ -93,10 +92,10 @@ const envelopeSlack = 64 << 10
 
 // serverOptions returns the gRPC server options of c (the guard's come
 // separately).
-func (c RemoteConfig) serverOptions(book *refusals) []grpc.ServerOption {
+func (c RemoteConfig) serverOptions(book *refusals, creds credentials.TransportCredentials) []grpc.ServerOption {
 	limit := c.MaxMessageSize + envelopeSlack
 	return []grpc.ServerOption{
-		grpc.Creds(&connCap{TransportCredentials: insecure.NewCredentials(), max: c.MaxConns, perIP: c.MaxConnsPerIP,
+		grpc.Creds(&connCap{TransportCredentials: creds, max: c.MaxConns, perIP: c.MaxConnsPerIP,
 			byIP: make(map[netip.Addr]int), book: book}),
 		grpc.MaxRecvMsgSize(limit),
 		grpc.MaxSendMsgSize(limit),
@@ -118,10 +117,10 @@ func (c RemoteConfig) serverOptions(book *refusals) []grpc.ServerOption {
 
 // dialOptions keep our own client connections within what our servers
 // enforce.
-func (c RemoteConfig) dialOptions() []grpc.DialOption {
+func (c RemoteConfig) dialOptions(creds credentials.TransportCredentials) []grpc.DialOption {
 	limit := c.MaxMessageSize + envelopeSlack
 	return []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit), grpc.MaxCallSendMsgSize(limit)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: c.KeepaliveTime, Timeout: c.KeepaliveTimeout, PermitWithoutStream: false}),
 		grpc.WithChainStreamInterceptor(closeConnWithStream),

@@ -98,7 +98,7 @@ func (b *Backend) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("tcp: listen %s: %w", b.cfg.ListenAddr, err)
 	}
-	return b.serve(ln)
+	return b.serve(b.wrapListener(ln)) // tls.go
 }
 
 // serve starts the accept loop on ln (Start's listener, or a test's).
@@ -115,7 +115,7 @@ func (b *Backend) serve(ln net.Listener) error {
 	b.ln = ln
 	b.addr = b.cfg.AdvertiseAddr
 	if b.addr == "" {
-		b.addr = advertise(ln.Addr())
+		b.addr = advertise(ln.Addr(), b.cfg.AdvertiseHost)
 	}
 	b.wg.Add(1)
 	b.mu.Unlock()
@@ -124,11 +124,16 @@ func (b *Backend) serve(ln net.Listener) error {
 	return nil
 }
 
-// advertise turns a wildcard listen address into a dialable one.
-func advertise(addr net.Addr) string {
+// advertise turns a listen address into a dialable one: host with the
+// listener's port when host is set, else the address (loopback for a
+// wildcard).
+func advertise(addr net.Addr, host string) string {
 	a, ok := addr.(*net.TCPAddr)
 	if !ok {
 		return addr.String()
+	}
+	if host != "" {
+		return net.JoinHostPort(host, fmt.Sprint(a.Port))
 	}
 	if a.IP == nil || a.IP.IsUnspecified() {
 		return net.JoinHostPort("127.0.0.1", fmt.Sprint(a.Port))

@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"crypto/tls"
 	"fmt"
 	"time"
 
@@ -58,6 +59,15 @@ type Config struct {
 	// Secret, when set, must be proven by every data connection (HMAC
 	// over a fresh server nonce and the route token).
 	Secret backend.Secret
+	// AdvertiseHost, when AdvertiseAddr is empty, is the host peers dial,
+	// with the listener's port (a wildcard listener otherwise advertises
+	// loopback).
+	AdvertiseHost string
+	// TLS, when set, runs every data connection over TLS (--data-tls):
+	// ServerTLS for the ones we accept (it should require client
+	// certificates), ClientTLS for the ones we dial (ServerName defaults to
+	// the dialled host). See tls.go.
+	ServerTLS, ClientTLS *tls.Config
 }
 
 // DefaultConfig returns the defaults.

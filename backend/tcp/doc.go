@@ -31,6 +31,12 @@
 // waits out the frame timeout. A wrong key and an unknown region get one
 // code (backend.RemoteCode).
 //
+// With ServerTLS and ClientTLS set (--data-tls) every data connection runs
+// over mutual TLS, wrapped at accept and at dial (tls.go); the hello and
+// everything above it are unchanged. Dialled TLS connections write through
+// a bounded buffer so that cancellation can still interrupt a stalled write
+// (tls_writer.go).
+//
 // Shutdown order: Close closes the listener and every connection, then waits
 // for the accept loop, the connection goroutines and the watchdogs. A work
 // request is completed only after neither the reader nor the writer of its

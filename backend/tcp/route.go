@@ -42,7 +42,7 @@ func (p *pendingRoute) Complete(ctx context.Context, info []byte) (backend.Route
 	}
 	var d net.Dialer
 	for i, tok := range tokens {
-		c, err := d.DialContext(ctx, "tcp", addr)
+		c, err := b.dial(ctx, &d, addr) // tls.go
 		if err != nil {
 			r.closeConns()
 			return nil, fmt.Errorf("tcp: dial %s: %w: %w", addr, backend.ErrPeerGone, err)

@@ -248,7 +248,11 @@ func cmdBenchBaseline(ctx context.Context, bl *baselineFlags, a benchBaselineArg
 	if err != nil {
 		return err
 	}
-	n, err := startNode(ctx, a.listen, a.c, sl, actor.DefaultName, true)
+	lis, err := replyListen(a.listen, peerAddr)
+	if err != nil {
+		return err
+	}
+	n, err := startNode(ctx, lis, a.c, sl, actor.DefaultName, true)
 	if err != nil {
 		return err
 	}

@@ -47,9 +47,9 @@ type benchArgs struct {
 
 func benchFlags(fs *flag.FlagSet) runFunc {
 	a := &benchArgs{}
-	fs.StringVar(&a.peer, "peer", "", "peer manager address `HOST:PORT`")
+	fs.StringVar(&a.peer, "peer", "", "peer manager address `HOST:PORT`, or a member name with --etcd")
 	fs.StringVar(&a.peerName, "peer-name", actor.DefaultName, "peer manager actor `name`")
-	fs.StringVar(&a.listen, "listen", "127.0.0.1:0", "our actor-system address `HOST:PORT`")
+	fs.StringVar(&a.listen, "listen", "", "our actor-system address `HOST:PORT` (default: the local address of the route to the peer, port 0)")
 	fs.StringVar(&a.op, "op", "put", "`op`: put or get")
 	fs.StringVar(&a.size, "size", "1MiB", "bytes per operation (`size`: KiB, MiB, GiB; kB, MB, GB)")
 	fs.IntVar(&a.count, "count", 1000, "operations to time (with --baseline, per size: default enough for about 2 GiB, 100 to 50000)")
@@ -115,27 +115,32 @@ func (a *benchArgs) config() (benchConfig, error) {
 }
 
 func bench(ctx context.Context, e *env, a *benchArgs, cfg benchConfig) error {
-	pid, err := peerPID(a.peer, a.peerName)
-	if err != nil {
-		return err
-	}
 	_, sl, err := a.c.logger(e.stderr)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	if err := probe(ctx, a.peer); err != nil {
+	pid, lis, err := a.c.net.peerAndListen(ctx, a.peer, a.peerName, a.listen, sl)
+	if err != nil {
+		return err
+	}
+	if err := probe(ctx, pid.Address); err != nil {
 		return err
 	}
 	if a.metricsListen != "" {
 		a.c.metrics = actor.NewMetrics()
 	}
-	n, err := startNode(ctx, a.listen, &a.c, sl, actor.DefaultName, true)
+	n, err := startNode(ctx, lis, &a.c, sl, actor.DefaultName, true)
 	if err != nil {
 		return err
 	}
 	defer n.closeWithin(5 * time.Second)
+	unfollow, err := a.c.net.followCluster(n, sl)
+	if err != nil {
+		return err
+	}
+	defer unfollow()
 	if a.metricsListen != "" {
 		adm := newAdminServer(n.mgr, metricsRegistry(n.mgr, a.c.metrics))
 		if err := adm.listen(a.metricsListen); err != nil {

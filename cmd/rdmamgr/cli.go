@@ -48,7 +48,8 @@ type env struct {
 }
 
 func commands() []*command {
-	return []*command{serveCommand(), demoCommand(), benchCommand(), statusCommand(), devicesCommand(), versionCommand()}
+	return []*command{serveCommand(), demoCommand(), benchCommand(), statusCommand(), devicesCommand(),
+		certsCommand(), membersCommand(), versionCommand()}
 }
 
 func findCommand(name string) *command {

@@ -30,6 +30,7 @@ type common struct {
 	limits   limitFlags
 	rdma     ibverbs.Config
 	metrics  *actor.Metrics // given to the manager startNode builds
+	net      netFlags       // hosts.go: TLS, --advertise, --data-tls, etcd
 }
 
 // registerLog adds --log-level (default def, as the command uses it) and
@@ -52,6 +53,7 @@ func (c *common) registerManager(fs *flag.FlagSet) {
 	fs.StringVar(&c.sockbuf, "sockbuf", "", "TCP socket send/receive buffer `size` for data connections (e.g. 4MiB; default: the kernel's autotuning)")
 	fs.IntVar(&c.conns, "conns", tcp.DefaultConfig().ConnsPerRoute, "TCP connections per route")
 	c.registerMaxMsg(fs)
+	c.net.register(fs)
 }
 
 func (c *common) registerMaxMsg(fs *flag.FlagSet) {

@@ -37,8 +37,12 @@ func startNode(ctx context.Context, listen string, c *common, slogger *slog.Logg
 			return nil, usagef("%v", err)
 		}
 		secret = s
-	} else if withManager {
-		listen = loopbackOnly(listen, slogger)
+	}
+	if err := c.net.load(); err != nil {
+		return nil, err
+	}
+	if c.net.creds == nil && withManager {
+		listen = loopbackOnly(listen, &c.net, slogger)
 	}
 	var plog *slog.Logger
 	if c.logLevel == "debug" {
@@ -47,7 +51,7 @@ func startNode(ctx context.Context, listen string, c *common, slogger *slog.Logg
 	sys := actor.NewActorSystem(plog)
 	rcfg := c.limits.remote
 	rcfg.MaxMessageSize = c.maxMsg
-	r, addr, err := actor.StartRemoteConfig(sys, listen, rcfg)
+	r, addr, err := actor.StartRemoteConfig(sys, listen, rcfg, c.net.remoteOptions(slogger)...)
 	if err != nil {
 		sys.Shutdown()
 		return nil, err
@@ -62,9 +66,8 @@ func startNode(ctx context.Context, listen string, c *common, slogger *slog.Logg
 		n.close()
 		return nil, usagef("--backend %q: want auto, ibverbs or tcp", c.backend)
 	}
-	host := listen[:strings.LastIndex(listen, ":")]
 	tcfg := tcp.DefaultConfig()
-	tcfg.ListenAddr = host + ":0"
+	c.net.applyTCP(&tcfg, listen, addr)
 	tcfg.ConnsPerRoute = c.conns
 	if c.chunk != "" {
 		sz, err := parseSize(c.chunk)
@@ -109,17 +112,20 @@ func startNode(ctx context.Context, listen string, c *common, slogger *slog.Logg
 	return n, nil
 }
 
-// loopbackOnly rewrites a non-loopback listen address to 127.0.0.1: without
-// a secret nothing authenticates peers, so only this host may reach us.
-func loopbackOnly(listen string, log *slog.Logger) string {
+// loopbackOnly rewrites a non-loopback listen address to 127.0.0.1 (and
+// drops --advertise): without TLS credentials control messages, handles and
+// their keys would cross the network in clear text, so only this host may
+// reach us.
+func loopbackOnly(listen string, nf *netFlags, log *slog.Logger) string {
 	host, port, err := splitHostPort(listen)
 	if err != nil {
 		return listen
 	}
-	if ip := net.ParseIP(strings.Trim(host, "[]")); (ip != nil && ip.IsLoopback()) || host == "localhost" {
+	if ip := net.ParseIP(strings.Trim(host, "[]")); ((ip != nil && ip.IsLoopback()) || host == "localhost") && nf.advertise == "" {
 		return listen
 	}
-	log.Warn("no --secret-file: binding to loopback only; give every manager the same --secret-file to serve other hosts", "asked", listen)
+	log.Warn("no --tls-ca/--tls-cert/--tls-key: binding to loopback only; make credentials with 'rdmamgr certs' to serve other hosts", "asked", listen, "advertise", nf.advertise)
+	nf.advertise = ""
 	return net.JoinHostPort("127.0.0.1", port)
 }
 

@@ -24,7 +24,8 @@ SIGINT or SIGTERM stops it (exit 0).`,
 }
 
 func serveFlags(fs *flag.FlagSet) runFunc {
-	listen := fs.String("listen", "127.0.0.1:8090", "actor-system address `HOST:PORT` (port 0 picks one); the data listener binds the same host")
+	listen := fs.String("listen", "127.0.0.1:8090", "actor-system address `HOST:PORT`, :PORT or [::]:PORT (port 0 picks one); the data listener binds the same host")
+	member := fs.String("member", "", "with --etcd: our member `name` in the cluster (default: the host name)")
 	name := fs.String("name", actor.DefaultName, "manager actor `name`")
 	metricsListen := fs.String("metrics-listen", defaultMetricsListen, "admin listener `HOST:PORT` for /metrics, /healthz, /readyz, /debug/pprof/ (\"\" or off: none)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the daemon's life to this `file`")
@@ -33,8 +34,9 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 	c.registerManager(fs)
 	c.limits.register(fs)
 	return func(ctx context.Context, e *env) error {
-		if _, _, err := splitHostPort(*listen); err != nil {
-			return usagef("--listen %q: want HOST:PORT", *listen)
+		var err error
+		if *listen, err = normalizeListen(*listen); err != nil {
+			return err
 		}
 		if *metricsListen == "off" {
 			*metricsListen = ""
@@ -44,11 +46,11 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 				return usagef("--metrics-listen %q: want HOST:PORT, or \"\" for none", *metricsListen)
 			}
 		}
-		return serve(ctx, e, &c, *listen, *name, *metricsListen, *cpuProfile)
+		return serve(ctx, e, &c, *listen, *name, *member, *metricsListen, *cpuProfile)
 	}
 }
 
-func serve(ctx context.Context, e *env, c *common, listen, name, metricsListen, cpuProfile string) error {
+func serve(ctx context.Context, e *env, c *common, listen, name, member, metricsListen, cpuProfile string) error {
 	zl, sl, err := c.logger(e.stderr)
 	if err != nil {
 		return err
@@ -64,6 +66,11 @@ func serve(ctx context.Context, e *env, c *common, listen, name, metricsListen, 
 		return err
 	}
 	defer n.close()
+	leave, err := c.net.joinCluster(ctx, n, member, sl)
+	if err != nil {
+		return err
+	}
+	defer leave() // before the manager closes
 	admin := "off"
 	if metricsListen != "" {
 		a := newAdminServer(n.mgr, metricsRegistry(n.mgr, c.metrics))

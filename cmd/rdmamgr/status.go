@@ -31,15 +31,16 @@ errors, buffers, what it served for peers, and authentication failures.
 }
 
 func statusFlags(fs *flag.FlagSet) runFunc {
-	peer := fs.String("peer", "", "manager address `HOST:PORT` (required)")
+	peer := fs.String("peer", "", "manager address `HOST:PORT`, or a member name with --etcd (required)")
 	peerName := fs.String("peer-name", actor.DefaultName, "manager actor `name`")
-	listen := fs.String("listen", "127.0.0.1:0", "our actor-system address `HOST:PORT` for replies")
+	listen := fs.String("listen", "", "our actor-system address `HOST:PORT` for replies (default: the local address of the route to the peer, port 0)")
 	timeout := fs.Duration("timeout", 5*time.Second, "bound on each query, connection included")
 	asJSON := fs.Bool("json", false, "print JSON (with --watch: one object per line)")
 	watch := fs.Duration("watch", 0, "query again every `interval` until interrupted")
 	var c common
 	c.registerLog(fs, "warn")
 	c.registerMaxMsg(fs)
+	c.net.register(fs)
 	return func(ctx context.Context, e *env) error {
 		if *peer == "" {
 			return usagef("--peer is required")
@@ -50,21 +51,20 @@ func statusFlags(fs *flag.FlagSet) runFunc {
 		if *watch < 0 {
 			return usagef("--watch %v: want a positive interval", *watch)
 		}
-		pid, err := peerPID(*peer, *peerName)
-		if err != nil {
-			return err
-		}
 		_, sl, err := c.logger(e.stderr)
 		if err != nil {
 			return err
 		}
 		qctx, cancel := context.WithTimeout(ctx, *timeout)
-		err = probe(qctx, *peer)
+		pid, lis, err := c.net.peerAndListen(qctx, *peer, *peerName, *listen, sl)
+		if err == nil {
+			err = probe(qctx, pid.Address)
+		}
 		cancel()
 		if err != nil {
 			return err
 		}
-		n, err := startNode(ctx, *listen, &c, sl, "", false)
+		n, err := startNode(ctx, lis, &c, sl, "", false)
 		if err != nil {
 			return err
 		}

@@ -36,7 +36,11 @@ func run(ctx context.Context, peerAddr, secretFile string) error {
 	}
 	sys := actor.NewActorSystem(nil) // protoactor system (nil: discard its logs)
 	defer sys.Shutdown()
-	r, _, err := actor.StartRemote(sys, "127.0.0.1:0", 0) // gRPC limits set on both sides
+	listen, err := actor.ReplyListen(peerAddr) // the local address of the route to the peer, port 0
+	if err != nil {
+		return err
+	}
+	r, _, err := actor.StartRemote(sys, listen, 0) // gRPC limits on both sides; across hosts add actor.WithTLS(...)
 	if err != nil {
 		return err
 	}

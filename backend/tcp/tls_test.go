@@ -1,0 +1,118 @@
+package tcp_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/backendtest"
+	"github.com/rdmamgr/rdmamgr/backend/tcp"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/certs"
+)
+
+// tlsCreds returns credentials valid for loopback from a fresh CA.
+func tlsCreds(t testing.TB) *certs.Credentials {
+	t.Helper()
+	ca, err := certs.NewCA("test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, k, err := ca.Issue("host", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(c, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	return certs.New(pool, pair)
+}
+
+func startTLS(t testing.TB, owner uint64, creds *certs.Credentials) (*tcp.Backend, *buffer.Registry) {
+	t.Helper()
+	reg := buffer.NewRegistry(owner, buffer.Limits{})
+	b, err := tcp.New(tcp.Config{ListenAddr: "127.0.0.1:0", ServerTLS: creds.Server, ClientTLS: creds.Client}, reg, nil)
+	if err != nil {
+		t.Fatalf("tcp.New: %v", err)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	return b, reg
+}
+
+// TestConformanceTLS runs the conformance suite over TLS data connections
+// (--data-tls): the protocol does not depend on the transport.
+func TestConformanceTLS(t *testing.T) {
+	if tcp.RaceEnabled {
+		// Encryption under the race detector makes the cancellation
+		// rounds take minutes; the suite runs over TLS without -race
+		// (.ci/run's cross-host step and any plain go test).
+		t.Skip("TLS conformance is slow under -race; run without it")
+	}
+	creds := tlsCreds(t)
+	backendtest.Run(t, backendtest.Factory{
+		NewBackend: func(t testing.TB, owner uint64) (backend.Backend, *buffer.Registry) {
+			return startTLS(t, owner, creds)
+		},
+		WrongKeyErr:              buffer.ErrBadKey,
+		ReleasedErr:              buffer.ErrReleased,
+		OutOfRangeErr:            buffer.ErrOutOfRange,
+		RevokedErr:               buffer.ErrRevoked,
+		RouteSurvivesRemoteError: true,
+	})
+}
+
+// A data connection with a certificate of another CA, or without TLS, is
+// refused before its hello.
+func TestTLSRefusesStrangers(t *testing.T) {
+	server, _ := startTLS(t, 1, tlsCreds(t))
+	defer server.Close()
+	for name, creds := range map[string]*certs.Credentials{"another CA": tlsCreds(t), "no TLS": nil} {
+		reg := buffer.NewRegistry(2, buffer.Limits{})
+		cfg := tcp.Config{ListenAddr: "127.0.0.1:0"}
+		if creds != nil {
+			cfg.ServerTLS, cfg.ClientTLS = creds.Server, creds.Client
+		}
+		client, err := tcp.New(cfg, reg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if err := client.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		pending, info, err := client.PrepareRoute(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answer, err := server.AcceptRoute(ctx, 2, info)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := pending.Complete(ctx, answer)
+		if err == nil {
+			rt.Close()
+			t.Errorf("%s: route connected", name)
+		} else if creds != nil && !errors.Is(err, backend.ErrUnauthenticated) {
+			t.Errorf("%s: %v, want ErrUnauthenticated", name, err)
+		}
+		client.Close()
+	}
+	// Both refusals are counted by the server (the TLS one at its
+	// handshake, the plain one at its hello).
+	deadline := time.Now().Add(5 * time.Second)
+	for server.Served().AuthFail < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("server counted %d authentication failures, want 2", server.Served().AuthFail)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,155 @@
+package tcp
+
+import (
+	"crypto/tls"
+	"os"
+	"sync"
+	"time"
+)
+
+// tlsClientConn makes a client's TLS data connection safe for the route's
+// cancellation, which interrupts a stalled write with a write deadline and
+// then goes on writing on the same connection (cancel.go). A *tls.Conn
+// cannot do that: a timed-out write leaves its record layer corrupt and
+// every later write fails. So writes go through a bounded buffer (at most
+// tlsPending bytes) that one flusher goroutine drains into the TLS
+// connection, and the write deadline applies only to waiting for room in
+// that buffer: a write interrupted by it returns cleanly, having copied
+// what it reports, and the stream stays whole. Once Write returns, the
+// caller's memory is not read again (the bytes were copied), as the route
+// requires. Reads, read deadlines (which a *tls.Conn survives) and
+// everything else go to the TLS connection.
+type tlsClientConn struct {
+	*tls.Conn
+
+	kick      chan struct{} // wakes the flusher (cap 1)
+	room      chan struct{} // the flusher freed room (cap 1)
+	dlChanged chan struct{} // SetWriteDeadline was called (cap 1)
+	closed    chan struct{} // closed by Close
+	flushed   chan struct{} // closed when the flusher returns
+	closeOnce sync.Once
+
+	mu      sync.Mutex // guards the fields below
+	pending []byte     // written, not yet handed to TLS
+	wdl     time.Time
+	err     error // the flusher's; sticky
+}
+
+const tlsPending = 256 << 10
+
+func newTLSClientConn(c *tls.Conn) *tlsClientConn {
+	t := &tlsClientConn{
+		Conn:      c,
+		kick:      make(chan struct{}, 1),
+		room:      make(chan struct{}, 1),
+		dlChanged: make(chan struct{}, 1),
+		closed:    make(chan struct{}),
+		flushed:   make(chan struct{}),
+	}
+	go t.flush()
+	return t
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// Write copies p into the buffer, waiting for room until the write
+// deadline.
+func (t *tlsClientConn) Write(p []byte) (n int, err error) {
+	for len(p) > 0 {
+		t.mu.Lock()
+		if t.err != nil {
+			t.mu.Unlock()
+			return n, t.err
+		}
+		dl := t.wdl
+		if !dl.IsZero() && !time.Now().Before(dl) {
+			t.mu.Unlock()
+			return n, os.ErrDeadlineExceeded
+		}
+		if free := tlsPending - len(t.pending); free > 0 {
+			k := min(free, len(p))
+			t.pending = append(t.pending, p[:k]...)
+			p, n = p[k:], n+k
+			t.mu.Unlock()
+			signal(t.kick)
+			continue
+		}
+		t.mu.Unlock()
+		var timeout <-chan time.Time
+		if !dl.IsZero() {
+			tm := time.NewTimer(time.Until(dl))
+			timeout = tm.C
+			defer tm.Stop()
+		}
+		select {
+		case <-t.room:
+		case <-t.dlChanged:
+		case <-timeout:
+		case <-t.closed:
+			return n, os.ErrClosed
+		}
+	}
+	return n, nil
+}
+
+// flush hands buffered bytes to TLS in order until Close or an error. It
+// swaps buffers with Write's side instead of copying; an idle connection
+// keeps neither.
+func (t *tlsClientConn) flush() {
+	defer close(t.flushed)
+	var buf []byte
+	for {
+		t.mu.Lock()
+		buf, t.pending = t.pending, buf[:0]
+		t.mu.Unlock()
+		if len(buf) == 0 {
+			buf = nil
+			select {
+			case <-t.kick:
+				continue
+			case <-t.closed:
+				return
+			}
+		}
+		signal(t.room)
+		if _, err := t.Conn.Write(buf); err != nil {
+			t.mu.Lock()
+			t.err = err
+			t.mu.Unlock()
+			signal(t.room)
+			return
+		}
+	}
+}
+
+// SetWriteDeadline bounds waiting for room in the buffer.
+func (t *tlsClientConn) SetWriteDeadline(d time.Time) error {
+	t.mu.Lock()
+	t.wdl = d
+	t.mu.Unlock()
+	signal(t.dlChanged)
+	return nil
+}
+
+// SetDeadline sets the read deadline on the TLS connection and the write
+// deadline here.
+func (t *tlsClientConn) SetDeadline(d time.Time) error {
+	_ = t.SetWriteDeadline(d)
+	return t.Conn.SetReadDeadline(d)
+}
+
+// Close closes the TLS connection and waits for the flusher.
+func (t *tlsClientConn) Close() error {
+	var err error
+	t.closeOnce.Do(func() {
+		close(t.closed)
+		err = t.Conn.Close()
+	})
+	<-t.flushed
+	return err
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/membership"
+)
+
+// joinCluster registers n's manager as member name in etcd (when --etcd is
+// set) and drops the manager's routes to members that leave. The returned
+// function leaves (revokes the lease) and stops watching.
+func (f *netFlags) joinCluster(ctx context.Context, n *node, name string, log *slog.Logger) (leave func(), err error) {
+	if f.etcd == "" {
+		return func() {}, nil
+	}
+	if name == "" {
+		if name, err = os.Hostname(); err != nil {
+			return nil, usagef("--member: no name given and no host name: %v", err)
+		}
+	}
+	reg, err := f.openMembership(log)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	g, err := reg.Register(rctx, membership.Member{
+		Name:    name,
+		Address: n.addr,
+		Manager: n.mgr.PID().Id,
+		Data:    n.mgr.Backend().Addr(),
+		ID:      fmt.Sprintf("%016x", n.mgr.ID()),
+	})
+	cancel()
+	if err != nil {
+		reg.Close()
+		return nil, err
+	}
+	log.Info("member of cluster", "cluster", f.cluster, "name", name, "etcd", f.etcd, "lease_ttl", f.leaseTTL)
+	stop := follow(reg, n, log)
+	return func() {
+		stop()
+		if err := g.Close(); err != nil {
+			log.Warn("leaving the cluster", "err", err)
+		}
+		reg.Close()
+	}, nil
+}
+
+func membersCommand() *command {
+	return &command{
+		name:     "members",
+		synopsis: "--etcd HOST:PORT [--cluster C]",
+		short:    "list a cluster's members (etcd)",
+		long: `Lists the members registered under --cluster in etcd: name, actor-system
+address, manager, data address and id. 'serve --etcd ... --member NAME'
+registers a member with a lease; '--peer NAME' finds one.`,
+		setup: func(fs *flag.FlagSet) runFunc {
+			var nf netFlags
+			nf.register(fs)
+			return func(ctx context.Context, e *env) error {
+				if nf.etcd == "" {
+					return usagef("--etcd is required")
+				}
+				return listMembers(ctx, &nf, e.stdout)
+			}
+		},
+	}
+}
+
+// listMembers prints one line per member: name, address, manager, data
+// address, id.
+func listMembers(ctx context.Context, nf *netFlags, stdout io.Writer) error {
+	reg, err := nf.openMembership(nil)
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ms, err := reg.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		fmt.Fprintf(stdout, "%s %s %s data=%s id=%s\n", m.Name, m.Address, m.Manager, m.Data, m.ID)
+	}
+	return nil
+}
+
+// follow drops n's routes to members that leave, until the returned
+// function is called.
+func follow(reg *membership.Registry, n *node, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = reg.Follow(ctx, n.addr, n.mgr, log)
+	}()
+	return func() { cancel(); <-done }
+}
+
+// followCluster makes a client's manager (bench) drop routes to members
+// that leave, when --etcd is set.
+func (f *netFlags) followCluster(n *node, log *slog.Logger) (stop func(), err error) {
+	if f.etcd == "" {
+		return func() {}, nil
+	}
+	reg, err := f.openMembership(log)
+	if err != nil {
+		return nil, err
+	}
+	s := follow(reg, n, log)
+	return func() { s(); reg.Close() }, nil
+}

@@ -1,0 +1,29 @@
+// Package crosshost runs rdmamgr across real hosts: three network
+// namespaces on one bridge (test/netns), a daemon per host, the CLI run
+// inside the hosts, mutual TLS on the control plane and, where a test says
+// so, on the data plane, and a real etcd (Debian's etcd-server) on h1 for
+// membership. All traffic stays between the namespaced hosts; every load
+// is bounded by an operation count; namespaces are removed when a test
+// ends, pass or fail.
+//
+//   - TestBytesAcrossHosts: wildcard binds (":P", "0.0.0.0:P", "[::]:P")
+//     advertise the host's address; `bench --verify` puts and gets between
+//     every pair of hosts, and with --data-tls.
+//   - TestHostileAcrossHosts: a peer without credentials, or with a
+//     certificate from another CA, gets no buffer, queue pair or status; a
+//     manager without credentials binds loopback only; a loopback reply
+//     address toward another host is refused at once.
+//   - TestKillRestartAcrossHosts and TestSoakAcrossHosts: SIGKILL and
+//     restart at the same address; bounded verified load from two hosts.
+//   - TestMembership: three hosts find each other by name through etcd; a
+//     killed member leaves within its lease TTL (the time is logged); etcd
+//     going away leaves a running transfer alone.
+//   - TestLeaseEndsRoutes: a frozen member (SIGSTOP) loses its routes at a
+//     client that follows the cluster when its lease ends: the transfer
+//     fails with the peer gone, "membership lease ended".
+//   - TestBenchAcrossHosts (RDMAMGR_XBENCH=1): the README's table, plain
+//     data plane against --data-tls.
+//
+// The tests skip where namespaces cannot be made, saying why, unless
+// RDMAMGR_REQUIRE_NETNS=1 (set by .ci/run), which turns that into a failure.
+package crosshost

@@ -1,0 +1,198 @@
+//go:build linux
+
+package crosshost
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/test/netns"
+)
+
+// startEtcd runs a one-node etcd on h, serving clients at h's address; it
+// is killed when t ends. It returns the client endpoint and the command.
+func startEtcd(t *testing.T, h *netns.Host) (string, *exec.Cmd) {
+	t.Helper()
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		msg := "membership tests need etcd (apt-get install etcd-server)"
+		if os.Getenv("RDMAMGR_REQUIRE_NETNS") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	ep := h.Addr + ":2379"
+	cmd := h.Command(context.Background(), bin, "--name", "e1", "--data-dir", t.TempDir(),
+		"--listen-client-urls", "http://"+ep, "--advertise-client-urls", "http://"+ep,
+		"--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
+		"--initial-cluster", "e1=http://127.0.0.1:2380", "--log-level", "error")
+	log := &lockedBuf{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	return ep, cmd
+}
+
+// members lists the cluster from h.
+func members(t *testing.T, h *netns.Host, ep string) (string, error) {
+	return run(t, h, 30*time.Second, "members", "--etcd", ep, "--cluster", "t")
+}
+
+// Three hosts find each other by name through etcd; a killed member leaves
+// within its lease TTL; etcd going away leaves a running transfer alone.
+func TestMembership(t *testing.T) {
+	nt := netns.New(t, 3)
+	h1, h2, h3 := nt.Hosts[0], nt.Hosts[1], nt.Hosts[2]
+	c := makeCreds(t, nt.Hosts)
+	ep, etcd := startEtcd(t, h1)
+	waitEtcd(t, h2, ep)
+	const ttl = 3 * time.Second
+	cluster := []string{"--etcd", ep, "--cluster", "t"}
+	var ds []*daemon
+	for _, h := range nt.Hosts {
+		ds = append(ds, serve(t, h, cat([]string{"--listen", ":7000", "--member", h.Name, "--lease-ttl", ttl.String()},
+			cluster, c.flags(h))...))
+	}
+	out, err := members(t, h3, ep)
+	if err != nil {
+		t.Fatalf("members: %v\n%s", err, out)
+	}
+	for i, h := range nt.Hosts {
+		if !strings.Contains(out, h.Name+" "+ds[i].addr+" ") {
+			t.Fatalf("members lacks %s at %s:\n%s", h.Name, ds[i].addr, out)
+		}
+	}
+	// By name, from every host to the next.
+	for i, from := range nt.Hosts {
+		to := nt.Hosts[(i+1)%3]
+		bench(t, from, to.Name, "put", cat(cluster, c.flags(from))...)
+	}
+
+	// A killed member leaves when its lease ends.
+	ds[2].kill()
+	killed := time.Now()
+	var left time.Duration
+	for {
+		out, err := members(t, h1, ep)
+		if err == nil && !strings.Contains(out, h3.Name+" ") {
+			left = time.Since(killed)
+			break
+		}
+		if time.Since(killed) > 60*time.Second {
+			t.Fatalf("killed member still listed after 60 s:\n%s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("killed member left %v after SIGKILL (lease TTL %v)", left.Round(10*time.Millisecond), ttl)
+	// The property under test is "within the lease TTL"; the slack covers
+	// etcd's expiry tick and a loaded machine.
+	if left > ttl+3*time.Second {
+		t.Errorf("killed member left after %v, lease TTL %v", left, ttl)
+	}
+
+	// etcd goes away during a transfer found by name: it completes.
+	bctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	b := h2.Command(bctx, rdmamgrBin, cat([]string{"bench", "--peer", h1.Name, "--op", "put", "--size", "1MiB",
+		"--count", "2000", "--concurrency", "4", "--verify", "--backend", "tcp", "--timeout", "100s"}, cluster, c.flags(h2))...)
+	bout := &lockedBuf{}
+	b.Stdout, b.Stderr = bout, bout
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	bdone := make(chan error, 1)
+	go func() { bdone <- b.Wait() }()
+	time.Sleep(1500 * time.Millisecond)
+	_ = etcd.Process.Kill()
+	var stillRunning bool
+	select {
+	case err := <-bdone:
+		bdone <- err
+	default:
+		stillRunning = true
+	}
+	if err := <-bdone; err != nil || !strings.Contains(bout.String(), "verify: ok") {
+		t.Fatalf("transfer across etcd's death: %v\n%s", err, bout)
+	}
+	if !stillRunning {
+		t.Log("note: the transfer ended before etcd was killed")
+	}
+	// Routes that were up keep working: status by address from h3.
+	out, err = run(t, h3, 30*time.Second, cat([]string{"status", "--peer", ds[0].addr}, c.flags(h3))...)
+	if err != nil {
+		t.Fatalf("status with etcd gone: %v\n%s", err, out)
+	}
+	bench(t, h2, ds[0].addr, "get", c.flags(h2)...)
+}
+
+// waitEtcd polls until etcd on ep answers from h.
+func waitEtcd(t *testing.T, h *netns.Host, ep string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := members(t, h, ep); err == nil {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("etcd not serving: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// A member that stops answering (SIGSTOP: its sockets stay open) loses its
+// routes when its lease ends: a client following the cluster fails its
+// transfer with the peer gone, by membership, before the data plane's own
+// heartbeat (4 s) would notice.
+func TestLeaseEndsRoutes(t *testing.T) {
+	nt := netns.New(t, 3)
+	h1, h2, h3 := nt.Hosts[0], nt.Hosts[1], nt.Hosts[2]
+	c := makeCreds(t, nt.Hosts)
+	ep, _ := startEtcd(t, h1)
+	waitEtcd(t, h2, ep)
+	cluster := []string{"--etcd", ep, "--cluster", "t"}
+	d := serve(t, h3, cat([]string{"--listen", ":7000", "--member", "h3", "--lease-ttl", "1s"}, cluster, c.flags(h3))...)
+	t.Cleanup(func() { _ = d.cmd.Process.Signal(syscall.SIGCONT) }) // runs before the daemon's stop
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	b := h2.Command(ctx, rdmamgrBin, cat([]string{"bench", "--peer", "h3", "--op", "put", "--size", "1MiB",
+		"--count", "10000", "--concurrency", "1", "--backend", "tcp", "--timeout", "60s"}, cluster, c.flags(h2))...)
+	out := &lockedBuf{}
+	b.Stdout, b.Stderr = out, out
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.Wait() }()
+	time.Sleep(2 * time.Second) // the route is up and busy
+	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	err := <-done
+	took := time.Since(stopped)
+	if err == nil {
+		t.Fatalf("transfer to a frozen member succeeded:\n%s", out)
+	}
+	if !strings.Contains(out.String(), "membership lease ended") || !strings.Contains(out.String(), "peer gone") {
+		t.Fatalf("transfer did not end by membership (peer gone, lease ended):\n%s", out)
+	}
+	// took includes bench's clean-up, which waits out its requests to
+	// release the frozen peer's buffer.
+	t.Logf("bench against a frozen member exited %v after SIGSTOP (lease TTL 1 s): %s", took.Round(10*time.Millisecond),
+		lastLine(out.String()))
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
