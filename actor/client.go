@@ -44,7 +44,7 @@ func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message)
 		return zero, fmt.Errorf("%s %s: %d bytes, limit %d (--max-message-size): %w", verb(msg), PIDString(c.pid), n, c.maxMsg, ErrMessageTooLarge)
 	}
 	if err := CheckReply(c.sys.Address(), c.pid.Address); err != nil {
-		return zero, fmt.Errorf("%T to %s: %w", msg, c.pid, err)
+		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), err)
 	}
 	timeout := c.timeout
 	if dl, ok := ctx.Deadline(); ok {

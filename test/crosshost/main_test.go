@@ -36,6 +36,8 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	netns.Sweep()
+	// Daemons' admin listeners pick a port: several daemons share a host.
+	os.Setenv("RDMAMGR_METRICS_LISTEN", "127.0.0.1:0")
 	return m.Run()
 }
 
