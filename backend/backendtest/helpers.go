@@ -90,6 +90,10 @@ func (r *Recorder) None(t testing.TB) {
 	}
 }
 
+// Results returns the recorded completions, for a test that waits on
+// them itself (in a select, or outside the test's goroutine).
+func (r *Recorder) Results() <-chan Result { return r.ch }
+
 // Len returns the number of recorded completions not yet taken.
 func (r *Recorder) Len() int { return len(r.ch) }
 
@@ -107,9 +111,18 @@ func NewWR(t testing.TB, reg *buffer.Registry, op backend.Op, local, remote buff
 // Do posts one operation and returns Post's error or the completion's.
 func Do(t testing.TB, timeout time.Duration, rt backend.Route, reg *buffer.Registry, op backend.Op, local, remote buffer.Buffer) error {
 	t.Helper()
-	rec := NewRecorder(1)
-	wr, release := NewWR(t, reg, op, local, remote, time.Now().Add(timeout), rec)
+	wr, release := NewWR(t, reg, op, local, remote, time.Now().Add(timeout), nil)
 	defer release()
+	return DoWR(t, timeout, rt, wr)
+}
+
+// DoWR posts wr with a fresh Recorder as its Completer and returns Post's
+// error or the completion's. It fails the test unless wr is completed
+// exactly once (or, when Post fails, not at all).
+func DoWR(t testing.TB, timeout time.Duration, rt backend.Route, wr *backend.WorkRequest) error {
+	t.Helper()
+	rec := NewRecorder(1)
+	wr.Done = rec
 	if err := rt.Post(wr); err != nil {
 		rec.None(t)
 		return err

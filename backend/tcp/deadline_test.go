@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
@@ -46,11 +47,11 @@ func assertFailed(t *testing.T, rt backend.Route, want error) {
 // up, and the late response, when it comes, is dropped.
 func TestDeadlineNoResponse(t *testing.T) {
 	f := newFakeServer(t)
-	a, regA := newBackend(t, fastWatchdog(), ownerA)
+	a, regA := newBackend(t, fastWatchdog(), backendtest.OwnerA)
 	rt := f.connect(t, a)
 	sc := f.accept(t)
-	_, local := alloc(t, regA, 1000, buffer.AccessReadWrite)
-	rec := newRecorder(2)
+	_, local := backendtest.Alloc(t, regA, 1000, buffer.AccessReadWrite)
+	rec := backendtest.NewRecorder(2)
 
 	first := &backend.WorkRequest{Op: backend.OpWrite, Local: local, Remote: fakeRemote(1000),
 		Deadline: time.Now().Add(100 * time.Millisecond), Done: rec}
@@ -59,9 +60,9 @@ func TestDeadlineNoResponse(t *testing.T) {
 	}
 	h1 := sc.readReq(t)
 	sc.readPayload(t, int(h1.length))
-	res := rec.wait(t)
-	if res.wr != first || !errors.Is(res.err, backend.ErrDeadline) {
-		t.Fatalf("unanswered write completed with %v, want ErrDeadline", res.err)
+	res := rec.Wait(t, waitTimeout)
+	if res.WR != first || !errors.Is(res.Err, backend.ErrDeadline) {
+		t.Fatalf("unanswered write completed with %v, want ErrDeadline", res.Err)
 	}
 	assertUp(t, rt)
 
@@ -74,11 +75,11 @@ func TestDeadlineNoResponse(t *testing.T) {
 	sc.readPayload(t, int(h2.length))
 	sc.respond(t, respHeader{op: opWrite, wrid: h1.wrid}, nil) // late
 	sc.respond(t, respHeader{op: opWrite, wrid: h2.wrid}, nil)
-	res = rec.wait(t)
-	if res.wr != second || res.err != nil {
-		t.Fatalf("second write: %v (same wr: %v)", res.err, res.wr == second)
+	res = rec.Wait(t, waitTimeout)
+	if res.WR != second || res.Err != nil {
+		t.Fatalf("second write: %v (same wr: %v)", res.Err, res.WR == second)
 	}
-	rec.none(t)
+	rec.None(t)
 	assertUp(t, rt)
 	if st := rt.Stats(); st.Ops != 1 || st.Errors != 1 || st.InFlight != 0 {
 		t.Fatalf("stats %+v, want 1 op, 1 error", st)
@@ -89,15 +90,15 @@ func TestDeadlineNoResponse(t *testing.T) {
 // local buffer: the memory was handed back to the poster.
 func TestLateReadDoesNotTouchMemory(t *testing.T) {
 	f := newFakeServer(t)
-	a, regA := newBackend(t, fastWatchdog(), ownerA)
+	a, regA := newBackend(t, fastWatchdog(), backendtest.OwnerA)
 	rt := f.connect(t, a)
 	sc := f.accept(t)
 	const n = 64 << 10
-	_, local := alloc(t, regA, n, buffer.AccessReadWrite)
-	_, other := alloc(t, regA, n, buffer.AccessReadWrite)
+	_, local := backendtest.Alloc(t, regA, n, buffer.AccessReadWrite)
+	_, other := backendtest.Alloc(t, regA, n, buffer.AccessReadWrite)
 	pattern := bytes.Repeat([]byte{0x5A}, n)
 	copy(local, pattern)
-	rec := newRecorder(2)
+	rec := backendtest.NewRecorder(2)
 
 	late := &backend.WorkRequest{Op: backend.OpRead, Local: local, Remote: fakeRemote(n),
 		Deadline: time.Now().Add(100 * time.Millisecond), Done: rec}
@@ -108,15 +109,15 @@ func TestLateReadDoesNotTouchMemory(t *testing.T) {
 	if h1.op != opRead || h1.length != n {
 		t.Fatalf("request %+v", h1)
 	}
-	if res := rec.wait(t); !errors.Is(res.err, backend.ErrDeadline) {
-		t.Fatalf("late read completed with %v, want ErrDeadline", res.err)
+	if res := rec.Wait(t, waitTimeout); !errors.Is(res.Err, backend.ErrDeadline) {
+		t.Fatalf("late read completed with %v, want ErrDeadline", res.Err)
 	}
 	// The memory is the poster's again; the server answers now.
 	sc.respond(t, respHeader{op: opRead, length: n, wrid: h1.wrid}, bytes.Repeat([]byte{0xC3}, n))
 
 	// Responses are read in order: once a second read completed, the late
 	// payload has been consumed (and must have been dropped).
-	want := randomData(t, n)
+	want := backendtest.RandomData(t, n)
 	next := &backend.WorkRequest{Op: backend.OpRead, Local: other, Remote: fakeRemote(n),
 		Deadline: time.Now().Add(waitTimeout), Done: rec}
 	if err := rt.Post(next); err != nil {
@@ -124,24 +125,24 @@ func TestLateReadDoesNotTouchMemory(t *testing.T) {
 	}
 	h2 := sc.readReq(t)
 	sc.respond(t, respHeader{op: opRead, length: n, wrid: h2.wrid}, want)
-	if res := rec.wait(t); res.wr != next || res.err != nil {
-		t.Fatalf("second read: %v", res.err)
+	if res := rec.Wait(t, waitTimeout); res.WR != next || res.Err != nil {
+		t.Fatalf("second read: %v", res.Err)
 	}
-	assertSame(t, "local memory of the expired read", local, pattern)
-	assertSame(t, "second read", other, want)
+	backendtest.AssertSame(t, "local memory of the expired read", local, pattern)
+	backendtest.AssertSame(t, "second read", other, want)
 	assertUp(t, rt)
 }
 
 // stackRecorder captures every goroutine's stack when the op completes.
 type stackRecorder struct {
-	ch     chan result
+	ch     chan backendtest.Result
 	stacks string
 }
 
 func (s *stackRecorder) Complete(wr *backend.WorkRequest, err error) {
 	buf := make([]byte, 1<<20)
 	s.stacks = string(buf[:runtime.Stack(buf, true)])
-	s.ch <- result{wr, err}
+	s.ch <- backendtest.Result{WR: wr, Err: err}
 }
 
 // A server that stalls in the middle of a READ payload: the reader is
@@ -151,28 +152,28 @@ func (s *stackRecorder) Complete(wr *backend.WorkRequest, err error) {
 // route stays up and serves the next op on the same connection.
 func TestStallMidPayload(t *testing.T) {
 	f := newFakeServer(t)
-	a, regA := newBackend(t, fastWatchdog(), ownerA)
+	a, regA := newBackend(t, fastWatchdog(), backendtest.OwnerA)
 	rt := f.connect(t, a)
 	sc := f.accept(t)
 	const n, sent = 256 << 10, 100 << 10
-	_, local := alloc(t, regA, n, buffer.AccessReadWrite)
-	rec := &stackRecorder{ch: make(chan result, 1)}
+	_, local := backendtest.Alloc(t, regA, n, buffer.AccessReadWrite)
+	rec := &stackRecorder{ch: make(chan backendtest.Result, 1)}
 	wr := &backend.WorkRequest{Op: backend.OpRead, Local: local, Remote: fakeRemote(n),
 		Deadline: time.Now().Add(150 * time.Millisecond), Done: rec}
 	if err := rt.Post(wr); err != nil {
 		t.Fatalf("post: %v", err)
 	}
 	h := sc.readReq(t)
-	sc.respond(t, respHeader{op: opRead, length: n, wrid: h.wrid}, randomData(t, sent)) // and stall
+	sc.respond(t, respHeader{op: opRead, length: n, wrid: h.wrid}, backendtest.RandomData(t, sent)) // and stall
 
-	var res result
+	var res backendtest.Result
 	select {
 	case res = <-rec.ch:
 	case <-time.After(waitTimeout):
 		t.Fatal("stalled read never completed")
 	}
-	if !errors.Is(res.err, backend.ErrDeadline) {
-		t.Fatalf("stalled read completed with %v, want ErrDeadline", res.err)
+	if !errors.Is(res.Err, backend.ErrDeadline) {
+		t.Fatalf("stalled read completed with %v, want ErrDeadline", res.Err)
 	}
 	for _, g := range strings.Split(rec.stacks, "\n\n") {
 		if strings.Contains(g, "(*clientConn).readPayload") && strings.Contains(g, "bufio.(*Reader).Read(") {
@@ -187,9 +188,9 @@ func TestStallMidPayload(t *testing.T) {
 	assertUp(t, rt)
 
 	// The same connection serves the next op (the late payload was drained).
-	_, other := alloc(t, regA, n, buffer.AccessReadWrite)
-	want := randomData(t, n)
-	rec2 := newRecorder(1)
+	_, other := backendtest.Alloc(t, regA, n, buffer.AccessReadWrite)
+	want := backendtest.RandomData(t, n)
+	rec2 := backendtest.NewRecorder(1)
 	next := &backend.WorkRequest{Op: backend.OpRead, Local: other, Remote: fakeRemote(n),
 		Deadline: time.Now().Add(waitTimeout), Done: rec2}
 	if err := rt.Post(next); err != nil {
@@ -197,11 +198,11 @@ func TestStallMidPayload(t *testing.T) {
 	}
 	h2 := sc.readReq(t)
 	sc.respond(t, respHeader{op: opRead, length: n, wrid: h2.wrid}, want)
-	if res := rec2.wait(t); res.err != nil {
-		t.Fatalf("read after the stall: %v", res.err)
+	if res := rec2.Wait(t, waitTimeout); res.Err != nil {
+		t.Fatalf("read after the stall: %v", res.Err)
 	}
-	assertSame(t, "second read", other, want)
-	assertSame(t, "memory of the expired read", local, pattern)
+	backendtest.AssertSame(t, "second read", other, want)
+	backendtest.AssertSame(t, "memory of the expired read", local, pattern)
 	assertUp(t, rt)
 }
 
@@ -214,14 +215,14 @@ func TestStallMidWritePayload(t *testing.T) {
 	cfg := fastWatchdog()
 	const n = 32 << 20 // far more than the socket buffers hold
 	cfg.ChunkSize, cfg.MaxFrameLen, cfg.SocketBuffer = n, n, 64<<10
-	a, regA := newBackend(t, cfg, ownerA)
+	a, regA := newBackend(t, cfg, backendtest.OwnerA)
 	rt := f.connect(t, a)
 	sc := f.accept(t)
-	_, local := alloc(t, regA, n, buffer.AccessReadWrite)
+	_, local := backendtest.Alloc(t, regA, n, buffer.AccessReadWrite)
 	for i := range local {
 		local[i] = 0x11
 	}
-	rec := newRecorder(1)
+	rec := backendtest.NewRecorder(1)
 	wr := &backend.WorkRequest{Op: backend.OpWrite, Local: local, Remote: fakeRemote(n),
 		Deadline: time.Now().Add(150 * time.Millisecond), Done: rec}
 	if err := rt.Post(wr); err != nil {
@@ -231,8 +232,8 @@ func TestStallMidWritePayload(t *testing.T) {
 	if h.op != opWrite || h.length != n {
 		t.Fatalf("request %+v", h)
 	}
-	if res := rec.wait(t); !errors.Is(res.err, backend.ErrDeadline) {
-		t.Fatalf("stalled write completed with %v, want ErrDeadline", res.err)
+	if res := rec.Wait(t, waitTimeout); !errors.Is(res.Err, backend.ErrDeadline) {
+		t.Fatalf("stalled write completed with %v, want ErrDeadline", res.Err)
 	}
 	// Reported: the memory is the poster's. Bytes it writes now must never
 	// reach the wire.
@@ -250,7 +251,7 @@ func TestStallMidWritePayload(t *testing.T) {
 	assertUp(t, rt)
 
 	small := local[:4096]
-	rec2 := newRecorder(1)
+	rec2 := backendtest.NewRecorder(1)
 	next := &backend.WorkRequest{Op: backend.OpWrite, Local: small, Remote: fakeRemote(4096),
 		Deadline: time.Now().Add(waitTimeout), Done: rec2}
 	if err := rt.Post(next); err != nil {
@@ -259,10 +260,10 @@ func TestStallMidWritePayload(t *testing.T) {
 	h2 := sc.readReq(t)
 	sc.readPayload(t, 4096)
 	sc.respond(t, respHeader{op: opWrite, wrid: h2.wrid}, nil)
-	if res := rec2.wait(t); res.wr != next || res.err != nil {
-		t.Fatalf("write after the stall: %v", res.err)
+	if res := rec2.Wait(t, waitTimeout); res.WR != next || res.Err != nil {
+		t.Fatalf("write after the stall: %v", res.Err)
 	}
-	rec.none(t)
+	rec.None(t)
 	assertUp(t, rt)
 }
 
@@ -275,12 +276,12 @@ func TestServerClosesMidTransfer(t *testing.T) {
 			f := newFakeServer(t)
 			cfg := fastWatchdog()
 			cfg.ChunkSize, cfg.MaxFrameLen = n, n
-			a, regA := newBackend(t, cfg, ownerA)
+			a, regA := newBackend(t, cfg, backendtest.OwnerA)
 			rt := f.connect(t, a)
 			sc := f.accept(t)
-			_, local := alloc(t, regA, n, buffer.AccessReadWrite)
-			randomBytes(t, local)
-			rec := newRecorder(1)
+			_, local := backendtest.Alloc(t, regA, n, buffer.AccessReadWrite)
+			backendtest.Random(t, local)
+			rec := backendtest.NewRecorder(1)
 			wr := &backend.WorkRequest{Op: op, Local: local, Remote: fakeRemote(n),
 				Deadline: time.Now().Add(waitTimeout), Done: rec}
 			if err := rt.Post(wr); err != nil {
@@ -294,8 +295,8 @@ func TestServerClosesMidTransfer(t *testing.T) {
 			}
 			sc.c.Close()
 
-			if res := rec.wait(t); !errors.Is(res.err, backend.ErrPeerGone) {
-				t.Fatalf("completed with %v, want ErrPeerGone", res.err)
+			if res := rec.Wait(t, waitTimeout); !errors.Is(res.Err, backend.ErrPeerGone) {
+				t.Fatalf("completed with %v, want ErrPeerGone", res.Err)
 			}
 			assertFailed(t, rt, backend.ErrPeerGone)
 			err := rt.Post(&backend.WorkRequest{Op: op, Local: local[:10], Remote: fakeRemote(10),
@@ -303,7 +304,7 @@ func TestServerClosesMidTransfer(t *testing.T) {
 			if !errors.Is(err, backend.ErrPeerGone) {
 				t.Fatalf("post after failure: %v, want ErrPeerGone", err)
 			}
-			rec.none(t)
+			rec.None(t)
 			if st := rt.Stats(); st.Errors != 1 || st.Ops != 0 || st.InFlight != 0 {
 				t.Fatalf("stats %+v", st)
 			}
@@ -344,14 +345,14 @@ func TestBadResponses(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeServer(t)
-			a, regA := newBackend(t, fastWatchdog(), ownerA)
+			a, regA := newBackend(t, fastWatchdog(), backendtest.OwnerA)
 			rt := f.connect(t, a)
 			sc := f.accept(t)
 			const n = 4096
-			_, local := alloc(t, regA, n, buffer.AccessReadWrite)
+			_, local := backendtest.Alloc(t, regA, n, buffer.AccessReadWrite)
 			pattern := bytes.Repeat([]byte{0x77}, n)
 			copy(local, pattern)
-			rec := newRecorder(1)
+			rec := backendtest.NewRecorder(1)
 			if err := rt.Post(&backend.WorkRequest{Op: tc.op, Local: local, Remote: fakeRemote(n),
 				Deadline: time.Now().Add(waitTimeout), Done: rec}); err != nil {
 				t.Fatalf("post: %v", err)
@@ -361,12 +362,12 @@ func TestBadResponses(t *testing.T) {
 				sc.readPayload(t, int(h.length))
 			}
 			tc.respond(t, sc, h)
-			if res := rec.wait(t); !errors.Is(res.err, backend.ErrProtocol) {
-				t.Fatalf("completed with %v, want ErrProtocol", res.err)
+			if res := rec.Wait(t, waitTimeout); !errors.Is(res.Err, backend.ErrProtocol) {
+				t.Fatalf("completed with %v, want ErrProtocol", res.Err)
 			}
 			assertFailed(t, rt, backend.ErrProtocol)
 			if tc.op == backend.OpRead {
-				assertSame(t, "local memory", local, pattern)
+				backendtest.AssertSame(t, "local memory", local, pattern)
 			}
 		})
 	}
@@ -386,15 +387,15 @@ func earlyConfig() Config {
 // may reuse it at once, and the peer would then receive the new contents.
 func TestEarlyWriteResponseWaitsForWriter(t *testing.T) {
 	f := newFakeServer(t)
-	a, regA := newBackend(t, earlyConfig(), ownerA)
+	a, regA := newBackend(t, earlyConfig(), backendtest.OwnerA)
 	rt := f.connect(t, a)
 	sc := f.accept(t)
 	_ = sc.c.(*net.TCPConn).SetReadBuffer(64 << 10)
 	const n = 32 << 20
-	_, local := alloc(t, regA, n, buffer.AccessReadWrite)
-	randomBytes(t, local)
-	sent := snapshot(local)
-	rec := newRecorder(1)
+	_, local := backendtest.Alloc(t, regA, n, buffer.AccessReadWrite)
+	backendtest.Random(t, local)
+	sent := bytes.Clone(local)
+	rec := backendtest.NewRecorder(1)
 	if err := rt.Post(&backend.WorkRequest{Op: backend.OpWrite, Local: local, Remote: fakeRemote(n),
 		Deadline: time.Now().Add(waitTimeout), Done: rec}); err != nil {
 		t.Fatalf("post: %v", err)
@@ -411,9 +412,9 @@ func TestEarlyWriteResponseWaitsForWriter(t *testing.T) {
 		p, err := sc.tryReadPayload(n)
 		payload <- got{p, err}
 	}()
-	res := rec.wait(t)
-	if res.err != nil {
-		t.Fatalf("write: %v", res.err)
+	res := rec.Wait(t, waitTimeout)
+	if res.Err != nil {
+		t.Fatalf("write: %v", res.Err)
 	}
 	// The poster reuses its memory as soon as the op completed.
 	for i := range local {
@@ -428,7 +429,7 @@ func TestEarlyWriteResponseWaitsForWriter(t *testing.T) {
 	if g.err != nil {
 		t.Fatal(g.err)
 	}
-	if i := firstDiff(g.p, sent); i >= 0 {
+	if i := backendtest.FirstDiff(g.p, sent); i >= 0 {
 		t.Fatalf("the peer received memory written after completion (first at byte %d of %d: %#x)", i, n, g.p[i])
 	}
 	assertUp(t, rt)
@@ -439,13 +440,13 @@ func TestEarlyWriteResponseWaitsForWriter(t *testing.T) {
 // memory the writer would still send later.
 func TestResponseBeforeRequestSent(t *testing.T) {
 	f := newFakeServer(t)
-	a, regA := newBackend(t, earlyConfig(), ownerA)
+	a, regA := newBackend(t, earlyConfig(), backendtest.OwnerA)
 	rt := f.connect(t, a)
 	sc := f.accept(t)
 	_ = sc.c.(*net.TCPConn).SetReadBuffer(64 << 10)
 	const n = 32 << 20
-	_, local := alloc(t, regA, n+16, buffer.AccessReadWrite)
-	rec := newRecorder(2)
+	_, local := backendtest.Alloc(t, regA, n+16, buffer.AccessReadWrite)
+	rec := backendtest.NewRecorder(2)
 	big := &backend.WorkRequest{Op: backend.OpWrite, Local: local[:n], Remote: fakeRemote(n),
 		Deadline: time.Now().Add(waitTimeout), Done: rec}
 	small := &backend.WorkRequest{Op: backend.OpWrite, Local: local[n:], Remote: fakeRemote(16),
@@ -459,13 +460,13 @@ func TestResponseBeforeRequestSent(t *testing.T) {
 	// Guess the next wrid on the connection and answer it early.
 	sc.respond(t, respHeader{op: opWrite, wrid: h.wrid + 1}, nil)
 	for range 2 {
-		res := rec.wait(t)
-		if !errors.Is(res.err, backend.ErrProtocol) {
+		res := rec.Wait(t, waitTimeout)
+		if !errors.Is(res.Err, backend.ErrProtocol) {
 			which := "big"
-			if res.wr == small {
+			if res.WR == small {
 				which = "small (never sent)"
 			}
-			t.Fatalf("%s write completed with %v, want ErrProtocol", which, res.err)
+			t.Fatalf("%s write completed with %v, want ErrProtocol", which, res.Err)
 		}
 	}
 	assertFailed(t, rt, backend.ErrProtocol)
