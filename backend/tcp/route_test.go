@@ -87,11 +87,7 @@ func TestPutGet(t *testing.T) {
 // TestConcurrentSmallOps keeps thousands of small ops in flight from several
 // goroutines, more than MaxInFlight, and verifies every one.
 func TestConcurrentSmallOps(t *testing.T) {
-	const (
-		workers = 8
-		perW    = 250 // 2000 ops in all
-		slot    = 512
-	)
+	const workers, perW, slot = 8, 250, 512 // 2000 ops in all
 	for _, conns := range []int{1, 4} {
 		t.Run(fmt.Sprintf("conns=%d", conns), func(t *testing.T) {
 			p := newPair(t, Config{ConnsPerRoute: conns, MaxInFlight: 256}, Config{})
@@ -99,81 +95,20 @@ func TestConcurrentSmallOps(t *testing.T) {
 			_, back := backendtest.Alloc(t, p.regA, workers*perW*slot, buffer.AccessReadWrite)
 			hr, remote := backendtest.Alloc(t, p.regB, workers*perW*slot, buffer.AccessReadWrite)
 			backendtest.Random(t, local)
-			sizes := make([]int, workers*perW)
+			s := &smallOps{rt: p.route, remote: hr, workers: workers, perW: perW, slot: slot}
 			var total uint64
-			for i := range sizes {
-				sizes[i] = 1 + rand.IntN(slot)
-				total += uint64(sizes[i])
+			for range workers * perW {
+				s.sizes = append(s.sizes, 1+rand.IntN(slot))
+				total += uint64(s.sizes[len(s.sizes)-1])
 			}
-			// run posts every op of a worker, then waits for all of them.
-			run := func(op backend.Op, buf []byte) error {
-				var wg sync.WaitGroup
-				errs := make(chan error, workers)
-				for w := range workers {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						rec := backendtest.NewRecorder(perW)
-						seen := make(map[*backend.WorkRequest]bool, perW)
-						index := make(map[*backend.WorkRequest]int, perW)
-						for j := range perW {
-							i := w*perW + j
-							off := uint64(i * slot)
-							n := uint64(sizes[i])
-							rb, err := hr.Slice(off, n)
-							if err != nil {
-								errs <- err
-								return
-							}
-							wr := &backend.WorkRequest{Op: op, Local: buf[off : off+n], Remote: rb,
-								Deadline: time.Now().Add(waitTimeout), Done: rec}
-							index[wr] = i
-							if err := p.route.Post(wr); err != nil {
-								errs <- fmt.Errorf("post %d: %w", i, err)
-								return
-							}
-						}
-						for range perW {
-							select {
-							case res := <-rec.Results():
-								if res.Err != nil {
-									errs <- fmt.Errorf("op %d: %w", index[res.WR], res.Err)
-									return
-								}
-								if seen[res.WR] {
-									errs <- fmt.Errorf("op %d completed twice", index[res.WR])
-									return
-								}
-								seen[res.WR] = true
-							case <-time.After(waitTimeout):
-								errs <- fmt.Errorf("worker %d: completions missing", w)
-								return
-							}
-						}
-					}()
-				}
-				wg.Wait()
-				close(errs)
-				return <-errs
-			}
-			if err := run(backend.OpWrite, local); err != nil {
+			if err := s.run(backend.OpWrite, local); err != nil {
 				t.Fatalf("puts: %v", err)
 			}
-			for i, n := range sizes {
-				off := i * slot
-				if !bytes.Equal(remote[off:off+n], local[off:off+n]) {
-					t.Fatalf("put %d of %d bytes: remote differs at %d", i, n, backendtest.FirstDiff(remote[off:off+n], local[off:off+n]))
-				}
-			}
-			if err := run(backend.OpRead, back); err != nil {
+			s.check(t, "put", remote, local)
+			if err := s.run(backend.OpRead, back); err != nil {
 				t.Fatalf("gets: %v", err)
 			}
-			for i, n := range sizes {
-				off := i * slot
-				if !bytes.Equal(back[off:off+n], local[off:off+n]) {
-					t.Fatalf("get %d of %d bytes: differs at %d", i, n, backendtest.FirstDiff(back[off:off+n], local[off:off+n]))
-				}
-			}
+			s.check(t, "get", back, local)
 			st := p.route.Stats()
 			want := backend.RouteStats{Ops: 2 * workers * perW, BytesPut: total, BytesGot: total}
 			if st != want {
@@ -184,6 +119,78 @@ func TestConcurrentSmallOps(t *testing.T) {
 				t.Fatalf("served stats %+v, want %+v", sv, wantSv)
 			}
 		})
+	}
+}
+
+// smallOps is TestConcurrentSmallOps' load: op i moves sizes[i] bytes at
+// i*slot, posted by worker i/perW.
+type smallOps struct {
+	rt                  backend.Route
+	remote              buffer.Buffer
+	workers, perW, slot int
+	sizes               []int
+}
+
+// run posts every op of each worker from its own goroutine, then waits for
+// all of them; it returns the first error.
+func (s *smallOps) run(op backend.Op, buf []byte) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, s.workers)
+	for w := range s.workers {
+		wg.Go(func() {
+			if err := s.worker(w, op, buf); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func (s *smallOps) worker(w int, op backend.Op, buf []byte) error {
+	rec := backendtest.NewRecorder(s.perW)
+	seen := make(map[*backend.WorkRequest]bool, s.perW)
+	index := make(map[*backend.WorkRequest]int, s.perW)
+	for j := range s.perW {
+		i := w*s.perW + j
+		off, n := uint64(i*s.slot), uint64(s.sizes[i])
+		rb, err := s.remote.Slice(off, n)
+		if err != nil {
+			return err
+		}
+		wr := &backend.WorkRequest{Op: op, Local: buf[off : off+n], Remote: rb,
+			Deadline: time.Now().Add(waitTimeout), Done: rec}
+		index[wr] = i
+		if err := s.rt.Post(wr); err != nil {
+			return fmt.Errorf("post %d: %w", i, err)
+		}
+	}
+	for range s.perW {
+		select {
+		case res := <-rec.Results():
+			if res.Err != nil {
+				return fmt.Errorf("op %d: %w", index[res.WR], res.Err)
+			}
+			if seen[res.WR] {
+				return fmt.Errorf("op %d completed twice", index[res.WR])
+			}
+			seen[res.WR] = true
+		case <-time.After(waitTimeout):
+			return fmt.Errorf("worker %d: completions missing", w)
+		}
+	}
+	return nil
+}
+
+// check compares every op's range of got with want.
+func (s *smallOps) check(t *testing.T, what string, got, want []byte) {
+	t.Helper()
+	for i, n := range s.sizes {
+		off := i * s.slot
+		if !bytes.Equal(got[off:off+n], want[off:off+n]) {
+			t.Fatalf("%s %d of %d bytes: differs at %d", what, i, n, backendtest.FirstDiff(got[off:off+n], want[off:off+n]))
+		}
 	}
 }
 
