@@ -80,18 +80,7 @@ func (cc *clientConn) onResponse(br *bufio.Reader, h *respHeader) error {
 	cc.mu.Unlock()
 
 	if h.length > 0 {
-		var err error
-		if abandoned {
-			_, err = io.CopyN(io.Discard, br, int64(h.length))
-		} else {
-			err = cc.readPayload(br, c)
-		}
-		if err != nil {
-			// The chunk stays in slots as receiving; drain fails it
-			// after this loop has exited.
-			return fmt.Errorf("tcp: read payload: %w: %w", backend.ErrPeerGone, err)
-		}
-		return nil
+		return cc.onPayload(br, c, h.length, abandoned)
 	}
 	if abandoned {
 		return nil
@@ -101,5 +90,22 @@ func (cc *clientConn) onResponse(br *bufio.Reader, h *respHeader) error {
 		err = codeErr(h.op, h.code)
 	}
 	c.finish(err)
+	return nil
+}
+
+// onPayload reads a READ response's n payload bytes into c's memory (and
+// ends c), or into a sink when c was abandoned.
+func (cc *clientConn) onPayload(br *bufio.Reader, c *chunk, n uint32, abandoned bool) error {
+	var err error
+	if abandoned {
+		_, err = io.CopyN(io.Discard, br, int64(n))
+	} else {
+		err = cc.readPayload(br, c)
+	}
+	if err != nil {
+		// The chunk stays in slots as receiving; drain fails it after
+		// the read loop has exited.
+		return fmt.Errorf("tcp: read payload: %w: %w", backend.ErrPeerGone, err)
+	}
 	return nil
 }
