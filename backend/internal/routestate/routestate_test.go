@@ -14,20 +14,20 @@ func TestValidate(t *testing.T) {
 	mem := make([]byte, 16)
 	for _, tc := range []struct {
 		name string
-		wr   backend.WorkRequest
+		wr   *backend.WorkRequest
 		want error
 	}{
-		{"write", backend.WorkRequest{Op: backend.OpWrite, Local: mem, Remote: buffer.Buffer{Length: 16}}, nil},
-		{"read at an offset", backend.WorkRequest{Op: backend.OpRead, Local: mem, Remote: buffer.Buffer{Offset: 100, Length: 16}}, nil},
-		{"empty", backend.WorkRequest{Op: backend.OpWrite, Remote: buffer.Buffer{}}, backend.ErrProtocol},
-		{"lengths differ", backend.WorkRequest{Op: backend.OpWrite, Local: mem, Remote: buffer.Buffer{Length: 17}}, backend.ErrProtocol},
-		{"unknown op", backend.WorkRequest{Op: 99, Local: mem, Remote: buffer.Buffer{Length: 16}}, backend.ErrProtocol},
-		{"no op", backend.WorkRequest{Local: mem, Remote: buffer.Buffer{Length: 16}}, backend.ErrProtocol},
-		{"offset overflows", backend.WorkRequest{Op: backend.OpRead, Local: mem, Remote: buffer.Buffer{Offset: math.MaxUint64 - 8, Length: 16}}, buffer.ErrOutOfRange},
-		{"end at the top", backend.WorkRequest{Op: backend.OpRead, Local: mem, Remote: buffer.Buffer{Offset: math.MaxUint64 - 16, Length: 16}}, nil},
+		{"write", &backend.WorkRequest{Op: backend.OpWrite, Local: mem, Remote: buffer.Buffer{Length: 16}}, nil},
+		{"read at an offset", &backend.WorkRequest{Op: backend.OpRead, Local: mem, Remote: buffer.Buffer{Offset: 100, Length: 16}}, nil},
+		{"empty", &backend.WorkRequest{Op: backend.OpWrite, Remote: buffer.Buffer{}}, backend.ErrProtocol},
+		{"lengths differ", &backend.WorkRequest{Op: backend.OpWrite, Local: mem, Remote: buffer.Buffer{Length: 17}}, backend.ErrProtocol},
+		{"unknown op", &backend.WorkRequest{Op: 99, Local: mem, Remote: buffer.Buffer{Length: 16}}, backend.ErrProtocol},
+		{"no op", &backend.WorkRequest{Local: mem, Remote: buffer.Buffer{Length: 16}}, backend.ErrProtocol},
+		{"offset overflows", &backend.WorkRequest{Op: backend.OpRead, Local: mem, Remote: buffer.Buffer{Offset: math.MaxUint64 - 8, Length: 16}}, buffer.ErrOutOfRange},
+		{"end at the top", &backend.WorkRequest{Op: backend.OpRead, Local: mem, Remote: buffer.Buffer{Offset: math.MaxUint64 - 16, Length: 16}}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := Validate("test", &tc.wr)
+			err := Validate("test", tc.wr)
 			if tc.want == nil {
 				if err != nil {
 					t.Fatalf("Validate: %v", err)
