@@ -12,4 +12,13 @@
 // from A (initiator) to B via PrepareRoute, AcceptRoute and Complete, and
 // closes everything at its end. Waits are bounded (a hang fails the test);
 // no test asserts a wall-clock time.
+//
+// The suite's helpers are exported for backends' own tests: memory and
+// bytes (helpers.go: Alloc, Random, Slice, FirstDiff, AssertSame),
+// completions (Recorder, NewWR, Do), routes (pair.go: Connect,
+// MustConnect, CloseAtCleanup, CheckRoute). The suite itself is split by
+// concern: data.go (bytes land where they should), refusals.go (what the
+// owner must refuse changes nothing), lifecycle.go (closing), cancel.go
+// (cancellation and deadlines), and stress.go (CancelStress, run through
+// queue pairs by the backends' and the multi-process tests).
 package backendtest

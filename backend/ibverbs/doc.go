@@ -68,6 +68,21 @@
 // Served returns zeros: RDMA READ and WRITE are one-sided, the responder's
 // CPU never sees them.
 //
+// # Files
+//
+// Plain Go: backend.go (the Backend, Close), device.go (device, port and
+// GID selection, Devices), mr.go (memory registration and revocation),
+// setup.go (route setup: PrepareRoute, AcceptRoute, Complete), route.go
+// (route state and teardown), post.go (the post paths), complete.go
+// (completions and their status), poller.go (completion-queue poller and
+// async events), watchdog.go (deadlines and keep-alive probes), slots.go
+// (work-request ids), sem.go (back-pressure). The cgo fence: verbs.go,
+// verbs_device.go, verbs_cq.go and verbs_qp.go wrap libibverbs and shim.c;
+// nothing else imports "C". Every file that needs libibverbs carries the
+// ibverbs build tag; stub.go stands in for them without it. Done, Err,
+// Stats and work-request validation are shared with the other backends
+// (backend/internal/routestate).
+//
 // # Testing
 //
 // backend/backendtest's conformance suite and the two-process tests in this

@@ -19,27 +19,14 @@ const waitTimeout = 2 * time.Minute
 func started(t testing.TB, cfg Config, owner uint64) (*Backend, *buffer.Registry) {
 	t.Helper()
 	b, reg := newStarted(t, cfg, owner)
-	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		if err := reg.Close(ctx); err != nil {
-			t.Errorf("registry Close: %v", err)
-		}
-	})
+	backendtest.CloseAtCleanup(t, waitTimeout, b, reg)
 	return b, reg
 }
 
+// connect connects a route from a to b, closed at cleanup.
 func connect(t testing.TB, a, b *Backend) backend.Route {
 	t.Helper()
-	rt, err := backendtest.Connect(waitTimeout, a, b, b.reg.OwnerID(), a.reg.OwnerID())
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(func() { rt.Close() })
-	return rt
+	return backendtest.MustConnect(t, waitTimeout, a, b, b.reg.OwnerID(), a.reg.OwnerID())
 }
 
 func TestDevices(t *testing.T) {

@@ -3,62 +3,20 @@
 package ibverbs
 
 import (
-	"fmt"
 	"log/slog"
 	"os"
-	"runtime"
-	"strings"
 	"testing"
-	"time"
+
+	"go.uber.org/goleak"
 )
 
+// TestMain runs a child process's part (process_test.go) when asked to,
+// else the tests, and fails them if any goroutine is left after them.
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain())
 	}
-	code := m.Run()
-	if code == 0 {
-		if leaks := waitNoLeaks(5 * time.Second); len(leaks) > 0 {
-			fmt.Fprintf(os.Stderr, "goroutines of package ibverbs left after all tests:\n\n%s\n", strings.Join(leaks, "\n\n"))
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// leakedGoroutines returns the stacks of other goroutines with a frame in
-// this package (the test helpers' own are excluded).
-func leakedGoroutines() []string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	var out []string
-	for _, s := range strings.Split(string(buf), "\n\n")[1:] {
-		for _, f := range []string{"ibverbs.(*Backend)", "ibverbs.(*route)", "ibverbs.(*wsem)", "ibverbs.(*pendingRoute)"} {
-			if strings.Contains(s, f) {
-				out = append(out, s)
-				break
-			}
-		}
-	}
-	return out
-}
-
-func waitNoLeaks(d time.Duration) []string {
-	end := time.Now().Add(d)
-	for {
-		leaks := leakedGoroutines()
-		if len(leaks) == 0 || time.Now().After(end) {
-			return leaks
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	goleak.VerifyTestMain(m)
 }
 
 // requireDevices skips the test without RDMA devices, unless

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
@@ -15,10 +16,10 @@ func TestSteadyStateAllocs(t *testing.T) {
 		t.Skip("allocation count (sync.Pool drops items at random under -race)")
 	}
 	p := newPair(t, Config{}, Config{})
-	qp := queuepair.New(1, ownerB, p.route, p.regA, queuepair.Options{})
-	for _, size := range []uint64{64, 4096, 1 << 20} {
-		local, _ := alloc(t, p.regA, size, buffer.AccessReadWrite)
-		remote, _ := alloc(t, p.regB, size, buffer.AccessReadWrite)
+	qp := queuepair.New(1, backendtest.OwnerB, p.route, p.regA, queuepair.Options{})
+	for _, size := range []int{64, 4096, 1 << 20} {
+		local, _ := backendtest.Alloc(t, p.regA, size, buffer.AccessReadWrite)
+		remote, _ := backendtest.Alloc(t, p.regB, size, buffer.AccessReadWrite)
 		ctx := context.Background()
 		var w queuepair.WorkRequest
 		for _, op := range []string{"put", "get"} {

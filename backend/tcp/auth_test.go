@@ -1,11 +1,13 @@
 package tcp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
 
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
@@ -22,25 +24,25 @@ func mustSecret(t *testing.T, s string) backend.Secret {
 func TestSecretRouteWorks(t *testing.T) {
 	s := mustSecret(t, "correct horse battery staple")
 	p := newPair(t, Config{Secret: s}, Config{Secret: s})
-	checkPut(t, p.route, p.regA, p.regB)
+	backendtest.CheckRoute(t, waitTimeout, p.route, p.regA, p.regB)
 	if f := p.b.Served().AuthFail; f != 0 {
 		t.Fatalf("AuthFail = %d", f)
 	}
 }
 
 func TestSecretMismatchRefused(t *testing.T) {
-	a, _ := newBackend(t, Config{Secret: mustSecret(t, "the initiator's secret!!")}, ownerA)
-	b, regB := newBackend(t, Config{Secret: mustSecret(t, "the responder's secret!!")}, ownerB)
-	before, _ := alloc(t, regB, 64, buffer.AccessReadWrite)
+	a, _ := newBackend(t, Config{Secret: mustSecret(t, "the initiator's secret!!")}, backendtest.OwnerA)
+	b, regB := newBackend(t, Config{Secret: mustSecret(t, "the responder's secret!!")}, backendtest.OwnerB)
+	before, _ := backendtest.Alloc(t, regB, 64, buffer.AccessReadWrite)
 	mem, _ := regB.Bytes(before)
-	want := snapshot(mem)
+	want := bytes.Clone(mem)
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	pending, info, err := a.PrepareRoute(ctx, ownerB)
+	pending, info, err := a.PrepareRoute(ctx, backendtest.OwnerB)
 	if err != nil {
 		t.Fatal(err)
 	}
-	answer, err := b.AcceptRoute(ctx, ownerA, info)
+	answer, err := b.AcceptRoute(ctx, backendtest.OwnerA, info)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +52,7 @@ func TestSecretMismatchRefused(t *testing.T) {
 	if got := b.Served().AuthFail; got == 0 {
 		t.Fatal("AuthFail not counted")
 	}
-	assertSame(t, "owner memory", mem, want)
+	backendtest.AssertSame(t, "owner memory", mem, want)
 }
 
 // A hello without the secret's MAC (as a peer without the secret, holding

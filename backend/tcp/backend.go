@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,11 +9,9 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
-	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
 // Backend is the TCP data plane of one manager.
@@ -54,11 +51,6 @@ type Backend struct {
 	peers map[uint64]*peerCounters
 
 	wg sync.WaitGroup // accept loop, server connections, routes' goroutines
-}
-
-type tokenEntry struct {
-	peer    uint64
-	expires time.Time
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -192,90 +184,8 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-// trackConn registers c for Close; it fails if the backend is closed.
-func (b *Backend) trackConn(c net.Conn) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return false
-	}
-	b.conns[c] = struct{}{}
-	return true
-}
-
 func (b *Backend) untrackConn(c net.Conn) {
 	b.mu.Lock()
 	delete(b.conns, c)
 	b.mu.Unlock()
-}
-
-// PrepareRoute returns the initiator's info: version and connection count.
-func (b *Backend) PrepareRoute(ctx context.Context, peerID uint64) (backend.PendingRoute, []byte, error) {
-	b.mu.Lock()
-	started, closed := b.ln != nil, b.closed
-	b.mu.Unlock()
-	if closed {
-		return nil, nil, backend.ErrClosed
-	}
-	if !started {
-		return nil, nil, ErrNotStarted
-	}
-	return &pendingRoute{b: b, peer: peerID}, encodeInitiatorInfo(b.cfg.ConnsPerRoute), nil
-}
-
-// AcceptRoute hands the initiator our data address and single-use tokens.
-func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, info []byte) ([]byte, error) {
-	n, err := decodeInitiatorInfo(info)
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return nil, backend.ErrClosed
-	}
-	if b.ln == nil {
-		return nil, ErrNotStarted
-	}
-	if b.lnErr != nil {
-		return nil, fmt.Errorf("%w: %w", ErrListenerDown, b.lnErr)
-	}
-	for t, e := range b.tokens {
-		if now.After(e.expires) {
-			delete(b.tokens, t)
-		}
-	}
-	if len(b.tokens)+n > b.cfg.MaxPendingTokens {
-		return nil, fmt.Errorf("tcp: %d route tokens pending: %w", len(b.tokens), backend.ErrLimit)
-	}
-	tokens := make([][tokenSize]byte, n)
-	for i := range tokens {
-		if _, err := rand.Read(tokens[i][:]); err != nil {
-			return nil, fmt.Errorf("tcp: token: %w", err)
-		}
-		b.tokens[tokens[i]] = tokenEntry{peer: peerID, expires: now.Add(b.cfg.TokenTTL)}
-	}
-	return encodeResponderInfo(b.addr, tokens), nil
-}
-
-// takeToken consumes a token (single use) and returns the peer it was
-// issued to.
-func (b *Backend) takeToken(t [tokenSize]byte) (uint64, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	e, ok := b.tokens[t]
-	if !ok {
-		return 0, false
-	}
-	delete(b.tokens, t)
-	return e.peer, time.Now().Before(e.expires)
-}
-
-// codeByte is the wire form of an error.
-func codeByte(err error) byte { return byte(backend.Code(err)) }
-
-// codeErr turns a wire code into the error the caller compares with.
-func codeErr(op byte, code byte) error {
-	return &backend.RemoteError{Code: rdmapb.Code(code), Op: backend.Op(op)}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
@@ -33,21 +34,23 @@ func BenchmarkReqHeaderDecode(b *testing.B) {
 }
 
 // chanCompleter hands completed work requests back to the benchmark loop.
-type chanCompleter chan result
+type chanCompleter chan backendtest.Result
 
-func (c chanCompleter) Complete(wr *backend.WorkRequest, err error) { c <- result{wr, err} }
+func (c chanCompleter) Complete(wr *backend.WorkRequest, err error) {
+	c <- backendtest.Result{WR: wr, Err: err}
+}
 
 // benchOps keeps depth ops of size bytes in flight over a loopback route.
 func benchOps(b *testing.B, op backend.Op, size int) {
 	const depth = 64
 	p := newPair(b, Config{}, Config{})
-	_, local := alloc(b, p.regA, uint64(depth*size), buffer.AccessReadWrite)
-	hr, _ := alloc(b, p.regB, uint64(depth*size), buffer.AccessReadWrite)
+	_, local := backendtest.Alloc(b, p.regA, depth*size, buffer.AccessReadWrite)
+	hr, _ := backendtest.Alloc(b, p.regB, depth*size, buffer.AccessReadWrite)
 	done := make(chanCompleter, depth)
 	wrs := make([]*backend.WorkRequest, depth)
 	for i := range wrs {
-		off := uint64(i * size)
-		wrs[i] = &backend.WorkRequest{Op: op, Local: local[off : off+uint64(size)], Remote: mustSlice(b, hr, off, uint64(size)), Done: done}
+		off := i * size
+		wrs[i] = &backend.WorkRequest{Op: op, Local: local[off : off+size], Remote: backendtest.Slice(b, hr, off, size), Done: done}
 	}
 	post := func(wr *backend.WorkRequest) {
 		wr.Deadline = time.Now().Add(time.Minute)
@@ -68,11 +71,11 @@ func benchOps(b *testing.B, op backend.Op, size int) {
 	}
 	for completed := 0; completed < b.N; completed++ {
 		res := <-done
-		if res.err != nil {
-			b.Fatalf("%v: %v", op, res.err)
+		if res.Err != nil {
+			b.Fatalf("%v: %v", op, res.Err)
 		}
 		if posted < b.N {
-			post(res.wr)
+			post(res.WR)
 			posted++
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
 )
 
 // Cancellation and deadlines end one operation's chunks without touching
@@ -35,7 +36,7 @@ func (r *route) Cancel(wr *backend.WorkRequest) {
 	if cause == nil {
 		return
 	}
-	err := fmt.Errorf("tcp: %s of %d bytes: %w", wr.Op, len(wr.Local), cause)
+	err := routestate.OpError("tcp", wr, cause)
 	for _, cc := range r.conns {
 		cc.endChunks(func(c *chunk) error {
 			if c.op.wr == wr {

@@ -16,6 +16,4 @@ var (
 	// that no retry can cure); routes cannot be accepted until restart.
 	// It is also backend.ErrClosed.
 	ErrListenerDown = fmt.Errorf("tcp: data listener down: %w", backend.ErrClosed)
-	// errConnClosed marks a connection that was closed locally.
-	errConnClosed = backend.ErrClosed
 )

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
@@ -115,7 +116,7 @@ func (f *fakeServer) connect(t testing.TB, a *Backend) backend.Route {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	pending, info, err := a.PrepareRoute(ctx, ownerB)
+	pending, info, err := a.PrepareRoute(ctx, backendtest.OwnerB)
 	if err != nil {
 		t.Fatalf("PrepareRoute: %v", err)
 	}
@@ -145,7 +146,7 @@ func (f *fakeServer) accept(t testing.TB) *fakeConn {
 
 // fakeRemote is a remote handle as the fake server's peer would hand it out.
 func fakeRemote(n uint64) buffer.Buffer {
-	return buffer.Buffer{OwnerID: ownerB, Region: 1, Length: n, Key: testKey(), Access: buffer.AccessReadWrite}
+	return buffer.Buffer{OwnerID: backendtest.OwnerB, Region: 1, Length: n, Key: testKey(), Access: buffer.AccessReadWrite}
 }
 
 func (fc *fakeConn) tryReadReq() (reqHeader, error) {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"testing"
 
+	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
@@ -26,7 +27,7 @@ func FuzzServeConn(f *testing.F) {
 	f.Add(bytes.Repeat([]byte{0xff}, 100))
 	f.Add([]byte{})
 
-	reg := buffer.NewRegistry(ownerB, buffer.Limits{})
+	reg := buffer.NewRegistry(backendtest.OwnerB, buffer.Limits{})
 	h, err := reg.Allocate(4096, buffer.AccessReadWrite)
 	if err != nil {
 		f.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 )
 
 var fastBeat = Config{HeartbeatInterval: 20 * time.Millisecond, PeerTimeout: 150 * time.Millisecond, ConnsPerRoute: 1}
@@ -32,22 +33,22 @@ func TestHeartbeatKeepsIdleRouteUp(t *testing.T) {
 // is detected: the route fails with ErrPeerGone and in-flight work fails
 // with it, without waiting for the work's own deadline.
 func TestHeartbeatDetectsSilentPeer(t *testing.T) {
-	a, regA := newBackend(t, fastBeat, ownerA)
+	a, regA := newBackend(t, fastBeat, backendtest.OwnerA)
 	f := newFakeServer(t)
 	rt := f.connect(t, a)
 	sc := f.accept(t)
 	_ = sc // never answers anything
-	local, _ := alloc(t, regA, 4096, 0)
+	local, _ := backendtest.Alloc(t, regA, 4096, 0)
 	mem, _ := regA.Bytes(local)
-	rec := newRecorder(1)
+	rec := backendtest.NewRecorder(1)
 	wr := &backend.WorkRequest{Op: backend.OpRead, Local: mem, Remote: fakeRemote(4096),
 		Deadline: time.Now().Add(time.Hour), Done: rec}
 	if err := rt.Post(wr); err != nil {
 		t.Fatal(err)
 	}
-	res := rec.wait(t)
-	if !errors.Is(res.err, backend.ErrPeerGone) {
-		t.Fatalf("in-flight read on a silent peer: %v, want ErrPeerGone", res.err)
+	res := rec.Wait(t, waitTimeout)
+	if !errors.Is(res.Err, backend.ErrPeerGone) {
+		t.Fatalf("in-flight read on a silent peer: %v, want ErrPeerGone", res.Err)
 	}
 	select {
 	case <-rt.Done():
@@ -61,7 +62,7 @@ func TestHeartbeatDetectsSilentPeer(t *testing.T) {
 
 // An idle silent peer is detected too (no work in flight).
 func TestHeartbeatDetectsSilentIdlePeer(t *testing.T) {
-	a, _ := newBackend(t, fastBeat, ownerA)
+	a, _ := newBackend(t, fastBeat, backendtest.OwnerA)
 	f := newFakeServer(t)
 	rt := f.connect(t, a)
 	f.accept(t)

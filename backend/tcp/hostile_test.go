@@ -9,9 +9,9 @@ import (
 	"math"
 	"net"
 	"testing"
-	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
@@ -65,17 +65,17 @@ func TestHostileRequests(t *testing.T) {
 			return h
 		}, buffer.ErrOutOfRange, true},
 		{"put to read-only region", backend.OpWrite, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
-			ro, mem := alloc(t, p.regB, n, buffer.AccessRead)
-			randomBytes(t, mem)
+			ro, mem := backendtest.Alloc(t, p.regB, n, buffer.AccessRead)
+			backendtest.Random(t, mem)
 			return ro
 		}, buffer.ErrAccess, false},
 		{"get from write-only region", backend.OpRead, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
-			wo, mem := alloc(t, p.regB, n, buffer.AccessWrite)
-			randomBytes(t, mem)
+			wo, mem := backendtest.Alloc(t, p.regB, n, buffer.AccessWrite)
+			backendtest.Random(t, mem)
 			return wo
 		}, buffer.ErrAccess, false},
 		{"released region", backend.OpWrite, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
-			gone, _ := alloc(t, p.regB, n, buffer.AccessReadWrite)
+			gone, _ := backendtest.Alloc(t, p.regB, n, buffer.AccessReadWrite)
 			if err := p.regB.Release(context.Background(), gone); err != nil {
 				t.Fatalf("Release: %v", err)
 			}
@@ -85,8 +85,8 @@ func TestHostileRequests(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPair(t, Config{}, Config{})
-			h, mem := alloc(t, p.regB, n, buffer.AccessReadWrite)
-			randomBytes(t, mem)
+			h, mem := backendtest.Alloc(t, p.regB, n, buffer.AccessReadWrite)
+			backendtest.Random(t, mem)
 			target := tc.target(t, p, h)
 			// Snapshot the owner's memory: the region h and, if the target
 			// is another live region, that one too.
@@ -94,26 +94,26 @@ func TestHostileRequests(t *testing.T) {
 				name      string
 				mem, want []byte
 			}
-			snaps := []snap{{"region of h", mem, snapshot(mem)}}
+			snaps := []snap{{"region of h", mem, bytes.Clone(mem)}}
 			if target.Region != h.Region {
 				if m, err := p.regB.Bytes(target); err == nil {
-					snaps = append(snaps, snap{"target region", m, snapshot(m)})
+					snaps = append(snaps, snap{"target region", m, bytes.Clone(m)})
 				}
 			}
-			_, local := alloc(t, p.regA, n, buffer.AccessReadWrite)
-			randomBytes(t, local)
-			localBefore := snapshot(local)
+			_, local := backendtest.Alloc(t, p.regA, n, buffer.AccessReadWrite)
+			backendtest.Random(t, local)
+			localBefore := bytes.Clone(local)
 
 			err := do(t, p.route, tc.op, local[:target.Length], target)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("%v: %v, want %v", tc.op, err, tc.want)
 			}
 			for _, s := range snaps {
-				assertSame(t, "owner's memory of the "+s.name, s.mem, s.want)
+				backendtest.AssertSame(t, "owner's memory of the "+s.name, s.mem, s.want)
 			}
 			if tc.op == backend.OpRead {
 				// Nothing came back, so nothing was written locally either.
-				assertSame(t, "local memory of a refused get", local, localBefore)
+				backendtest.AssertSame(t, "local memory of a refused get", local, localBefore)
 			}
 			wantErrs := uint64(1)
 			if tc.atPost {
@@ -125,264 +125,19 @@ func TestHostileRequests(t *testing.T) {
 			// The refusal does not break the route, and the backend serves
 			// new routes.
 			assertUp(t, p.route)
-			checkPut(t, p.route, p.regA, p.regB)
+			backendtest.CheckRoute(t, waitTimeout, p.route, p.regA, p.regB)
 			p.checkServes(t)
 		})
 	}
-}
-
-// Raw-socket helpers against a backend's data listener.
-
-func dialRaw(t *testing.T, b *Backend) net.Conn {
-	t.Helper()
-	c, err := net.Dial("tcp", b.Addr())
-	if err != nil {
-		t.Fatalf("dial %s: %v", b.Addr(), err)
-	}
-	_ = c.SetDeadline(time.Now().Add(waitTimeout))
-	t.Cleanup(func() { c.Close() })
-	// The server speaks first: its challenge nonce.
-	var ch [challengeSize]byte
-	if _, err := io.ReadFull(c, ch[:]); err != nil {
-		t.Fatalf("challenge: %v", err)
-	}
-	if _, err := decodeChallenge(ch[:]); err != nil {
-		t.Fatalf("challenge: %v", err)
-	}
-	return c
-}
-
-// routeToken gets a fresh single-use token from b as a peer would.
-func routeToken(t *testing.T, b *Backend) [tokenSize]byte {
-	t.Helper()
-	info, err := b.AcceptRoute(context.Background(), ownerA, encodeInitiatorInfo(1))
-	if err != nil {
-		t.Fatalf("AcceptRoute: %v", err)
-	}
-	addr, tokens, err := decodeResponderInfo(info)
-	if err != nil {
-		t.Fatalf("responder info: %v", err)
-	}
-	if addr != b.Addr() || len(tokens) != 1 {
-		t.Fatalf("responder info %q with %d tokens", addr, len(tokens))
-	}
-	return tokens[0]
-}
-
-func writeRaw(t *testing.T, c net.Conn, b []byte) {
-	t.Helper()
-	if _, err := c.Write(b); err != nil {
-		t.Fatalf("write: %v", err)
-	}
-}
-
-// sendHello writes a hello with tok and returns the acknowledged code.
-func sendHello(t *testing.T, c net.Conn, tok [tokenSize]byte) rdmapb.Code {
-	t.Helper()
-	var h [helloSize]byte
-	encodeHello(h[:], tok, [macSize]byte{})
-	writeRaw(t, c, h[:])
-	var ack [helloAckSize]byte
-	if _, err := io.ReadFull(c, ack[:]); err != nil {
-		t.Fatalf("hello ack: %v", err)
-	}
-	code, err := decodeHelloAck(ack[:])
-	if err != nil {
-		t.Fatalf("hello ack: %v", err)
-	}
-	return rdmapb.Code(code)
-}
-
-// authed returns a data connection authenticated with a fresh token.
-func authed(t *testing.T, b *Backend) net.Conn {
-	t.Helper()
-	c := dialRaw(t, b)
-	if code := sendHello(t, c, routeToken(t, b)); code != rdmapb.Code_OK {
-		t.Fatalf("hello refused: %v", code)
-	}
-	return c
-}
-
-// expectClosed reads until the server closes c and returns what it sent.
-func expectClosed(t *testing.T, c net.Conn) []byte {
-	t.Helper()
-	got, err := io.ReadAll(c)
-	var ne net.Error
-	if err != nil && (errors.As(err, &ne) && ne.Timeout()) {
-		t.Fatalf("connection not closed by the server: %v", err)
-	}
-	return got
-}
-
-func reqBytes(h reqHeader) []byte {
-	b := make([]byte, reqHeaderSize)
-	h.encode(b)
-	return b
-}
-
-func readResp(t *testing.T, c net.Conn) respHeader {
-	t.Helper()
-	var b [respHeaderSize]byte
-	if _, err := io.ReadFull(c, b[:]); err != nil {
-		t.Fatalf("read response: %v", err)
-	}
-	var h respHeader
-	if err := h.decode(b[:]); err != nil {
-		t.Fatalf("decode response: %v", err)
-	}
-	return h
-}
-
-func waitAuthFail(t *testing.T, b *Backend, want uint64) {
-	t.Helper()
-	if got := b.Served().AuthFail; got != want {
-		t.Fatalf("AuthFail = %d, want %d", got, want)
-	}
-}
-
-func TestHelloGarbage(t *testing.T) {
-	p := newPair(t, Config{}, Config{})
-	// A full hello's worth of garbage: refused with PROTOCOL, then closed.
-	c := dialRaw(t, p.b)
-	writeRaw(t, c, bytes.Repeat([]byte{0xFF}, helloSize))
-	got := expectClosed(t, c)
-	if len(got) != helloAckSize {
-		t.Fatalf("server sent %d bytes, want a hello ack", len(got))
-	}
-	if code, err := decodeHelloAck(got); err != nil || rdmapb.Code(code) != rdmapb.Code_PROTOCOL {
-		t.Fatalf("ack code %d, %v; want PROTOCOL", code, err)
-	}
-	waitAuthFail(t, p.b, 1)
-
-	// A short hello followed by EOF: closed without an answer.
-	c = dialRaw(t, p.b)
-	writeRaw(t, c, []byte("GET / HTTP/1.0\r\n"))
-	_ = c.(*net.TCPConn).CloseWrite()
-	if got := expectClosed(t, c); len(got) != 0 {
-		t.Fatalf("server answered a truncated hello with %q", got)
-	}
-	waitAuthFail(t, p.b, 2)
-
-	// Another protocol version: refused with VERSION_MISMATCH.
-	c = dialRaw(t, p.b)
-	var h [helloSize]byte
-	encodeHello(h[:], routeToken(t, p.b), [macSize]byte{})
-	binary.LittleEndian.PutUint16(h[4:], Version+1)
-	writeRaw(t, c, h[:])
-	got = expectClosed(t, c)
-	code, err := decodeHelloAck(got)
-	if err != nil || rdmapb.Code(code) != rdmapb.Code_VERSION_MISMATCH {
-		t.Fatalf("ack code %d, %v; want VERSION_MISMATCH", code, err)
-	}
-	waitAuthFail(t, p.b, 3)
-
-	if sv := p.b.Served(); sv.Ops != 0 || sv.Rejected != 0 {
-		t.Fatalf("served %+v", sv)
-	}
-	checkPut(t, p.route, p.regA, p.regB)
-	p.checkServes(t)
-}
-
-func TestHelloTokens(t *testing.T) {
-	p := newPair(t, Config{}, Config{})
-	authFail := uint64(0)
-
-	t.Run("unknown token", func(t *testing.T) {
-		c := dialRaw(t, p.b)
-		if code := sendHello(t, c, testToken(7)); code != rdmapb.Code_UNAUTHENTICATED {
-			t.Fatalf("ack %v, want UNAUTHENTICATED", code)
-		}
-		if got := expectClosed(t, c); len(got) != 0 {
-			t.Fatalf("server sent %d more bytes after refusing", len(got))
-		}
-		authFail++
-		waitAuthFail(t, p.b, authFail)
-		p.checkServes(t)
-	})
-
-	t.Run("token reused", func(t *testing.T) {
-		tok := routeToken(t, p.b)
-		c1 := dialRaw(t, p.b)
-		if code := sendHello(t, c1, tok); code != rdmapb.Code_OK {
-			t.Fatalf("first use: %v, want OK", code)
-		}
-		c2 := dialRaw(t, p.b)
-		if code := sendHello(t, c2, tok); code != rdmapb.Code_UNAUTHENTICATED {
-			t.Fatalf("second use: %v, want UNAUTHENTICATED", code)
-		}
-		expectClosed(t, c2)
-		authFail++
-		waitAuthFail(t, p.b, authFail)
-		// The first connection is authenticated and serves requests.
-		h, mem := alloc(t, p.regB, 100, buffer.AccessReadWrite)
-		data := randomData(t, 100)
-		writeRaw(t, c1, append(reqBytes(reqHeader{op: opWrite, length: 100, wrid: 1, region: h.Region, key: h.Key}), data...))
-		if r := readResp(t, c1); r.code != 0 || r.wrid != 1 {
-			t.Fatalf("response %+v", r)
-		}
-		assertSame(t, "written region", mem, data)
-		p.checkServes(t)
-	})
-
-	t.Run("token of a failed route handshake", func(t *testing.T) {
-		// The initiator's Complete with a used token is refused with
-		// ErrUnauthenticated.
-		tok := routeToken(t, p.b)
-		c := dialRaw(t, p.b)
-		if code := sendHello(t, c, tok); code != rdmapb.Code_OK {
-			t.Fatalf("first use: %v", code)
-		}
-		pending, _, err := p.a.PrepareRoute(context.Background(), ownerB)
-		if err != nil {
-			t.Fatalf("PrepareRoute: %v", err)
-		}
-		_, err = pending.Complete(context.Background(), encodeResponderInfo(p.b.Addr(), [][tokenSize]byte{tok}))
-		if !errors.Is(err, backend.ErrUnauthenticated) {
-			t.Fatalf("Complete with a used token: %v, want ErrUnauthenticated", err)
-		}
-		authFail++
-		waitAuthFail(t, p.b, authFail)
-		p.checkServes(t)
-	})
-
-	t.Run("token expired", func(t *testing.T) {
-		p.b.setTokenTTL(time.Millisecond)
-		tok := routeToken(t, p.b)
-		p.b.setTokenTTL(DefaultConfig().TokenTTL)
-		time.Sleep(20 * time.Millisecond)
-		c := dialRaw(t, p.b)
-		if code := sendHello(t, c, tok); code != rdmapb.Code_UNAUTHENTICATED {
-			t.Fatalf("expired token: %v, want UNAUTHENTICATED", code)
-		}
-		expectClosed(t, c)
-		authFail++
-		waitAuthFail(t, p.b, authFail)
-		p.checkServes(t)
-	})
-
-	checkPut(t, p.route, p.regA, p.regB)
-	if sv := p.b.Served(); sv.Rejected != 0 {
-		t.Fatalf("served %+v", sv)
-	}
-}
-
-func TestSlowHello(t *testing.T) {
-	p := newPair(t, Config{}, Config{HelloTimeout: 500 * time.Millisecond})
-	c := dialRaw(t, p.b) // and say nothing
-	if got := expectClosed(t, c); len(got) != 0 {
-		t.Fatalf("server sent %q to a silent client", got)
-	}
-	waitAuthFail(t, p.b, 1)
-	p.checkServes(t)
 }
 
 // TestMalformedFrames: after a valid hello, a frame that breaks the format
 // closes the connection and counts as rejected; the backend serves on.
 func TestMalformedFrames(t *testing.T) {
 	p := newPair(t, Config{}, Config{MaxFrameLen: 1 << 20, ChunkSize: 1 << 20})
-	h, mem := alloc(t, p.regB, 4096, buffer.AccessReadWrite)
-	randomBytes(t, mem)
-	before := snapshot(mem)
+	h, mem := backendtest.Alloc(t, p.regB, 4096, buffer.AccessReadWrite)
+	backendtest.Random(t, mem)
+	before := bytes.Clone(mem)
 	good := func() []byte {
 		return reqBytes(reqHeader{op: opWrite, length: 16, wrid: 1, region: h.Region, key: h.Key})
 	}
@@ -411,7 +166,7 @@ func TestMalformedFrames(t *testing.T) {
 			if got := p.b.Served().Rejected; got != rejected {
 				t.Fatalf("Rejected = %d, want %d", got, rejected)
 			}
-			assertSame(t, "owner's memory", mem, before)
+			backendtest.AssertSame(t, "owner's memory", mem, before)
 			p.checkServes(t)
 		})
 	}
@@ -423,7 +178,7 @@ func TestMalformedFrames(t *testing.T) {
 		if got := expectClosed(t, c); len(got) != 0 {
 			t.Fatalf("server answered a truncated frame with %d bytes", len(got))
 		}
-		assertSame(t, "owner's memory", mem, before)
+		backendtest.AssertSame(t, "owner's memory", mem, before)
 		p.checkServes(t)
 	})
 
@@ -438,7 +193,7 @@ func TestMalformedFrames(t *testing.T) {
 		if got := p.b.Served().Rejected; got != rejected {
 			t.Fatalf("Rejected = %d, want %d", got, rejected)
 		}
-		assertSame(t, "owner's memory", mem, before)
+		backendtest.AssertSame(t, "owner's memory", mem, before)
 		p.checkServes(t)
 	})
 
@@ -455,7 +210,7 @@ func TestMalformedFrames(t *testing.T) {
 		if _, err := io.ReadFull(c, payload); err != nil {
 			t.Fatalf("read payload: %v", err)
 		}
-		assertSame(t, "read payload", payload, before[:64])
+		backendtest.AssertSame(t, "read payload", payload, before[:64])
 		b := good()
 		b[2] = 1
 		writeRaw(t, c, b)
@@ -467,7 +222,7 @@ func TestMalformedFrames(t *testing.T) {
 		p.checkServes(t)
 	})
 
-	checkPut(t, p.route, p.regA, p.regB)
+	backendtest.CheckRoute(t, waitTimeout, p.route, p.regA, p.regB)
 }
 
 // TestRawRefusals: requests that are well formed but fail validation are
@@ -475,11 +230,11 @@ func TestMalformedFrames(t *testing.T) {
 // change nothing.
 func TestRawRefusals(t *testing.T) {
 	p := newPair(t, Config{}, Config{})
-	h, mem := alloc(t, p.regB, 4096, buffer.AccessReadWrite)
-	ro, roMem := alloc(t, p.regB, 4096, buffer.AccessRead)
-	randomBytes(t, mem)
-	randomBytes(t, roMem)
-	before, roBefore := snapshot(mem), snapshot(roMem)
+	h, mem := backendtest.Alloc(t, p.regB, 4096, buffer.AccessReadWrite)
+	ro, roMem := backendtest.Alloc(t, p.regB, 4096, buffer.AccessRead)
+	backendtest.Random(t, mem)
+	backendtest.Random(t, roMem)
+	before, roBefore := bytes.Clone(mem), bytes.Clone(roMem)
 	badKey := h.Key
 	badKey[15] ^= 0x80
 	cases := []struct {
@@ -512,19 +267,19 @@ func TestRawRefusals(t *testing.T) {
 		if !errors.Is(codeErr(r.op, r.code), backend.Sentinel(tc.want)) {
 			t.Fatalf("%s: code does not map back to its sentinel", tc.name)
 		}
-		assertSame(t, tc.name+": owner's memory", mem, before)
-		assertSame(t, tc.name+": read-only region", roMem, roBefore)
+		backendtest.AssertSame(t, tc.name+": owner's memory", mem, before)
+		backendtest.AssertSame(t, tc.name+": read-only region", roMem, roBefore)
 	}
 	if got := p.b.Served().Rejected; got != uint64(len(cases)) {
 		t.Fatalf("Rejected = %d, want %d", got, len(cases))
 	}
 	// The same connection still serves a valid write.
-	data := randomData(t, 32)
+	data := backendtest.RandomData(t, 32)
 	writeRaw(t, c, append(reqBytes(reqHeader{op: opWrite, length: 32, wrid: 1, region: h.Region, offset: 8, key: h.Key}), data...))
 	if r := readResp(t, c); r.code != 0 || r.wrid != 1 {
 		t.Fatalf("valid write after refusals: %+v", r)
 	}
-	assertSame(t, "written bytes", mem[8:40], data)
+	backendtest.AssertSame(t, "written bytes", mem[8:40], data)
 	p.checkServes(t)
 }
 
@@ -535,22 +290,22 @@ func TestRawRefusals(t *testing.T) {
 func TestStraddleAcrossChunks(t *testing.T) {
 	const chunk = 64 << 10
 	p := newPair(t, Config{ChunkSize: chunk, ConnsPerRoute: 2}, Config{})
-	h, mem := alloc(t, p.regB, 4*chunk, buffer.AccessReadWrite)
-	randomBytes(t, mem)
-	before := snapshot(mem)
+	h, mem := backendtest.Alloc(t, p.regB, 4*chunk, buffer.AccessReadWrite)
+	backendtest.Random(t, mem)
+	before := bytes.Clone(mem)
 	target := h
 	target.Offset = chunk + 7 // [chunk+7, 5*chunk+7): the last chunk is out of range
-	_, local := alloc(t, p.regA, 4*chunk, buffer.AccessReadWrite)
-	randomBytes(t, local)
+	_, local := backendtest.Alloc(t, p.regA, 4*chunk, buffer.AccessReadWrite)
+	backendtest.Random(t, local)
 	if err := do(t, p.route, backend.OpWrite, local, target); !errors.Is(err, buffer.ErrOutOfRange) {
 		t.Fatalf("put: %v, want ErrOutOfRange", err)
 	}
-	assertSame(t, "owner's memory before the requested range", mem[:chunk+7], before[:chunk+7])
+	backendtest.AssertSame(t, "owner's memory before the requested range", mem[:chunk+7], before[:chunk+7])
 	for i := chunk + 7; i < len(mem); i++ {
 		if mem[i] != before[i] && mem[i] != local[i-(chunk+7)] {
 			t.Fatalf("byte %d holds neither its old value nor the put's", i)
 		}
 	}
-	checkPut(t, p.route, p.regA, p.regB)
+	backendtest.CheckRoute(t, waitTimeout, p.route, p.regA, p.regB)
 	p.checkServes(t)
 }

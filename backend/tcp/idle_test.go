@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 )
 
 // TestThousandIdleRoutes opens 1,000 routes between two backends, checks
@@ -17,12 +18,12 @@ func TestThousandIdleRoutes(t *testing.T) {
 	}
 	const n = 1000
 	cfg := Config{HeartbeatInterval: 200 * time.Millisecond, PeerTimeout: 2 * time.Second}
-	a, regA := newBackend(t, cfg, ownerA)
-	b, regB := newBackend(t, Config{}, ownerB)
+	a, regA := newBackend(t, cfg, backendtest.OwnerA)
+	b, regB := newBackend(t, Config{}, backendtest.OwnerB)
 	before := memInUse()
 	routes := make([]backend.Route, 0, n)
 	for range n {
-		routes = append(routes, connect(t, a, b, ownerB, ownerA))
+		routes = append(routes, backendtest.MustConnect(t, waitTimeout, a, b, backendtest.OwnerB, backendtest.OwnerA))
 	}
 	after := memInUse()
 	per := (after - before) / n
@@ -39,7 +40,7 @@ func TestThousandIdleRoutes(t *testing.T) {
 		}
 	}
 	for _, i := range []int{0, n / 2, n - 1} {
-		checkPut(t, routes[i], regA, regB)
+		backendtest.CheckRoute(t, waitTimeout, routes[i], regA, regB)
 	}
 }
 

@@ -3,22 +3,23 @@ package tcp
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"go.uber.org/goleak"
 )
 
 // TestNoGoroutineLeak runs routes through success, failure and close, closes
-// everything, and checks that no goroutine of the package is left.
+// everything, and checks that no goroutine is left.
 func TestNoGoroutineLeak(t *testing.T) {
 	p := newPair(t, Config{ConnsPerRoute: 4}, Config{})
-	checkPut(t, p.route, p.regA, p.regB)
+	backendtest.CheckRoute(t, waitTimeout, p.route, p.regA, p.regB)
 	second := p.newRoute(t)
-	checkPut(t, second, p.regA, p.regB)
+	backendtest.CheckRoute(t, waitTimeout, second, p.regA, p.regB)
 
 	// A route that fails on its own (peer closes) and one left with work in
 	// flight that never completes until Close.
@@ -28,8 +29,8 @@ func TestNoGoroutineLeak(t *testing.T) {
 	assertFailed(t, failed, backend.ErrPeerGone)
 	stuck := f.connect(t, p.a)
 	f.accept(t)
-	rec := newRecorder(1)
-	_, local := alloc(t, p.regA, 4096, buffer.AccessReadWrite)
+	rec := backendtest.NewRecorder(1)
+	_, local := backendtest.Alloc(t, p.regA, 4096, buffer.AccessReadWrite)
 	if err := stuck.Post(&backend.WorkRequest{Op: backend.OpRead, Local: local, Remote: fakeRemote(4096),
 		Deadline: time.Now().Add(waitTimeout), Done: rec}); err != nil {
 		t.Fatalf("post: %v", err)
@@ -47,8 +48,8 @@ func TestNoGoroutineLeak(t *testing.T) {
 	if err := p.a.Close(); err != nil { // closes second, failed and stuck
 		t.Fatalf("Close a: %v", err)
 	}
-	if res := rec.wait(t); !errors.Is(res.err, backend.ErrClosed) {
-		t.Fatalf("in-flight op at Close: %v, want ErrClosed", res.err)
+	if res := rec.Wait(t, waitTimeout); !errors.Is(res.Err, backend.ErrClosed) {
+		t.Fatalf("in-flight op at Close: %v, want ErrClosed", res.Err)
 	}
 	for _, rt := range []backend.Route{second, stuck} {
 		assertFailed(t, rt, backend.ErrClosed)
@@ -57,15 +58,13 @@ func TestNoGoroutineLeak(t *testing.T) {
 		t.Fatalf("Close b: %v", err)
 	}
 	f.close()
-	if leaks := waitNoLeaks(5 * time.Second); len(leaks) > 0 {
-		t.Fatalf("%d goroutines of package tcp left after Close:\n\n%s", len(leaks), strings.Join(leaks, "\n\n"))
-	}
+	goleak.VerifyNone(t)
 }
 
 func TestCloseIdempotent(t *testing.T) {
 	p := newPair(t, Config{}, Config{})
 	rt := p.newRoute(t)
-	checkPut(t, rt, p.regA, p.regB)
+	backendtest.CheckRoute(t, waitTimeout, rt, p.regA, p.regB)
 
 	// Route Close, twice and concurrently.
 	var wg sync.WaitGroup
@@ -104,10 +103,10 @@ func TestCloseIdempotent(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	if _, _, err := p.a.PrepareRoute(ctx, ownerB); !errors.Is(err, backend.ErrClosed) {
+	if _, _, err := p.a.PrepareRoute(ctx, backendtest.OwnerB); !errors.Is(err, backend.ErrClosed) {
 		t.Fatalf("PrepareRoute after Close: %v, want ErrClosed", err)
 	}
-	if _, err := p.a.AcceptRoute(ctx, ownerB, encodeInitiatorInfo(1)); !errors.Is(err, backend.ErrClosed) {
+	if _, err := p.a.AcceptRoute(ctx, backendtest.OwnerB, encodeInitiatorInfo(1)); !errors.Is(err, backend.ErrClosed) {
 		t.Fatalf("AcceptRoute after Close: %v, want ErrClosed", err)
 	}
 	if err := p.a.Start(ctx); !errors.Is(err, backend.ErrClosed) {
@@ -115,13 +114,13 @@ func TestCloseIdempotent(t *testing.T) {
 	}
 
 	// A handshake prepared before the responder closed fails to complete.
-	pending, info, err := p.b.PrepareRoute(ctx, ownerA)
+	pending, info, err := p.b.PrepareRoute(ctx, backendtest.OwnerA)
 	if err != nil {
 		t.Fatalf("PrepareRoute: %v", err)
 	}
 	c, regC := newBackend(t, Config{}, 0xC)
 	_ = regC
-	answer, err := c.AcceptRoute(ctx, ownerB, info)
+	answer, err := c.AcceptRoute(ctx, backendtest.OwnerB, info)
 	if err != nil {
 		t.Fatalf("AcceptRoute: %v", err)
 	}
@@ -134,16 +133,16 @@ func TestCloseIdempotent(t *testing.T) {
 }
 
 func TestLifecycleErrors(t *testing.T) {
-	reg := buffer.NewRegistry(ownerA, buffer.Limits{})
+	reg := buffer.NewRegistry(backendtest.OwnerA, buffer.Limits{})
 	b, err := New(Config{}, reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, _, err := b.PrepareRoute(ctx, ownerB); !errors.Is(err, ErrNotStarted) {
+	if _, _, err := b.PrepareRoute(ctx, backendtest.OwnerB); !errors.Is(err, ErrNotStarted) {
 		t.Fatalf("PrepareRoute before Start: %v, want ErrNotStarted", err)
 	}
-	if _, err := b.AcceptRoute(ctx, ownerB, encodeInitiatorInfo(1)); !errors.Is(err, ErrNotStarted) {
+	if _, err := b.AcceptRoute(ctx, backendtest.OwnerB, encodeInitiatorInfo(1)); !errors.Is(err, ErrNotStarted) {
 		t.Fatalf("AcceptRoute before Start: %v, want ErrNotStarted", err)
 	}
 	if b.Addr() != "" {
@@ -156,21 +155,21 @@ func TestLifecycleErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	b2, _ := newBackend(t, Config{MaxPendingTokens: 3}, ownerB)
+	b2, _ := newBackend(t, Config{MaxPendingTokens: 3}, backendtest.OwnerB)
 	if err := b2.Start(ctx); err == nil {
 		t.Fatalf("second Start succeeded")
 	}
-	if _, err := b2.AcceptRoute(ctx, ownerA, []byte{1, 2}); !errors.Is(err, backend.ErrProtocol) {
+	if _, err := b2.AcceptRoute(ctx, backendtest.OwnerA, []byte{1, 2}); !errors.Is(err, backend.ErrProtocol) {
 		t.Fatalf("AcceptRoute with garbage: %v, want ErrProtocol", err)
 	}
-	if _, err := b2.AcceptRoute(ctx, ownerA, encodeInitiatorInfo(2)); err != nil {
+	if _, err := b2.AcceptRoute(ctx, backendtest.OwnerA, encodeInitiatorInfo(2)); err != nil {
 		t.Fatalf("AcceptRoute: %v", err)
 	}
-	if _, err := b2.AcceptRoute(ctx, ownerA, encodeInitiatorInfo(2)); !errors.Is(err, backend.ErrLimit) {
+	if _, err := b2.AcceptRoute(ctx, backendtest.OwnerA, encodeInitiatorInfo(2)); !errors.Is(err, backend.ErrLimit) {
 		t.Fatalf("AcceptRoute past MaxPendingTokens: %v, want ErrLimit", err)
 	}
-	a2, _ := newBackend(t, Config{}, ownerA)
-	pending, _, err := a2.PrepareRoute(ctx, ownerB)
+	a2, _ := newBackend(t, Config{}, backendtest.OwnerA)
+	pending, _, err := a2.PrepareRoute(ctx, backendtest.OwnerB)
 	if err != nil {
 		t.Fatal(err)
 	}

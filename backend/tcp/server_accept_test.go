@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
@@ -131,8 +132,8 @@ func TestAcceptSurvivesEMFILE(t *testing.T) {
 	for range 2 {
 		fl.errs = append(fl.errs, op(syscall.EMFILE), op(syscall.ENFILE), op(syscall.ECONNABORTED))
 	}
-	b, regB := newBackendOn(t, Config{}, ownerB, fl)
-	a, regA := newBackend(t, Config{}, ownerA)
+	b, regB := newBackendOn(t, Config{}, backendtest.OwnerB, fl)
+	a, regA := newBackend(t, Config{}, backendtest.OwnerA)
 	waitFor(t, "the failing accepts", func() bool { return fl.calls.Load() > 6 })
 	st := b.Listener()
 	if st.Err != nil || st.AcceptRetries != 6 {
@@ -141,8 +142,8 @@ func TestAcceptSurvivesEMFILE(t *testing.T) {
 	if strings.Contains(b.Addr(), "down") {
 		t.Fatalf("Addr %q", b.Addr())
 	}
-	rt := connect(t, a, b, ownerB, ownerA)
-	checkPut(t, rt, regA, regB)
+	rt := backendtest.MustConnect(t, waitTimeout, a, b, backendtest.OwnerB, backendtest.OwnerA)
+	backendtest.CheckRoute(t, waitTimeout, rt, regA, regB)
 }
 
 // An error that no retry cures marks the listener down: Addr says so and
@@ -151,12 +152,12 @@ func TestListenerDown(t *testing.T) {
 	ln := realListener(t)
 	defer ln.Close()
 	fl := &failingListener{Listener: ln, errs: []error{errors.New("listener broke")}}
-	b, _ := newBackendOn(t, Config{}, ownerB, fl)
+	b, _ := newBackendOn(t, Config{}, backendtest.OwnerB, fl)
 	waitFor(t, "the listener to go down", func() bool { return b.Listener().Err != nil })
 	if !strings.Contains(b.Addr(), "listener down: listener broke") {
 		t.Errorf("Addr %q does not show the dead listener", b.Addr())
 	}
-	_, err := b.AcceptRoute(context.Background(), ownerA, encodeInitiatorInfo(1))
+	_, err := b.AcceptRoute(context.Background(), backendtest.OwnerA, encodeInitiatorInfo(1))
 	if !errors.Is(err, ErrListenerDown) || !errors.Is(err, backend.ErrClosed) {
 		t.Errorf("AcceptRoute on a dead listener: %v", err)
 	}
@@ -201,7 +202,7 @@ func TestPreHelloCaps(t *testing.T) {
 		t.Fatalf("with the caps full: %v", st)
 	}
 	// The authenticated route still works.
-	checkPut(t, p.route, p.regA, p.regB)
+	backendtest.CheckRoute(t, waitTimeout, p.route, p.regA, p.regB)
 	// No authenticated slot: a second route's hello is refused with a
 	// limit error, after a pending slot is free for it.
 	silent[0].Close()

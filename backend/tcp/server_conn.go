@@ -19,65 +19,11 @@ func (b *Backend) serveConn(c net.Conn, ip netip.Addr) {
 	defer b.wg.Done()
 	defer b.untrackConn(c)
 	defer c.Close()
-	pending := true
-	defer func() {
-		if pending {
-			b.helloDone(ip, false)
-		}
-	}()
-
-	_ = c.SetDeadline(time.Now().Add(b.cfg.HelloTimeout))
-	var nonce [16]byte
-	copy(nonce[:], backend.Nonce())
-	var ch [challengeSize]byte
-	encodeChallenge(ch[:], nonce)
-	if _, err := c.Write(ch[:]); err != nil {
+	peer, ok := b.serverHello(c, ip)
+	if !ok {
 		return
 	}
-	var hello [helloSize]byte
-	if _, err := io.ReadFull(c, hello[:]); err != nil {
-		b.served.authFail.Add(1)
-		if ok, dropped := b.logs.noHello.allow(); ok {
-			b.log.Warn("data connection without hello", "remote", ip.String(), "err", err, "suppressed", dropped)
-		}
-		return
-	}
-	var ack [helloAckSize]byte
-	tok, mac, err := decodeHello(hello[:])
-	if err == nil && b.cfg.Secret.Enabled() {
-		want := helloMAC(b.cfg.Secret, nonce, tok)
-		if !hmac.Equal(mac[:], want[:]) {
-			err = fmt.Errorf("hello does not prove the secret: %w", backend.ErrUnauthenticated)
-		}
-	}
-	var peer uint64
-	if err == nil {
-		var ok bool
-		if peer, ok = b.takeToken(tok); !ok {
-			err = fmt.Errorf("unknown, used or expired token: %w", backend.ErrUnauthenticated)
-		}
-	}
-	if err == nil {
-		pending = false
-		if !b.helloDone(ip, true) {
-			err = fmt.Errorf("%d data connections served: %w", b.cfg.MaxServerConns, backend.ErrLimit)
-		} else {
-			defer b.authDone()
-		}
-	}
-	if err != nil {
-		b.served.authFail.Add(1)
-		if ok, dropped := b.logs.refused.allow(); ok {
-			b.log.Warn("data connection refused", "remote", ip.String(), "err", err, "suppressed", dropped)
-		}
-		encodeHelloAck(ack[:], codeByte(err))
-		_, _ = c.Write(ack[:])
-		return
-	}
-	encodeHelloAck(ack[:], 0)
-	if _, err := c.Write(ack[:]); err != nil {
-		return
-	}
+	defer b.authDone()
 	_ = c.SetDeadline(time.Time{})
 	setSockopts(c, b.cfg.SocketBuffer)
 	s := &serverConn{b: b, c: c, peer: b.peerJoin(peer)}
@@ -91,6 +37,79 @@ func (b *Backend) serveConn(c net.Conn, ip netip.Addr) {
 			b.log.Warn("data connection closed", "remote", ip.String(), "err", err, "suppressed", dropped)
 		}
 	}
+}
+
+// serverHello runs the server's side of the hello on c: a fresh challenge,
+// then the client's token and MAC over it, then the verdict. It gives back
+// c's pending slot either way; with ok the connection took an
+// authenticated slot (authDone gives it back) and peer is the manager the
+// token was issued to.
+func (b *Backend) serverHello(c net.Conn, ip netip.Addr) (peer uint64, ok bool) {
+	pending := true
+	defer func() {
+		if pending {
+			b.helloDone(ip, false)
+		}
+	}()
+	_ = c.SetDeadline(time.Now().Add(b.cfg.HelloTimeout))
+	var nonce [16]byte
+	copy(nonce[:], backend.Nonce())
+	var ch [challengeSize]byte
+	encodeChallenge(ch[:], nonce)
+	if _, err := c.Write(ch[:]); err != nil {
+		return 0, false
+	}
+	var hello [helloSize]byte
+	if _, err := io.ReadFull(c, hello[:]); err != nil {
+		b.served.authFail.Add(1)
+		if ok, dropped := b.logs.noHello.allow(); ok {
+			b.log.Warn("data connection without hello", "remote", ip.String(), "err", err, "suppressed", dropped)
+		}
+		return 0, false
+	}
+	peer, err := b.checkHello(hello[:], nonce)
+	if err == nil {
+		pending = false
+		if !b.helloDone(ip, true) {
+			err = fmt.Errorf("%d data connections served: %w", b.cfg.MaxServerConns, backend.ErrLimit)
+		}
+	}
+	var ack [helloAckSize]byte
+	if err != nil {
+		b.served.authFail.Add(1)
+		if ok, dropped := b.logs.refused.allow(); ok {
+			b.log.Warn("data connection refused", "remote", ip.String(), "err", err, "suppressed", dropped)
+		}
+		encodeHelloAck(ack[:], byte(backend.Code(err)))
+		_, _ = c.Write(ack[:])
+		return 0, false
+	}
+	encodeHelloAck(ack[:], 0)
+	if _, err := c.Write(ack[:]); err != nil {
+		b.authDone()
+		return 0, false
+	}
+	return peer, true
+}
+
+// checkHello verifies a hello against the challenge's nonce (when the
+// secret is set) and consumes its token; it returns the token's peer.
+func (b *Backend) checkHello(hello []byte, nonce [16]byte) (uint64, error) {
+	tok, mac, err := decodeHello(hello)
+	if err != nil {
+		return 0, err
+	}
+	if b.cfg.Secret.Enabled() {
+		want := helloMAC(b.cfg.Secret, nonce, tok)
+		if !hmac.Equal(mac[:], want[:]) {
+			return 0, fmt.Errorf("hello does not prove the secret: %w", backend.ErrUnauthenticated)
+		}
+	}
+	peer, ok := b.takeToken(tok)
+	if !ok {
+		return 0, fmt.Errorf("unknown, used or expired token: %w", backend.ErrUnauthenticated)
+	}
+	return peer, nil
 }
 
 func (b *Backend) authDone() {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
@@ -39,7 +40,7 @@ func finishCut(t *testing.T, c net.Conn, payload, mem, before []byte, want rdmap
 		t.Fatalf("response %+v, want code %v", r, want)
 	}
 	if mem != nil && !bytes.Equal(mem[cutSent:], before[cutSent:]) {
-		t.Fatalf("payload sent after the cut landed in the region (first diff at %d)", cutSent+firstDiff(mem[cutSent:], before[cutSent:]))
+		t.Fatalf("payload sent after the cut landed in the region (first diff at %d)", cutSent+backendtest.FirstDiff(mem[cutSent:], before[cutSent:]))
 	}
 	// In step: the next request on the same connection is served.
 	p := bytes.Repeat([]byte{0x5A}, 512)
@@ -48,17 +49,17 @@ func finishCut(t *testing.T, c net.Conn, payload, mem, before []byte, want rdmap
 	if r := readResp(t, c); r.code != 0 || r.wrid != 8 {
 		t.Fatalf("next write on the connection: %+v", r)
 	}
-	assertSame(t, "next write", mem2[:512], p)
+	backendtest.AssertSame(t, "next write", mem2[:512], p)
 }
 
 func cutEnv(t *testing.T) (*pair, net.Conn, buffer.Buffer, []byte, []byte, []byte, buffer.Buffer, []byte) {
 	t.Helper()
 	p := newPair(t, Config{}, Config{FrameTimeout: 10 * time.Minute})
-	h, mem := alloc(t, p.regB, cutRegion, buffer.AccessReadWrite)
-	h2, mem2 := alloc(t, p.regB, 4096, buffer.AccessReadWrite)
-	randomBytes(t, mem)
-	before := snapshot(mem)
-	payload := randomData(t, cutRegion)
+	h, mem := backendtest.Alloc(t, p.regB, cutRegion, buffer.AccessReadWrite)
+	h2, mem2 := backendtest.Alloc(t, p.regB, 4096, buffer.AccessReadWrite)
+	backendtest.Random(t, mem)
+	before := bytes.Clone(mem)
+	payload := backendtest.RandomData(t, cutRegion)
 	c := authed(t, p.b)
 	_ = c.SetDeadline(time.Now().Add(time.Minute))
 	return p, c, h, mem, before, payload, h2, mem2
@@ -78,9 +79,9 @@ func TestRevokeCutsStalledWrite(t *testing.T) {
 	if err := p.regB.Revoke(cutCtx(t), h); err != nil {
 		t.Fatalf("Revoke with a stalled write: %v", err)
 	}
-	snap := snapshot(mem) // nothing may change from here on
+	snap := bytes.Clone(mem) // nothing may change from here on
 	finishCut(t, c, payload, mem, before, rdmapb.Code_REVOKED, h2, mem2)
-	assertSame(t, "region after the revocation", mem, snap)
+	backendtest.AssertSame(t, "region after the revocation", mem, snap)
 }
 
 func TestReleaseCutsStalledWrite(t *testing.T) {
@@ -121,14 +122,14 @@ func TestRenewedLeaseKeepsWrite(t *testing.T) {
 	if r := readResp(t, c); r.code != 0 || r.wrid != 7 {
 		t.Fatalf("response %+v", r)
 	}
-	assertSame(t, "region", mem, payload)
+	backendtest.AssertSame(t, "region", mem, payload)
 }
 
 // A peer that stops reading a large READ cannot hold a revocation: the
 // batch's write is cut and the connection closed.
 func TestRevokeCutsStalledRead(t *testing.T) {
 	p := newPair(t, Config{}, Config{FrameTimeout: 10 * time.Minute, SocketBuffer: 4096})
-	h, _ := alloc(t, p.regB, 8<<20, buffer.AccessReadWrite)
+	h, _ := backendtest.Alloc(t, p.regB, 8<<20, buffer.AccessReadWrite)
 	c := authed(t, p.b)
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetReadBuffer(4096)

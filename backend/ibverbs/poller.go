@@ -1,0 +1,149 @@
+//go:build ibverbs
+
+package ibverbs
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+)
+
+// The completion-queue poller and the async-event listener: the two
+// goroutines that hear from the device.
+
+// pollBatch is the number of completions one cgo call polls at most.
+const pollBatch = 64
+
+// poller owns the completion queue: it polls in batches and sleeps on the
+// completion channel when the queue is empty. It returns when Close wakes
+// it, after every route has drained.
+func (b *Backend) poller() {
+	defer b.wg.Done()
+	buf := newWCBuf(pollBatch)
+	for {
+		n, err := b.res.poll(buf)
+		if err != nil {
+			b.log.Error("poll completion queue", "err", err)
+			b.failAll(fmt.Errorf("ibverbs: completion queue failed: %w", backend.ErrClosed))
+		}
+		b.completeAll(buf, n)
+		if n == pollBatch {
+			continue
+		}
+		if n == 0 && b.spin(buf) {
+			continue
+		}
+		if b.rearm(buf) {
+			continue
+		}
+		if !b.sleep() {
+			return // woken for shutdown; every route has drained
+		}
+	}
+}
+
+// completeAll dispatches the first n completions of buf.
+func (b *Backend) completeAll(buf wcBuf, n int) {
+	for i := range n {
+		b.complete(buf.at(i))
+	}
+}
+
+// spin polls for up to Config.Spin while work is in flight, before the
+// poller pays for a completion event and a wake-up (perftest spins all the
+// time). It reports whether it found completions.
+func (b *Backend) spin(buf wcBuf) bool {
+	if b.cfg.Spin <= 0 || !b.slots.busy() {
+		return false
+	}
+	n := 0
+	until := time.Now().Add(b.cfg.Spin)
+	for n == 0 && time.Now().Before(until) {
+		n, _ = b.res.poll(buf)
+	}
+	b.completeAll(buf, n)
+	return n > 0
+}
+
+// rearm requests the next completion event and polls once more:
+// completions that arrived before the arm raise no event. It reports
+// whether it found completions.
+func (b *Backend) rearm(buf wcBuf) bool {
+	if err := b.res.arm(); err != nil {
+		b.log.Error("arm completion queue", "err", err)
+	}
+	n, _ := b.res.poll(buf)
+	b.completeAll(buf, n)
+	return n > 0
+}
+
+// sleep waits for a completion event; it returns false once woken for
+// shutdown.
+func (b *Backend) sleep() bool {
+	ok, err := b.res.waitCQ(int(b.wake))
+	if err != nil {
+		b.log.Error("wait for completions", "err", err)
+		select {
+		case <-b.stop:
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+		return true
+	}
+	return ok
+}
+
+// complete dispatches one work completion.
+func (b *Backend) complete(w wc) {
+	c := b.slots.take(w.wrID)
+	if c == nil {
+		b.log.Debug("completion of an unknown work request", "wr_id", w.wrID, "qp", w.qpn, "status", wcStatusStr(w.status))
+		return
+	}
+	c.r.completed(c, w.status, w.vendorErr)
+}
+
+// asyncLoop logs asynchronous events and fails the routes they concern.
+func (b *Backend) asyncLoop() {
+	defer b.wg.Done()
+	for {
+		ev, ok, err := b.dev.waitAsync(int(b.wake))
+		if err != nil {
+			b.log.Error("wait for async events", "err", err)
+			select {
+			case <-b.stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		if !ok {
+			return
+		}
+		b.asyncEvent(ev)
+	}
+}
+
+func (b *Backend) asyncEvent(ev asyncEvent) {
+	name := eventTypeStr(ev.typ)
+	switch ev.typ {
+	case evQPFatal, evQPReqErr, evQPAccessErr, evPathMigErr:
+		b.mu.Lock()
+		r := b.byQPN[ev.qpn]
+		b.mu.Unlock()
+		b.log.Warn("queue pair error event", "event", name, "qp", ev.qpn, "known", r != nil)
+		if r != nil {
+			r.fail(fmt.Errorf("ibverbs: queue pair %d: async event %q: %w", ev.qpn, name, backend.ErrProtocol))
+		}
+	case evCQErr, evDeviceFatal:
+		b.log.Error("fatal async event", "event", name)
+		b.failAll(fmt.Errorf("ibverbs: async event %q: %w", name, backend.ErrClosed))
+	case evPortErr:
+		b.log.Warn("port error", "event", name, "port", ev.port)
+	case evCommEst, evLastWQEReached:
+		b.log.Debug("async event", "event", name, "qp", ev.qpn)
+	default:
+		b.log.Info("async event", "event", name, "qp", ev.qpn, "port", ev.port)
+	}
+}

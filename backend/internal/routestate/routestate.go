@@ -1,0 +1,111 @@
+package routestate
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
+
+// State is why a route ended and what it counted. Its zero value is not
+// ready: call Init before the route is used.
+type State struct {
+	failOnce sync.Once
+	err      atomic.Pointer[error]
+	done     chan struct{} // closed by SetFailed
+
+	ops, bytesPut, bytesGot, errs atomic.Uint64
+	inflight                      atomic.Int64 // operations posted and not reported
+}
+
+// Init makes s ready.
+func (s *State) Init() { s.done = make(chan struct{}) }
+
+// Done is closed once the route has failed or was closed (SetFailed).
+func (s *State) Done() <-chan struct{} { return s.done }
+
+// Err returns why the route ended (nil while it is up).
+func (s *State) Err() error {
+	if p := s.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// SetFailed records err as the route's error and closes Done, the first time
+// only. It reports whether this call did so: the caller then tears its
+// route down. Later calls return false at once, even while the first
+// caller's teardown still runs.
+func (s *State) SetFailed(err error) bool {
+	first := false
+	s.failOnce.Do(func() {
+		s.err.Store(&err)
+		close(s.done)
+		first = true
+	})
+	return first
+}
+
+// Stats returns the route's counters.
+func (s *State) Stats() backend.RouteStats {
+	return backend.RouteStats{
+		Ops:      s.ops.Load(),
+		BytesPut: s.bytesPut.Load(),
+		BytesGot: s.bytesGot.Load(),
+		Errors:   s.errs.Load(),
+		InFlight: int(s.inflight.Load()),
+	}
+}
+
+// Begin counts an operation posted; it reports whether the route was idle
+// before (so a sleeping watchdog can be woken).
+func (s *State) Begin() (wasIdle bool) { return s.inflight.Add(1) == 1 }
+
+// Unbegin takes back a Begin whose operation was never handed to the
+// transport (it is not reported and not counted).
+func (s *State) Unbegin() { s.inflight.Add(-1) }
+
+// End counts the outcome of an operation about to be reported with err.
+func (s *State) End(wr *backend.WorkRequest, err error) {
+	s.inflight.Add(-1)
+	if err != nil {
+		s.errs.Add(1)
+		return
+	}
+	s.ops.Add(1)
+	if wr.Op == backend.OpWrite {
+		s.bytesPut.Add(uint64(len(wr.Local)))
+	} else {
+		s.bytesGot.Add(uint64(len(wr.Local)))
+	}
+}
+
+// InFlight returns the operations posted and not yet reported.
+func (s *State) InFlight() int64 { return s.inflight.Load() }
+
+// Validate checks what every backend checks of a work request before it
+// posts it: a known operation, local and remote lengths equal and not
+// zero, and a remote range whose end does not overflow (a backend that
+// splits the request adds offsets to Remote.Offset). name prefixes the
+// errors ("tcp", "ibverbs").
+func Validate(name string, wr *backend.WorkRequest) error {
+	n := uint64(len(wr.Local))
+	if n == 0 || n != wr.Remote.Length {
+		return fmt.Errorf("%s: local %d bytes, remote %d: %w", name, n, wr.Remote.Length, backend.ErrProtocol)
+	}
+	if wr.Op != backend.OpWrite && wr.Op != backend.OpRead {
+		return fmt.Errorf("%s: op %d: %w", name, wr.Op, backend.ErrProtocol)
+	}
+	if wr.Remote.Offset+n < wr.Remote.Offset {
+		return fmt.Errorf("%s: remote offset %d + %d bytes overflows: %w", name, wr.Remote.Offset, n, buffer.ErrOutOfRange)
+	}
+	return nil
+}
+
+// OpError is the error of one operation ended early: "NAME: OP of N bytes:
+// CAUSE" (a cancellation's cause, or backend.ErrDeadline).
+func OpError(name string, wr *backend.WorkRequest, cause error) error {
+	return fmt.Errorf("%s: %s of %d bytes: %w", name, wr.Op, len(wr.Local), cause)
+}

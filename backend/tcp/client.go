@@ -1,0 +1,124 @@
+package tcp
+
+import (
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+)
+
+// The initiator's connections. Each connection of a route runs a writer
+// (client_write.go) and a reader (client_read.go); the chunks they carry
+// move through the states of op.go, and cancel.go ends them early.
+
+const (
+	// maxWriteBatch bounds the frames a writer gathers into one writev.
+	maxWriteBatch = 64
+	maxBatchBytes = 4 << 20
+
+	// yieldInFlight is the number of operations in flight on a route from
+	// which the writer yields before gathering a batch: with many posters
+	// the batch grows (fewer syscalls); with few, the yield only adds a
+	// round of scheduling.
+	yieldInFlight = 8
+
+	// sendQueue bounds a connection's queue of frames; a full queue is
+	// back-pressure on Post (the route's semaphore bounds the total anyway).
+	sendQueue = 128
+
+	clientReadBuf = 4 << 10
+)
+
+// clientConn is one connection of a route: a writer and a reader goroutine.
+type clientConn struct {
+	r     *route
+	c     net.Conn
+	sendq chan *chunk
+
+	heard atomic.Uint64 // responses read; the heartbeat watches it move
+	// lastHeard and lastHeardAt are owned by the watchdog.
+	lastHeard   uint64
+	lastHeardAt time.Time
+
+	mu      sync.Mutex // guards slots, nextID, failing and chunk states
+	slots   map[uint64]*chunk
+	nextID  uint64
+	failing bool
+
+	// writer-owned scratch
+	hdrs   [maxWriteBatch][reqHeaderSize]byte
+	iov    net.Buffers // the batch; WriteTo consumes it
+	iovBuf net.Buffers // iov's backing array, kept across batches
+	// sending holds the WRITE chunks of the batch being written. They stay
+	// live until markSent: their answer waits for it (stAnswered), and the
+	// watchdog treats them as stuck rather than completing them.
+	sending []*chunk
+}
+
+func newClientConn(r *route, c net.Conn, queue int) *clientConn {
+	return &clientConn{r: r, c: c, slots: make(map[uint64]*chunk), sendq: make(chan *chunk, queue), lastHeardAt: time.Now()}
+}
+
+// enqueue gives c an id and queues it for the writer; on a connection
+// that is failing it finishes c with the route's error.
+func (cc *clientConn) enqueue(c *chunk) {
+	cc.mu.Lock()
+	if cc.failing {
+		cc.mu.Unlock()
+		c.finish(cc.r.Err())
+		return
+	}
+	cc.nextID++
+	c.id = cc.nextID
+	c.state = stQueued
+	cc.slots[c.id] = c
+	cc.mu.Unlock()
+	select {
+	case cc.sendq <- c:
+	case <-cc.r.Done():
+		// The writer is gone; the chunk is in slots and drain fails it.
+	}
+}
+
+// expire ends chunks past their deadline with ErrDeadline, as a cancel
+// does: only those chunks, never the route.
+func (cc *clientConn) expire(now time.Time) {
+	cc.endChunks(func(c *chunk) error {
+		if c.deadline.IsZero() || !now.After(c.deadline) {
+			return nil
+		}
+		return fmt.Errorf("tcp: %s of %d bytes: %w", c.op.wr.Op, len(c.local), backend.ErrDeadline)
+	})
+}
+
+// failAll fails every chunk still held; called after both loops exited.
+func (cc *clientConn) failAll(err error) {
+	if err == nil {
+		err = backend.ErrClosed
+	}
+	cc.mu.Lock()
+	cc.failing = true
+	var left []*chunk
+	for id, c := range cc.slots {
+		delete(cc.slots, id)
+		if c.state != stAbandoned {
+			left = append(left, c)
+		}
+	}
+	cc.mu.Unlock()
+	// Chunks still in sendq were in slots too; drop the queue.
+	for {
+		select {
+		case <-cc.sendq:
+			continue
+		default:
+		}
+		break
+	}
+	for _, c := range left {
+		c.finish(err)
+	}
+}

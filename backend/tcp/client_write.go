@@ -1,0 +1,145 @@
+package tcp
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+)
+
+// writeLoop gathers queued frames (headers and WRITE payloads straight from
+// their regions) and writes them with one writev per batch. It returns when
+// the route fails, or after failing it when a write fails.
+func (cc *clientConn) writeLoop() {
+	defer cc.r.b.wg.Done()
+	defer cc.r.ioWG.Done()
+	for {
+		var c *chunk
+		select {
+		case c = <-cc.sendq:
+		case <-cc.r.Done():
+			return
+		}
+		if len(cc.sendq) == 0 && cc.r.InFlight() >= yieldInFlight {
+			// Let posters that are ready to run queue their frames first,
+			// so one writev carries many (a syscall per frame otherwise
+			// dominates small operations). With nothing else runnable
+			// this returns at once.
+			runtime.Gosched()
+		}
+		if cc.gather(c) == 0 {
+			continue
+		}
+		if err := cc.writeBatch(); err != nil {
+			cc.r.fail(fmt.Errorf("tcp: write: %w: %w", backend.ErrPeerGone, err))
+			return
+		}
+		cc.markSent()
+	}
+}
+
+// gather builds the batch in iov from c and whatever else is queued now,
+// up to maxWriteBatch frames or maxBatchBytes of payload, and returns the
+// number of frames (abandoned chunks are skipped).
+func (cc *clientConn) gather(c *chunk) int {
+	cc.iov = cc.iovBuf[:0]
+	cc.sending = cc.sending[:0]
+	nh, bytes := 0, 0
+	for {
+		if c == pingChunk {
+			h := reqHeader{op: opPing}
+			h.encode(cc.hdrs[nh][:])
+			cc.iov = append(cc.iov, cc.hdrs[nh][:])
+			nh++
+		} else if h, ok := cc.claim(c); ok {
+			h.encode(cc.hdrs[nh][:])
+			cc.iov = append(cc.iov, cc.hdrs[nh][:])
+			nh++
+			if h.op == opWrite {
+				cc.iov = append(cc.iov, c.local)
+				bytes += len(c.local)
+				cc.sending = append(cc.sending, c)
+			}
+		}
+		if nh == maxWriteBatch || bytes >= maxBatchBytes {
+			return nh
+		}
+		select {
+		case c = <-cc.sendq:
+			continue
+		default:
+		}
+		return nh
+	}
+}
+
+// writeBatch writes the gathered batch. A write interrupted by a cancel
+// goes on with the cancelled payloads swapped for zeros (unloan).
+func (cc *clientConn) writeBatch() error {
+	cc.iovBuf = cc.iov[:0]
+	_, err := cc.iov.WriteTo(cc.c)
+	for err != nil && isTimeout(err) && cc.unloan() {
+		// A cancelled WRITE's payload was swapped for zeros (the
+		// frame must stay whole); the rest of the batch goes on.
+		_, err = cc.iov.WriteTo(cc.c)
+	}
+	clear(cc.iovBuf[:cap(cc.iovBuf)])
+	return err
+}
+
+// claim takes a queued chunk for writing and returns its header; an
+// abandoned one is skipped. A WRITE becomes sending (the writer reads its
+// memory until markSent); a READ becomes sent at once, since writing its
+// header touches no local memory.
+func (cc *clientConn) claim(c *chunk) (reqHeader, bool) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if c.state != stQueued {
+		return reqHeader{}, false
+	}
+	h := reqHeader{op: byte(c.op.wr.Op), length: uint32(len(c.local)), wrid: c.id, region: c.region, offset: c.offset, key: c.op.wr.Remote.Key}
+	if h.op == opWrite {
+		c.state = stSending
+	} else {
+		c.state = stSent
+	}
+	return h, true
+}
+
+// markSent moves the batch's WRITE chunks on once their payload is out:
+// to sent, or, when already answered or interrupted, to finished.
+func (cc *clientConn) markSent() {
+	var answered []*chunk
+	reset := false
+	cc.mu.Lock()
+	for _, c := range cc.sending {
+		if c.interrupted && (c.state == stSending || c.state == stAnswered) {
+			// Cancelled after its bytes went out: end it now.
+			reset = true
+			c.answer = c.cause
+			if c.state == stSending {
+				c.state = stAbandoned // its response is still to come and be dropped
+			} else {
+				delete(cc.slots, c.id)
+			}
+			answered = append(answered, c)
+			continue
+		}
+		switch c.state {
+		case stSending:
+			c.state = stSent
+		case stAnswered:
+			delete(cc.slots, c.id)
+			answered = append(answered, c)
+		}
+	}
+	if reset {
+		_ = cc.c.SetWriteDeadline(time.Time{})
+	}
+	cc.mu.Unlock()
+	clear(cc.sending)
+	for _, c := range answered {
+		c.finish(c.answer)
+	}
+}

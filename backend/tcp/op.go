@@ -1,0 +1,131 @@
+package tcp
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+)
+
+// op is one posted work request split into chunks. Ops are pooled: an op
+// is recycled only after it completed without error, when no connection
+// holds any of its chunks (chunks that failed may still sit in a
+// connection's table, so their op is left to the garbage collector).
+type op struct {
+	wr        *backend.WorkRequest
+	remaining atomic.Int32
+	firstErr  atomic.Pointer[error]
+	r         *route
+	one       [1]chunk // the chunk of a single-chunk op
+	chunks    []chunk  // the op's chunks (one[:] or allocated)
+}
+
+var opPool = sync.Pool{New: func() any { return new(op) }}
+
+// Chunk states; transitions are made under clientConn.mu. A chunk moves
+//
+//	queued -> sending (WRITE) or sent (READ)    the writer claims it
+//	sending -> sent                             its payload went out (markSent)
+//	sending -> answered                         a WRITE answered before markSent
+//	sent -> receiving                           the reader reads its READ payload
+//	queued/sent -> abandoned                    deadline or cancel (cancel.go)
+//
+// and is finished (its op's count taken) exactly once, by whichever loop
+// or canceller last touched its memory.
+const (
+	stQueued    = iota // in sendq, not yet written
+	stSending          // writer is writing it
+	stSent             // written, awaiting response
+	stReceiving        // reader is reading its payload
+	stAbandoned        // deadline passed; response (if any) is discarded
+	stAnswered         // WRITE answered while the writer still sends it; markSent completes it
+)
+
+// chunk is one frame's worth of an op.
+type chunk struct {
+	op       *op
+	id       uint64
+	local    []byte
+	region   uint64
+	offset   uint64
+	deadline time.Time
+	state    int
+	answer   error // the response's outcome, for stAnswered
+	// cause is why the chunk is being ended early; interrupted says a loop
+	// touching its memory was interrupted (a socket deadline set to now)
+	// and must end it. Both under clientConn.mu; stop mirrors interrupted
+	// for the reader's lock-free check between reads.
+	cause       error
+	interrupted bool
+	stop        atomic.Bool
+}
+
+// pingChunk is queued by the watchdog to send a heartbeat.
+var pingChunk = new(chunk)
+
+// newOp takes an op from the pool and splits wr into its count chunks of
+// at most the route's chunk size.
+func newOp(r *route, wr *backend.WorkRequest, count int) *op {
+	o := opPool.Get().(*op)
+	o.wr, o.r = wr, r
+	o.firstErr.Store(nil)
+	o.remaining.Store(int32(count))
+	if count == 1 {
+		o.chunks = o.one[:]
+	} else {
+		o.chunks = make([]chunk, count)
+	}
+	n := uint64(len(wr.Local))
+	for i := range o.chunks {
+		off := uint64(i) * r.chunkN
+		end := min(off+r.chunkN, n)
+		c := &o.chunks[i]
+		c.op = o
+		c.local = wr.Local[off:end:end]
+		c.region = wr.Remote.Region
+		c.offset = wr.Remote.Offset + off
+		c.deadline = wr.Deadline
+		c.answer, c.cause, c.interrupted = nil, nil, false
+		c.stop.Store(false)
+	}
+	return o
+}
+
+// finish records a chunk's outcome; the last chunk completes the op. Called
+// only once neither loop of the chunk's connection can touch its memory.
+func (c *chunk) finish(err error) {
+	o := c.op
+	r := o.r
+	<-r.sem
+	if err != nil {
+		e := err // only a failure pays for the pointer
+		o.firstErr.CompareAndSwap(nil, &e)
+	}
+	if o.remaining.Add(-1) != 0 {
+		return
+	}
+	wr := o.wr
+	var final error
+	if p := o.firstErr.Load(); p != nil {
+		final = *p
+	}
+	r.End(wr, final)
+	if final == nil {
+		o.recycle()
+	}
+	wr.Done.Complete(wr, final)
+}
+
+// recycle returns a successfully completed op to the pool.
+func (o *op) recycle() {
+	for i := range o.chunks {
+		c := &o.chunks[i]
+		c.op, c.local, c.answer = nil, nil, nil
+	}
+	if len(o.chunks) > 1 {
+		return // an allocated chunk slice is not kept
+	}
+	o.wr, o.r, o.chunks = nil, nil, nil
+	opPool.Put(o)
+}
