@@ -11,6 +11,8 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	"github.com/rdmamgr/rdmamgr/internal/qpbind"
 )
 
 // fakeRoute records posted work requests and lets the test complete them.
@@ -104,19 +106,19 @@ const (
 )
 
 type env struct {
-	local  *buffer.Registry // this manager's registry (the Resolver)
-	remote *buffer.Registry // stands for the peer's registry: makes real handles
+	local  *memreg.Registry // this manager's registry (the Resolver)
+	remote *memreg.Registry // stands for the peer's registry: makes real handles
 	route  *fakeRoute
 	qp     *QueuePair
 	rels   *int // OnRelease calls
 	relMu  *sync.Mutex
 }
 
-func newEnv(t *testing.T, opt Options) *env {
+func newEnv(t *testing.T, opt qpbind.Options) *env {
 	t.Helper()
 	e := &env{
-		local:  buffer.NewRegistry(localID, buffer.Limits{}),
-		remote: buffer.NewRegistry(peerID, buffer.Limits{}),
+		local:  memreg.NewRegistry(localID, buffer.Limits{}),
+		remote: memreg.NewRegistry(peerID, buffer.Limits{}),
 		route:  newFakeRoute(),
 		rels:   new(int),
 		relMu:  new(sync.Mutex),
@@ -148,7 +150,7 @@ func newEnv(t *testing.T, opt Options) *env {
 
 func (e *env) releases() int { e.relMu.Lock(); defer e.relMu.Unlock(); return *e.rels }
 
-func alloc(t *testing.T, g *buffer.Registry, n uint64, a buffer.Access) buffer.Buffer {
+func alloc(t *testing.T, g *memreg.Registry, n uint64, a buffer.Access) buffer.Buffer {
 	t.Helper()
 	b, err := g.Allocate(n, a)
 	if err != nil {
@@ -159,7 +161,7 @@ func alloc(t *testing.T, g *buffer.Registry, n uint64, a buffer.Access) buffer.B
 
 // drained reports whether the region of b holds no references: a release
 // with an already-cancelled context succeeds only then.
-func drained(t *testing.T, g *buffer.Registry, b buffer.Buffer) bool {
+func drained(t *testing.T, g *memreg.Registry, b buffer.Buffer) bool {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -171,7 +173,7 @@ func drained(t *testing.T, g *buffer.Registry, b buffer.Buffer) bool {
 }
 
 func TestAccessors(t *testing.T) {
-	e := newEnv(t, Options{})
+	e := newEnv(t, qpbind.Options{})
 	if e.qp.ID() != 7 || e.qp.PeerID() != peerID || e.qp.Route() != e.route {
 		t.Fatalf("id %d peer %x route %v", e.qp.ID(), e.qp.PeerID(), e.qp.Route())
 	}
@@ -182,7 +184,7 @@ func TestAccessors(t *testing.T) {
 
 func TestPutGetAsync(t *testing.T) {
 	const timeout = time.Hour
-	e := newEnv(t, Options{Timeout: timeout})
+	e := newEnv(t, qpbind.Options{Timeout: timeout})
 	local := alloc(t, e.local, 4096, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 4096, buffer.AccessReadWrite)
 	mem, err := e.local.Bytes(local)
@@ -255,7 +257,7 @@ func TestPutGetAsync(t *testing.T) {
 }
 
 func TestWaitContext(t *testing.T) {
-	e := newEnv(t, Options{})
+	e := newEnv(t, qpbind.Options{})
 	local := alloc(t, e.local, 100, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 100, buffer.AccessReadWrite)
 
@@ -333,7 +335,7 @@ func TestWaitContext(t *testing.T) {
 
 // Submit's ctx cancels its operations when it ends, with nobody waiting.
 func TestSubmitContextCancels(t *testing.T) {
-	e := newEnv(t, Options{Timeout: time.Hour})
+	e := newEnv(t, qpbind.Options{Timeout: time.Hour})
 	local := alloc(t, e.local, 200, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 200, buffer.AccessReadWrite)
 	l1, _ := local.Slice(0, 100)
@@ -372,7 +374,7 @@ func TestSubmitContextCancels(t *testing.T) {
 func TestLocalReferenceHeldUntilCompletion(t *testing.T) {
 	for _, op := range []string{"put", "get"} {
 		t.Run(op, func(t *testing.T) {
-			e := newEnv(t, Options{})
+			e := newEnv(t, qpbind.Options{})
 			local := alloc(t, e.local, 8192, buffer.AccessReadWrite)
 			remote := alloc(t, e.remote, 8192, buffer.AccessReadWrite)
 			var w *WorkRequest
@@ -388,14 +390,14 @@ func TestLocalReferenceHeldUntilCompletion(t *testing.T) {
 
 			// Wait until Release has begun: the region no longer resolves.
 			eventually(t, "release started", func() bool {
-				r, _, err := e.local.Local(local)
+				ref, err := e.local.AcquireLocal(local)
 				if errors.Is(err, buffer.ErrReleased) {
 					return true
 				}
 				if err != nil {
 					t.Fatal(err)
 				}
-				r.Unref() // Local took a reference
+				ref.Release()
 				select {
 				case err := <-released:
 					t.Fatalf("release returned before completion: %v", err)
@@ -435,7 +437,7 @@ func TestLocalReferenceHeldUntilCompletion(t *testing.T) {
 // Release with a context that ends first reports the context error while the
 // request is pending; the region is freed once the request completes.
 func TestReleaseContextWhilePending(t *testing.T) {
-	e := newEnv(t, Options{})
+	e := newEnv(t, qpbind.Options{})
 	local := alloc(t, e.local, 10, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 10, buffer.AccessReadWrite)
 	w := e.qp.Put(local, remote)
@@ -452,13 +454,13 @@ func TestReleaseContextWhilePending(t *testing.T) {
 }
 
 func TestErrorsBeforePosting(t *testing.T) {
-	e := newEnv(t, Options{})
+	e := newEnv(t, qpbind.Options{})
 	local := alloc(t, e.local, 4096, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 4096, buffer.AccessReadWrite)
 	remoteRO := alloc(t, e.remote, 4096, buffer.AccessRead)
 	remoteWO := alloc(t, e.remote, 4096, buffer.AccessWrite)
 	remoteNone := alloc(t, e.remote, 4096, 0)
-	foreign := buffer.NewRegistry(0x3333, buffer.Limits{})
+	foreign := memreg.NewRegistry(0x3333, buffer.Limits{})
 	notOurs := alloc(t, foreign, 4096, buffer.AccessReadWrite)
 	t.Cleanup(func() { _ = foreign.Close(context.Background()) })
 	released := alloc(t, e.local, 4096, buffer.AccessReadWrite)
@@ -533,7 +535,7 @@ func TestErrorsBeforePosting(t *testing.T) {
 }
 
 func TestPostErrorPropagates(t *testing.T) {
-	e := newEnv(t, Options{})
+	e := newEnv(t, qpbind.Options{})
 	local := alloc(t, e.local, 64, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 64, buffer.AccessReadWrite)
 	for _, perr := range []error{backend.ErrPeerGone, backend.ErrClosed, fmt.Errorf("in flight: %w", backend.ErrLimit)} {
@@ -553,7 +555,7 @@ func TestPostErrorPropagates(t *testing.T) {
 }
 
 func TestRelease(t *testing.T) {
-	e := newEnv(t, Options{})
+	e := newEnv(t, qpbind.Options{})
 	local := alloc(t, e.local, 64, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 64, buffer.AccessReadWrite)
 
@@ -585,7 +587,7 @@ func TestRelease(t *testing.T) {
 // queue pair back (OnRelease) only once they have.
 func TestReleaseWaitsForPosted(t *testing.T) {
 	onRel := make(chan struct{})
-	e := newEnv(t, Options{OnRelease: func() { close(onRel) }})
+	e := newEnv(t, qpbind.Options{OnRelease: func() { close(onRel) }})
 	local := alloc(t, e.local, 64, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 64, buffer.AccessReadWrite)
 	w1 := e.qp.Put(local, remote)
@@ -630,7 +632,7 @@ func TestReleaseWaitsForPosted(t *testing.T) {
 }
 
 func TestSubmitSharesDeadline(t *testing.T) {
-	e := newEnv(t, Options{Timeout: time.Hour})
+	e := newEnv(t, qpbind.Options{Timeout: time.Hour})
 	local := alloc(t, e.local, 3000, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 3000, buffer.AccessReadWrite)
 	var ops []Op
@@ -692,7 +694,7 @@ func TestSubmitSharesDeadline(t *testing.T) {
 
 func TestSubmitDefaultDeadlineAndBadOp(t *testing.T) {
 	const timeout = 3 * time.Hour
-	e := newEnv(t, Options{Timeout: timeout})
+	e := newEnv(t, qpbind.Options{Timeout: timeout})
 	local := alloc(t, e.local, 100, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 100, buffer.AccessRead)
 	before := time.Now()
@@ -725,7 +727,7 @@ func TestSubmitDefaultDeadlineAndBadOp(t *testing.T) {
 
 // Many goroutines post while another completes: run with -race.
 func TestConcurrentPosts(t *testing.T) {
-	e := newEnv(t, Options{})
+	e := newEnv(t, qpbind.Options{})
 	local := alloc(t, e.local, 1<<16, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 1<<16, buffer.AccessReadWrite)
 	const goroutines, per = 8, 50
@@ -790,7 +792,7 @@ func TestConcurrentPosts(t *testing.T) {
 // counted until it completes, so Release still waits for the pending one.
 func TestReusedWorkRequest(t *testing.T) {
 	onRel := make(chan struct{})
-	e := newEnv(t, Options{OnRelease: func() { close(onRel) }})
+	e := newEnv(t, qpbind.Options{OnRelease: func() { close(onRel) }})
 	local := alloc(t, e.local, 512, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 512, buffer.AccessReadWrite)
 	var w WorkRequest
@@ -879,8 +881,8 @@ func TestReusedWorkRequestAllocs(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("allocation count is not meaningful under -race")
 	}
-	e := newEnv(t, Options{})
-	qp := New(1, peerID, &syncRoute{}, e.local, Options{})
+	e := newEnv(t, qpbind.Options{})
+	qp := New(1, peerID, &syncRoute{}, e.local, qpbind.Options{})
 	local := alloc(t, e.local, 4096, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 4096, buffer.AccessReadWrite)
 	var w WorkRequest

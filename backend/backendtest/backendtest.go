@@ -13,6 +13,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // Owner ids of the two managers of a subtest.
@@ -26,7 +27,7 @@ const (
 type Factory struct {
 	// NewBackend returns a started backend serving a fresh registry of the
 	// manager owner. The suite closes the backend, then the registry.
-	NewBackend func(t testing.TB, owner uint64) (backend.Backend, *buffer.Registry)
+	NewBackend func(t testing.TB, owner uint64) (backend.Backend, *memreg.Registry)
 	// WrongKeyErr is what an operation with a wrong key fails with
 	// (errors.Is): TCP checks the region key (buffer.ErrBadKey); RDMA
 	// hardware checks the rkey and reports a remote access error
@@ -92,7 +93,7 @@ func Run(t *testing.T, f Factory) {
 type Pair struct {
 	f          Factory
 	A, B       backend.Backend
-	RegA, RegB *buffer.Registry
+	RegA, RegB *memreg.Registry
 	Route      backend.Route
 }
 
@@ -109,7 +110,7 @@ func NewPair(t testing.TB, f Factory) *Pair {
 	return p
 }
 
-func cleanupBackend(t testing.TB, f Factory, b backend.Backend, reg *buffer.Registry) {
+func cleanupBackend(t testing.TB, f Factory, b backend.Backend, reg *memreg.Registry) {
 	t.Cleanup(func() {
 		if err := b.Close(); err != nil {
 			t.Errorf("%s backend Close: %v", b.Kind(), err)
@@ -161,7 +162,7 @@ func Connect(timeout time.Duration, a, b backend.Backend, peerOfA, peerOfB uint6
 }
 
 // Alloc allocates n bytes in reg and returns the handle and its memory.
-func Alloc(t testing.TB, reg *buffer.Registry, n int, access buffer.Access) (buffer.Buffer, []byte) {
+func Alloc(t testing.TB, reg *memreg.Registry, n int, access buffer.Access) (buffer.Buffer, []byte) {
 	t.Helper()
 	h, err := reg.Allocate(uint64(n), access)
 	if err != nil {
@@ -234,17 +235,17 @@ func (r *Recorder) Len() int { return len(r.ch) }
 
 // NewWR resolves local (a handle of reg) and returns a work request for it.
 // The local reference is dropped by the returned release func.
-func NewWR(t testing.TB, reg *buffer.Registry, op backend.Op, local, remote buffer.Buffer, deadline time.Time, done backend.Completer) (*backend.WorkRequest, func()) {
+func NewWR(t testing.TB, reg *memreg.Registry, op backend.Op, local, remote buffer.Buffer, deadline time.Time, done backend.Completer) (*backend.WorkRequest, func()) {
 	t.Helper()
-	region, mem, err := reg.Local(local)
+	ref, err := reg.AcquireLocal(local)
 	if err != nil {
-		t.Fatalf("Local(%v): %v", local, err)
+		t.Fatalf("AcquireLocal(%v): %v", local, err)
 	}
-	return &backend.WorkRequest{Op: op, Local: mem, LocalRegion: region, Remote: remote, Deadline: deadline, Done: done}, region.Unref
+	return &backend.WorkRequest{Op: op, Local: ref.Bytes(), LocalRegion: ref.Region(), Remote: remote, Deadline: deadline, Done: done}, ref.Release
 }
 
 // Do posts one operation and returns Post's error or the completion's.
-func Do(t testing.TB, timeout time.Duration, rt backend.Route, reg *buffer.Registry, op backend.Op, local, remote buffer.Buffer) error {
+func Do(t testing.TB, timeout time.Duration, rt backend.Route, reg *memreg.Registry, op backend.Op, local, remote buffer.Buffer) error {
 	t.Helper()
 	rec := NewRecorder(1)
 	wr, release := NewWR(t, reg, op, local, remote, time.Now().Add(timeout), rec)

@@ -17,13 +17,14 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // Backend is the ibverbs data plane of one manager: one device port, one
 // protection domain, one completion queue shared by every RC queue pair.
 type Backend struct {
 	cfg Config
-	reg *buffer.Registry
+	reg *memreg.Registry
 	log *slog.Logger
 
 	// life: control calls and region hooks hold it for reading while they
@@ -79,13 +80,13 @@ type regData struct {
 
 var (
 	_ backend.Backend = (*Backend)(nil)
-	_ buffer.Hooks    = (*Backend)(nil)
-	_ buffer.Revoker  = (*Backend)(nil)
+	_ memreg.Hooks    = (*Backend)(nil)
+	_ memreg.Revoker  = (*Backend)(nil)
 )
 
 // New returns a backend for reg's regions. It does no I/O: Start opens the
 // device.
-func New(cfg Config, reg *buffer.Registry, log *slog.Logger) (backend.Backend, error) {
+func New(cfg Config, reg *memreg.Registry, log *slog.Logger) (backend.Backend, error) {
 	if err := cfg.Verify(); err != nil {
 		return nil, err
 	}
@@ -345,7 +346,7 @@ func pickGID(d *devContext, port int, pa portAttr, want int) (int, [16]byte, err
 // RegisterRegion registers r with the device: LOCAL_WRITE always,
 // REMOTE_READ iff the region allows reads, REMOTE_WRITE iff it allows
 // writes. It sets r.BackendData and r.RDMA.
-func (b *Backend) RegisterRegion(r *buffer.Region) error {
+func (b *Backend) RegisterRegion(r *memreg.Region) error {
 	b.life.RLock()
 	defer b.life.RUnlock()
 	if b.closed.Load() || !b.started {
@@ -354,7 +355,7 @@ func (b *Backend) RegisterRegion(r *buffer.Region) error {
 	return b.registerLocked(r)
 }
 
-func (b *Backend) registerLocked(r *buffer.Region) error {
+func (b *Backend) registerLocked(r *memreg.Region) error {
 	b.mrMu.Lock()
 	defer b.mrMu.Unlock()
 	if _, ok := b.mrs[r.ID()]; ok {
@@ -405,7 +406,7 @@ func (rd *regData) dereg() error {
 // deregistered, so the rkey in every handle of r stops working (peers'
 // work fails with a remote access error) before RevokeRegion returns. The
 // owner's own use of r goes on through its local memory region.
-func (b *Backend) RevokeRegion(r *buffer.Region) error {
+func (b *Backend) RevokeRegion(r *memreg.Region) error {
 	b.life.RLock()
 	defer b.life.RUnlock()
 	b.mrMu.Lock()
@@ -422,7 +423,7 @@ func (b *Backend) RevokeRegion(r *buffer.Region) error {
 // DeregisterRegion deregisters r's memory region. The registry calls it
 // once no local work references the region; remote peers' work on it fails
 // with a remote access error from then on.
-func (b *Backend) DeregisterRegion(r *buffer.Region) error {
+func (b *Backend) DeregisterRegion(r *memreg.Region) error {
 	b.life.RLock()
 	defer b.life.RUnlock()
 	b.mrMu.Lock()

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/qpbind"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
@@ -15,7 +16,7 @@ func TestSteadyStateAllocs(t *testing.T) {
 		t.Skip("allocation count (sync.Pool drops items at random under -race)")
 	}
 	p := newPair(t, Config{}, Config{})
-	qp := queuepair.New(1, ownerB, p.route, p.regA, queuepair.Options{})
+	qp := queuepair.New(1, ownerB, p.route, p.regA, qpbind.Options{})
 	for _, size := range []uint64{64, 4096, 1 << 20} {
 		local, _ := alloc(t, p.regA, size, buffer.AccessReadWrite)
 		remote, _ := alloc(t, p.regB, size, buffer.AccessReadWrite)

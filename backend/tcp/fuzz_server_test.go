@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // FuzzServeConn feeds an authenticated server connection arbitrary bytes:
@@ -26,7 +27,7 @@ func FuzzServeConn(f *testing.F) {
 	f.Add(bytes.Repeat([]byte{0xff}, 100))
 	f.Add([]byte{})
 
-	reg := buffer.NewRegistry(ownerB, buffer.Limits{})
+	reg := memreg.NewRegistry(ownerB, buffer.Limits{})
 	h, err := reg.Allocate(4096, buffer.AccessReadWrite)
 	if err != nil {
 		f.Fatal(err)

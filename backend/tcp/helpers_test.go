@@ -13,6 +13,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // Owner ids of the two test managers.
@@ -78,9 +79,9 @@ func waitNoLeaks(d time.Duration) []string {
 
 // newBackend returns a started backend on 127.0.0.1:0 serving a fresh
 // registry of owner; both are closed at cleanup.
-func newBackend(t testing.TB, cfg Config, owner uint64) (*Backend, *buffer.Registry) {
+func newBackend(t testing.TB, cfg Config, owner uint64) (*Backend, *memreg.Registry) {
 	t.Helper()
-	reg := buffer.NewRegistry(owner, buffer.Limits{})
+	reg := memreg.NewRegistry(owner, buffer.Limits{})
 	if cfg.ListenAddr == "" {
 		cfg.ListenAddr = "127.0.0.1:0"
 	}
@@ -134,7 +135,7 @@ func connect(t testing.TB, a, b *Backend, peerOfA, peerOfB uint64) backend.Route
 // pair is two managers' backends and a route from a (initiator) to b.
 type pair struct {
 	a, b       *Backend
-	regA, regB *buffer.Registry
+	regA, regB *memreg.Registry
 	route      backend.Route
 }
 
@@ -154,7 +155,7 @@ func (p *pair) newRoute(t testing.TB) backend.Route {
 }
 
 // alloc allocates a region of n bytes in reg and returns its handle and memory.
-func alloc(t testing.TB, reg *buffer.Registry, n uint64, access buffer.Access) (buffer.Buffer, []byte) {
+func alloc(t testing.TB, reg *memreg.Registry, n uint64, access buffer.Access) (buffer.Buffer, []byte) {
 	t.Helper()
 	h, err := reg.Allocate(n, access)
 	if err != nil {
@@ -247,7 +248,7 @@ func mustSlice(t testing.TB, h buffer.Buffer, off, n uint64) buffer.Buffer {
 
 // checkPut puts fresh random bytes from a's memory into a fresh region of b
 // over rt and verifies b's memory byte for byte.
-func checkPut(t testing.TB, rt backend.Route, regA, regB *buffer.Registry) {
+func checkPut(t testing.TB, rt backend.Route, regA, regB *memreg.Registry) {
 	t.Helper()
 	const n = 64 << 10
 	_, local := alloc(t, regA, n, buffer.AccessReadWrite)

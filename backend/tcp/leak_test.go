@@ -10,6 +10,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // TestNoGoroutineLeak runs routes through success, failure and close, closes
@@ -134,7 +135,7 @@ func TestCloseIdempotent(t *testing.T) {
 }
 
 func TestLifecycleErrors(t *testing.T) {
-	reg := buffer.NewRegistry(ownerA, buffer.Limits{})
+	reg := memreg.NewRegistry(ownerA, buffer.Limits{})
 	b, err := New(Config{}, reg, nil)
 	if err != nil {
 		t.Fatal(err)
