@@ -50,13 +50,19 @@
 //
 // The control plane (the manager's actor):
 //
-//   - ErrUnknownMessage, ErrUnknownPeer, ErrTimeout, ErrMessageTooLarge,
-//     ErrBadResponse.
+//   - ErrUnknownMessage: the manager does not handle the message.
+//   - ErrUnknownPeer: the peer could not be reached, or no member of the
+//     cluster has its name.
+//   - ErrUnreachableReply: our reply address is one the peer cannot reach.
+//   - ErrTimeout: no answer in time.
+//   - ErrMessageTooLarge: a message over the gRPC limit.
+//   - ErrBadResponse: a reply of the wrong type or shape.
 //
 // Some packages refine a sentinel with an error of their own that wraps
 // it: backend/tcp.ErrListenerDown is ErrClosed, backend/ibverbs.ErrNotBuilt
 // and ErrNoDevices are ErrNotSupported. The older per-package names
 // (buffer.ErrBadKey, backend.ErrPeerGone, queuepair.ErrWrongPeer,
-// actor.ErrNotLocal, ...) are the same values as the ones here and keep
-// working with errors.Is.
+// actor.ErrNotLocal, actor.ErrTooManyConns (ErrLimit),
+// membership.ErrNotFound (ErrUnknownPeer), ...) are the same values as the
+// ones here and keep working with errors.Is.
 package rdmamgr

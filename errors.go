@@ -69,8 +69,12 @@ var (
 
 	// ErrUnknownMessage: the manager does not handle the message.
 	ErrUnknownMessage = errors.New("unknown message")
-	// ErrUnknownPeer: the peer manager could not be reached or named.
+	// ErrUnknownPeer: the peer manager could not be reached or named (a
+	// name no member of the cluster has, too).
 	ErrUnknownPeer = errors.New("unknown or unreachable peer")
+	// ErrUnreachableReply: a request would name a reply address the peer
+	// cannot reach (loopback toward another host): it would only time out.
+	ErrUnreachableReply = errors.New("reply address unreachable from the peer")
 	// ErrTimeout: no answer from the manager in time.
 	ErrTimeout = errors.New("request timed out")
 	// ErrMessageTooLarge: a control message over the configured gRPC limit.

@@ -18,6 +18,7 @@ var all = map[string]error{
 	"ErrNotSupported": ErrNotSupported, "ErrNotStarted": ErrNotStarted,
 	"ErrUnknownMessage": ErrUnknownMessage, "ErrUnknownPeer": ErrUnknownPeer, "ErrTimeout": ErrTimeout,
 	"ErrMessageTooLarge": ErrMessageTooLarge, "ErrBadResponse": ErrBadResponse,
+	"ErrUnreachableReply": ErrUnreachableReply,
 }
 
 // One sentinel per meaning: no two match each other, and no two read alike.

@@ -48,7 +48,7 @@ func concurrentAcquireRelease(t *testing.T, workers int) {
 					}
 				} else {
 					if released.Load() {
-						t.Errorf("Acquire succeeded after Release returned")
+						t.Errorf("AcquireRemote succeeded after Release returned")
 					}
 					mem := ref.Bytes()
 					for j := range mem {
@@ -59,7 +59,7 @@ func concurrentAcquireRelease(t *testing.T, workers int) {
 				}
 				if wasReleased {
 					if err == nil {
-						t.Errorf("Acquire succeeded after Release returned")
+						t.Errorf("AcquireRemote succeeded after Release returned")
 					}
 					after++
 					if after >= 10 {
