@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+
+	"github.com/rdmamgr/rdmamgr"
 )
 
 // Addresses that reach: a manager advertises an address peers can dial,
@@ -13,7 +15,8 @@ import (
 
 // ErrUnreachableReply means a request would name a reply address the peer
 // cannot reach (loopback toward another host): it would only time out.
-var ErrUnreachableReply = errors.New("reply address unreachable from the peer")
+// It is rdmamgr.ErrUnreachableReply.
+var ErrUnreachableReply = rdmamgr.ErrUnreachableReply
 
 // IsWildcard reports whether host (no port; "" counts) binds every address.
 func IsWildcard(host string) bool {

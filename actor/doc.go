@@ -1,7 +1,7 @@
 // Package actor implements the RdmaManager actor and the typed client that
 // talks to it.
 //
-// A Manager owns one endpoint's memory registrations (a buffer.Registry),
+// A Manager owns one endpoint's memory registrations (a memreg.Registry),
 // one data-plane backend and the routes to peer managers. Its actor answers
 // RequestBuffer, ReleaseBuffer, RequestQueuePair, ReleaseQueuePair, the
 // manager-to-manager RouteHandshake, StatusRequest and Ping, locally or

@@ -5,36 +5,37 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
-	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
-	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
+// The errors of the control plane. They are the module's sentinels
+// (package rdmamgr lists them all) under the names this package has always
+// had.
 var (
 	// ErrUnknownMessage: the manager does not handle the message.
-	ErrUnknownMessage = errors.New("actor: unknown message")
+	ErrUnknownMessage = rdmamgr.ErrUnknownMessage
 	// ErrUnknownPeer: the peer manager could not be reached or named.
-	ErrUnknownPeer = errors.New("actor: unknown or unreachable peer")
+	ErrUnknownPeer = rdmamgr.ErrUnknownPeer
 	// ErrTimeout: no answer from the manager in time.
-	ErrTimeout = errors.New("actor: request timed out")
+	ErrTimeout = rdmamgr.ErrTimeout
 	// ErrNotLocal: the operation needs a manager in this process.
-	ErrNotLocal = errors.New("actor: manager is not in this process")
+	ErrNotLocal = rdmamgr.ErrNotLocal
 	// ErrMessageTooLarge: a message over the configured gRPC limit.
-	ErrMessageTooLarge = errors.New("actor: message too large")
+	ErrMessageTooLarge = rdmamgr.ErrMessageTooLarge
 	// ErrClosed: the manager is closed.
-	ErrClosed = errors.New("actor: manager closed")
+	ErrClosed = rdmamgr.ErrClosed
 	// ErrBadResponse: a reply of the wrong type or shape.
-	ErrBadResponse = errors.New("actor: bad response")
+	ErrBadResponse = rdmamgr.ErrBadResponse
 )
 
-// toError turns a wire Error into a Go error wrapping the matching sentinel.
-// Codes that several sentinels share wrap all of them, so errors.Is works
-// with whichever the caller expects: RESOURCE_EXHAUSTED wraps
-// buffer.ErrExhausted (a registry limit) and backend.ErrLimit (a route or
-// data-path limit); CLOSED wraps ErrClosed (the manager) and
-// backend.ErrClosed (its backend or registry); NOT_LOCAL wraps ErrNotLocal
-// and buffer.ErrInvalid (what it was before it had its own code).
+// toError turns a wire Error into a Go error wrapping the matching sentinel
+// (the same one the peer's error wrapped: backend.Sentinel for the data
+// path's codes). Codes that stand for several sentinels wrap all of them,
+// so errors.Is works with whichever the caller expects: NOT_LOCAL wraps
+// ErrNotLocal and rdmamgr.ErrInvalid, RELEASED (from a remote owner, which
+// answers a wrong key alike) ErrReleased and ErrBadKey.
 func toError(e *rdmapb.Error) error {
 	if e == nil || e.Code == rdmapb.Code_OK {
 		return nil
@@ -43,22 +44,19 @@ func toError(e *rdmapb.Error) error {
 	msg := e.Message
 	switch e.Code {
 	case rdmapb.Code_UNKNOWN_MESSAGE:
-		s = ErrUnknownMessage
+		s = rdmamgr.ErrUnknownMessage
 	case rdmapb.Code_UNKNOWN_PEER:
-		s = ErrUnknownPeer
+		s = rdmamgr.ErrUnknownPeer
 	case rdmapb.Code_WRONG_PEER:
-		s = queuepair.ErrWrongPeer
+		s = rdmamgr.ErrWrongPeer
 	case rdmapb.Code_NOT_LOCAL:
-		return fmt.Errorf("%s: %w, %w", e.Message, ErrNotLocal, buffer.ErrInvalid)
-	case rdmapb.Code_RESOURCE_EXHAUSTED:
-		// The text says which limit; the sentinels only make errors.Is work.
-		return &multiError{msg: trimSentinels(msg, buffer.ErrExhausted, backend.ErrLimit) + ": limit exceeded", is: []error{buffer.ErrExhausted, backend.ErrLimit}}
+		return &multiError{msg: trimSentinels(msg, rdmamgr.ErrNotLocal, rdmamgr.ErrInvalid) + ": " + rdmamgr.ErrNotLocal.Error(),
+			is: []error{rdmamgr.ErrNotLocal, rdmamgr.ErrInvalid}}
 	case rdmapb.Code_RELEASED:
 		// A remote owner answers a wrong key and a released or unknown
 		// region alike (fromErrorFor): the caller cannot tell which.
-		return &multiError{msg: trimSentinels(msg, buffer.ErrReleased) + ": " + buffer.ErrReleased.Error(), is: []error{buffer.ErrReleased, buffer.ErrBadKey}}
-	case rdmapb.Code_CLOSED:
-		return &multiError{msg: trimSentinels(msg, ErrClosed, backend.ErrClosed) + ": closed", is: []error{ErrClosed, backend.ErrClosed}}
+		return &multiError{msg: trimSentinels(msg, rdmamgr.ErrReleased) + ": " + rdmamgr.ErrReleased.Error(),
+			is: []error{rdmamgr.ErrReleased, rdmamgr.ErrBadKey}}
 	default:
 		s = backend.Sentinel(e.Code)
 	}
@@ -107,20 +105,18 @@ func fromError(err error) *rdmapb.Error {
 	}
 	code := backend.Code(err)
 	switch {
-	case errors.Is(err, ErrUnknownMessage):
+	case errors.Is(err, rdmamgr.ErrUnknownMessage):
 		code = rdmapb.Code_UNKNOWN_MESSAGE
-	case errors.Is(err, ErrUnknownPeer), errors.Is(err, ErrTimeout):
+	case errors.Is(err, rdmamgr.ErrUnknownPeer), errors.Is(err, rdmamgr.ErrTimeout):
 		code = rdmapb.Code_UNKNOWN_PEER
-	case errors.Is(err, ErrClosed):
+	case errors.Is(err, rdmamgr.ErrClosed):
 		code = rdmapb.Code_CLOSED
-	case errors.Is(err, ErrNotLocal):
+	case errors.Is(err, rdmamgr.ErrNotLocal):
 		code = rdmapb.Code_NOT_LOCAL
-	case errors.Is(err, queuepair.ErrNotLocal), errors.Is(err, queuepair.ErrLengthMismatch):
+	case errors.Is(err, rdmamgr.ErrLengthMismatch):
 		code = rdmapb.Code_INVALID_ARGUMENT
-	case errors.Is(err, queuepair.ErrWrongPeer):
+	case errors.Is(err, rdmamgr.ErrWrongPeer):
 		code = rdmapb.Code_WRONG_PEER
-	case errors.Is(err, queuepair.ErrReleased):
-		code = rdmapb.Code_RELEASED
 	}
 	return &rdmapb.Error{Code: code, Message: err.Error()}
 }

@@ -150,7 +150,7 @@ func TestLeaseReaperReleases(t *testing.T) {
 	if _, err := owner.RequestLeasedBuffer(ctx, 1<<20, buffer.AccessReadWrite, 50*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	for b.Registry().Stats().Regions != 0 {
+	for b.reg.Stats().Regions != 0 {
 		select {
 		case <-ctx.Done():
 			t.Fatal("expired buffer never released")

@@ -13,10 +13,13 @@ import (
 	"time"
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
+
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	"github.com/rdmamgr/rdmamgr/internal/qpbind"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
@@ -135,7 +138,7 @@ type Manager struct {
 	sys *protoactor.ActorSystem
 	cfg Config
 	id  uint64
-	reg *buffer.Registry
+	reg *memreg.Registry
 	// backends in order of preference for new routes; TCP is always last.
 	// Fixed after Start.
 	backends []backend.Backend
@@ -233,7 +236,7 @@ func New(sys *protoactor.ActorSystem, cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	id := binary.LittleEndian.Uint64(idb[:]) | 1 // never 0
-	reg := buffer.NewRegistry(id, cfg.Limits)
+	reg := memreg.NewRegistry(id, cfg.Limits)
 	log := cfg.Logger.With("manager", fmt.Sprintf("%016x", id))
 	cfg.TCP.Secret = cfg.Secret
 	dataNearRemote(&cfg.TCP, sys.Address()) // advertise.go
@@ -364,9 +367,6 @@ func (m *Manager) PID() *protoactor.PID {
 
 // ID returns the manager's random id.
 func (m *Manager) ID() uint64 { return m.id }
-
-// Registry returns the manager's registry.
-func (m *Manager) Registry() *buffer.Registry { return m.reg }
 
 // Backend returns the manager's preferred backend (after Start).
 func (m *Manager) Backend() backend.Backend {
@@ -657,7 +657,7 @@ func (m *Manager) newQueuePair(e *routeEntry) (uint64, error) {
 	m.nextQP++
 	id := m.nextQP
 	qe := &qpEntry{route: e, made: time.Now()}
-	qe.qp = queuepair.New(id, e.peerID, e.route, m.reg, queuepair.Options{
+	qe.qp = queuepair.New(id, e.peerID, e.route, m.reg, qpbind.Options{
 		Timeout:   m.cfg.OpTimeout,
 		Kind:      e.kind,
 		OnRelease: func() { m.releaseQP(id) },
@@ -773,7 +773,7 @@ func (m *Manager) status() *rdmapb.StatusResponse {
 	}
 	for _, r := range regions {
 		resp.Buffers = append(resp.Buffers, &rdmapb.BufferStatus{
-			Region: r.ID(), Length: uint64(r.Len()), Access: uint32(r.Access()), UserMemory: r.Kind() == buffer.KindUser,
+			Region: r.ID(), Length: uint64(r.Len()), Access: uint32(r.Access()), UserMemory: r.Kind() == memreg.KindUser,
 		})
 	}
 	m.mu.Lock()

@@ -467,7 +467,7 @@ func TestRequestQueuePairConcurrent(t *testing.T) {
 	}
 
 	qp := requestQP(t, ctx, a, b.PID())
-	if qp.Route() == old || routeDead(qp.Route()) {
+	if qp.Route() == old || routeDead(qp.Route().(backend.Route)) {
 		t.Fatal("new request did not build a new route")
 	}
 	if rs := routes(t, ctx, a); len(rs) != 1 || rs[0].Refs != 1 || rs[0].State != "up" {
@@ -815,7 +815,7 @@ func TestRouteFailureAndRebuild(t *testing.T) {
 		t.Fatalf("new manager %s %x", b2.PID(), b2.ID())
 	}
 	qp2 := requestQP(t, ctx, a, b.PID())
-	if qp2.PeerID() != b2.ID() || qp2.Route() == oldRoute || routeDead(qp2.Route()) {
+	if qp2.PeerID() != b2.ID() || qp2.Route() == oldRoute || routeDead(qp2.Route().(backend.Route)) {
 		t.Fatalf("new queue pair to %x on route %p (old %p)", qp2.PeerID(), qp2.Route(), oldRoute)
 	}
 	remote2 := requestBuf(t, ctx, b2.Client(), n, buffer.AccessReadWrite)
@@ -888,10 +888,10 @@ func TestClose(t *testing.T) {
 	if err := qp.Put(local, remote).Wait(ctx); !errors.Is(err, backend.ErrClosed) && !errors.Is(err, buffer.ErrReleased) {
 		t.Fatalf("put after close: %v", err)
 	}
-	if st := a.Registry().Stats(); st.Regions != 0 || st.Bytes != 0 {
+	if st := a.reg.Stats(); st.Regions != 0 || st.Bytes != 0 {
 		t.Fatalf("registry after close %+v", st)
 	}
-	if _, err := a.Registry().Allocate(1, buffer.AccessRead); !errors.Is(err, buffer.ErrClosed) {
+	if _, err := a.reg.Allocate(1, buffer.AccessRead); !errors.Is(err, buffer.ErrClosed) {
 		t.Fatalf("allocate after close: %v", err)
 	}
 	if err := a.Start(ctx); err == nil {

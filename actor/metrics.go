@@ -116,7 +116,7 @@ func opName(op backend.Op) string {
 	return "get"
 }
 
-// Observe implements queuepair.Observer.
+// Observe implements qpbind.Observer.
 func (mt *Metrics) Observe(kind backend.Kind, op backend.Op, n uint64, d time.Duration, err error) {
 	if err != nil {
 		mt.errs.WithLabelValues(string(kind), opName(op), ErrorKind(err)).Inc()

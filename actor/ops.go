@@ -11,8 +11,8 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/internal/qpbind"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
-	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
 // opsState is what the manager keeps for operators beyond its control
@@ -129,7 +129,7 @@ func (m *Manager) servedByPeer() map[backend.Kind]map[uint64]backend.PeerServedS
 }
 
 // observer is the queue pairs' Observer (nil without Metrics).
-func (m *Manager) observer() queuepair.Observer {
+func (m *Manager) observer() qpbind.Observer {
 	if m.cfg.Metrics == nil {
 		return nil
 	}

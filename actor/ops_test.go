@@ -22,13 +22,17 @@ func TestToErrorSaysSentinelOnce(t *testing.T) {
 		want string
 		is   []error
 	}{
-		{rdmapb.Code_UNAUTHENTICATED, "handshake MAC does not verify: backend: unauthenticated: backend: unauthenticated",
-			"handshake MAC does not verify: backend: unauthenticated", []error{backend.ErrUnauthenticated}},
-		{rdmapb.Code_UNAUTHENTICATED, "backend: unauthenticated", "backend: unauthenticated", []error{backend.ErrUnauthenticated}},
-		{rdmapb.Code_BAD_KEY, "region 3: buffer: bad key", "region 3: buffer: bad key", []error{buffer.ErrBadKey}},
-		{rdmapb.Code_RESOURCE_EXHAUSTED, "3 routes, the most allowed (serve --max-routes): backend: limit exceeded",
+		{rdmapb.Code_UNAUTHENTICATED, "handshake MAC does not verify: unauthenticated: unauthenticated",
+			"handshake MAC does not verify: unauthenticated", []error{backend.ErrUnauthenticated}},
+		{rdmapb.Code_UNAUTHENTICATED, "unauthenticated", "unauthenticated", []error{backend.ErrUnauthenticated}},
+		{rdmapb.Code_BAD_KEY, "region 3: bad key", "region 3: bad key", []error{buffer.ErrBadKey}},
+		{rdmapb.Code_RESOURCE_EXHAUSTED, "3 routes, the most allowed (serve --max-routes): limit exceeded: limit exceeded",
 			"3 routes, the most allowed (serve --max-routes): limit exceeded", []error{backend.ErrLimit, buffer.ErrExhausted}},
-		{rdmapb.Code_CLOSED, "manager 1: actor: manager closed", "manager 1: closed", []error{ErrClosed, backend.ErrClosed}},
+		{rdmapb.Code_CLOSED, "manager 1: closed", "manager 1: closed", []error{ErrClosed, backend.ErrClosed}},
+		{rdmapb.Code_NOT_LOCAL, "queue pairs are handed only to callers in the manager's process: not local",
+			"queue pairs are handed only to callers in the manager's process: not local", []error{ErrNotLocal, buffer.ErrInvalid}},
+		{rdmapb.Code_RELEASED, "no such buffer (released, or not this key)",
+			"no such buffer (released, or not this key): released or unknown", []error{buffer.ErrReleased, buffer.ErrBadKey}},
 	} {
 		err := toError(&rdmapb.Error{Code: c.code, Message: c.msg})
 		if err.Error() != c.want {

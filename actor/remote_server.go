@@ -2,7 +2,6 @@ package actor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -13,6 +12,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/rdmamgr/rdmamgr"
 )
 
 // RemoteConfig hardens the gRPC server under protoactor remote. Zero fields
@@ -128,8 +129,8 @@ func (c RemoteConfig) dialOptions(creds credentials.TransportCredentials) []grpc
 }
 
 // ErrTooManyConns: a gRPC connection over the connection caps (it is
-// closed at once).
-var ErrTooManyConns = errors.New("actor: too many control connections")
+// closed at once). It is rdmamgr.ErrLimit.
+var ErrTooManyConns = rdmamgr.ErrLimit
 
 // connCap is plaintext transport credentials that count connections and
 // refuse those over the caps during the (empty) security handshake, so a

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // Kind names a backend.
@@ -56,7 +57,7 @@ type WorkRequest struct {
 	Local []byte // local memory, already resolved and referenced; len == Remote.Length
 	// LocalRegion is the region Local lies in (its BackendData and RDMA
 	// keys give an RDMA backend the local key).
-	LocalRegion *buffer.Region
+	LocalRegion *memreg.Region
 	Remote      buffer.Buffer // remote handle, already validated as owned by the route's peer
 	Deadline    time.Time     // the backend fails the request with ErrDeadline after it
 	Done        Completer

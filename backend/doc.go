@@ -1,5 +1,9 @@
 // Package backend defines the interface every data-plane backend implements
-// (TCP, ibverbs) and the error classes shared by the data path.
+// (TCP, ibverbs): the service-provider interface between the manager and
+// its data planes. A program posts through package queuepair and needs
+// from here only the shared secret (LoadSecret). The package also maps the
+// module's error sentinels (package rdmamgr) to wire codes and back (Code,
+// Sentinel, RemoteError).
 //
 // A Backend moves bytes between registered regions of two managers. Setting
 // up a route is a two-sided exchange of opaque endpoint info that the
@@ -13,8 +17,9 @@
 //
 // A Route posts work requests (RDMA WRITE = Put, RDMA READ = Get) that
 // complete asynchronously through their Completer. The responder's side
-// validates every remote request against its buffer.Registry: key, access,
-// bounds; a rejected request changes nothing at the owner.
+// validates every remote request against its registry (internal/memreg,
+// AcquireRemote): key, access, bounds, revocation, lease; a rejected
+// request changes nothing at the owner.
 //
 // Contract: constructors do no I/O; Start begins it; Close is idempotent and
 // waits for the backend's goroutines. A work request is completed exactly

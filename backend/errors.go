@@ -5,77 +5,69 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
-// Sentinel errors of the data path; buffer's sentinels (ErrBadKey,
-// ErrOutOfRange, ErrAccess, ErrReleased) are used for remote validation
-// failures too, so one errors.Is works whichever side found the fault.
+// The errors of the data path. They are the module's sentinels (package
+// rdmamgr lists them all) under the names this package has always had; a
+// remote peer's refusal carries the sentinel of its wire code (Sentinel),
+// so one errors.Is works whichever side found the fault.
 var (
 	// ErrPeerGone: the peer closed the route or died.
-	ErrPeerGone = errors.New("backend: peer gone")
+	ErrPeerGone = rdmamgr.ErrPeerGone
 	// ErrDeadline: the work request missed its deadline. It also matches
 	// context.DeadlineExceeded (errors.Is), so one check serves whichever
 	// layer noticed the deadline: the backend, or the caller's context.
-	ErrDeadline error = deadlineError{}
+	ErrDeadline = rdmamgr.ErrDeadline
 	// ErrClosed: the route or backend is closed.
-	ErrClosed = errors.New("backend: closed")
+	ErrClosed = rdmamgr.ErrClosed
 	// ErrProtocol: a malformed frame or handshake.
-	ErrProtocol = errors.New("backend: protocol error")
+	ErrProtocol = rdmamgr.ErrProtocol
 	// ErrUnauthenticated: a bad, expired or reused route token.
-	ErrUnauthenticated = errors.New("backend: unauthenticated")
+	ErrUnauthenticated = rdmamgr.ErrUnauthenticated
 	// ErrVersion: the peer speaks another protocol version.
-	ErrVersion = errors.New("backend: version mismatch")
+	ErrVersion = rdmamgr.ErrVersion
 	// ErrNotSupported: the backend is not available in this build or machine.
-	ErrNotSupported = errors.New("backend: not supported")
+	ErrNotSupported = rdmamgr.ErrNotSupported
 	// ErrLimit: a limit (in-flight, routes, frame size) was hit.
-	ErrLimit = errors.New("backend: limit exceeded")
+	ErrLimit = rdmamgr.ErrLimit
 )
-
-// deadlineError is ErrDeadline: errors.Is matches it and
-// context.DeadlineExceeded, and it is a net.Error-style timeout.
-type deadlineError struct{}
-
-func (deadlineError) Error() string        { return "backend: deadline exceeded" }
-func (deadlineError) Is(target error) bool { return target == context.DeadlineExceeded }
-func (deadlineError) Timeout() bool        { return true }
-func (deadlineError) Temporary() bool      { return true }
 
 // Code maps an error to the wire code; nil is OK.
 func Code(err error) rdmapb.Code {
 	switch {
 	case err == nil:
 		return rdmapb.Code_OK
-	case errors.Is(err, buffer.ErrReleased): // first: a remote RELEASED is also ErrBadKey
+	case errors.Is(err, rdmamgr.ErrReleased): // first: a remote RELEASED is also ErrBadKey
 		return rdmapb.Code_RELEASED
-	case errors.Is(err, buffer.ErrBadKey):
+	case errors.Is(err, rdmamgr.ErrBadKey):
 		return rdmapb.Code_BAD_KEY
-	case errors.Is(err, buffer.ErrOutOfRange):
+	case errors.Is(err, rdmamgr.ErrOutOfRange):
 		return rdmapb.Code_OUT_OF_RANGE
-	case errors.Is(err, buffer.ErrAccess):
+	case errors.Is(err, rdmamgr.ErrAccess):
 		return rdmapb.Code_ACCESS_DENIED
-	case errors.Is(err, buffer.ErrInvalid):
+	case errors.Is(err, rdmamgr.ErrInvalid):
 		return rdmapb.Code_INVALID_ARGUMENT
-	case errors.Is(err, buffer.ErrExpired):
+	case errors.Is(err, rdmamgr.ErrExpired):
 		return rdmapb.Code_LEASE_EXPIRED
-	case errors.Is(err, buffer.ErrRevoked):
+	case errors.Is(err, rdmamgr.ErrRevoked):
 		return rdmapb.Code_REVOKED
-	case errors.Is(err, buffer.ErrExhausted), errors.Is(err, ErrLimit):
+	case errors.Is(err, rdmamgr.ErrLimit):
 		return rdmapb.Code_RESOURCE_EXHAUSTED
-	case errors.Is(err, ErrPeerGone):
+	case errors.Is(err, rdmamgr.ErrPeerGone):
 		return rdmapb.Code_PEER_GONE
-	case errors.Is(err, ErrDeadline), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, rdmamgr.ErrDeadline), errors.Is(err, context.DeadlineExceeded):
 		return rdmapb.Code_DEADLINE_EXCEEDED
-	case errors.Is(err, ErrClosed), errors.Is(err, buffer.ErrClosed):
+	case errors.Is(err, rdmamgr.ErrClosed):
 		return rdmapb.Code_CLOSED
-	case errors.Is(err, ErrProtocol):
+	case errors.Is(err, rdmamgr.ErrProtocol):
 		return rdmapb.Code_PROTOCOL
-	case errors.Is(err, ErrUnauthenticated):
+	case errors.Is(err, rdmamgr.ErrUnauthenticated):
 		return rdmapb.Code_UNAUTHENTICATED
-	case errors.Is(err, ErrVersion):
+	case errors.Is(err, rdmamgr.ErrVersion):
 		return rdmapb.Code_VERSION_MISMATCH
-	case errors.Is(err, ErrNotSupported):
+	case errors.Is(err, rdmamgr.ErrNotSupported):
 		return rdmapb.Code_NOT_SUPPORTED
 	}
 	return rdmapb.Code_INTERNAL
@@ -100,35 +92,35 @@ func Sentinel(c rdmapb.Code) error {
 	case rdmapb.Code_OK:
 		return nil
 	case rdmapb.Code_BAD_KEY:
-		return buffer.ErrBadKey
+		return rdmamgr.ErrBadKey
 	case rdmapb.Code_OUT_OF_RANGE:
-		return buffer.ErrOutOfRange
+		return rdmamgr.ErrOutOfRange
 	case rdmapb.Code_ACCESS_DENIED:
-		return buffer.ErrAccess
+		return rdmamgr.ErrAccess
 	case rdmapb.Code_RELEASED:
-		return buffer.ErrReleased
+		return rdmamgr.ErrReleased
 	case rdmapb.Code_INVALID_ARGUMENT:
-		return buffer.ErrInvalid
+		return rdmamgr.ErrInvalid
 	case rdmapb.Code_LEASE_EXPIRED:
-		return buffer.ErrExpired
+		return rdmamgr.ErrExpired
 	case rdmapb.Code_REVOKED:
-		return buffer.ErrRevoked
+		return rdmamgr.ErrRevoked
 	case rdmapb.Code_RESOURCE_EXHAUSTED:
-		return ErrLimit
+		return rdmamgr.ErrLimit
 	case rdmapb.Code_PEER_GONE:
-		return ErrPeerGone
+		return rdmamgr.ErrPeerGone
 	case rdmapb.Code_DEADLINE_EXCEEDED:
-		return ErrDeadline
+		return rdmamgr.ErrDeadline
 	case rdmapb.Code_CLOSED:
-		return ErrClosed
+		return rdmamgr.ErrClosed
 	case rdmapb.Code_PROTOCOL:
-		return ErrProtocol
+		return rdmamgr.ErrProtocol
 	case rdmapb.Code_UNAUTHENTICATED:
-		return ErrUnauthenticated
+		return rdmamgr.ErrUnauthenticated
 	case rdmapb.Code_VERSION_MISMATCH:
-		return ErrVersion
+		return rdmamgr.ErrVersion
 	case rdmapb.Code_NOT_SUPPORTED:
-		return ErrNotSupported
+		return rdmamgr.ErrNotSupported
 	}
 	return nil
 }
@@ -146,9 +138,9 @@ func (e *RemoteError) Error() string {
 // Unwrap returns the sentinel of the code.
 func (e *RemoteError) Unwrap() error { return Sentinel(e.Code) }
 
-// Is makes a remote RELEASED match buffer.ErrBadKey too: the peer answers
+// Is makes a remote RELEASED match rdmamgr.ErrBadKey too: the peer answers
 // a wrong key and an unknown region alike (RemoteCode), so either may be
 // the cause and a caller may branch on whichever it expects.
 func (e *RemoteError) Is(target error) bool {
-	return e.Code == rdmapb.Code_RELEASED && target == buffer.ErrBadKey
+	return e.Code == rdmapb.Code_RELEASED && target == rdmamgr.ErrBadKey
 }

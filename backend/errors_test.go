@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
@@ -96,7 +97,7 @@ func TestCode(t *testing.T) {
 
 // TestCodeOfRegistryErrors maps the errors a real registry returns.
 func TestCodeOfRegistryErrors(t *testing.T) {
-	g := buffer.NewRegistry(1, buffer.Limits{MaxRegions: 1})
+	g := memreg.NewRegistry(1, buffer.Limits{MaxRegions: 1})
 	defer g.Close(context.Background())
 	b, err := g.Allocate(16, buffer.AccessRead)
 	if err != nil {
@@ -107,15 +108,15 @@ func TestCodeOfRegistryErrors(t *testing.T) {
 	long := b
 	long.Length = 17
 
-	_, _, err = g.Local(bad)
+	_, err = g.AcquireLocal(bad)
 	if c := Code(err); c != rdmapb.Code_BAD_KEY {
 		t.Errorf("bad key: %v -> %v", err, c)
 	}
-	_, _, err = g.Local(long)
+	_, err = g.AcquireLocal(long)
 	if c := Code(err); c != rdmapb.Code_OUT_OF_RANGE {
 		t.Errorf("out of range: %v -> %v", err, c)
 	}
-	_, _, err = g.Acquire(b.Region, b.Key, 0, 1, OpWrite.Need())
+	_, err = g.AcquireRemote(b.Region, b.Key, 0, 1, OpWrite.Need())
 	if c := Code(err); c != rdmapb.Code_ACCESS_DENIED {
 		t.Errorf("access: %v -> %v", err, c)
 	}
@@ -126,7 +127,7 @@ func TestCodeOfRegistryErrors(t *testing.T) {
 	if err := g.Release(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = g.Local(b)
+	_, err = g.AcquireLocal(b)
 	if c := Code(err); c != rdmapb.Code_RELEASED {
 		t.Errorf("released: %v -> %v", err, c)
 	}

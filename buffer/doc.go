@@ -1,17 +1,23 @@
-// Package buffer owns registered memory and the Buffer handles that name it.
+// Package buffer defines Buffer, the handle that names registered memory.
 //
-// A Registry holds the memory regions of one manager: regions it allocates
-// off the Go heap (anonymous mmap, page aligned, never moved, unmapped only
-// after deregistration) and caller-supplied []byte registered in place
-// (pinned with runtime.Pinner while registered). Every region gets a 128-bit
-// key from crypto/rand. A Buffer is a small value naming owner manager,
-// region, offset, length, key and access; it marshals to a protobuf handle of
-// at most 64 bytes for typical addresses and can travel to any actor.
+// A Buffer is a small value naming an owner manager, a region of memory
+// that manager registered, an offset, a length, the region's 128-bit key
+// (from crypto/rand) and the access remote peers have (read, write). Slice
+// it (overflow-safe, never past its parent), send its Proto form to any
+// actor in any process (at most 64 bytes for typical addresses), and check
+// one that came from anywhere with FromProto. The key grants the whole
+// region it was issued for; the manager allocates one region per
+// RequestBuffer, so a handle and its slices grant exactly what the owner
+// handed out.
 //
-// Contract: memory returned by Acquire stays valid until the matching
-// Release; Registry.Release of a region waits until every acquired reference
-// is released, so no byte of a region is touched after Release returns. All
-// bounds checks are overflow-safe. The key grants the whole region it was
-// issued for; RequestBuffer allocates one region per Buffer, so a handle and
-// its slices grant exactly what the owner handed out.
+// The memory itself belongs to the owner's manager (actor.Manager): it is
+// mapped off the Go heap (page aligned, never moved) or is the caller's
+// []byte pinned in place, and it stays registered until ReleaseBuffer,
+// which waits until no operation, local or remote, can touch it any more.
+// The owner reads and fills its buffers through Manager.Bytes; Put and Get
+// (package queuepair) move bytes between buffers.
+//
+// Failures wrap the module's sentinels (package rdmamgr; the names in
+// errors.go are the same values): ErrBadKey, ErrOutOfRange, ErrAccess,
+// ErrReleased, ErrInvalid, ErrExhausted, ErrExpired, ErrRevoked, ErrClosed.
 package buffer

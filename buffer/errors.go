@@ -1,25 +1,28 @@
 package buffer
 
-import "errors"
+import "github.com/rdmamgr/rdmamgr"
 
-// Sentinel errors. They are wrapped with context; compare with errors.Is.
+// The errors of buffers and their memory. They are the module's sentinels
+// (package rdmamgr lists them all), under the names this package has always
+// had: errors.Is(err, buffer.ErrBadKey) and errors.Is(err, rdmamgr.ErrBadKey)
+// are the same test.
 var (
 	// ErrBadKey: the key does not match the region's key.
-	ErrBadKey = errors.New("buffer: bad key")
+	ErrBadKey = rdmamgr.ErrBadKey
 	// ErrOutOfRange: offset or length outside the buffer, including overflow.
-	ErrOutOfRange = errors.New("buffer: out of range")
+	ErrOutOfRange = rdmamgr.ErrOutOfRange
 	// ErrAccess: the buffer does not allow the operation.
-	ErrAccess = errors.New("buffer: access denied")
+	ErrAccess = rdmamgr.ErrAccess
 	// ErrReleased: the region was released or never existed.
-	ErrReleased = errors.New("buffer: released or unknown region")
+	ErrReleased = rdmamgr.ErrReleased
 	// ErrInvalid: a malformed handle or argument.
-	ErrInvalid = errors.New("buffer: invalid handle")
-	// ErrExhausted: a registry limit was hit.
-	ErrExhausted = errors.New("buffer: limit exceeded")
+	ErrInvalid = rdmamgr.ErrInvalid
+	// ErrExhausted: a registry limit was hit; it is rdmamgr.ErrLimit.
+	ErrExhausted = rdmamgr.ErrLimit
 	// ErrExpired: the buffer's lease ran out (on the owner's clock).
-	ErrExpired = errors.New("buffer: lease expired")
+	ErrExpired = rdmamgr.ErrExpired
 	// ErrRevoked: the owner revoked remote access to the buffer.
-	ErrRevoked = errors.New("buffer: revoked")
+	ErrRevoked = rdmamgr.ErrRevoked
 	// ErrClosed: the registry is closed.
-	ErrClosed = errors.New("buffer: registry closed")
+	ErrClosed = rdmamgr.ErrClosed
 )

@@ -3,8 +3,9 @@ package buffer
 import (
 	"testing"
 
-	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 	"google.golang.org/protobuf/proto"
+
+	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
 // FuzzBufferFromProto feeds arbitrary bytes through the path a handle from

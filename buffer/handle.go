@@ -53,6 +53,12 @@ func (a Access) String() string {
 	return fmt.Sprintf("access(%d)", uint32(a))
 }
 
+// RDMAKey is the RDMA address and remote key of a region.
+type RDMAKey struct {
+	Addr uint64 // virtual address of the region's first byte
+	RKey uint32 // remote key
+}
+
 // Buffer is a handle to a slice of a registered region. It is a plain value:
 // copy it, slice it, send its Proto form to any actor.
 type Buffer struct {

@@ -31,13 +31,15 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+
+	"github.com/rdmamgr/rdmamgr"
 )
 
 // DefaultTTL is a member's lease.
 const DefaultTTL = 5 * time.Second
 
-// ErrNotFound means no member has the name.
-var ErrNotFound = errors.New("membership: no such member")
+// ErrNotFound means no member has the name. It is rdmamgr.ErrUnknownPeer.
+var ErrNotFound = rdmamgr.ErrUnknownPeer
 
 // Member is what a manager publishes about itself.
 type Member struct {

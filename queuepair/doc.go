@@ -39,29 +39,37 @@
 // with RDMA; a Get that ended with an error leaves undefined only the
 // local bytes it had already received before the report.
 //
+// A work request completes exactly once. Until then the local region
+// stays registered: the owner's ReleaseBuffer waits for it, and Release of
+// the QueuePair waits for every operation posted on it.
+//
 // # Isolation
 //
 // One operation's cancellation, deadline or refusal never fails another
 // operation: not on the same queue pair, not on other queue pairs over the
 // same route. A queue pair whose operation timed out serves its next one.
 // Only the route's own failure (the peer died or went silent, a protocol
-// violation) fails everything on it, with backend.ErrPeerGone or
-// backend.ErrProtocol; the manager builds a new route for the next queue
+// violation) fails everything on it, with rdmamgr.ErrPeerGone or
+// rdmamgr.ErrProtocol; the manager builds a new route for the next queue
 // pair request.
 //
 // # Errors
 //
 // A context that ended yields an error for which
 // errors.Is(err, context.DeadlineExceeded) and
-// errors.Is(err, backend.ErrDeadline) both hold (whichever layer noticed
+// errors.Is(err, rdmamgr.ErrDeadline) both hold (whichever layer noticed
 // the deadline: the caller's ctx or the backend), or
 // errors.Is(err, context.Canceled) for a cancellation. Other failures wrap
-// the sentinel that names their cause: buffer.ErrBadKey, ErrOutOfRange,
-// ErrAccess, ErrReleased, ErrRevoked, ErrExpired; backend.ErrPeerGone,
-// ErrClosed; or this package's ErrWrongPeer, ErrLengthMismatch,
-// ErrReleased, ErrNotLocal.
+// the module's sentinel that names their cause (package rdmamgr; the same
+// values as the buffer, backend and queuepair names): ErrBadKey,
+// ErrOutOfRange, ErrAccess, ErrReleased, ErrRevoked, ErrExpired for the
+// buffers; ErrPeerGone, ErrClosed for the route; ErrWrongPeer,
+// ErrLengthMismatch, ErrNotLocal, ErrReleased (of the queue pair) for what
+// this package checks before posting.
 //
-// A work request completes exactly once. Until then the local region
-// stays registered: the owner's ReleaseBuffer waits for it, and Release of
-// the QueuePair waits for every operation posted on it.
+// # The route
+//
+// A queue pair posts on a route its manager shares among the queue pairs to
+// the same peer. Route shows whether it is up (Done, Err) and its counters;
+// the route itself (backend.Route) belongs to the manager and the backend.
 package queuepair

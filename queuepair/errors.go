@@ -1,14 +1,18 @@
 package queuepair
 
-import "errors"
+import "github.com/rdmamgr/rdmamgr"
 
+// The errors a Put or Get reports before it reaches the backend. They are
+// the module's sentinels (package rdmamgr lists them all) under the names
+// this package has always had.
 var (
 	// ErrWrongPeer: the remote buffer is not owned by this queue pair's peer.
-	ErrWrongPeer = errors.New("queuepair: buffer not owned by the peer")
+	ErrWrongPeer = rdmamgr.ErrWrongPeer
 	// ErrLengthMismatch: local and remote buffers differ in length.
-	ErrLengthMismatch = errors.New("queuepair: local and remote lengths differ")
-	// ErrReleased: the queue pair was released.
-	ErrReleased = errors.New("queuepair: released")
-	// ErrNotLocal: the local buffer is not owned by this process's manager.
-	ErrNotLocal = errors.New("queuepair: local buffer not owned by the local manager")
+	ErrLengthMismatch = rdmamgr.ErrLengthMismatch
+	// ErrReleased: the queue pair (or the local buffer) was released.
+	ErrReleased = rdmamgr.ErrReleased
+	// ErrNotLocal: the local buffer is not owned by this process's manager;
+	// the error also matches rdmamgr.ErrInvalid.
+	ErrNotLocal = rdmamgr.ErrNotLocal
 )

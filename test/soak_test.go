@@ -361,7 +361,7 @@ type soakWorker struct {
 	// data with.
 	peers map[uint64]*peerSeen
 	// routes: the routes its queue pairs used, by daemon.
-	routes map[backend.Route]int
+	routes map[queuepair.Route]int
 }
 
 // soakConn is a worker's queue pair and buffer at one daemon.
@@ -381,7 +381,7 @@ type peerSeen struct {
 func newSoakWorker(t *testing.T, id int, r *rand.Rand, daemons int) *soakWorker {
 	t.Helper()
 	w := &soakWorker{id: id, r: r, conns: make([]soakConn, daemons),
-		peers: make(map[uint64]*peerSeen), routes: make(map[backend.Route]int)}
+		peers: make(map[uint64]*peerSeen), routes: make(map[queuepair.Route]int)}
 	w.src, w.srcMem = localBuffer(t, soakLocalSize)
 	w.dst, w.dstMem = localBuffer(t, soakLocalSize)
 	return w
@@ -654,9 +654,9 @@ func (s *soakRun) report(workers []*soakWorker, elapsed time.Duration) *soakRepo
 
 	// Merge what the workers saw, by manager id (one per incarnation).
 	peers := make(map[uint64]*peerSeen)
-	routes := make([]map[backend.Route]bool, len(s.slots))
+	routes := make([]map[queuepair.Route]bool, len(s.slots))
 	for i := range routes {
-		routes[i] = make(map[backend.Route]bool)
+		routes[i] = make(map[queuepair.Route]bool)
 	}
 	for _, w := range workers {
 		for id, p := range w.peers {

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
-	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // Owner ids of the two managers of a subtest.
@@ -19,7 +19,7 @@ const (
 type Factory struct {
 	// NewBackend returns a started backend serving a fresh registry of the
 	// manager owner. The suite closes the backend, then the registry.
-	NewBackend func(t testing.TB, owner uint64) (backend.Backend, *buffer.Registry)
+	NewBackend func(t testing.TB, owner uint64) (backend.Backend, *memreg.Registry)
 	// WrongKeyErr is what an operation with a wrong key fails with
 	// (errors.Is): TCP checks the region key (buffer.ErrBadKey); RDMA
 	// hardware checks the rkey and reports a remote access error

@@ -8,13 +8,14 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // Helpers for backend tests: memory, completions, one-shot operations
 // and byte comparisons. Backends' own tests use them too.
 
 // Alloc allocates n bytes in reg and returns the handle and its memory.
-func Alloc(t testing.TB, reg *buffer.Registry, n int, access buffer.Access) (buffer.Buffer, []byte) {
+func Alloc(t testing.TB, reg *memreg.Registry, n int, access buffer.Access) (buffer.Buffer, []byte) {
 	t.Helper()
 	h, err := reg.Allocate(uint64(n), access)
 	if err != nil {
@@ -99,17 +100,17 @@ func (r *Recorder) Len() int { return len(r.ch) }
 
 // NewWR resolves local (a handle of reg) and returns a work request for it.
 // The local reference is dropped by the returned release func.
-func NewWR(t testing.TB, reg *buffer.Registry, op backend.Op, local, remote buffer.Buffer, deadline time.Time, done backend.Completer) (*backend.WorkRequest, func()) {
+func NewWR(t testing.TB, reg *memreg.Registry, op backend.Op, local, remote buffer.Buffer, deadline time.Time, done backend.Completer) (*backend.WorkRequest, func()) {
 	t.Helper()
-	region, mem, err := reg.Local(local)
+	ref, err := reg.AcquireLocal(local)
 	if err != nil {
-		t.Fatalf("Local(%v): %v", local, err)
+		t.Fatalf("AcquireLocal(%v): %v", local, err)
 	}
-	return &backend.WorkRequest{Op: op, Local: mem, LocalRegion: region, Remote: remote, Deadline: deadline, Done: done}, region.Unref
+	return &backend.WorkRequest{Op: op, Local: ref.Bytes(), LocalRegion: ref.Region(), Remote: remote, Deadline: deadline, Done: done}, ref.Release
 }
 
 // Do posts one operation and returns Post's error or the completion's.
-func Do(t testing.TB, timeout time.Duration, rt backend.Route, reg *buffer.Registry, op backend.Op, local, remote buffer.Buffer) error {
+func Do(t testing.TB, timeout time.Duration, rt backend.Route, reg *memreg.Registry, op backend.Op, local, remote buffer.Buffer) error {
 	t.Helper()
 	wr, release := NewWR(t, reg, op, local, remote, time.Now().Add(timeout), nil)
 	defer release()

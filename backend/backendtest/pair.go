@@ -8,13 +8,14 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // Pair is two managers' backends, A and B, and a route from A to B.
 type Pair struct {
 	f          Factory
 	A, B       backend.Backend
-	RegA, RegB *buffer.Registry
+	RegA, RegB *memreg.Registry
 	Route      backend.Route
 }
 
@@ -33,7 +34,7 @@ func NewPair(t testing.TB, f Factory) *Pair {
 
 // CloseAtCleanup closes b, then reg (waiting up to timeout for its
 // regions' references), at the end of the test; errors fail the test.
-func CloseAtCleanup(t testing.TB, timeout time.Duration, b backend.Backend, reg *buffer.Registry) {
+func CloseAtCleanup(t testing.TB, timeout time.Duration, b backend.Backend, reg *memreg.Registry) {
 	t.Cleanup(func() {
 		if err := b.Close(); err != nil {
 			t.Errorf("%s backend Close: %v", b.Kind(), err)
@@ -100,7 +101,7 @@ func (p *Pair) checkWorks(t *testing.T) {
 // CheckRoute moves 64 KiB of fresh random bytes both ways over rt, from
 // fresh regions of regA (the route's side) and regB (its peer's), and
 // verifies every byte.
-func CheckRoute(t testing.TB, timeout time.Duration, rt backend.Route, regA, regB *buffer.Registry) {
+func CheckRoute(t testing.TB, timeout time.Duration, rt backend.Route, regA, regB *memreg.Registry) {
 	t.Helper()
 	const n = 64 << 10
 	ha, la := Alloc(t, regA, n, buffer.AccessReadWrite)

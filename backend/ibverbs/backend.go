@@ -10,14 +10,14 @@ import (
 	"sync/atomic"
 
 	"github.com/rdmamgr/rdmamgr/backend"
-	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // Backend is the ibverbs data plane of one manager: one device port, one
 // protection domain, one completion queue shared by every RC queue pair.
 type Backend struct {
 	cfg Config
-	reg *buffer.Registry
+	reg *memreg.Registry
 	log *slog.Logger
 
 	// life: control calls and region hooks hold it for reading while they
@@ -61,13 +61,13 @@ type Backend struct {
 
 var (
 	_ backend.Backend = (*Backend)(nil)
-	_ buffer.Hooks    = (*Backend)(nil)
-	_ buffer.Revoker  = (*Backend)(nil)
+	_ memreg.Hooks    = (*Backend)(nil)
+	_ memreg.Revoker  = (*Backend)(nil)
 )
 
 // New returns a backend for reg's regions. It does no I/O: Start opens the
 // device.
-func New(cfg Config, reg *buffer.Registry, log *slog.Logger) (backend.Backend, error) {
+func New(cfg Config, reg *memreg.Registry, log *slog.Logger) (backend.Backend, error) {
 	if err := cfg.Verify(); err != nil {
 		return nil, err
 	}

@@ -9,12 +9,13 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // factory returns a conformance factory for backends built with cfg.
 func factory(cfg Config) backendtest.Factory {
 	return backendtest.Factory{
-		NewBackend: func(t testing.TB, owner uint64) (backend.Backend, *buffer.Registry) {
+		NewBackend: func(t testing.TB, owner uint64) (backend.Backend, *memreg.Registry) {
 			t.Helper()
 			return newStarted(t, cfg, owner)
 		},
@@ -30,9 +31,9 @@ func factory(cfg Config) backendtest.Factory {
 
 // newStarted returns a started backend over a fresh registry of owner
 // (the caller closes both).
-func newStarted(t testing.TB, cfg Config, owner uint64) (*Backend, *buffer.Registry) {
+func newStarted(t testing.TB, cfg Config, owner uint64) (*Backend, *memreg.Registry) {
 	t.Helper()
-	reg := buffer.NewRegistry(owner, buffer.Limits{})
+	reg := memreg.NewRegistry(owner, buffer.Limits{})
 	b, err := New(cfg, reg, testLogger())
 	if err != nil {
 		t.Fatalf("New: %v", err)

@@ -1,15 +1,11 @@
 package ibverbs
 
-import (
-	"errors"
-
-	"github.com/rdmamgr/rdmamgr/backend"
-)
+import "github.com/rdmamgr/rdmamgr"
 
 // ErrNotBuilt is returned by New and Devices when the binary was built
-// without the `ibverbs` build tag. It wraps backend.ErrNotSupported, so both
-// errors.Is(err, ErrNotBuilt) and errors.Is(err, backend.ErrNotSupported)
-// hold for it.
+// without the `ibverbs` build tag. It wraps rdmamgr.ErrNotSupported
+// (backend.ErrNotSupported), so both errors.Is(err, ErrNotBuilt) and
+// errors.Is(err, backend.ErrNotSupported) hold for it.
 var ErrNotBuilt error = notBuiltError{}
 
 type notBuiltError struct{}
@@ -18,11 +14,11 @@ func (notBuiltError) Error() string {
 	return "ibverbs: not built with ibverbs support (build with -tags ibverbs)"
 }
 
-func (notBuiltError) Unwrap() error { return backend.ErrNotSupported }
+func (notBuiltError) Unwrap() error { return rdmamgr.ErrNotSupported }
 
 // ErrNoDevices is returned by Devices and Start when the machine has no
 // RDMA device (or the kernel has no RDMA support). It wraps
-// backend.ErrNotSupported.
+// rdmamgr.ErrNotSupported (backend.ErrNotSupported).
 var ErrNoDevices error = noDevicesError{}
 
 type noDevicesError struct{}
@@ -31,7 +27,8 @@ func (noDevicesError) Error() string {
 	return "ibverbs: no RDMA devices (is rdma_rxe or a NIC driver loaded?)"
 }
 
-func (noDevicesError) Unwrap() error { return backend.ErrNotSupported }
+func (noDevicesError) Unwrap() error { return rdmamgr.ErrNotSupported }
 
-// ErrNotStarted: PrepareRoute or AcceptRoute before Start.
-var ErrNotStarted = errors.New("ibverbs: backend not started")
+// ErrNotStarted: PrepareRoute or AcceptRoute before Start. It is
+// rdmamgr.ErrNotStarted.
+var ErrNotStarted = rdmamgr.ErrNotStarted

@@ -11,12 +11,13 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 const waitTimeout = 2 * time.Minute
 
 // started returns a started backend and its registry, closed at cleanup.
-func started(t testing.TB, cfg Config, owner uint64) (*Backend, *buffer.Registry) {
+func started(t testing.TB, cfg Config, owner uint64) (*Backend, *memreg.Registry) {
 	t.Helper()
 	b, reg := newStarted(t, cfg, owner)
 	backendtest.CloseAtCleanup(t, waitTimeout, b, reg)
@@ -65,7 +66,7 @@ func TestStartPicksDevicePortAndGID(t *testing.T) {
 	}
 
 	cfg.Device = "no-such-device"
-	reg := buffer.NewRegistry(3, buffer.Limits{})
+	reg := memreg.NewRegistry(3, buffer.Limits{})
 	b3, err := New(cfg, reg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +80,7 @@ func TestStartPicksDevicePortAndGID(t *testing.T) {
 }
 
 func TestCloseWithoutStart(t *testing.T) {
-	reg := buffer.NewRegistry(1, buffer.Limits{})
+	reg := memreg.NewRegistry(1, buffer.Limits{})
 	b, err := New(DefaultConfig(), reg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +105,7 @@ func TestRemoteWithoutRDMAKey(t *testing.T) {
 	b, _ := started(t, DefaultConfig(), 2)
 	rt := connect(t, a, b)
 	ha, _ := backendtest.Alloc(t, regA, 64, buffer.AccessReadWrite)
-	tcpOnly := buffer.NewRegistry(2, buffer.Limits{}) // no RDMA backend: handles without rkey
+	tcpOnly := memreg.NewRegistry(2, buffer.Limits{}) // no RDMA backend: handles without rkey
 	defer tcpOnly.Close(context.Background())
 	hb, _ := backendtest.Alloc(t, tcpOnly, 64, buffer.AccessReadWrite)
 	err := backendtest.Do(t, waitTimeout, rt, regA, backend.OpWrite, ha, hb)
@@ -117,7 +118,7 @@ func TestRemoteWithoutRDMAKey(t *testing.T) {
 // registered too (their memory can be the local side of a transfer).
 func TestRegionsBeforeStart(t *testing.T) {
 	requireDevices(t)
-	regA := buffer.NewRegistry(1, buffer.Limits{})
+	regA := memreg.NewRegistry(1, buffer.Limits{})
 	ha, la := backendtest.Alloc(t, regA, 4096, buffer.AccessReadWrite)
 	be, err := New(DefaultConfig(), regA, testLogger())
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // regData is what the backend keeps in Region.BackendData. A region has
@@ -24,7 +25,7 @@ type regData struct {
 // RegisterRegion registers r with the device: LOCAL_WRITE always,
 // REMOTE_READ iff the region allows reads, REMOTE_WRITE iff it allows
 // writes. It sets r.BackendData and r.RDMA.
-func (b *Backend) RegisterRegion(r *buffer.Region) error {
+func (b *Backend) RegisterRegion(r *memreg.Region) error {
 	b.life.RLock()
 	defer b.life.RUnlock()
 	if b.closed.Load() || !b.started {
@@ -33,7 +34,7 @@ func (b *Backend) RegisterRegion(r *buffer.Region) error {
 	return b.registerLocked(r)
 }
 
-func (b *Backend) registerLocked(r *buffer.Region) error {
+func (b *Backend) registerLocked(r *memreg.Region) error {
 	b.mrMu.Lock()
 	defer b.mrMu.Unlock()
 	if _, ok := b.mrs[r.ID()]; ok {
@@ -84,7 +85,7 @@ func (rd *regData) dereg() error {
 // deregistered, so the rkey in every handle of r stops working (peers'
 // work fails with a remote access error) before RevokeRegion returns. The
 // owner's own use of r goes on through its local memory region.
-func (b *Backend) RevokeRegion(r *buffer.Region) error {
+func (b *Backend) RevokeRegion(r *memreg.Region) error {
 	b.life.RLock()
 	defer b.life.RUnlock()
 	b.mrMu.Lock()
@@ -101,7 +102,7 @@ func (b *Backend) RevokeRegion(r *buffer.Region) error {
 // DeregisterRegion deregisters r's memory region. The registry calls it
 // once no local work references the region; remote peers' work on it fails
 // with a remote access error from then on.
-func (b *Backend) DeregisterRegion(r *buffer.Region) error {
+func (b *Backend) DeregisterRegion(r *memreg.Region) error {
 	b.life.RLock()
 	defer b.life.RUnlock()
 	b.mrMu.Lock()

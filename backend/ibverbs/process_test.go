@@ -25,6 +25,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 const (
@@ -51,7 +52,7 @@ func childMain() int {
 		out.Encode(childMsg{Err: err.Error()})
 		return 1
 	}
-	reg := buffer.NewRegistry(owner, buffer.Limits{})
+	reg := memreg.NewRegistry(owner, buffer.Limits{})
 	be, err := New(DefaultConfig(), reg, testLogger())
 	if err != nil {
 		return fail(err)
@@ -221,7 +222,7 @@ func sumHex(p []byte) string { s := sha256.Sum256(p); return hex.EncodeToString(
 
 // verifiedExchange gets the child's buffer and checks it against the
 // child's checksum, then puts fresh bytes and has the child check them.
-func verifiedExchange(t *testing.T, rt backend.Route, regA *buffer.Registry, c *child) {
+func verifiedExchange(t *testing.T, rt backend.Route, regA *memreg.Registry, c *child) {
 	t.Helper()
 	n := int(c.buf.Length)
 	ha, la := backendtest.Alloc(t, regA, n, buffer.AccessReadWrite)

@@ -6,12 +6,12 @@ import (
 	"log/slog"
 
 	"github.com/rdmamgr/rdmamgr/backend"
-	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // New reports that the binary was built without ibverbs support. The error
 // wraps backend.ErrNotSupported.
-func New(cfg Config, reg *buffer.Registry, log *slog.Logger) (backend.Backend, error) {
+func New(cfg Config, reg *memreg.Registry, log *slog.Logger) (backend.Backend, error) {
 	return nil, ErrNotBuilt
 }
 

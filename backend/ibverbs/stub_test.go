@@ -9,6 +9,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 const wantMsg = "ibverbs: not built with ibverbs support (build with -tags ibverbs)"
@@ -30,7 +31,7 @@ func checkNotBuilt(t *testing.T, what string, err error) {
 }
 
 func TestNewNotBuilt(t *testing.T) {
-	reg := buffer.NewRegistry(1, buffer.Limits{})
+	reg := memreg.NewRegistry(1, buffer.Limits{})
 	b, err := New(Config{Device: "mlx5_0", Port: 1, GIDIndex: 3}, reg, slog.Default())
 	checkNotBuilt(t, "New", err)
 	if b != nil {

@@ -11,13 +11,13 @@ import (
 	"sync/atomic"
 
 	"github.com/rdmamgr/rdmamgr/backend"
-	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // Backend is the TCP data plane of one manager.
 type Backend struct {
 	cfg Config
-	reg *buffer.Registry
+	reg *memreg.Registry
 	log *slog.Logger
 
 	served struct {
@@ -56,7 +56,7 @@ type Backend struct {
 var _ backend.Backend = (*Backend)(nil)
 
 // New returns a backend serving reg's regions. It does no I/O.
-func New(cfg Config, reg *buffer.Registry, log *slog.Logger) (*Backend, error) {
+func New(cfg Config, reg *memreg.Registry, log *slog.Logger) (*Backend, error) {
 	if err := cfg.Verify(); err != nil {
 		return nil, err
 	}

@@ -8,14 +8,15 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // TestConformance runs the backend conformance suite over TCP on loopback.
 func TestConformance(t *testing.T) {
 	backendtest.Run(t, backendtest.Factory{
-		NewBackend: func(t testing.TB, owner uint64) (backend.Backend, *buffer.Registry) {
+		NewBackend: func(t testing.TB, owner uint64) (backend.Backend, *memreg.Registry) {
 			t.Helper()
-			reg := buffer.NewRegistry(owner, buffer.Limits{})
+			reg := memreg.NewRegistry(owner, buffer.Limits{})
 			b, err := tcp.New(tcp.Config{ListenAddr: "127.0.0.1:0"}, reg, nil)
 			if err != nil {
 				t.Fatalf("tcp.New: %v", err)

@@ -25,7 +25,7 @@
 //
 // Leases and revocation cut in-flight work (server_frames.go): a WRITE's
 // payload is read only while remote access to its region holds. A
-// revocation, a release (buffer.Cutter) or the end of the lease wakes a
+// revocation, a release (memreg.Cutter) or the end of the lease wakes a
 // connection stalled mid-payload; the rest of the payload goes to a sink
 // and the requester hears REVOKED, RELEASED or LEASE_EXPIRED, so neither
 // waits out the frame timeout. A wrong key and an unknown region get one

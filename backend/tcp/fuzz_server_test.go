@@ -8,6 +8,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // FuzzServeConn feeds an authenticated server connection arbitrary bytes:
@@ -27,7 +28,7 @@ func FuzzServeConn(f *testing.F) {
 	f.Add(bytes.Repeat([]byte{0xff}, 100))
 	f.Add([]byte{})
 
-	reg := buffer.NewRegistry(backendtest.OwnerB, buffer.Limits{})
+	reg := memreg.NewRegistry(backendtest.OwnerB, buffer.Limits{})
 	h, err := reg.Allocate(4096, buffer.AccessReadWrite)
 	if err != nil {
 		f.Fatal(err)

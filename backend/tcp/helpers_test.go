@@ -10,6 +10,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // The package's tests use backendtest's helpers (memory, completions,
@@ -25,9 +26,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // newBackend returns a started backend on 127.0.0.1:0 serving a fresh
 // registry of owner; both are closed at cleanup.
-func newBackend(t testing.TB, cfg Config, owner uint64) (*Backend, *buffer.Registry) {
+func newBackend(t testing.TB, cfg Config, owner uint64) (*Backend, *memreg.Registry) {
 	t.Helper()
-	reg := buffer.NewRegistry(owner, buffer.Limits{})
+	reg := memreg.NewRegistry(owner, buffer.Limits{})
 	if cfg.ListenAddr == "" {
 		cfg.ListenAddr = "127.0.0.1:0"
 	}
@@ -45,7 +46,7 @@ func newBackend(t testing.TB, cfg Config, owner uint64) (*Backend, *buffer.Regis
 // pair is two managers' backends and a route from a (initiator) to b.
 type pair struct {
 	a, b       *Backend
-	regA, regB *buffer.Registry
+	regA, regB *memreg.Registry
 	route      backend.Route
 }
 

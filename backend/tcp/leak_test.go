@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
-	"go.uber.org/goleak"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // TestNoGoroutineLeak runs routes through success, failure and close, closes
@@ -133,7 +135,7 @@ func TestCloseIdempotent(t *testing.T) {
 }
 
 func TestLifecycleErrors(t *testing.T) {
-	reg := buffer.NewRegistry(backendtest.OwnerA, buffer.Limits{})
+	reg := memreg.NewRegistry(backendtest.OwnerA, buffer.Limits{})
 	b, err := New(Config{}, reg, nil)
 	if err != nil {
 		t.Fatal(err)

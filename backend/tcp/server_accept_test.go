@@ -16,6 +16,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
@@ -83,9 +84,9 @@ func (l *failingListener) Accept() (net.Conn, error) {
 }
 
 // newBackendOn is newBackend with the accept loop on ln.
-func newBackendOn(t *testing.T, cfg Config, owner uint64, ln net.Listener) (*Backend, *buffer.Registry) {
+func newBackendOn(t *testing.T, cfg Config, owner uint64, ln net.Listener) (*Backend, *memreg.Registry) {
 	t.Helper()
-	reg := buffer.NewRegistry(owner, buffer.Limits{})
+	reg := memreg.NewRegistry(owner, buffer.Limits{})
 	b, err := New(cfg, reg, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
-	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // serveConn authenticates a data connection and serves its requests in
@@ -134,11 +134,11 @@ func (b *Backend) untrackServer(s *serverConn) {
 	b.mu.Unlock()
 }
 
-// CutRegion implements buffer.Cutter: a served connection stalled in r's
+// CutRegion implements memreg.Cutter: a served connection stalled in r's
 // memory (a WRITE payload that stopped arriving, a batch of READ payloads
 // the peer stopped reading) is woken to check RemoteErr again, so the
 // registry's wait for r's remote requests is short.
-func (b *Backend) CutRegion(r *buffer.Region) {
+func (b *Backend) CutRegion(r *memreg.Region) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for s := range b.srv {

@@ -12,6 +12,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
@@ -155,12 +156,12 @@ func TestRevokeCutsStalledRead(t *testing.T) {
 }
 
 // regionOf resolves a handle to its region (the owner's view).
-func regionOf(t *testing.T, reg *buffer.Registry, h buffer.Buffer) *buffer.Region {
+func regionOf(t *testing.T, reg *memreg.Registry, h buffer.Buffer) *memreg.Region {
 	t.Helper()
-	r, _, err := reg.Local(h)
+	ref, err := reg.AcquireLocal(h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Unref()
-	return r
+	defer ref.Release()
+	return ref.Region()
 }

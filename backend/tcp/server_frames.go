@@ -11,6 +11,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // aLongTimeAgo is a deadline that has passed: it wakes a blocked Read or
@@ -42,7 +43,7 @@ type serverConn struct {
 	mu sync.Mutex // guards writing and flushing, and segs while flushing
 	// writing is the region a WRITE payload is being read into (nil
 	// between payloads); the read deadline is set under mu while it is.
-	writing *buffer.Region
+	writing *memreg.Region
 	// flushing: the batch is being written (the write deadline is set
 	// under mu while it is).
 	flushing bool
@@ -50,7 +51,7 @@ type serverConn struct {
 
 // cut wakes the connection's goroutine if it is blocked in r's memory.
 // Called with b.mu held.
-func (s *serverConn) cut(r *buffer.Region) {
+func (s *serverConn) cut(r *memreg.Region) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.writing == r {
@@ -64,7 +65,7 @@ func (s *serverConn) cut(r *buffer.Region) {
 	// cutGrace, else the write fails and the connection closes.
 	if e := s.b.reg.RemoteErr(r); s.flushing && e != nil && e != buffer.ErrExpired {
 		for _, g := range s.segs {
-			if g.r == r {
+			if g.ref.Region() == r {
 				_ = s.c.SetWriteDeadline(time.Now().Add(cutGrace))
 				break
 			}
@@ -73,11 +74,10 @@ func (s *serverConn) cut(r *buffer.Region) {
 }
 
 // respSeg is one response of a batch: out[hdrEnd-respHeaderSize:hdrEnd],
-// then mem (READ only) from region r, unreferenced once written.
+// then (READ only) the memory of ref, released once written.
 type respSeg struct {
 	hdrEnd int
-	mem    []byte
-	r      *buffer.Region
+	ref    memreg.Ref
 }
 
 const (
@@ -106,11 +106,11 @@ func (s *serverConn) serve() error {
 			return err
 		}
 		if h.op == opPing {
-			s.appendResp(respHeader{op: opPing, wrid: h.wrid}, nil, nil)
+			s.appendResp(respHeader{op: opPing, wrid: h.wrid}, memreg.Ref{})
 			continue
 		}
 		need := backend.Op(h.op).Need()
-		r, mem, verr := s.b.reg.Acquire(h.region, h.key, h.offset, uint64(h.length), need)
+		ref, verr := s.b.reg.AcquireRemote(h.region, h.key, h.offset, uint64(h.length), need)
 		if verr != nil {
 			s.rejected()
 			if h.op == opWrite {
@@ -119,49 +119,49 @@ func (s *serverConn) serve() error {
 					return err
 				}
 			}
-			s.appendResp(respHeader{op: h.op, code: byte(backend.RemoteCode(verr)), wrid: h.wrid}, nil, nil)
+			s.appendResp(respHeader{op: h.op, code: byte(backend.RemoteCode(verr)), wrid: h.wrid}, memreg.Ref{})
 			continue
 		}
 		switch h.op {
 		case opWrite:
-			code, err := s.write(br, r, mem)
+			code, err := s.write(br, ref)
 			if err != nil {
 				return err
 			}
 			if code != 0 {
-				s.appendResp(respHeader{op: h.op, code: code, wrid: h.wrid}, nil, nil)
+				s.appendResp(respHeader{op: h.op, code: code, wrid: h.wrid}, memreg.Ref{})
 				continue
 			}
 			s.servedIn(uint64(h.length))
-			s.appendResp(respHeader{op: h.op, wrid: h.wrid}, nil, nil)
+			s.appendResp(respHeader{op: h.op, wrid: h.wrid}, memreg.Ref{})
 		case opRead:
-			s.appendResp(respHeader{op: h.op, length: h.length, wrid: h.wrid}, mem, r)
+			s.appendResp(respHeader{op: h.op, length: h.length, wrid: h.wrid}, ref)
 		}
 	}
 }
 
-// write reads a WRITE's payload into mem, the memory of region r admitted
-// for it, and drops r's reference. It returns a non-zero code when remote
-// access to r was cut while the payload arrived (revoked, released, lease
+// write reads a WRITE's payload into the memory ref admitted for it, and
+// releases ref (write takes it over). It returns a non-zero code when
+// remote access to the region was cut while the payload arrived (revoked, released, lease
 // run out): from then on the payload went to a sink, not the region. An
 // error is a failure of the connection (frame timeout, I/O).
-func (s *serverConn) write(br *bufio.Reader, r *buffer.Region, mem []byte) (byte, error) {
+func (s *serverConn) write(br *bufio.Reader, ref memreg.Ref) (byte, error) {
+	defer ref.Release()
+	mem := ref.Bytes()
 	if br.Buffered() >= len(mem) {
 		// All there already: no wait, nothing to cut.
 		_, err := io.ReadFull(br, mem)
-		r.UnrefRemote()
 		return 0, err
 	}
 	// The batch's READ references must not wait on this payload.
 	if len(s.segs) > 0 {
 		if err := s.flush(); err != nil {
-			r.UnrefRemote()
 			return 0, err
 		}
 	}
 	frameEnd := time.Now().Add(s.b.cfg.FrameTimeout)
-	n, cause, err := s.readInto(br, r, mem, frameEnd)
-	r.UnrefRemote()
+	n, cause, err := s.readInto(br, ref.Region(), mem, frameEnd)
+	ref.Release() // before draining the rest: a cut region is let go now
 	if err == nil && cause != nil {
 		s.rejected()
 		err = s.discard(br, int64(len(mem)-n), frameEnd)
@@ -180,7 +180,7 @@ func (s *serverConn) write(br *bufio.Reader, r *buffer.Region, mem []byte) (byte
 
 // readInto reads mem from br while remote access to r holds, until
 // frameEnd. It returns the bytes read and, if access was cut first, why.
-func (s *serverConn) readInto(br *bufio.Reader, r *buffer.Region, mem []byte, frameEnd time.Time) (n int, cause, err error) {
+func (s *serverConn) readInto(br *bufio.Reader, r *memreg.Region, mem []byte, frameEnd time.Time) (n int, cause, err error) {
 	s.mu.Lock()
 	s.writing = r
 	s.mu.Unlock()
@@ -230,12 +230,14 @@ func (s *serverConn) discard(br *bufio.Reader, n int64, deadline time.Time) erro
 	return err
 }
 
-func (s *serverConn) appendResp(h respHeader, mem []byte, r *buffer.Region) {
+// appendResp adds a response to the batch; ref, for a READ, holds its
+// payload and is released once the batch is written.
+func (s *serverConn) appendResp(h respHeader, ref memreg.Ref) {
 	n := len(s.out)
 	s.out = append(s.out, make([]byte, respHeaderSize)...)
 	h.encode(s.out[n:])
-	s.segs = append(s.segs, respSeg{hdrEnd: len(s.out), mem: mem, r: r})
-	s.payload += len(mem)
+	s.segs = append(s.segs, respSeg{hdrEnd: len(s.out), ref: ref})
+	s.payload += len(ref.Bytes())
 }
 
 // flush writes the batch with one writev and drops the regions' references.
@@ -245,8 +247,8 @@ func (s *serverConn) flush() error {
 	s.iov = s.iovBuf[:0]
 	start := 0
 	for _, g := range s.segs {
-		if g.mem != nil {
-			s.iov = append(s.iov, s.out[start:g.hdrEnd], g.mem)
+		if mem := g.ref.Bytes(); mem != nil {
+			s.iov = append(s.iov, s.out[start:g.hdrEnd], mem)
 			start = g.hdrEnd
 		}
 	}
@@ -275,8 +277,8 @@ func (s *serverConn) flush() error {
 	}
 	if err == nil {
 		for _, g := range s.segs {
-			if g.mem != nil {
-				s.servedOut(uint64(len(g.mem)))
+			if mem := g.ref.Bytes(); mem != nil {
+				s.servedOut(uint64(len(mem)))
 			}
 		}
 	}
@@ -288,10 +290,10 @@ func (s *serverConn) flush() error {
 // released before flushing was set (a cut then found nothing to wake).
 func (s *serverConn) cutBeforeFlush() error {
 	for _, g := range s.segs {
-		if g.r == nil {
+		if !g.ref.Held() {
 			continue
 		}
-		if e := s.b.reg.RemoteErr(g.r); e != nil && e != buffer.ErrExpired {
+		if e := s.b.reg.RemoteErr(g.ref.Region()); e != nil && e != buffer.ErrExpired {
 			return e
 		}
 	}
@@ -300,10 +302,8 @@ func (s *serverConn) cutBeforeFlush() error {
 
 // release drops the references of the batch and empties it.
 func (s *serverConn) release() {
-	for i, g := range s.segs {
-		if g.r != nil {
-			g.r.UnrefRemote()
-		}
+	for i := range s.segs {
+		s.segs[i].ref.Release()
 		s.segs[i] = respSeg{}
 	}
 	s.segs = s.segs[:0]

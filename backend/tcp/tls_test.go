@@ -13,6 +13,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/certs"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // tlsCreds returns credentials valid for loopback from a fresh CA.
@@ -35,9 +36,9 @@ func tlsCreds(t testing.TB) *certs.Credentials {
 	return certs.New(pool, pair)
 }
 
-func startTLS(t testing.TB, owner uint64, creds *certs.Credentials) (*tcp.Backend, *buffer.Registry) {
+func startTLS(t testing.TB, owner uint64, creds *certs.Credentials) (*tcp.Backend, *memreg.Registry) {
 	t.Helper()
-	reg := buffer.NewRegistry(owner, buffer.Limits{})
+	reg := memreg.NewRegistry(owner, buffer.Limits{})
 	b, err := tcp.New(tcp.Config{ListenAddr: "127.0.0.1:0", ServerTLS: creds.Server, ClientTLS: creds.Client}, reg, nil)
 	if err != nil {
 		t.Fatalf("tcp.New: %v", err)
@@ -59,7 +60,7 @@ func TestConformanceTLS(t *testing.T) {
 	}
 	creds := tlsCreds(t)
 	backendtest.Run(t, backendtest.Factory{
-		NewBackend: func(t testing.TB, owner uint64) (backend.Backend, *buffer.Registry) {
+		NewBackend: func(t testing.TB, owner uint64) (backend.Backend, *memreg.Registry) {
 			return startTLS(t, owner, creds)
 		},
 		WrongKeyErr:              buffer.ErrBadKey,
@@ -76,7 +77,7 @@ func TestTLSRefusesStrangers(t *testing.T) {
 	server, _ := startTLS(t, 1, tlsCreds(t))
 	defer server.Close()
 	for name, creds := range map[string]*certs.Credentials{"another CA": tlsCreds(t), "no TLS": nil} {
-		reg := buffer.NewRegistry(2, buffer.Limits{})
+		reg := memreg.NewRegistry(2, buffer.Limits{})
 		cfg := tcp.Config{ListenAddr: "127.0.0.1:0"}
 		if creds != nil {
 			cfg.ServerTLS, cfg.ClientTLS = creds.Server, creds.Client

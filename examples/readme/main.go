@@ -74,8 +74,8 @@ func run(ctx context.Context, peerAddr, secretFile string) error {
 	mem, _ := mgr.Bytes(local) // fill the local buffer
 	copy(mem, "hello, remote memory")
 	if err := qp.Put(local, remote).Wait(ctx); err != nil { // Put returns at once; Wait, Poll or Done
-		// errors.Is(err, buffer.ErrBadKey / ErrAccess / ErrOutOfRange / ErrReleased / ErrRevoked / ErrExpired,
-		//           backend.ErrPeerGone / ErrUnauthenticated, queuepair.ErrWrongPeer, ...)
+		// errors.Is(err, rdmamgr.ErrBadKey / ErrAccess / ErrOutOfRange / ErrReleased / ErrRevoked / ErrExpired /
+		//           ErrPeerGone / ErrUnauthenticated / ErrWrongPeer, ...): every sentinel is in package rdmamgr
 		// ctx ending first cancels the Put: errors.Is(err, context.DeadlineExceeded) or context.Canceled.
 		// Whatever Wait returned, the operation is over: no byte of it touches mem any more.
 		return fmt.Errorf("put: %w", err)

@@ -114,7 +114,7 @@ func TestStats(t *testing.T) {
 func TestOpError(t *testing.T) {
 	wr := &backend.WorkRequest{Op: backend.OpRead, Local: make([]byte, 5)}
 	err := OpError("tcp", wr, backend.ErrDeadline)
-	if !errors.Is(err, backend.ErrDeadline) || err.Error() != "tcp: read of 5 bytes: backend: deadline exceeded" {
+	if !errors.Is(err, backend.ErrDeadline) || err.Error() != "tcp: read of 5 bytes: deadline exceeded" {
 		t.Fatalf("OpError = %q", err)
 	}
 }

@@ -1,29 +1,33 @@
-package buffer
+package memreg
 
 import (
 	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
 func TestLeaseOnOwnersClock(t *testing.T) {
-	g := newReg(t, Limits{})
-	b := mustAlloc(t, g, 64, AccessReadWrite)
+	g := newReg(t, buffer.Limits{})
+	b := mustAlloc(t, g, 64, buffer.AccessReadWrite)
 	if err := g.SetLease(b, 50*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	r, _, err := g.Acquire(b.Region, b.Key, 0, 64, AccessWrite)
+	ref, err := g.AcquireRemote(b.Region, b.Key, 0, 64, buffer.AccessWrite)
 	if err != nil {
 		t.Fatalf("within the lease: %v", err)
 	}
-	r.UnrefRemote()
+	r := ref.Region()
+	ref.Release()
 	if left, ok := g.LeaseLeft(r); !ok || left <= 0 || left > 50*time.Millisecond {
 		t.Fatalf("LeaseLeft = %v, %v", left, ok)
 	}
 	time.Sleep(80 * time.Millisecond)
-	if _, _, err := g.Acquire(b.Region, b.Key, 0, 64, AccessRead); !errors.Is(err, ErrExpired) {
-		t.Fatalf("after the lease: %v, want ErrExpired", err)
+	if _, err := g.AcquireRemote(b.Region, b.Key, 0, 64, buffer.AccessRead); !errors.Is(err, rdmamgr.ErrExpired) {
+		t.Fatalf("after the lease: %v, want rdmamgr.ErrExpired", err)
 	}
 	// The owner's own use is not leased.
 	if _, err := g.Bytes(b); err != nil {
@@ -32,57 +36,61 @@ func TestLeaseOnOwnersClock(t *testing.T) {
 	if got := g.Expired(); len(got) != 1 || got[0].ID() != b.Region {
 		t.Fatalf("Expired() = %v", got)
 	}
-	if err := g.SetLease(b, time.Second); !errors.Is(err, ErrExpired) {
-		t.Fatalf("renew after expiry: %v, want ErrExpired", err)
+	if err := g.SetLease(b, time.Second); !errors.Is(err, rdmamgr.ErrExpired) {
+		t.Fatalf("renew after expiry: %v, want rdmamgr.ErrExpired", err)
 	}
 }
 
 func TestLeaseRenewAndClear(t *testing.T) {
-	g := newReg(t, Limits{})
-	b := mustAlloc(t, g, 64, AccessRead)
+	g := newReg(t, buffer.Limits{})
+	b := mustAlloc(t, g, 64, buffer.AccessRead)
+	// Three renewals of a 300 ms lease 150 ms apart outlive the first
+	// lease only if each renewal extends it; the 150 ms margin absorbs a
+	// loaded machine's oversleeping.
 	for range 3 {
-		if err := g.SetLease(b, 40*time.Millisecond); err != nil {
+		if err := g.SetLease(b, 300*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(150 * time.Millisecond)
 	}
 	if err := g.SetLease(b, 0); err != nil { // no lease any more
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if r, _, err := g.Acquire(b.Region, b.Key, 0, 1, AccessRead); err != nil {
+	if ref, err := g.AcquireRemote(b.Region, b.Key, 0, 1, buffer.AccessRead); err != nil {
 		t.Fatalf("lease cleared: %v", err)
 	} else {
-		r.UnrefRemote()
+		ref.Release()
 	}
 	bad := b
 	bad.Key[0] ^= 1
-	if err := g.SetLease(bad, time.Second); !errors.Is(err, ErrBadKey) {
+	if err := g.SetLease(bad, time.Second); !errors.Is(err, rdmamgr.ErrBadKey) {
 		t.Fatalf("lease with a wrong key: %v", err)
 	}
 }
 
 // Revoke returns only once admitted remote requests are done; later ones
-// fail with ErrRevoked; the owner keeps its memory.
+// fail with rdmamgr.ErrRevoked; the owner keeps its memory.
 func TestRevokeWaitsForRemote(t *testing.T) {
-	g := newReg(t, Limits{})
-	b := mustAlloc(t, g, 64, AccessReadWrite)
-	r, _, err := g.Acquire(b.Region, b.Key, 0, 8, AccessWrite)
+	g := newReg(t, buffer.Limits{})
+	b := mustAlloc(t, g, 64, buffer.AccessReadWrite)
+	ref, err := g.AcquireRemote(b.Region, b.Key, 0, 8, buffer.AccessWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
+	r := ref.Region()
 	done := make(chan error, 1)
 	go func() { done <- g.Revoke(context.Background(), b) }()
 	// New remote requests fail at once, even before Revoke returns.
 	for {
-		r2, _, err := g.Acquire(b.Region, b.Key, 0, 8, AccessRead)
-		if errors.Is(err, ErrRevoked) {
+		ref2, err := g.AcquireRemote(b.Region, b.Key, 0, 8, buffer.AccessRead)
+		if errors.Is(err, rdmamgr.ErrRevoked) {
 			break
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		r2.UnrefRemote() // admitted before the revocation: done at once
+		ref2.Release() // admitted before the revocation: done at once
 		time.Sleep(time.Millisecond)
 	}
 	select {
@@ -90,7 +98,7 @@ func TestRevokeWaitsForRemote(t *testing.T) {
 		t.Fatalf("Revoke returned (%v) while a remote request was admitted", err)
 	default:
 	}
-	r.UnrefRemote()
+	ref.Release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -103,19 +111,19 @@ func TestRevokeWaitsForRemote(t *testing.T) {
 }
 
 func TestRevokeContextEnds(t *testing.T) {
-	g := newReg(t, Limits{})
-	b := mustAlloc(t, g, 64, AccessReadWrite)
-	r, _, err := g.Acquire(b.Region, b.Key, 0, 8, AccessRead)
+	g := newReg(t, buffer.Limits{})
+	b := mustAlloc(t, g, 64, buffer.AccessReadWrite)
+	ref, err := g.AcquireRemote(b.Region, b.Key, 0, 8, buffer.AccessRead)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.UnrefRemote()
+	defer ref.Release()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	if err := g.Revoke(ctx, b); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Revoke with a request held: %v, want DeadlineExceeded", err)
 	}
-	if _, _, err := g.Acquire(b.Region, b.Key, 0, 8, AccessRead); !errors.Is(err, ErrRevoked) {
-		t.Fatalf("after a timed-out Revoke: %v, want ErrRevoked (it still holds)", err)
+	if _, err := g.AcquireRemote(b.Region, b.Key, 0, 8, buffer.AccessRead); !errors.Is(err, rdmamgr.ErrRevoked) {
+		t.Fatalf("after a timed-out Revoke: %v, want rdmamgr.ErrRevoked (it still holds)", err)
 	}
 }

@@ -1,4 +1,6 @@
-package buffer
+package memreg
+
+import "github.com/rdmamgr/rdmamgr"
 
 // Cutter is told when remote access to a region is cut: it is revoked, its
 // release started (both before the registry waits for the remote requests
@@ -33,13 +35,13 @@ func (g *Registry) cut(r *Region) {
 // data plane checks it while a request's payload is still arriving.
 func (g *Registry) RemoteErr(r *Region) error {
 	switch {
-	case r.state.Load()&releasedBit != 0:
-		return ErrReleased
+	case r.refs.Closed():
+		return rdmamgr.ErrReleased
 	case r.revoked.Load():
-		return ErrRevoked
+		return rdmamgr.ErrRevoked
 	}
 	if l := r.lease.Load(); l != 0 && g.now() > l {
-		return ErrExpired
+		return rdmamgr.ErrExpired
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package buffer
+package memreg
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
 // cutRecorder records the regions it was told about.
@@ -35,19 +38,20 @@ func (c *cutRecorder) count(id uint64) int {
 // Cutters hear of revocation, release and lease changes; RemoteErr tells
 // an admitted remote request why it must stop.
 func TestCutterAndRemoteErr(t *testing.T) {
-	g := NewRegistry(1, Limits{})
+	g := NewRegistry(1, buffer.Limits{})
 	var c cutRecorder
 	g.AddCutter(&c)
 	ctx := context.Background()
 
-	a, err := g.Allocate(64, AccessReadWrite)
+	a, err := g.Allocate(64, buffer.AccessReadWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, _, err := g.Acquire(a.Region, a.Key, 0, 64, AccessWrite)
+	ref, err := g.AcquireRemote(a.Region, a.Key, 0, 64, buffer.AccessWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
+	r := ref.Region()
 	if err := g.RemoteErr(r); err != nil {
 		t.Fatalf("RemoteErr of a live region: %v", err)
 	}
@@ -61,8 +65,8 @@ func TestCutterAndRemoteErr(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Millisecond)
-	if err := g.RemoteErr(r); !errors.Is(err, ErrExpired) {
-		t.Errorf("RemoteErr after the lease: %v, want ErrExpired", err)
+	if err := g.RemoteErr(r); !errors.Is(err, rdmamgr.ErrExpired) {
+		t.Errorf("RemoteErr after the lease: %v, want rdmamgr.ErrExpired", err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- g.Revoke(ctx, a) }()
@@ -74,30 +78,31 @@ func TestCutterAndRemoteErr(t *testing.T) {
 	if c.count(a.Region) != 3 {
 		t.Fatalf("Revoke did not call the cutter")
 	}
-	if err := g.RemoteErr(r); !errors.Is(err, ErrRevoked) {
-		t.Errorf("RemoteErr after Revoke: %v, want ErrRevoked", err)
+	if err := g.RemoteErr(r); !errors.Is(err, rdmamgr.ErrRevoked) {
+		t.Errorf("RemoteErr after Revoke: %v, want rdmamgr.ErrRevoked", err)
 	}
-	r.UnrefRemote()
+	ref.Release()
 	if err := <-done; err != nil {
 		t.Fatalf("Revoke: %v", err)
 	}
 
-	b, err := g.Allocate(64, AccessReadWrite)
+	b, err := g.Allocate(64, buffer.AccessReadWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rb, _, err := g.Acquire(b.Region, b.Key, 0, 64, AccessWrite)
+	refb, err := g.AcquireRemote(b.Region, b.Key, 0, 64, buffer.AccessWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
+	rb := refb.Region()
 	go func() { done <- g.Release(ctx, b) }()
 	for c.count(b.Region) < 1 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if err := g.RemoteErr(rb); !errors.Is(err, ErrReleased) {
-		t.Errorf("RemoteErr after Release started: %v, want ErrReleased", err)
+	if err := g.RemoteErr(rb); !errors.Is(err, rdmamgr.ErrReleased) {
+		t.Errorf("RemoteErr after Release started: %v, want rdmamgr.ErrReleased", err)
 	}
-	rb.UnrefRemote()
+	refb.Release()
 	if err := <-done; err != nil {
 		t.Fatalf("Release: %v", err)
 	}

@@ -1,0 +1,113 @@
+package memreg
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
+
+func (g *Registry) now() int64 { return int64(time.Since(g.epoch)) }
+
+// SetLease gives remote access to handle b's region a lease of d from now,
+// on the owner's clock (d == 0 removes the lease). Renewing is setting it
+// again. It fails on a revoked, expired or released region.
+func (g *Registry) SetLease(b buffer.Buffer, d time.Duration) error {
+	r, err := g.lookup(b)
+	if err != nil {
+		return err
+	}
+	if r.revoked.Load() {
+		return fmt.Errorf("lease of region %d: %w", r.id, rdmamgr.ErrRevoked)
+	}
+	for {
+		old := r.lease.Load()
+		if old != 0 && g.now() > old {
+			return fmt.Errorf("lease of region %d: %w", r.id, rdmamgr.ErrExpired)
+		}
+		var next int64
+		if d > 0 {
+			next = g.now() + int64(d)
+		}
+		if r.lease.CompareAndSwap(old, next) {
+			g.cut(r) // a shorter lease ends stalled requests sooner
+			return nil
+		}
+	}
+}
+
+// LeaseLeft returns how long the region's lease still runs (0, false
+// without a lease).
+func (g *Registry) LeaseLeft(r *Region) (time.Duration, bool) {
+	l := r.lease.Load()
+	if l == 0 {
+		return 0, false
+	}
+	return max(time.Duration(l-g.now()), 0), true
+}
+
+// Revoke stops remote access to handle b's region: requests not yet
+// admitted fail with ErrRevoked, and Revoke returns once the admitted ones
+// have finished, so no remote request touches the region after it returns
+// nil. Cutters end admitted requests whose payload is stalled, so a holder
+// that stops sending cannot hold Revoke (or Release) for long. The owner's own use of the region goes on. When ctx ends first the
+// revocation still holds for new requests and ctx's error is returned.
+func (g *Registry) Revoke(ctx context.Context, b buffer.Buffer) error {
+	r, err := g.lookup(b)
+	if err != nil {
+		return err
+	}
+	r.revoked.Store(true)
+	g.cut(r)
+	for _, h := range g.hooksSnapshot() {
+		if rv, ok := h.(Revoker); ok {
+			if err := rv.RevokeRegion(r); err != nil {
+				return fmt.Errorf("revoke region %d: %w", r.id, err)
+			}
+		}
+	}
+	return waitZero(ctx, &r.remote, r.id)
+}
+
+// Revoker is implemented by hooks that must cut hardware access when a
+// region is revoked (an RDMA backend invalidates its remote key).
+type Revoker interface {
+	RevokeRegion(r *Region) error
+}
+
+// waitZero waits until n drops to zero; remote requests hold references
+// for one frame's I/O, so a short poll is enough.
+func waitZero(ctx context.Context, n *atomic.Int64, id uint64) error {
+	d := 50 * time.Microsecond
+	for n.Load() != 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("revoke region %d: requests still in flight: %w", id, ctx.Err())
+		}
+		d = min(2*d, 5*time.Millisecond)
+	}
+	return nil
+}
+
+// Expired returns handles of regions whose lease ran out (for a reaper).
+func (g *Registry) Expired() []*Region {
+	now := g.now()
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	var out []*Region
+	for _, r := range g.regions {
+		if l := r.lease.Load(); l != 0 && now > l {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Handle returns a handle to the whole of region r.
+func (g *Registry) Handle(r *Region) buffer.Buffer { return g.handle(r) }

@@ -1,0 +1,132 @@
+package memreg
+
+import (
+	"fmt"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
+
+// Ref is a counted reference to part of a region: while it is held the
+// region stays registered and its memory mapped (Release of the region, and
+// Revoke for a remote Ref, wait for it). AcquireRemote and AcquireLocal
+// hand one out; Release gives it back.
+//
+// Ref is a small value, so the data path allocates nothing for it. Keep it
+// in one variable or field and release it through that one: Release zeroes
+// the Ref it is called on, so releasing the same variable again does
+// nothing, but releasing two copies of one Ref drops two references (and
+// panics if that is more than were taken).
+type Ref struct {
+	r      *Region
+	mem    []byte
+	remote bool
+}
+
+// Bytes returns the referenced memory; valid until Release.
+func (f Ref) Bytes() []byte { return f.mem }
+
+// Region returns the referenced region (nil for the zero Ref).
+func (f Ref) Region() *Region { return f.r }
+
+// Held reports whether f holds a reference (it is not zero or released).
+func (f Ref) Held() bool { return f.r != nil }
+
+// Release drops the reference and zeroes f. Releasing a zero or released
+// Ref does nothing.
+func (f *Ref) Release() {
+	r := f.r
+	if r == nil {
+		return
+	}
+	remote := f.remote
+	*f = Ref{}
+	r.refs.Leave() // first: it panics, changing nothing, if r holds no reference
+	if remote {
+		r.remote.Add(-1)
+	}
+}
+
+// AcquireRemote admits a remote peer's request on [off, off+n) of region id
+// under key, needing access need (buffer.AccessRead for a Get, AccessWrite
+// for a Put), and returns a Ref that keeps the memory registered until its
+// Release. The checks run in a fixed order: region, key, access, bounds,
+// then revocation and lease. Errors are the bare sentinels (ErrReleased,
+// ErrBadKey, ErrAccess, ErrOutOfRange, ErrRevoked, ErrExpired): the data
+// path answers with their codes and allocates nothing.
+func (g *Registry) AcquireRemote(id uint64, key buffer.Key, off, n uint64, need buffer.Access) (Ref, error) {
+	g.mu.RLock()
+	r := g.regions[id]
+	g.mu.RUnlock()
+	if r == nil {
+		return Ref{}, rdmamgr.ErrReleased
+	}
+	if !r.key.Equal(key) {
+		return Ref{}, rdmamgr.ErrBadKey
+	}
+	if need == 0 || !r.access.Allows(need) {
+		return Ref{}, rdmamgr.ErrAccess
+	}
+	if err := buffer.CheckRange(uint64(len(r.mem)), off, n); err != nil {
+		return Ref{}, err
+	}
+	// Counted before the checks, so Revoke, which sets the flag and then
+	// waits for the count, never misses a request.
+	r.remote.Add(1)
+	if r.revoked.Load() {
+		r.remote.Add(-1)
+		return Ref{}, rdmamgr.ErrRevoked
+	}
+	if l := r.lease.Load(); l != 0 && g.now() > l {
+		r.remote.Add(-1)
+		return Ref{}, rdmamgr.ErrExpired
+	}
+	if !r.refs.Enter() {
+		r.remote.Add(-1)
+		return Ref{}, rdmamgr.ErrReleased
+	}
+	return Ref{r: r, mem: r.mem[off : off+n : off+n], remote: true}, nil
+}
+
+// AcquireLocal resolves handle b of this registry to its memory for the
+// owner's own use (a Put's source, a Get's destination) and returns a Ref
+// that keeps it registered until its Release. The owner's use needs no
+// access right and outlives revocation and leases; a handle of another
+// manager fails with ErrInvalid, then key and bounds are checked.
+func (g *Registry) AcquireLocal(b buffer.Buffer) (Ref, error) {
+	if b.OwnerID != g.ownerID {
+		return Ref{}, fmt.Errorf("%v is not owned by manager %016x: %w", b, g.ownerID, rdmamgr.ErrInvalid)
+	}
+	g.mu.RLock()
+	r := g.regions[b.Region]
+	g.mu.RUnlock()
+	var err error
+	switch {
+	case r == nil:
+		err = rdmamgr.ErrReleased
+	case !r.key.Equal(b.Key):
+		err = rdmamgr.ErrBadKey
+	default:
+		err = buffer.CheckRange(uint64(len(r.mem)), b.Offset, b.Length)
+	}
+	if err == nil && !r.refs.Enter() {
+		err = rdmamgr.ErrReleased
+	}
+	if err != nil {
+		return Ref{}, fmt.Errorf("local %v: %w", b, err)
+	}
+	return Ref{r: r, mem: r.mem[b.Offset:b.End():b.End()]}, nil
+}
+
+// Bytes returns the memory of a local handle without holding a reference:
+// it is for the owner that fills or reads the buffer between transfers.
+// The slice is invalid once the buffer is released.
+func (g *Registry) Bytes(b buffer.Buffer) ([]byte, error) {
+	ref, err := g.AcquireLocal(b)
+	if err != nil {
+		return nil, err
+	}
+	mem := ref.Bytes()
+	ref.Release()
+	return mem, nil
+}

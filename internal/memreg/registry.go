@@ -1,0 +1,326 @@
+package memreg
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
+
+// Hooks let a backend register regions with hardware. Register runs before
+// a region becomes visible; Deregister runs after it is drained and before
+// its memory is freed.
+type Hooks interface {
+	RegisterRegion(r *Region) error
+	DeregisterRegion(r *Region) error
+}
+
+// Stats is a snapshot of a registry.
+type Stats struct {
+	Regions int
+	Bytes   uint64
+}
+
+// Registry holds the regions of one manager.
+type Registry struct {
+	ownerID   uint64
+	ownerAddr atomic.Pointer[string]
+	epoch     time.Time // the clock of leases: time.Since(epoch)
+	limits    buffer.Limits
+	pageSize  int
+
+	mu sync.RWMutex // guards the fields below
+	// hooks is set before the first region is created.
+	hooks   []Hooks
+	cutters []Cutter
+	regions map[uint64]*Region
+	nextID  uint64
+	bytes   uint64
+	count   int // regions reserved or registered and not yet freed
+	closed  bool
+}
+
+// NewRegistry returns an empty registry for the manager ownerID. It does no I/O.
+func NewRegistry(ownerID uint64, limits buffer.Limits) *Registry {
+	r := &Registry{
+		ownerID:  ownerID,
+		limits:   limits,
+		pageSize: os.Getpagesize(),
+		regions:  make(map[uint64]*Region),
+		nextID:   1,
+		epoch:    time.Now(),
+	}
+	empty := ""
+	r.ownerAddr.Store(&empty)
+	return r
+}
+
+// OwnerID returns the id of the owning manager.
+func (g *Registry) OwnerID() uint64 { return g.ownerID }
+
+// SetOwnerAddr sets the actor-system address written into new handles.
+func (g *Registry) SetOwnerAddr(addr string) { g.ownerAddr.Store(&addr) }
+
+// AddHooks registers backend hooks; call before creating regions.
+func (g *Registry) AddHooks(h Hooks) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.hooks = append(g.hooks, h)
+}
+
+// Allocate maps size bytes of page-aligned memory off the Go heap and
+// registers it with the given access.
+func (g *Registry) Allocate(size uint64, access buffer.Access) (buffer.Buffer, error) {
+	if size == 0 {
+		return buffer.Buffer{}, fmt.Errorf("allocate 0 bytes: %w", rdmamgr.ErrInvalid)
+	}
+	if !access.Valid() {
+		return buffer.Buffer{}, fmt.Errorf("allocate with access %#x: %w", uint32(access), rdmamgr.ErrInvalid)
+	}
+	if size > 1<<46 {
+		return buffer.Buffer{}, fmt.Errorf("allocate %d bytes: %w", size, rdmamgr.ErrLimit)
+	}
+	if err := g.reserve(size); err != nil {
+		return buffer.Buffer{}, err
+	}
+	rounded := (size + uint64(g.pageSize) - 1) &^ uint64(g.pageSize-1)
+	mem, err := mmapAnon(int(rounded))
+	if err != nil {
+		g.unreserve(size)
+		return buffer.Buffer{}, fmt.Errorf("mmap %d bytes: %w", rounded, err)
+	}
+	r, err := g.add(KindAllocated, mem[:size:size], access, mem)
+	if err != nil {
+		_ = munmap(mem)
+		g.unreserve(size)
+		return buffer.Buffer{}, err
+	}
+	return g.handle(r), nil
+}
+
+// Register registers the caller's memory p in place, pinning it until the
+// region is released. The caller must not let p go out of use before.
+func (g *Registry) Register(p []byte, access buffer.Access) (buffer.Buffer, error) {
+	if len(p) == 0 {
+		return buffer.Buffer{}, fmt.Errorf("register empty slice: %w", rdmamgr.ErrInvalid)
+	}
+	if !access.Valid() {
+		return buffer.Buffer{}, fmt.Errorf("register with access %#x: %w", uint32(access), rdmamgr.ErrInvalid)
+	}
+	if err := g.reserve(uint64(len(p))); err != nil {
+		return buffer.Buffer{}, err
+	}
+	r, err := g.add(KindUser, p, access, nil)
+	if err != nil {
+		g.unreserve(uint64(len(p)))
+		return buffer.Buffer{}, err
+	}
+	return g.handle(r), nil
+}
+
+func (g *Registry) reserve(size uint64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return rdmamgr.ErrClosed
+	}
+	if g.limits.MaxRegion > 0 && size > g.limits.MaxRegion {
+		return fmt.Errorf("register %d bytes in one region, limit %d (serve --max-region): %w", size, g.limits.MaxRegion, rdmamgr.ErrLimit)
+	}
+	if g.limits.MaxBytes > 0 && (size > g.limits.MaxBytes || g.bytes > g.limits.MaxBytes-size) {
+		return fmt.Errorf("register %d bytes with %d of %d in use (serve --max-registered): %w", size, g.bytes, g.limits.MaxBytes, rdmamgr.ErrLimit)
+	}
+	if g.limits.MaxRegions > 0 && g.count >= g.limits.MaxRegions {
+		return fmt.Errorf("%d regions registered, the most allowed (serve --max-regions): %w", g.count, rdmamgr.ErrLimit)
+	}
+	g.bytes += size
+	g.count++
+	return nil
+}
+
+func (g *Registry) unreserve(size uint64) {
+	g.mu.Lock()
+	g.bytes -= size
+	g.count--
+	g.mu.Unlock()
+}
+
+// mapping is the whole mmap for KindAllocated (nil for user memory).
+func (g *Registry) add(kind Kind, mem []byte, access buffer.Access, mapping []byte) (*Region, error) {
+	r := &Region{kind: kind, mem: mem, access: access}
+	if _, err := rand.Read(r.key[:]); err != nil {
+		return nil, fmt.Errorf("region key: %w", err)
+	}
+	if kind == KindUser {
+		r.pinner.Pin(&mem[0])
+	}
+	r.mapping = mapping
+	g.mu.Lock()
+	hooks := g.hooks
+	r.id = g.nextID // ids are never reused, so hooks may key by it
+	g.nextID++
+	g.mu.Unlock()
+	for i, h := range hooks {
+		if err := h.RegisterRegion(r); err != nil {
+			for _, h := range hooks[:i] {
+				_ = h.DeregisterRegion(r)
+			}
+			if kind == KindUser {
+				r.pinner.Unpin()
+			}
+			return nil, fmt.Errorf("backend register: %w", err)
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		for _, h := range hooks {
+			_ = h.DeregisterRegion(r)
+		}
+		if kind == KindUser {
+			r.pinner.Unpin()
+		}
+		return nil, rdmamgr.ErrClosed
+	}
+	g.regions[r.id] = r
+	return r, nil
+}
+
+func (g *Registry) handle(r *Region) buffer.Buffer {
+	return buffer.Buffer{
+		OwnerID:   g.ownerID,
+		OwnerAddr: *g.ownerAddr.Load(),
+		Region:    r.id,
+		Length:    uint64(len(r.mem)),
+		Key:       r.key,
+		Access:    r.access,
+		RDMA:      r.RDMA,
+	}
+}
+
+// lookup finds the region of a handle of this registry, checking its key.
+func (g *Registry) lookup(b buffer.Buffer) (*Region, error) {
+	if b.OwnerID != g.ownerID {
+		return nil, fmt.Errorf("region %d not owned by this manager: %w", b.Region, rdmamgr.ErrReleased)
+	}
+	g.mu.RLock()
+	r := g.regions[b.Region]
+	g.mu.RUnlock()
+	if r == nil {
+		return nil, fmt.Errorf("region %d: %w", b.Region, rdmamgr.ErrReleased)
+	}
+	if !r.key.Equal(b.Key) {
+		return nil, fmt.Errorf("region %d: %w", b.Region, rdmamgr.ErrBadKey)
+	}
+	return r, nil
+}
+
+func (g *Registry) hooksSnapshot() []Hooks {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.hooks
+}
+
+// Release releases the region of handle b (the key must match). It stops
+// new references, waits until every reference is dropped or ctx ends,
+// deregisters the region from the backends and frees its memory. When ctx
+// ends first the region is still freed as soon as it drains, and the
+// context error is returned.
+func (g *Registry) Release(ctx context.Context, b buffer.Buffer) error {
+	g.mu.Lock()
+	r := g.regions[b.Region]
+	if r == nil || b.OwnerID != g.ownerID {
+		g.mu.Unlock()
+		return fmt.Errorf("release region %d: %w", b.Region, rdmamgr.ErrReleased)
+	}
+	if !r.key.Equal(b.Key) {
+		g.mu.Unlock()
+		return fmt.Errorf("release region %d: %w", b.Region, rdmamgr.ErrBadKey)
+	}
+	delete(g.regions, r.id)
+	g.mu.Unlock()
+	return g.finish(ctx, r)
+}
+
+func (g *Registry) finish(ctx context.Context, r *Region) error {
+	r.refs.Close()
+	g.cut(r)
+	select {
+	case <-r.refs.Drained(): // already drained: succeed even if ctx is done
+		g.free(r)
+		return nil
+	default:
+	}
+	select {
+	case <-r.refs.Drained():
+		g.free(r)
+		return nil
+	case <-ctx.Done():
+		go func() { <-r.refs.Drained(); g.free(r) }() // freed once drained; owned by the region's references
+		return fmt.Errorf("release region %d: %w", r.id, ctx.Err())
+	}
+}
+
+func (g *Registry) free(r *Region) {
+	g.mu.RLock()
+	hooks := g.hooks
+	g.mu.RUnlock()
+	for _, h := range hooks {
+		_ = h.DeregisterRegion(r)
+	}
+	switch r.kind {
+	case KindAllocated:
+		_ = munmap(r.mapping)
+	case KindUser:
+		r.pinner.Unpin()
+	}
+	g.unreserve(uint64(len(r.mem)))
+}
+
+// Regions returns a snapshot of the registered regions.
+func (g *Registry) Regions() []*Region {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	out := make([]*Region, 0, len(g.regions))
+	for _, r := range g.regions {
+		out = append(out, r)
+	}
+	return out
+}
+
+// Stats returns counts of regions and bytes.
+func (g *Registry) Stats() Stats {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return Stats{Regions: len(g.regions), Bytes: g.bytes}
+}
+
+// Close releases every region, waiting for references until ctx ends.
+// It is idempotent.
+func (g *Registry) Close(ctx context.Context) error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil
+	}
+	g.closed = true
+	regs := make([]*Region, 0, len(g.regions))
+	for id, r := range g.regions {
+		regs = append(regs, r)
+		delete(g.regions, id)
+	}
+	g.mu.Unlock()
+	var first error
+	for _, r := range regs {
+		if err := g.finish(ctx, r); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

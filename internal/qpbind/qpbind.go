@@ -1,0 +1,45 @@
+// Package qpbind holds what the manager binds a queue pair with when it
+// makes one (queuepair.New): the local registry it resolves buffers in,
+// the operation timeout, the release callback and the metrics observer.
+// These types are internal so that only the manager (and the module's own
+// tests) can make queue pairs: a program gets one from
+// actor.Client.RequestQueuePair, already bound to a route.
+package qpbind
+
+import (
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
+)
+
+// Resolver resolves a local handle to its memory and holds a reference on
+// its region until the Ref's Release; *memreg.Registry implements it.
+type Resolver interface {
+	AcquireLocal(b buffer.Buffer) (memreg.Ref, error)
+}
+
+// Observer sees the outcome of every operation of the queue pairs it is
+// given to (Options.Observer), for metrics. Observe runs on the goroutine
+// that completes the operation, before the caller learns the outcome: it
+// must be quick and must not block.
+type Observer interface {
+	Observe(kind backend.Kind, op backend.Op, bytes uint64, d time.Duration, err error)
+}
+
+// Options of a queue pair.
+type Options struct {
+	// Timeout is the deadline of an operation posted without one
+	// (queuepair.DefaultTimeout when zero).
+	Timeout time.Duration
+	// Kind names the route's backend.
+	Kind backend.Kind
+	// OnRelease is called once by Release, after every operation posted
+	// before it completed (the manager drops its reference on the route).
+	OnRelease func()
+	// Observer, when not nil, sees every operation's outcome.
+	Observer Observer
+}
+
+var _ Resolver = (*memreg.Registry)(nil)

@@ -1,0 +1,134 @@
+package queuepair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
+
+// Op is one operation of a batch.
+type Op struct {
+	Op     backend.Op // backend.OpWrite (Put) or backend.OpRead (Get)
+	Local  buffer.Buffer
+	Remote buffer.Buffer
+}
+
+// PutOp and GetOp build batch operations.
+func PutOp(local, remote buffer.Buffer) Op {
+	return Op{Op: backend.OpWrite, Local: local, Remote: remote}
+}
+
+// GetOp builds a Get for Submit.
+func GetOp(local, remote buffer.Buffer) Op {
+	return Op{Op: backend.OpRead, Local: local, Remote: remote}
+}
+
+// Submit posts ops that share ctx: its deadline (or the queue pair's
+// timeout from now, whichever is earlier) and its cancellation. When ctx
+// ends before an operation completed, the operation is cancelled: it
+// completes with ctx's error (see WorkRequest.Wait), without anybody having
+// to wait for it. It returns at once.
+func (q *QueuePair) Submit(ctx context.Context, ops ...Op) *Batch {
+	dl := time.Now().Add(q.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	b := &Batch{wrs: make([]*WorkRequest, len(ops))}
+	var c context.Context
+	if ctx.Done() != nil {
+		c = ctx
+	}
+	b.left.Store(int32(len(ops)))
+	for i, o := range ops {
+		b.wrs[i] = &WorkRequest{batch: b}
+		q.arm(b.wrs[i], o.Op, o.Local, o.Remote, dl, c)
+	}
+	if c != nil {
+		// Cancel what is still pending when ctx ends (at once if it has).
+		stop := context.AfterFunc(ctx, func() {
+			cause := ctxCause(ctx)
+			for _, w := range b.wrs {
+				w.cancel(cause)
+			}
+		})
+		b.watch.Store(&stop)
+		if done, _ := b.Poll(); done {
+			stop()
+		}
+	}
+	return b
+}
+
+// Batch is a set of operations posted together.
+type Batch struct {
+	wrs   []*WorkRequest
+	left  atomic.Int32                // operations not yet completed
+	watch atomic.Pointer[func() bool] // stops Submit's ctx watcher
+}
+
+// Requests returns the batch's work requests in submission order.
+func (b *Batch) Requests() []*WorkRequest { return b.wrs }
+
+// Wait waits for every operation and returns their errors joined. When ctx
+// ends first, the operations still pending are cancelled and Wait returns
+// once none of them can touch local memory (see WorkRequest.Wait).
+func (b *Batch) Wait(ctx context.Context) error {
+	var errs []error
+	for i, w := range b.wrs {
+		if w.state.Load() != stateDone && ctx.Err() != nil {
+			cause := ctxCause(ctx)
+			for _, rest := range b.wrs[i:] {
+				rest.cancel(cause)
+			}
+		}
+		if err := w.Wait(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	b.unwatch()
+	return errors.Join(errs...)
+}
+
+// unwatch stops Submit's ctx watcher once every operation completed.
+func (b *Batch) unwatch() {
+	if stop := b.watch.Load(); stop != nil {
+		(*stop)()
+	}
+}
+
+// Cancel cancels every pending operation of the batch, waits until none can
+// touch local memory and returns their errors joined.
+func (b *Batch) Cancel() error {
+	cause := fmt.Errorf("queuepair: %w", context.Canceled)
+	for _, w := range b.wrs {
+		w.cancel(cause)
+	}
+	var errs []error
+	for _, w := range b.wrs {
+		if err := w.Cancel(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	b.unwatch()
+	return errors.Join(errs...)
+}
+
+// Poll reports whether every operation completed, and their joined errors.
+func (b *Batch) Poll() (bool, error) {
+	var errs []error
+	for _, w := range b.wrs {
+		done, err := w.Poll()
+		if !done {
+			return false, nil
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return true, errors.Join(errs...)
+}

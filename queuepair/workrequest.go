@@ -1,0 +1,173 @@
+package queuepair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
+)
+
+// WorkRequest is the handle of one posted operation. Put and Get return a
+// new one; PostPut and PostGet reuse one the caller owns.
+type WorkRequest struct {
+	wr  backend.WorkRequest
+	ref memreg.Ref // the local memory, held until the outcome is reported
+	qp  *QueuePair // set while the operation counts in qp.ops
+	// owner is the queue pair w was last posted on: where a cancel goes.
+	// Atomic: a batch's context watcher reads it while the backend runs.
+	owner atomic.Pointer[QueuePair]
+	batch *Batch        // set once by Submit: its watcher stops with the last op
+	sig   chan struct{} // capacity 1: one token per completion
+	err   error         // written before state becomes done
+	state atomic.Uint32
+	start time.Time // when it was posted, for the queue pair's Observer
+}
+
+const (
+	stateIdle uint32 = iota
+	statePending
+	stateDone
+)
+
+// completer is the backend's view of a WorkRequest: the backend completes
+// the operation through it (backend.Completer), and a program, which sees
+// only *WorkRequest, cannot.
+type completer WorkRequest
+
+// Complete implements backend.Completer.
+func (c *completer) Complete(_ *backend.WorkRequest, err error) { (*WorkRequest)(c).finish(err) }
+
+// reset makes w pending for a new operation; it panics if w is pending.
+func (w *WorkRequest) reset(op backend.Op, remote buffer.Buffer, deadline time.Time, ctx context.Context) {
+	if !w.state.CompareAndSwap(stateIdle, statePending) && !w.state.CompareAndSwap(stateDone, statePending) {
+		panic("queuepair: WorkRequest reused while pending")
+	}
+	if w.sig == nil {
+		w.sig = make(chan struct{}, 1)
+	}
+	select {
+	case <-w.sig: // a token nobody consumed
+	default:
+	}
+	w.err = nil
+	w.wr.Reset()
+	w.wr.Op = op
+	w.wr.Remote = remote
+	w.wr.Deadline = deadline
+	w.wr.Done = (*completer)(w)
+	if ctx != nil {
+		w.wr.Cancel = ctx.Done()
+	}
+}
+
+// finish reports the outcome once: the first call after reset wins.
+func (w *WorkRequest) finish(err error) {
+	if w.state.Load() != statePending {
+		return
+	}
+	w.qp.observe(w, err) // first: it adds nothing between the release and done below
+	w.start = time.Time{}
+	ref := w.ref
+	w.ref = memreg.Ref{}
+	q := w.qp // read before done: the owner may re-arm w right after
+	w.qp = nil
+	w.err = err
+	w.state.Store(stateDone)
+	select {
+	case w.sig <- struct{}{}:
+	default:
+	}
+	// The local region is let go only once the outcome is reported: whoever
+	// waits for its references (Release) then finds the operation done.
+	ref.Release()
+	if b := w.batch; b != nil && b.left.Add(-1) == 0 {
+		b.unwatch()
+	}
+	if q != nil {
+		q.ops.Leave()
+	}
+}
+
+// cancel asks the backend to end w early with cause; it returns at once
+// and w completes (promptly) once the backend can no longer touch its
+// memory. A no-op once w completed.
+func (w *WorkRequest) cancel(cause error) {
+	if w.state.Load() != statePending || !w.wr.RequestCancel(cause) {
+		return
+	}
+	// The cause is set first, so a Post still running sees it (backends
+	// check it as they queue); a Cancel that arrives after completion is
+	// ignored by the route.
+	if q := w.owner.Load(); q != nil {
+		q.route.Cancel(&w.wr)
+	}
+}
+
+// Done returns a channel that receives a value when the operation
+// completes (one value per completion: use either Done or Wait, not both).
+func (w *WorkRequest) Done() <-chan struct{} { return w.sig }
+
+// Poll reports whether the operation completed, and its error if so.
+func (w *WorkRequest) Poll() (bool, error) {
+	if w.state.Load() == stateDone {
+		return true, w.err
+	}
+	return false, nil
+}
+
+// Err returns the outcome; nil while pending.
+func (w *WorkRequest) Err() error {
+	_, err := w.Poll()
+	return err
+}
+
+// Wait blocks until the operation completes and returns its outcome. When
+// ctx ends first, Wait cancels the operation and returns once the backend
+// can no longer touch the local memory: the error is then ctx's (see the
+// package doc for errors.Is), unless the operation completed first. Either
+// way, when Wait returns the memory is the caller's again, and Err returns
+// the same outcome.
+func (w *WorkRequest) Wait(ctx context.Context) error {
+	if w.state.Load() == stateDone {
+		return w.err
+	}
+	select {
+	case <-w.sig:
+		return w.err
+	case <-ctx.Done():
+	}
+	w.cancel(ctxCause(ctx))
+	<-w.sig
+	return w.err
+}
+
+// Cancel ends the operation early with context.Canceled, waits until the
+// backend can no longer touch its local memory and returns its outcome
+// (nil if it completed first). Use either Cancel or Wait, not both.
+func (w *WorkRequest) Cancel() error {
+	if w.state.Load() == stateDone {
+		return w.err
+	}
+	w.cancel(fmt.Errorf("queuepair: %w", context.Canceled))
+	<-w.sig
+	return w.err
+}
+
+// ctxCause is the error an operation ended by ctx reports: for a deadline
+// backend.ErrDeadline (which matches context.DeadlineExceeded too), for a
+// cancellation context.Canceled and ctx's cause if one was given.
+func ctxCause(ctx context.Context) error {
+	err := ctx.Err()
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("queuepair: context deadline: %w", backend.ErrDeadline)
+	}
+	if c := context.Cause(ctx); c != nil && c != err {
+		return fmt.Errorf("queuepair: %w: %w", err, c)
+	}
+	return fmt.Errorf("queuepair: %w", err)
+}
