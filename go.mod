@@ -10,6 +10,7 @@ require (
 	github.com/prometheus/common v0.44.0
 	github.com/rs/zerolog v1.35.1
 	go.etcd.io/etcd/client/v3 v3.5.10
+	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.21.0
 	golang.org/x/net v0.60.0
 	golang.org/x/sys v0.48.0

@@ -56,7 +56,7 @@ func FuzzManagerMessages(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	if err := m.Start(context.Background()); err != nil {
+	if err := startTCP(context.Background(), m); err != nil {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { m.Close(); sys.Shutdown() })
