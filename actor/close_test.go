@@ -78,9 +78,11 @@ func TestClose(t *testing.T) {
 	if _, err := b.Client().Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
 
-	// Close before Start, twice.
-	m, err := New(sys, Config{Name: "never-started"})
+// Close before Start, twice.
+func TestCloseNeverStarted(t *testing.T) {
+	m, err := New(newSystem(t), Config{Name: "never-started"})
 	if err != nil {
 		t.Fatal(err)
 	}

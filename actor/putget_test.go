@@ -2,8 +2,10 @@ package actor
 
 import (
 	"bytes"
+	"context"
 	crand "crypto/rand"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -136,84 +138,103 @@ func TestPutGetRandomOffsets(t *testing.T) {
 	b := startManager(t, sys, Config{Name: "b"})
 	ctx := testCtx(t)
 	const ln, rn = 1 << 20, 1<<20 + 12345
-	local := requestBuf(t, ctx, a.Client(), ln, buffer.AccessReadWrite)
-	remote := requestBuf(t, ctx, NewClient(sys, b.PID()), rn, buffer.AccessReadWrite)
+	s := &shadowed{ln: ln, rn: rn}
+	s.local = requestBuf(t, ctx, a.Client(), ln, buffer.AccessReadWrite)
+	s.remote = requestBuf(t, ctx, NewClient(sys, b.PID()), rn, buffer.AccessReadWrite)
 	qp := requestQP(t, ctx, a, b.PID())
-	lmem, rmem := mustBytes(t, a, local), mustBytes(t, b, remote)
+	s.lmem, s.rmem = mustBytes(t, a, s.local), mustBytes(t, b, s.remote)
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 42))
-	fill := func(p []byte) {
-		for i := range p {
-			p[i] = byte(rng.Uint32())
-		}
-	}
-	fill(lmem)
-	fill(rmem)
-	lshadow, rshadow := bytes.Clone(lmem), bytes.Clone(rmem)
-
+	s.rng = rand.New(rand.NewPCG(seed, 42))
+	s.fill(s.lmem)
+	s.fill(s.rmem)
+	s.lshadow, s.rshadow = bytes.Clone(s.lmem), bytes.Clone(s.rmem)
 	for i := range 40 {
-		n := 1 + rng.Uint64N(200<<10)
-		if i%10 == 0 {
-			n = 1 + rng.Uint64N(3) // tiny transfers too
-		}
-		lo, ro := rng.Uint64N(ln-n+1), rng.Uint64N(rn-n+1)
-		ls, err := local.Slice(lo, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rs, err := remote.Slice(ro, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		put := i%2 == 0
-		if put {
-			fill(lmem[lo : lo+n])
-			copy(lshadow[lo:lo+n], lmem[lo:lo+n])
-			copy(rshadow[ro:ro+n], lmem[lo:lo+n])
-			err = qp.Put(ls, rs).Wait(ctx)
-		} else {
-			fill(rmem[ro : ro+n])
-			copy(rshadow[ro:ro+n], rmem[ro:ro+n])
-			copy(lshadow[lo:lo+n], rmem[ro:ro+n])
-			err = qp.Get(ls, rs).Wait(ctx)
-		}
-		if err != nil {
-			t.Fatalf("op %d (put %v) of %d bytes local@%d remote@%d: %v", i, put, n, lo, ro, err)
-		}
-		if !bytes.Equal(lmem, lshadow) || !bytes.Equal(rmem, rshadow) {
-			t.Fatalf("op %d (put %v) of %d bytes local@%d remote@%d: memory differs from expected", i, put, n, lo, ro)
-		}
+		s.randomOp(t, ctx, qp, i)
 	}
 
 	// A batch of disjoint slices.
 	var ops []queuepair.Op
 	for k := range uint64(8) {
-		ls, _ := local.Slice(k*(ln/8), ln/8)
-		rs, _ := remote.Slice(rn-(k+1)*(ln/8), ln/8)
+		ls, _ := s.local.Slice(k*(ln/8), ln/8)
+		rs, _ := s.remote.Slice(rn-(k+1)*(ln/8), ln/8)
 		ops = append(ops, queuepair.PutOp(ls, rs))
-		copy(rshadow[rn-(k+1)*(ln/8):], lmem[k*(ln/8):(k+1)*(ln/8)])
+		copy(s.rshadow[rn-(k+1)*(ln/8):], s.lmem[k*(ln/8):(k+1)*(ln/8)])
 	}
 	if err := qp.Submit(ctx, ops...).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(rmem, rshadow) || !bytes.Equal(lmem, lshadow) {
-		t.Fatal("batch: memory differs from expected")
-	}
+	s.check(t, "batch")
 
 	// Slices past the end are refused before anything moves.
-	if _, err := remote.Slice(rn-10, 11); !errors.Is(err, buffer.ErrOutOfRange) {
+	if _, err := s.remote.Slice(rn-10, 11); !errors.Is(err, buffer.ErrOutOfRange) {
 		t.Fatalf("slice past end: %v", err)
 	}
-	forged := remote
+	forged := s.remote
 	forged.Offset, forged.Length = rn-10, 20
-	ls, _ := local.Slice(0, 20)
+	ls, _ := s.local.Slice(0, 20)
 	if err := qp.Put(ls, forged).Wait(ctx); !errors.Is(err, buffer.ErrOutOfRange) {
 		t.Fatalf("put past the remote end: %v", err)
 	}
-	if !bytes.Equal(rmem, rshadow) || !bytes.Equal(lmem, lshadow) {
-		t.Fatal("refused put changed memory")
+	s.check(t, "refused put")
+}
+
+// shadowed is a local and a remote buffer with copies of what their memory
+// must hold.
+type shadowed struct {
+	local, remote    buffer.Buffer
+	ln, rn           uint64
+	lmem, rmem       []byte
+	lshadow, rshadow []byte
+	rng              *rand.Rand
+}
+
+func (s *shadowed) fill(p []byte) {
+	for i := range p {
+		p[i] = byte(s.rng.Uint32())
 	}
+}
+
+func (s *shadowed) check(t *testing.T, what string) {
+	t.Helper()
+	if !bytes.Equal(s.lmem, s.lshadow) || !bytes.Equal(s.rmem, s.rshadow) {
+		t.Fatalf("%s: memory differs from expected", what)
+	}
+}
+
+// randomOp puts (even i) or gets (odd i) a random slice at random offsets,
+// tiny every tenth time, and checks both memories.
+func (s *shadowed) randomOp(t *testing.T, ctx context.Context, qp *queuepair.QueuePair, i int) {
+	t.Helper()
+	n := 1 + s.rng.Uint64N(200<<10)
+	if i%10 == 0 {
+		n = 1 + s.rng.Uint64N(3) // tiny transfers too
+	}
+	lo, ro := s.rng.Uint64N(s.ln-n+1), s.rng.Uint64N(s.rn-n+1)
+	ls, err := s.local.Slice(lo, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := s.remote.Slice(ro, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := i%2 == 0
+	if put {
+		s.fill(s.lmem[lo : lo+n])
+		copy(s.lshadow[lo:lo+n], s.lmem[lo:lo+n])
+		copy(s.rshadow[ro:ro+n], s.lmem[lo:lo+n])
+		err = qp.Put(ls, rs).Wait(ctx)
+	} else {
+		s.fill(s.rmem[ro : ro+n])
+		copy(s.rshadow[ro:ro+n], s.rmem[ro:ro+n])
+		copy(s.lshadow[lo:lo+n], s.rmem[ro:ro+n])
+		err = qp.Get(ls, rs).Wait(ctx)
+	}
+	if err != nil {
+		t.Fatalf("op %d (put %v) of %d bytes local@%d remote@%d: %v", i, put, n, lo, ro, err)
+	}
+	s.check(t, fmt.Sprintf("op %d (put %v) of %d bytes local@%d remote@%d", i, put, n, lo, ro))
 }
 
 func TestReleaseBufferThenOps(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	protoactor "github.com/asynkron/protoactor-go/actor"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
@@ -41,129 +42,150 @@ func TestUnknownMessage(t *testing.T) {
 	}
 }
 
+// malformedEnv is what TestMalformedRequests' parts share: a pair of
+// managers, a's own client and a client of a without the manager (rc), a
+// buffer at each.
+type malformedEnv struct {
+	sys          *protoactor.ActorSystem
+	a, b         *Manager
+	ac, rc       *Client
+	mine, theirs buffer.Buffer
+}
+
 func TestMalformedRequests(t *testing.T) {
 	sys, a, b := newPair(t)
 	ctx := testCtx(t)
-	ac, rc := a.Client(), NewClient(sys, a.PID())
-	mine := requestBuf(t, ctx, ac, 4096, buffer.AccessReadWrite)
-	theirs := requestBuf(t, ctx, b.Client(), 4096, buffer.AccessReadWrite)
-
-	t.Run("RequestBuffer", func(t *testing.T) {
-		for _, tc := range []struct {
-			size   uint64
-			access buffer.Access
-		}{{0, buffer.AccessReadWrite}, {1, 4}, {1, 0xffffffff}, {0, 8}} {
-			if _, err := rc.RequestBuffer(ctx, tc.size, tc.access); !errors.Is(err, buffer.ErrInvalid) {
-				t.Fatalf("size %d access %#x: %v", tc.size, uint32(tc.access), err)
-			}
-		}
-		small := NewClient(sys, a.PID())
-		small.maxMsg = 1
-		if _, err := small.RequestBuffer(ctx, 1<<40, buffer.AccessRead); !errors.Is(err, ErrMessageTooLarge) {
-			t.Fatalf("oversize message: %v", err)
-		}
-	})
-
-	t.Run("ReleaseBuffer", func(t *testing.T) {
-		res := ask(t, sys, a.PID(), &rdmapb.ReleaseBuffer{})
-		if r, ok := res.(*rdmapb.ReleaseBufferResponse); !ok || r.Error.GetCode() != rdmapb.Code_INVALID_ARGUMENT {
-			t.Fatalf("nil buffer: %v", res)
-		}
-		shortKey := mine.Proto()
-		shortKey.Key = shortKey.Key[:5]
-		res = ask(t, sys, a.PID(), &rdmapb.ReleaseBuffer{Buffer: shortKey})
-		if r, ok := res.(*rdmapb.ReleaseBufferResponse); !ok || !errors.Is(toError(r.Error), buffer.ErrInvalid) {
-			t.Fatalf("short key: %v", res)
-		}
-		if err := rc.ReleaseBuffer(ctx, buffer.Buffer{}); !errors.Is(err, buffer.ErrInvalid) {
-			t.Fatalf("zero buffer: %v", err)
-		}
-		wrongKey := mine
-		wrongKey.Key[15] ^= 0x80
-		if err := rc.ReleaseBuffer(ctx, wrongKey); !errors.Is(err, buffer.ErrBadKey) {
-			t.Fatalf("wrong key: %v", err)
-		}
-		if err := rc.ReleaseBuffer(ctx, theirs); !errors.Is(err, buffer.ErrReleased) {
-			t.Fatalf("foreign owner: %v", err)
-		}
-		noSuch := mine
-		noSuch.Region += 1000
-		if err := rc.ReleaseBuffer(ctx, noSuch); !errors.Is(err, buffer.ErrReleased) {
-			t.Fatalf("unknown region: %v", err)
-		}
-		// Nothing was released by the bad requests.
-		if _, err := a.Bytes(mine); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := b.Bytes(theirs); err != nil {
-			t.Fatal(err)
-		}
-	})
-
-	t.Run("RouteHandshake", func(t *testing.T) {
-		_, info, err := a.Backend().PrepareRoute(ctx, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		good := func() *rdmapb.RouteHandshake {
-			return &rdmapb.RouteHandshake{Version: ProtocolVersion, InitiatorId: a.ID(), InitiatorAddr: sys.Address(), Backend: "tcp", Endpoint: info}
-		}
-		for _, tc := range []struct {
-			name string
-			mod  func(h *rdmapb.RouteHandshake)
-			want error
-		}{
-			{"wrong version", func(h *rdmapb.RouteHandshake) { h.Version = ProtocolVersion + 1 }, backend.ErrVersion},
-			{"version 0", func(h *rdmapb.RouteHandshake) { h.Version = 0 }, backend.ErrVersion},
-			{"garbage endpoint", func(h *rdmapb.RouteHandshake) { h.Endpoint = []byte("garbage endpoint bytes") }, backend.ErrProtocol},
-			{"empty endpoint", func(h *rdmapb.RouteHandshake) { h.Endpoint = nil }, backend.ErrProtocol},
-			{"endpoint of another version", func(h *rdmapb.RouteHandshake) { h.Endpoint = []byte{9, 0, 1, 0} }, backend.ErrVersion},
-			{"zero connections", func(h *rdmapb.RouteHandshake) { h.Endpoint = []byte{1, 0, 0, 0} }, backend.ErrProtocol},
-			{"no initiator", func(h *rdmapb.RouteHandshake) { h.InitiatorId = 0 }, buffer.ErrInvalid},
-		} {
-			h := good()
-			tc.mod(h)
-			res, ok := ask(t, sys, b.PID(), h).(*rdmapb.RouteHandshakeResponse)
-			if !ok {
-				t.Fatalf("%s: reply %T", tc.name, res)
-			}
-			if err := toError(res.Error); !errors.Is(err, tc.want) || len(res.Endpoint) != 0 {
-				t.Fatalf("%s: %v (endpoint %d bytes)", tc.name, err, len(res.Endpoint))
-			}
-		}
-		h := good()
-		h.Backend = "ibverbs"
-		if res := ask(t, sys, b.PID(), h).(*rdmapb.RouteHandshakeResponse); res.Error.GetCode() == rdmapb.Code_OK || len(res.Endpoint) != 0 {
-			t.Fatalf("other backend: %v", res)
-		}
-		// The well-formed handshake is accepted.
-		if res := ask(t, sys, b.PID(), good()).(*rdmapb.RouteHandshakeResponse); res.Error != nil || len(res.Endpoint) == 0 || res.ResponderId != b.ID() {
-			t.Fatalf("good handshake: %v", res)
-		}
-	})
-
-	t.Run("RequestQueuePair", func(t *testing.T) {
-		if _, err := ac.RequestQueuePair(ctx, nil); !errors.Is(err, buffer.ErrInvalid) {
-			t.Fatalf("nil peer: %v", err)
-		}
-		for _, ref := range []*rdmapb.ManagerRef{nil, {}, {Address: sys.Address()}, {Id: "b"}} {
-			res := ask(t, sys, a.PID(), &rdmapb.RequestQueuePair{Peer: ref})
-			if r, ok := res.(*rdmapb.RequestQueuePairResponse); !ok || !errors.Is(toError(r.Error), buffer.ErrInvalid) || r.QpId != 0 {
-				t.Fatalf("peer %v: %v", ref, res)
-			}
-		}
-		// Only a client in the manager's process gets queue pairs.
-		if _, err := rc.RequestQueuePair(ctx, b.PID()); !errors.Is(err, ErrNotLocal) {
-			t.Fatalf("client without the manager: %v", err)
-		}
-		res := ask(t, sys, a.PID(), &rdmapb.ReleaseQueuePair{QpId: 12345})
-		if r, ok := res.(*rdmapb.ReleaseQueuePairResponse); !ok || !errors.Is(toError(r.Error), buffer.ErrReleased) {
-			t.Fatalf("release unknown queue pair: %v", res)
-		}
-	})
-
-	if id, err := ac.Ping(ctx); err != nil || id != a.ID() {
+	e := &malformedEnv{sys: sys, a: a, b: b, ac: a.Client(), rc: NewClient(sys, a.PID())}
+	e.mine = requestBuf(t, ctx, e.ac, 4096, buffer.AccessReadWrite)
+	e.theirs = requestBuf(t, ctx, b.Client(), 4096, buffer.AccessReadWrite)
+	t.Run("RequestBuffer", e.requestBuffer)
+	t.Run("ReleaseBuffer", e.releaseBuffer)
+	t.Run("RouteHandshake", e.routeHandshake)
+	t.Run("RequestQueuePair", e.requestQueuePair)
+	if id, err := e.ac.Ping(ctx); err != nil || id != a.ID() {
 		t.Fatalf("ping after malformed requests: %v", err)
+	}
+}
+
+func (e *malformedEnv) requestBuffer(t *testing.T) {
+	sys, a, rc := e.sys, e.a, e.rc
+	ctx := testCtx(t)
+	for _, tc := range []struct {
+		size   uint64
+		access buffer.Access
+	}{{0, buffer.AccessReadWrite}, {1, 4}, {1, 0xffffffff}, {0, 8}} {
+		if _, err := rc.RequestBuffer(ctx, tc.size, tc.access); !errors.Is(err, buffer.ErrInvalid) {
+			t.Fatalf("size %d access %#x: %v", tc.size, uint32(tc.access), err)
+		}
+	}
+	small := NewClient(sys, a.PID())
+	small.maxMsg = 1
+	if _, err := small.RequestBuffer(ctx, 1<<40, buffer.AccessRead); !errors.Is(err, ErrMessageTooLarge) {
+		t.Fatalf("oversize message: %v", err)
+	}
+}
+
+func (e *malformedEnv) releaseBuffer(t *testing.T) {
+	sys, a, b, rc, mine, theirs := e.sys, e.a, e.b, e.rc, e.mine, e.theirs
+	ctx := testCtx(t)
+	res := ask(t, sys, a.PID(), &rdmapb.ReleaseBuffer{})
+	if r, ok := res.(*rdmapb.ReleaseBufferResponse); !ok || r.Error.GetCode() != rdmapb.Code_INVALID_ARGUMENT {
+		t.Fatalf("nil buffer: %v", res)
+	}
+	shortKey := mine.Proto()
+	shortKey.Key = shortKey.Key[:5]
+	res = ask(t, sys, a.PID(), &rdmapb.ReleaseBuffer{Buffer: shortKey})
+	if r, ok := res.(*rdmapb.ReleaseBufferResponse); !ok || !errors.Is(toError(r.Error), buffer.ErrInvalid) {
+		t.Fatalf("short key: %v", res)
+	}
+	if err := rc.ReleaseBuffer(ctx, buffer.Buffer{}); !errors.Is(err, buffer.ErrInvalid) {
+		t.Fatalf("zero buffer: %v", err)
+	}
+	wrongKey := mine
+	wrongKey.Key[15] ^= 0x80
+	if err := rc.ReleaseBuffer(ctx, wrongKey); !errors.Is(err, buffer.ErrBadKey) {
+		t.Fatalf("wrong key: %v", err)
+	}
+	if err := rc.ReleaseBuffer(ctx, theirs); !errors.Is(err, buffer.ErrReleased) {
+		t.Fatalf("foreign owner: %v", err)
+	}
+	noSuch := mine
+	noSuch.Region += 1000
+	if err := rc.ReleaseBuffer(ctx, noSuch); !errors.Is(err, buffer.ErrReleased) {
+		t.Fatalf("unknown region: %v", err)
+	}
+	// Nothing was released by the bad requests.
+	if _, err := a.Bytes(mine); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Bytes(theirs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *malformedEnv) routeHandshake(t *testing.T) {
+	sys, a, b := e.sys, e.a, e.b
+	ctx := testCtx(t)
+	_, info, err := a.Backend().PrepareRoute(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := func() *rdmapb.RouteHandshake {
+		return &rdmapb.RouteHandshake{Version: ProtocolVersion, InitiatorId: a.ID(), InitiatorAddr: sys.Address(), Backend: "tcp", Endpoint: info}
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(h *rdmapb.RouteHandshake)
+		want error
+	}{
+		{"wrong version", func(h *rdmapb.RouteHandshake) { h.Version = ProtocolVersion + 1 }, backend.ErrVersion},
+		{"version 0", func(h *rdmapb.RouteHandshake) { h.Version = 0 }, backend.ErrVersion},
+		{"garbage endpoint", func(h *rdmapb.RouteHandshake) { h.Endpoint = []byte("garbage endpoint bytes") }, backend.ErrProtocol},
+		{"empty endpoint", func(h *rdmapb.RouteHandshake) { h.Endpoint = nil }, backend.ErrProtocol},
+		{"endpoint of another version", func(h *rdmapb.RouteHandshake) { h.Endpoint = []byte{9, 0, 1, 0} }, backend.ErrVersion},
+		{"zero connections", func(h *rdmapb.RouteHandshake) { h.Endpoint = []byte{1, 0, 0, 0} }, backend.ErrProtocol},
+		{"no initiator", func(h *rdmapb.RouteHandshake) { h.InitiatorId = 0 }, buffer.ErrInvalid},
+	} {
+		h := good()
+		tc.mod(h)
+		res, ok := ask(t, sys, b.PID(), h).(*rdmapb.RouteHandshakeResponse)
+		if !ok {
+			t.Fatalf("%s: reply %T", tc.name, res)
+		}
+		if err := toError(res.Error); !errors.Is(err, tc.want) || len(res.Endpoint) != 0 {
+			t.Fatalf("%s: %v (endpoint %d bytes)", tc.name, err, len(res.Endpoint))
+		}
+	}
+	h := good()
+	h.Backend = "ibverbs"
+	if res := ask(t, sys, b.PID(), h).(*rdmapb.RouteHandshakeResponse); res.Error.GetCode() == rdmapb.Code_OK || len(res.Endpoint) != 0 {
+		t.Fatalf("other backend: %v", res)
+	}
+	// The well-formed handshake is accepted.
+	if res := ask(t, sys, b.PID(), good()).(*rdmapb.RouteHandshakeResponse); res.Error != nil || len(res.Endpoint) == 0 || res.ResponderId != b.ID() {
+		t.Fatalf("good handshake: %v", res)
+	}
+}
+
+func (e *malformedEnv) requestQueuePair(t *testing.T) {
+	sys, a, b, ac, rc := e.sys, e.a, e.b, e.ac, e.rc
+	ctx := testCtx(t)
+	if _, err := ac.RequestQueuePair(ctx, nil); !errors.Is(err, buffer.ErrInvalid) {
+		t.Fatalf("nil peer: %v", err)
+	}
+	for _, ref := range []*rdmapb.ManagerRef{nil, {}, {Address: sys.Address()}, {Id: "b"}} {
+		res := ask(t, sys, a.PID(), &rdmapb.RequestQueuePair{Peer: ref})
+		if r, ok := res.(*rdmapb.RequestQueuePairResponse); !ok || !errors.Is(toError(r.Error), buffer.ErrInvalid) || r.QpId != 0 {
+			t.Fatalf("peer %v: %v", ref, res)
+		}
+	}
+	// Only a client in the manager's process gets queue pairs.
+	if _, err := rc.RequestQueuePair(ctx, b.PID()); !errors.Is(err, ErrNotLocal) {
+		t.Fatalf("client without the manager: %v", err)
+	}
+	res := ask(t, sys, a.PID(), &rdmapb.ReleaseQueuePair{QpId: 12345})
+	if r, ok := res.(*rdmapb.ReleaseQueuePairResponse); !ok || !errors.Is(toError(r.Error), buffer.ErrReleased) {
+		t.Fatalf("release unknown queue pair: %v", res)
 	}
 }
 
