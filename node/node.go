@@ -77,9 +77,12 @@ func (n *Node) Close() error {
 		if n.mgr != nil {
 			errs = append(errs, n.mgr.Close())
 		}
-		// Graceful: peers hear that we leave (their endpoint for us
-		// terminates, and with it the routes we set up to them).
-		n.remote.Shutdown(true)
+		// Not protoactor's graceful shutdown: it sends on a channel its
+		// endpoint reader closes when a peer's stream ends, a data race
+		// (and a possible "send on closed channel" panic) whenever a peer
+		// is connected as we stop. Peers learn that we left when the
+		// connection closes.
+		n.remote.Shutdown(false)
 		n.sys.Shutdown()
 		n.closeErr = errors.Join(errs...)
 	})

@@ -92,11 +92,11 @@ const envelopeSlack = 64 << 10
 
 // serverOptions returns the gRPC server options of c (the guard's come
 // separately).
-func (c Config) serverOptions(book *control.Book, creds credentials.TransportCredentials) []grpc.ServerOption {
+func (c Config) serverOptions(book *control.Book, creds credentials.TransportCredentials, probe *prober) []grpc.ServerOption {
 	limit := c.MaxMessageSize + envelopeSlack
 	return []grpc.ServerOption{
 		grpc.Creds(&connCap{TransportCredentials: creds, max: c.MaxConns, perIP: c.MaxConnsPerIP,
-			byIP: make(map[netip.Addr]int), book: book}),
+			byIP: make(map[netip.Addr]int), book: book, probe: probe}),
 		grpc.MaxRecvMsgSize(limit),
 		grpc.MaxSendMsgSize(limit),
 		grpc.MaxConcurrentStreams(c.MaxStreamsPerConn),

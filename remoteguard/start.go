@@ -49,8 +49,9 @@ func Start(sys *protoactor.ActorSystem, addr string, cfg Config, opts ...Option)
 	if err != nil {
 		return nil, "", err
 	}
+	probe := newProber()
 	rc := remote.Configure(host, port, remote.WithAdvertisedHost(adv), remote.WithEndpointWriterQueueSize(endpointQueueInitial),
-		remote.WithServerOptions(append(cfg.serverOptions(book, o.serverCredentials(book)), g.serverOptions()...)...),
+		remote.WithServerOptions(append(cfg.serverOptions(book, o.serverCredentials(book), probe), g.serverOptions()...)...),
 		remote.WithDialOptions(cfg.dialOptions(o.dialCredentials())...),
 		remote.WithEndpointWriterBatchSize(endpointBatch),
 	)
@@ -61,6 +62,11 @@ func Start(sys *protoactor.ActorSystem, addr string, cfg Config, opts ...Option)
 		}
 	}()
 	r.Start()
+	if port == 0 {
+		_, p, _ := net.SplitHostPort(sys.Address())
+		port, _ = strconv.Atoi(p)
+	}
+	probe.await(host, port) // serving.go
 	return r, sys.Address(), nil
 }
 
