@@ -40,6 +40,7 @@ func (p *prober) take(raw net.Conn) bool {
 	if !ok || p.port.Load() == 0 || int32(tcp.Port) != p.port.Load() || !sameHost(ra, la) {
 		return false
 	}
+	p.port.Store(0)
 	p.once.Do(func() { close(p.served) })
 	return true
 }
@@ -60,6 +61,7 @@ func (p *prober) await(bindHost string, port int) {
 		return
 	}
 	p.port.Store(int32(from))
+	defer p.port.Store(0) // a later connection from that port is a peer's
 	d := net.Dialer{Timeout: probeWait, LocalAddr: &net.TCPAddr{IP: net.ParseIP(host), Port: from}}
 	c, err := d.Dial("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
