@@ -62,7 +62,7 @@
 // it: backend/tcp.ErrListenerDown is ErrClosed, backend/ibverbs.ErrNotBuilt
 // and ErrNoDevices are ErrNotSupported. The older per-package names
 // (buffer.ErrBadKey, backend.ErrPeerGone, queuepair.ErrWrongPeer,
-// actor.ErrNotLocal, actor.ErrTooManyConns (ErrLimit),
+// actor.ErrNotLocal, remoteguard.ErrTooManyConns (ErrLimit),
 // membership.ErrNotFound (ErrUnknownPeer), ...) are the same values as the
 // ones here and keep working with errors.Is.
 package rdmamgr

@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
-	"google.golang.org/protobuf/proto"
 )
 
 func authPair(t *testing.T, sa, sb backend.Secret) (a, b *Manager) {
@@ -23,7 +24,7 @@ func authPair(t *testing.T, sa, sb backend.Secret) (a, b *Manager) {
 		t.Fatal(err)
 	}
 	for _, m := range []*Manager{a, b} {
-		if err := m.Start(context.Background()); err != nil {
+		if err := startTCP(context.Background(), m); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -97,7 +98,7 @@ func TestHandshakeReplayAndForgery(t *testing.T) {
 	hs.Mac = handshakeMAC(s, hs)
 	if r := b.acceptRoute(hs); r.Error != nil {
 		t.Fatalf("genuine handshake refused: %v", r.Error)
-	} else if !s.Verify(r.Mac, labelReply, hs.Nonce, u64(uint64(r.Version)), u64(r.ResponderId), []byte(r.Backend), r.Endpoint, u64(0)) {
+	} else if !replyVerifies(s, hs.Nonce, r) {
 		t.Fatal("reply MAC does not verify")
 	}
 	if r := b.acceptRoute(hs); codeOf(r.Error) != rdmapb.Code_UNAUTHENTICATED {
@@ -113,5 +114,52 @@ func TestHandshakeReplayAndForgery(t *testing.T) {
 	noMAC.Nonce, noMAC.Mac = backend.Nonce(), nil
 	if r := b.acceptRoute(noMAC); codeOf(r.Error) != rdmapb.Code_UNAUTHENTICATED {
 		t.Fatalf("handshake without MAC: %v, want UNAUTHENTICATED", r.Error)
+	}
+}
+
+// Each MAC covers every field it lists, on both sides: changing any one of
+// them makes the other side's check fail.
+func TestMACFieldLists(t *testing.T) {
+	s := secret(t, "one deployment's shared secret")
+	hs := &rdmapb.RouteHandshake{Version: ProtocolVersion, InitiatorId: 42, InitiatorAddr: "127.0.0.1:1", Backend: "tcp",
+		Endpoint: []byte("endpoint"), Nonce: backend.Nonce()}
+	hs.Mac = handshakeMAC(s, hs)
+	if !handshakeVerifies(s, hs) {
+		t.Fatal("handshake MAC does not verify")
+	}
+	for name, change := range map[string]func(h *rdmapb.RouteHandshake){
+		"version":   func(h *rdmapb.RouteHandshake) { h.Version++ },
+		"initiator": func(h *rdmapb.RouteHandshake) { h.InitiatorId++ },
+		"address":   func(h *rdmapb.RouteHandshake) { h.InitiatorAddr += "0" },
+		"backend":   func(h *rdmapb.RouteHandshake) { h.Backend = "ibverbs" },
+		"endpoint":  func(h *rdmapb.RouteHandshake) { h.Endpoint = append(h.Endpoint, 0) },
+		"nonce":     func(h *rdmapb.RouteHandshake) { h.Nonce = backend.Nonce() },
+	} {
+		h := proto.Clone(hs).(*rdmapb.RouteHandshake)
+		change(h)
+		if handshakeVerifies(s, h) {
+			t.Errorf("handshake with another %s verifies", name)
+		}
+	}
+	r := &rdmapb.RouteHandshakeResponse{Version: ProtocolVersion, ResponderId: 7, Backend: "tcp", Endpoint: []byte("info")}
+	r.Mac = replyMAC(s, hs.Nonce, r)
+	if !replyVerifies(s, hs.Nonce, r) {
+		t.Fatal("reply MAC does not verify")
+	}
+	if replyVerifies(s, backend.Nonce(), r) {
+		t.Error("reply verifies for another handshake's nonce")
+	}
+	for name, change := range map[string]func(r *rdmapb.RouteHandshakeResponse){
+		"version":   func(r *rdmapb.RouteHandshakeResponse) { r.Version++ },
+		"responder": func(r *rdmapb.RouteHandshakeResponse) { r.ResponderId++ },
+		"backend":   func(r *rdmapb.RouteHandshakeResponse) { r.Backend = "ibverbs" },
+		"endpoint":  func(r *rdmapb.RouteHandshakeResponse) { r.Endpoint = nil },
+		"error":     func(r *rdmapb.RouteHandshakeResponse) { r.Error = &rdmapb.Error{Code: rdmapb.Code_UNAUTHENTICATED} },
+	} {
+		c := proto.Clone(r).(*rdmapb.RouteHandshakeResponse)
+		change(c)
+		if replyVerifies(s, hs.Nonce, c) {
+			t.Errorf("reply with another %s verifies", name)
+		}
 	}
 }

@@ -7,10 +7,11 @@ import (
 	"time"
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 	"github.com/rdmamgr/rdmamgr/queuepair"
-	"google.golang.org/protobuf/proto"
 )
 
 // Client is a typed client of one manager actor, local or remote. Its
@@ -31,11 +32,6 @@ func NewClient(sys *protoactor.ActorSystem, pid *protoactor.PID) *Client {
 
 // PID returns the manager's PID.
 func (c *Client) PID() *protoactor.PID { return c.pid }
-
-// Ref returns the manager's reference as a message field.
-func (c *Client) Ref() *rdmapb.ManagerRef {
-	return &rdmapb.ManagerRef{Address: c.pid.Address, Id: c.pid.Id}
-}
 
 // request sends msg and waits for a reply of type T.
 func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message) (T, error) {
@@ -162,12 +158,6 @@ func (c *Client) RequestQueuePair(ctx context.Context, peer *protoactor.PID) (*q
 		return nil, fmt.Errorf("request queue pair to %s: %w", PIDString(peer), err)
 	}
 	return c.local.takeQueuePair(r.QpId)
-}
-
-// ReleaseQueuePair releases a queue pair (same as qp.Release).
-func (c *Client) ReleaseQueuePair(ctx context.Context, qp *queuepair.QueuePair) error {
-	qp.Release()
-	return nil
 }
 
 // Status returns the manager's buffers, routes and counters.

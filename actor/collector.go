@@ -9,7 +9,9 @@ import (
 // Collector returns a prometheus.Collector of the manager's state, read at
 // each scrape: routes by direction, backend and state; what it serves for
 // peers; authentication failures; registered, remote-held and leased
-// buffers; queue pairs. Register it beside the manager's Metrics.
+// buffers; queue pairs. Register it beside the manager's Metrics. (The TCP
+// data listener's gauges come from node.Node's Collector, which includes
+// this one.)
 func (m *Manager) Collector() prometheus.Collector { return managerCollector{m} }
 
 type managerCollector struct{ m *Manager }
@@ -33,16 +35,11 @@ var (
 	descUptime     = desc("uptime_seconds", "Seconds since the manager started.")
 	descRefusals   = desc("refusals_total", "Control-plane requests and connections refused, by reason (their logs are sampled).", "reason")
 	descCaps       = desc("cap_bytes", "The byte caps in force, by flag.", "flag")
-	descListenerUp = desc("data_listener_up", "1 while the TCP data listener accepts connections, 0 once it died (status shows why).")
-	descAcceptRetr = desc("data_accept_retries_total", "Accepts of the TCP data listener retried after a temporary error (EMFILE, ...).")
-	descPending    = desc("data_pending_conns", "TCP data connections accepted that have not finished their hello.")
-	descConnRefuse = desc("data_conns_refused_total", "TCP data connections closed at accept, by cap (pending: unauthenticated caps; full: authenticated slots).", "cap")
 )
 
 func (c managerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descRoutes, descServedOps, descServedB, descRejected,
-		descAuthFail, descRegistered, descRegions, descRemote, descLeased, descQPs, descUptime, descRefusals, descCaps,
-		descListenerUp, descAcceptRetr, descPending, descConnRefuse} {
+		descAuthFail, descRegistered, descRegions, descRemote, descLeased, descQPs, descUptime, descRefusals, descCaps} {
 		ch <- d
 	}
 }
@@ -91,18 +88,6 @@ func (c managerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descCaps, float64(st.MaxRegisteredBytes), "max-registered")
 	gauge(descCaps, float64(st.MaxRemoteBytes), "max-remote")
-	if m.tcp != nil {
-		ls := m.tcp.Listener()
-		up := 1.0
-		if ls.Err != nil {
-			up = 0
-		}
-		gauge(descListenerUp, up)
-		counter(descAcceptRetr, ls.AcceptRetries)
-		gauge(descPending, float64(ls.Pending))
-		counter(descConnRefuse, ls.RefusedPending, "pending")
-		counter(descConnRefuse, ls.RefusedFull, "full")
-	}
 }
 
 // routeState reduces a status state ("failed: …", "down: …") to its word.

@@ -2,11 +2,19 @@
 // talks to it.
 //
 // A Manager owns one endpoint's memory registrations (a memreg.Registry),
-// one data-plane backend and the routes to peer managers. Its actor answers
-// RequestBuffer, ReleaseBuffer, RequestQueuePair, ReleaseQueuePair, the
-// manager-to-manager RouteHandshake, StatusRequest and Ping, locally or
-// across processes through protoactor remote. Any other message gets an
-// ErrorReply with code UNKNOWN_MESSAGE; nothing a peer sends can crash it.
+// the data-plane backends it is given and the routes to peer managers. Its
+// actor answers RequestBuffer, ReleaseBuffer, RenewLease, RevokeBuffer,
+// RequestQueuePair, ReleaseQueuePair, the manager-to-manager
+// RouteHandshake, StatusRequest and Ping, locally or across processes
+// through protoactor remote, one handler per message (receive.go). Any
+// other message gets an ErrorReply with code UNKNOWN_MESSAGE; nothing a
+// peer sends can crash it.
+//
+// The package knows backends only by the backend.Backend interface: whoever
+// assembles a manager builds its backends over Registry() and hands them to
+// Start. Package node is that assembly point (actor system, hardened
+// protoactor remote, backends, manager, and one Close for all of them);
+// most programs want node.Start rather than New and Start here.
 //
 // One route is cached per peer manager: concurrent RequestQueuePair calls for
 // the same peer share one setup, and a failed route is rebuilt by the next
@@ -15,24 +23,22 @@
 // goroutine to the backend, never through a mailbox.
 //
 // Whether a request is local comes from how it arrived, never from its
-// sender address: the guard in front of protoactor's gRPC endpoint stamps
-// every envelope from the network and drops those whose sender is forged,
-// so replies go only to the peer itself (remote_origin.go). The gRPC
-// server is bounded (RemoteConfig), and so is the manager by default
-// (limits.go); refusals are counted by reason in status and logged sampled.
+// sender address: the guard in front of protoactor's gRPC endpoint
+// (package remoteguard) stamps every envelope from the network and drops
+// those whose sender is forged, so replies go only to the peer itself. The
+// manager is bounded by default (limits.go); refusals are counted by
+// reason in status and logged sampled, in one book per actor system shared
+// with the guard.
 //
-// Across hosts (docs/multihost.md): StartRemote's options run the control
-// plane over mutual TLS (WithTLS) and set the advertised host
-// (WithAdvertise); a wildcard bind advertises a routable address of the
-// host, never the wildcard (advertise.go). Callers listen on the local
-// address of their route to the peer (ReplyListen); a loopback reply
-// address toward another host fails at once (CheckReply,
-// ErrUnreachableReply). DropPeer ends the routes to a peer that left the
-// cluster (membership).
+// Across hosts (docs/multihost.md): callers listen on the local address of
+// their route to the peer (ReplyListen); a loopback reply address toward
+// another host fails at once (CheckReply, ErrUnreachableReply). DropPeer
+// ends the routes to a peer that left the cluster (membership).
 //
-// Contract: New does no I/O; Start starts the backend and spawns the actor;
-// Close is idempotent and waits for every goroutine the manager started.
-// Errors returned by the Client wrap the sentinels of buffer, backend,
-// queuepair and this package, so callers branch with errors.Is whichever
-// process found the fault.
+// Contract: New does no I/O; Start spawns the actor and takes ownership of
+// the backends; Close is idempotent and waits for every goroutine the
+// manager started. PID returns a fresh PID on every call (protoactor caches
+// a resolved process inside a PID). Errors returned by the Client wrap the
+// sentinels of buffer, backend, queuepair and this package, so callers
+// branch with errors.Is whichever process found the fault.
 package actor

@@ -7,23 +7,28 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr/backend/tcp"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
-// Two managers (here in one process; across processes start
-// actor.StartRemote on each system and name the peer by its PID), a buffer
-// at each, a queue pair, a put and a get.
+// Two managers assembled by hand over the TCP backend (here in one process
+// without protoactor remote; package node assembles the whole stack, remote
+// included, in one call), a buffer at each, a queue pair, a put and a get.
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	sys := actor.NewActorSystem(nil)
 	defer sys.Shutdown()
-	a, _ := actor.New(sys, actor.Config{Name: "a"})
-	b, _ := actor.New(sys, actor.Config{Name: "b"})
-	_ = a.Start(ctx)
+	start := func(name string) *actor.Manager {
+		m, _ := actor.New(sys, actor.Config{Name: name}) // id and registry; no I/O
+		t, _ := tcp.New(tcp.Config{}, m.Registry(), m.Logger())
+		_ = t.Start(ctx)    // the data listener
+		_ = m.Start(ctx, t) // the actor; the manager owns the backend now
+		return m
+	}
+	a, b := start("a"), start("b")
 	defer a.Close()
-	_ = b.Start(ctx)
 	defer b.Close()
 
 	me := a.Client()

@@ -5,10 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
-	"google.golang.org/protobuf/proto"
 )
 
 // fuzzKinds are the control messages a peer can send, each with the reply
@@ -56,7 +57,7 @@ func FuzzManagerMessages(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	if err := m.Start(context.Background()); err != nil {
+	if err := startTCP(context.Background(), m); err != nil {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { m.Close(); sys.Shutdown() })

@@ -60,7 +60,7 @@ func TestCloseWithGetsInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Start(testCtx(t)); err != nil {
+	if err := startTCP(testCtx(t), a); err != nil {
 		t.Fatal(err)
 	}
 	b := startManager(t, sys, Config{Name: "b"})

@@ -27,7 +27,7 @@ func leaseEnv(t *testing.T, cfgB Config) (a, b *Manager) {
 		t.Fatal(err)
 	}
 	for _, m := range []*Manager{a, b} {
-		if err := m.Start(context.Background()); err != nil {
+		if err := startTCP(context.Background(), m); err != nil {
 			t.Fatal(err)
 		}
 	}

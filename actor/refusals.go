@@ -1,139 +1,37 @@
 package actor
 
-import (
-	"log/slog"
-	"maps"
-	"sync"
-	"sync/atomic"
-	"time"
+import "github.com/rdmamgr/rdmamgr/internal/control"
 
-	protoactor "github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/extensions"
-)
-
-// Refusal reasons, as counted in status (StatusResponse.refusals).
+// Refusal reasons, as counted in status (StatusResponse.refusals): the
+// manager's and those of the guard in front of the gRPC endpoint (package
+// remoteguard), which share one book per actor system.
 const (
 	// RefusedForgedSender: an envelope from the network whose sender
 	// claims one of our own addresses, an address off the host the
 	// connection comes from, or an address other than the one the
 	// connection already spoke for.
-	RefusedForgedSender = "forged_sender"
+	RefusedForgedSender = control.RefusedForgedSender
 	// RefusedForeignTarget: an envelope from the network addressed to an
 	// actor in another process (protoactor would relay it).
-	RefusedForeignTarget = "foreign_target"
+	RefusedForeignTarget = control.RefusedForeignTarget
 	// RefusedMalformed: a malformed batch ended a peer's stream.
-	RefusedMalformed = "malformed"
+	RefusedMalformed = control.RefusedMalformed
 	// RefusedStopActor: a peer asked to stop one of our actors.
-	RefusedStopActor = "stop_actor"
+	RefusedStopActor = control.RefusedStopActor
 	// RefusedUnknownType: a message of a type this binary does not know.
-	RefusedUnknownType = "unknown_type"
+	RefusedUnknownType = control.RefusedUnknownType
 	// RefusedNotLocal: a peer asked for something only local callers get
 	// (a queue pair, hence a route to an address it names).
-	RefusedNotLocal = "not_local"
+	RefusedNotLocal = control.RefusedNotLocal
 	// RefusedLimit: a request over a registry, remote or route cap.
-	RefusedLimit = "limit"
+	RefusedLimit = control.RefusedLimit
 	// RefusedHandshake: a route handshake refused (authentication,
 	// replay, rate).
-	RefusedHandshake = "handshake"
+	RefusedHandshake = control.RefusedHandshake
 	// RefusedConn: a gRPC connection over the connection caps.
-	RefusedConn = "grpc_conn"
+	RefusedConn = control.RefusedConn
 	// RefusedStream: a gRPC stream over the stream cap.
-	RefusedStream = "grpc_stream"
+	RefusedStream = control.RefusedStream
+	// RefusedTLS: a peer failed the control plane's TLS handshake.
+	RefusedTLS = control.RefusedTLS
 )
-
-// refusals counts refusals by reason and writes their log lines sampled:
-// at most logBurst lines per reason per logPeriod, the next line after a
-// quiet spell saying how many were left out. One per actor system, shared
-// by the remote guard and the manager (an actor-system extension).
-type refusals struct {
-	log *slog.Logger
-
-	mu     sync.Mutex // guards the fields below
-	counts map[string]*atomic.Uint64
-	window map[string]*logWindow
-}
-
-type logWindow struct {
-	start      time.Time
-	logged     int
-	suppressed uint64
-}
-
-const (
-	logBurst  = 5
-	logPeriod = 10 * time.Second
-)
-
-var refusalsExtension = extensions.NextExtensionID()
-
-func (r *refusals) ExtensionID() extensions.ExtensionID { return refusalsExtension }
-
-// refusalsOf returns sys's refusal book, making it on first use.
-func refusalsOf(sys *protoactor.ActorSystem) *refusals {
-	refusalsMu.Lock()
-	defer refusalsMu.Unlock()
-	if r, ok := sys.Extensions.Get(refusalsExtension).(*refusals); ok {
-		return r
-	}
-	r := &refusals{log: sys.Logger(), counts: make(map[string]*atomic.Uint64), window: make(map[string]*logWindow)}
-	sys.Extensions.Register(r)
-	return r
-}
-
-var refusalsMu sync.Mutex // serialises refusalsOf's check and register
-
-// setLogger sends refusal logs to log (the manager's logger).
-func (r *refusals) setLogger(log *slog.Logger) {
-	r.mu.Lock()
-	r.log = log
-	r.mu.Unlock()
-}
-
-// refuse counts one refusal of reason and logs it if the sample allows.
-func (r *refusals) refuse(reason, msg string, args ...any) {
-	r.mu.Lock()
-	c := r.counts[reason]
-	if c == nil {
-		c = new(atomic.Uint64)
-		r.counts[reason] = c
-	}
-	c.Add(1)
-	w := r.window[reason]
-	if w == nil {
-		w = &logWindow{}
-		r.window[reason] = w
-	}
-	now := time.Now()
-	if now.Sub(w.start) >= logPeriod {
-		w.start, w.logged = now, 0
-	}
-	log := w.logged < logBurst
-	var left uint64
-	if log {
-		w.logged++
-		left, w.suppressed = w.suppressed, 0
-	} else {
-		w.suppressed++
-	}
-	logger := r.log
-	r.mu.Unlock()
-	if !log {
-		return
-	}
-	args = append(args, "refused", reason)
-	if left > 0 {
-		args = append(args, "not_logged_before", left)
-	}
-	logger.Warn(msg, args...)
-}
-
-// snapshot returns the counts by reason.
-func (r *refusals) snapshot() map[string]uint64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make(map[string]uint64, len(r.counts))
-	for k, c := range maps.All(r.counts) {
-		out[k] = c.Load()
-	}
-	return out
-}

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr/remoteguard"
 )
 
 // TestAttackControlConnFlood opens connections to a daemon's gRPC port,
@@ -97,7 +98,7 @@ func TestAttackControlConnFlood(t *testing.T) {
 		dials, closedByDaemon.Load(), refused, peak.fds)
 	// Held: at most the per-address cap. Besides, connections over the cap
 	// hold an fd between accept and close: a handful at a time.
-	if limit := run.base.fds + actor.DefaultRemoteConfig().MaxConnsPerIP + 96; peak.fds > limit {
+	if limit := run.base.fds + remoteguard.DefaultConfig().MaxConnsPerIP + 96; peak.fds > limit {
 		t.Errorf("victim held %d fds during the flood, more than %d", peak.fds, limit)
 	}
 	if refused == 0 || closedByDaemon.Load() < silent/2 {

@@ -22,6 +22,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
+	"github.com/rdmamgr/rdmamgr/remoteguard"
 )
 
 // The control-plane attack tests (attack_control_*_test.go) each run one
@@ -383,7 +384,7 @@ type attacker struct {
 func newAttacker(t *testing.T) *attacker {
 	t.Helper()
 	sys := actor.NewActorSystem(nil)
-	r, addr, err := actor.StartRemote(sys, "127.0.0.1:0", 0)
+	r, addr, err := remoteguard.Start(sys, "127.0.0.1:0", remoteguard.Config{})
 	if err != nil {
 		sys.Shutdown()
 		t.Fatal(err)

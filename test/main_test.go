@@ -22,9 +22,9 @@ import (
 	"time"
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/remote"
 
 	"github.com/rdmamgr/rdmamgr/actor"
+	rnode "github.com/rdmamgr/rdmamgr/node"
 )
 
 // Bounds on waiting for child processes; generous so a loaded machine
@@ -46,12 +46,13 @@ var (
 	verboseLogs = flag.Bool("rdmamgr.logs", false, "pass the test manager's and the daemons' logs (debug level) to stderr")
 )
 
-// node is the test process's actor system, remote and manager.
+// node is the test process's node (package node), under the names the
+// tests use.
 type node struct {
-	sys    *protoactor.ActorSystem
-	remote *remote.Remote
-	addr   string
-	mgr    *actor.Manager
+	n    *rnode.Node
+	sys  *protoactor.ActorSystem
+	addr string
+	mgr  *actor.Manager
 }
 
 func TestMain(m *testing.M) { os.Exit(testMain(m)) }
@@ -95,32 +96,18 @@ func startNode() (*node, error) {
 	if *verboseLogs {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", "test")
 	}
-	sys := actor.NewActorSystem(nil)
-	r, addr, err := actor.StartRemote(sys, "127.0.0.1:0", 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := rnode.Start(ctx, rnode.Config{Logger: logger})
 	if err != nil {
-		sys.Shutdown()
 		return nil, err
 	}
-	mgr, err := actor.New(sys, actor.Config{Logger: logger})
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = mgr.Start(ctx)
-		cancel()
-	}
-	if err != nil {
-		r.Shutdown(false)
-		sys.Shutdown()
-		return nil, err
-	}
-	return &node{sys: sys, remote: r, addr: addr, mgr: mgr}, nil
+	return &node{n: n, sys: n.System(), addr: n.Addr(), mgr: n.Manager()}, nil
 }
 
-func (n *node) close() error {
-	err := n.mgr.Close()
-	n.remote.Shutdown(false)
-	n.sys.Shutdown()
-	return err
-}
+// close shuts the manager, its backends, the remote and the actor system
+// down.
+func (n *node) close() error { return n.n.Close() }
 
 // client returns a client of the manager at pid, sending from the test's
 // actor system.

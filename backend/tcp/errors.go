@@ -1,19 +1,20 @@
 package tcp
 
 import (
-	"errors"
 	"fmt"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 )
 
-// The TCP backend reports the backend package's sentinels (and buffer's for
-// validation failures); these add context that callers may also branch on.
+// The TCP backend reports the module's sentinels (package rdmamgr, under
+// their backend and buffer names); these add context that callers may also
+// branch on.
 var (
-	// ErrNotStarted: PrepareRoute or AcceptRoute before Start.
-	ErrNotStarted = errors.New("tcp: backend not started")
+	// ErrNotStarted: PrepareRoute or AcceptRoute before Start. It is
+	// rdmamgr.ErrNotStarted.
+	ErrNotStarted = rdmamgr.ErrNotStarted
 	// ErrListenerDown: the data listener failed for good (an accept error
 	// that no retry can cure); routes cannot be accepted until restart.
 	// It is also backend.ErrClosed.
-	ErrListenerDown = fmt.Errorf("tcp: data listener down: %w", backend.ErrClosed)
+	ErrListenerDown = fmt.Errorf("tcp: data listener down: %w", rdmamgr.ErrClosed)
 )

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr/node"
 )
 
 // defaultMetricsListen is the admin listener of serve: loopback only, next
@@ -30,11 +31,11 @@ type adminServer struct {
 	done     chan struct{}
 }
 
-// metricsRegistry gathers the manager's metrics and the Go and process
-// collectors.
-func metricsRegistry(m *actor.Manager, mt *actor.Metrics) *prometheus.Registry {
+// metricsRegistry gathers the node's metrics (manager and data listener)
+// and the Go and process collectors.
+func metricsRegistry(n *node.Node, mt *actor.Metrics) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(mt, m.Collector(),
+	reg.MustRegister(mt, n.Collector(),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg

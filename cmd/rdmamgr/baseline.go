@@ -256,8 +256,8 @@ func cmdBenchBaseline(ctx context.Context, bl *baselineFlags, a benchBaselineArg
 	if err != nil {
 		return err
 	}
-	defer n.close()
-	peer := actor.NewClient(n.sys, pid)
+	defer n.Close()
+	peer := actor.NewClient(n.System(), pid)
 
 	rep := &benchReport{
 		Placement: pl.mode, BenchCPU: pl.benchCPU, ServerCPU: pl.serverCPU, GOMAXPROCS: runtime.GOMAXPROCS(0),
@@ -288,7 +288,7 @@ func cmdBenchBaseline(ctx context.Context, bl *baselineFlags, a benchBaselineArg
 			}
 			what := fmt.Sprintf("%s %s", op, fmtSize(size))
 			cfg := benchConfig{op: op, size: size, count: count, concurrency: conc, warmup: a.warmup, verify: a.verify}
-			res, err := runBench(ctx, n.mgr, peer, cfg)
+			res, err := runBench(ctx, n.Manager(), peer, cfg)
 			if err == nil && res.stop != nil {
 				err = fmt.Errorf("stopped after %d operations: %w", res.ops, res.stop)
 			}
@@ -317,7 +317,7 @@ func cmdBenchBaseline(ctx context.Context, bl *baselineFlags, a benchBaselineArg
 
 	// 8-byte Get round trip against a ping-pong on one connection.
 	latWarm := max(a.warmup, 100)
-	res, err := runBench(ctx, n.mgr, peer, benchConfig{op: "get", size: latSize, count: bl.latCount, concurrency: 1, warmup: latWarm, verify: a.verify})
+	res, err := runBench(ctx, n.Manager(), peer, benchConfig{op: "get", size: latSize, count: bl.latCount, concurrency: 1, warmup: latWarm, verify: a.verify})
 	if err == nil && res.stop != nil {
 		err = fmt.Errorf("stopped after %d operations: %w", res.ops, res.stop)
 	}
@@ -340,7 +340,7 @@ func cmdBenchBaseline(ctx context.Context, bl *baselineFlags, a benchBaselineArg
 		latSize, bl.latCount, fmtLat(pct(res.lat, 50)), fmtLat(pct(res.lat, 99)), fmtLat(pct(lat, 50)), fmtLat(pct(lat, 99)), lr.RatioP50)
 
 	// 64-byte Puts, many in flight, against a request/response pipeline.
-	res, err = runBench(ctx, n.mgr, peer, benchConfig{op: "put", size: pipeSize, count: bl.pipeCount, concurrency: bl.pipeDepth, warmup: max(a.warmup, bl.pipeDepth), verify: a.verify})
+	res, err = runBench(ctx, n.Manager(), peer, benchConfig{op: "put", size: pipeSize, count: bl.pipeCount, concurrency: bl.pipeDepth, warmup: max(a.warmup, bl.pipeDepth), verify: a.verify})
 	if err == nil && res.stop != nil {
 		err = fmt.Errorf("stopped after %d operations: %w", res.ops, res.stop)
 	}

@@ -135,14 +135,14 @@ func bench(ctx context.Context, e *env, a *benchArgs, cfg benchConfig) error {
 	if err != nil {
 		return err
 	}
-	defer n.closeWithin(5 * time.Second)
+	defer closeWithin(n, 5*time.Second)
 	unfollow, err := a.c.net.followCluster(n, sl)
 	if err != nil {
 		return err
 	}
 	defer unfollow()
 	if a.metricsListen != "" {
-		adm := newAdminServer(n.mgr, metricsRegistry(n.mgr, a.c.metrics))
+		adm := newAdminServer(n.Manager(), metricsRegistry(n, a.c.metrics))
 		if err := adm.listen(a.metricsListen); err != nil {
 			return err
 		}
@@ -156,7 +156,7 @@ func bench(ctx context.Context, e *env, a *benchArgs, cfg benchConfig) error {
 	if e.tty && a.jsonPath != "-" {
 		cfg.progress = progressLine(e.stdout)
 	}
-	res, err := runBench(ctx, n.mgr, actor.NewClient(n.sys, pid), cfg)
+	res, err := runBench(ctx, n.Manager(), actor.NewClient(n.System(), pid), cfg)
 	if cfg.progress != nil {
 		fmt.Fprint(e.stdout, "\r\033[K") // clear the progress line
 	}

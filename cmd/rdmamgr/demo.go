@@ -12,6 +12,8 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/node"
+	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
 func demoCommand() *command {
@@ -49,7 +51,7 @@ func demoFlags(fs *flag.FlagSet) runFunc {
 }
 
 // demo runs two managers and moves bytes both ways over a queue pair.
-func demo(ctx context.Context, e *env, c *common, size uint64, rounds int, timeout time.Duration) error {
+func demo(ctx context.Context, e *env, c *common, size uint64, rounds int, timeout time.Duration) (err error) {
 	stdout := e.stdout
 	_, sl, err := c.logger(e.stderr)
 	if err != nil {
@@ -62,92 +64,124 @@ func demo(ctx context.Context, e *env, c *common, size uint64, rounds int, timeo
 	if err != nil {
 		return fmt.Errorf("start manager a: %w", err)
 	}
-	defer a.close()
+	defer closeDemo(a, "a", &err)
 	b, err := startNode(ctx, "127.0.0.1:0", c, sl.With("node", "b"), actor.DefaultName, true)
 	if err != nil {
 		return fmt.Errorf("start manager b: %w", err)
 	}
-	defer b.close()
-	fmt.Fprintf(stdout, "manager a: %s (data %s)\nmanager b: %s (data %s)\n", a.addr, a.mgr.Backend().Addr(), b.addr, b.mgr.Backend().Addr())
+	defer closeDemo(b, "b", &err)
+	fmt.Fprintf(stdout, "manager a: %s (data %s)\nmanager b: %s (data %s)\n", a.Addr(), a.Manager().Backend().Addr(), b.Addr(), b.Manager().Backend().Addr())
 
-	ca := a.mgr.Client()
-	// a asks b, across processes' worth of gRPC, for a buffer it may read and write.
-	remote, err := actor.NewClient(a.sys, b.mgr.PID()).RequestBuffer(ctx, size, buffer.AccessReadWrite)
+	d, err := newDemoRun(ctx, a, b, size)
 	if err != nil {
-		return fmt.Errorf("request remote buffer: %w", err)
+		return err
 	}
-	local, err := ca.RequestBuffer(ctx, size, buffer.AccessReadWrite)
-	if err != nil {
-		return fmt.Errorf("request local buffer: %w", err)
-	}
-	back, err := ca.RequestBuffer(ctx, size, buffer.AccessReadWrite)
-	if err != nil {
-		return fmt.Errorf("request local buffer: %w", err)
-	}
-	fmt.Fprintf(stdout, "remote buffer handle: %d bytes marshalled\n", remote.MarshalledSize())
-	qp, err := ca.RequestQueuePair(ctx, b.mgr.PID())
-	if err != nil {
-		return fmt.Errorf("request queue pair: %w", err)
-	}
-	defer qp.Release()
-
-	src, _ := a.mgr.Bytes(local)
-	dst, _ := a.mgr.Bytes(back)
-	remoteMem, _ := b.mgr.Bytes(remote)
-	rand.Read(src)
-
-	var moved, verified uint64
-	mismatches := 0
+	defer d.qp.Release()
+	fmt.Fprintf(stdout, "remote buffer handle: %d bytes marshalled\n", d.remote.MarshalledSize())
 	start := time.Now()
-	done := 0
-	for i := 0; i < rounds && ctx.Err() == nil; i++ {
-		// Round 0 moves the whole buffer; the others random slices.
-		off, n := uint64(0), size
-		if i > 0 {
-			n = 1 + mrand.Uint64N(size)
-			off = mrand.Uint64N(size - n + 1)
-		}
-		l, _ := local.Slice(off, n)
-		r, _ := remote.Slice(off, n)
-		k, _ := back.Slice(off, n)
-		if err := qp.Put(l, r).Wait(ctx); err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			return fmt.Errorf("put %d bytes at %d: %w", n, off, err)
-		}
-		if !bytes.Equal(remoteMem[off:off+n], src[off:off+n]) {
-			mismatches++
-		}
-		clear(dst[off : off+n])
-		if err := qp.Get(k, r).Wait(ctx); err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			return fmt.Errorf("get %d bytes at %d: %w", n, off, err)
-		}
-		if !bytes.Equal(dst[off:off+n], src[off:off+n]) {
-			mismatches++
-		}
-		moved += 2 * n
-		verified += 2 * n
-		done++
+	done, mismatches, err := d.rounds(ctx, rounds)
+	if err != nil {
+		return err
 	}
 	el := time.Since(start)
+	moved := d.moved
 	fmt.Fprintf(stdout, "moved %s in %d puts and %d gets in %v (%.0f MiB/s, including verification)\n",
 		fmtBytes(moved), done, done, el.Round(time.Millisecond), float64(moved)/(1<<20)/el.Seconds())
-	sv := b.mgr.TCP().Served()
+	sv := b.Manager().Served()
 	fmt.Fprintf(stdout, "manager b served %d ops, %s in, %s out\n", sv.Ops, fmtBytes(sv.BytesIn), fmtBytes(sv.BytesOut))
 	if mismatches > 0 {
 		return fmt.Errorf("%d transfers did not match", mismatches)
 	}
 	if done < rounds {
-		fmt.Fprintf(stdout, "verified %s in %d of %d rounds before the run was stopped\n", fmtBytes(verified), done, rounds)
+		fmt.Fprintf(stdout, "verified %s in %d of %d rounds before the run was stopped\n", fmtBytes(moved), done, rounds)
 		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 			return fmt.Errorf("--timeout ended the run after %d of %d rounds", done, rounds)
 		}
 		return errInterrupted
 	}
-	fmt.Fprintf(stdout, "verified %s: every byte matched\n", fmtBytes(verified))
+	fmt.Fprintf(stdout, "verified %s: every byte matched\n", fmtBytes(moved))
 	return nil
+}
+
+// closeDemo closes n; a failure to close (such as a manager whose actor
+// did not stop in time) fails the run unless it failed already.
+func closeDemo(n *node.Node, name string, err *error) {
+	if cerr := n.Close(); cerr != nil && *err == nil {
+		*err = fmt.Errorf("close manager %s: %w", name, cerr)
+	}
+}
+
+// demoRun is what the rounds use: a queue pair from a to b, a buffer at b
+// (remote) and two at a (local, the source, and back, where gets land).
+type demoRun struct {
+	qp                  *queuepair.QueuePair
+	local, back, remote buffer.Buffer
+	src, dst, remoteMem []byte
+	size, moved         uint64
+}
+
+// newDemoRun asks b, across gRPC as from another process, for a buffer a
+// may read and write, makes a's two buffers and the queue pair, and fills
+// the source with random bytes.
+func newDemoRun(ctx context.Context, a, b *node.Node, size uint64) (*demoRun, error) {
+	d := &demoRun{size: size}
+	ca := a.Client()
+	var err error
+	// b's manager PID goes to a's actor system, as a PID handed from process
+	// to process would.
+	if d.remote, err = a.Manager().PeerClient(b.ManagerPID()).RequestBuffer(ctx, size, buffer.AccessReadWrite); err != nil {
+		return nil, fmt.Errorf("request remote buffer: %w", err)
+	}
+	if d.local, err = ca.RequestBuffer(ctx, size, buffer.AccessReadWrite); err != nil {
+		return nil, fmt.Errorf("request local buffer: %w", err)
+	}
+	if d.back, err = ca.RequestBuffer(ctx, size, buffer.AccessReadWrite); err != nil {
+		return nil, fmt.Errorf("request local buffer: %w", err)
+	}
+	if d.qp, err = ca.RequestQueuePair(ctx, b.ManagerPID()); err != nil {
+		return nil, fmt.Errorf("request queue pair: %w", err)
+	}
+	d.src, _ = a.Manager().Bytes(d.local)
+	d.dst, _ = a.Manager().Bytes(d.back)
+	d.remoteMem, _ = b.Manager().Bytes(d.remote)
+	rand.Read(d.src)
+	return d, nil
+}
+
+// rounds puts and gets back: the whole buffer first, then random slices,
+// checking every byte. It returns the rounds done before ctx ended and the
+// transfers that did not match.
+func (d *demoRun) rounds(ctx context.Context, rounds int) (done, mismatches int, err error) {
+	for i := 0; i < rounds && ctx.Err() == nil; i++ {
+		off, n := uint64(0), d.size
+		if i > 0 {
+			n = 1 + mrand.Uint64N(d.size)
+			off = mrand.Uint64N(d.size - n + 1)
+		}
+		l, _ := d.local.Slice(off, n)
+		r, _ := d.remote.Slice(off, n)
+		k, _ := d.back.Slice(off, n)
+		if err := d.qp.Put(l, r).Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			return done, mismatches, fmt.Errorf("put %d bytes at %d: %w", n, off, err)
+		}
+		if !bytes.Equal(d.remoteMem[off:off+n], d.src[off:off+n]) {
+			mismatches++
+		}
+		clear(d.dst[off : off+n])
+		if err := d.qp.Get(k, r).Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			return done, mismatches, fmt.Errorf("get %d bytes at %d: %w", n, off, err)
+		}
+		if !bytes.Equal(d.dst[off:off+n], d.src[off:off+n]) {
+			mismatches++
+		}
+		d.moved += 2 * n
+		done++
+	}
+	return done, mismatches, nil
 }

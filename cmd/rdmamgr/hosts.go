@@ -12,9 +12,9 @@ import (
 	protoactor "github.com/asynkron/protoactor-go/actor"
 
 	"github.com/rdmamgr/rdmamgr/actor"
-	"github.com/rdmamgr/rdmamgr/backend/tcp"
 	"github.com/rdmamgr/rdmamgr/certs"
 	"github.com/rdmamgr/rdmamgr/membership"
+	"github.com/rdmamgr/rdmamgr/node"
 )
 
 // netFlags are the flags of running across hosts: addresses, credentials
@@ -57,28 +57,15 @@ func (f *netFlags) load() error {
 	return nil
 }
 
-// remoteOptions returns StartRemote's options for these flags.
-func (f *netFlags) remoteOptions(log *slog.Logger) []actor.RemoteOption {
-	opts := []actor.RemoteOption{actor.WithRemoteLogger(log)}
-	if f.advertise != "" {
-		opts = append(opts, actor.WithAdvertise(f.advertise))
-	}
+// apply sets the node's advertised host and control-plane TLS, and the
+// data plane's TLS with --data-tls.
+func (f *netFlags) apply(cfg *node.Config) {
+	cfg.Advertise = f.advertise
 	if f.creds != nil {
-		opts = append(opts, actor.WithTLS(f.creds.Server, f.creds.Client))
-	}
-	return opts
-}
-
-// applyTCP points the data listener at listen's host and advertises the
-// host of the actor system's advertised address with the listener's port.
-func (f *netFlags) applyTCP(cfg *tcp.Config, listen, advertised string) {
-	host, _, _ := net.SplitHostPort(listen)
-	cfg.ListenAddr = net.JoinHostPort(host, "0")
-	if ah, _, err := net.SplitHostPort(advertised); err == nil {
-		cfg.AdvertiseHost = ah
+		cfg.ServerTLS, cfg.ClientTLS = f.creds.Server, f.creds.Client
 	}
 	if f.dataTLS && f.creds != nil {
-		cfg.ServerTLS, cfg.ClientTLS = f.creds.Server, f.creds.Client
+		cfg.TCP.ServerTLS, cfg.TCP.ClientTLS = f.creds.Server, f.creds.Client
 	}
 }
 

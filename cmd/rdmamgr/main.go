@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr/remoteguard"
 )
 
 func main() {
@@ -14,7 +15,7 @@ func main() {
 }
 
 // limitFlags bound what a manager holds. Their defaults are the library's
-// (actor/limits.go, actor/remote_server.go), computed for this machine and
+// (actor/limits.go, remoteguard/config.go), computed for this machine and
 // printed by -h.
 type limitFlags struct {
 	maxRegistered     string
@@ -25,7 +26,7 @@ type limitFlags struct {
 	remoteLease       time.Duration
 	maxRoutes         int
 	handshakesPerPeer int
-	remote            actor.RemoteConfig
+	remote            remoteguard.Config
 }
 
 func (l *limitFlags) register(fs *flag.FlagSet) {
@@ -40,7 +41,7 @@ func (l *limitFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&l.remoteLease, "remote-lease", actor.DefaultRemoteLease, "lease given to buffers remote peers request without one (0: none)")
 	fs.IntVar(&l.maxRoutes, "max-routes", actor.DefaultMaxRoutes, "most routes to peers")
 	fs.IntVar(&l.handshakesPerPeer, "handshakes-per-peer", actor.DefaultHandshakesPerPeer, "most route handshakes accepted from one peer per 30 s")
-	r := actor.DefaultRemoteConfig()
+	r := remoteguard.DefaultConfig()
 	fs.IntVar(&l.remote.MaxConns, "grpc-max-conns", r.MaxConns, "most control (gRPC) connections served at once")
 	fs.IntVar(&l.remote.MaxConnsPerIP, "grpc-max-conns-per-ip", r.MaxConnsPerIP, "most control connections from one address")
 	fs.IntVar(&l.remote.MaxStreams, "grpc-max-streams", r.MaxStreams, "most control streams served at once (a peer uses one)")

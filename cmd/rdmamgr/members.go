@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/membership"
+	"github.com/rdmamgr/rdmamgr/node"
 )
 
 // joinCluster registers n's manager as member name in etcd (when --etcd is
 // set) and drops the manager's routes to members that leave. The returned
 // function leaves (revokes the lease) and stops watching.
-func (f *netFlags) joinCluster(ctx context.Context, n *node, name string, log *slog.Logger) (leave func(), err error) {
+func (f *netFlags) joinCluster(ctx context.Context, n *node.Node, name string, log *slog.Logger) (leave func(), err error) {
 	if f.etcd == "" {
 		return func() {}, nil
 	}
@@ -31,10 +32,10 @@ func (f *netFlags) joinCluster(ctx context.Context, n *node, name string, log *s
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	g, err := reg.Register(rctx, membership.Member{
 		Name:    name,
-		Address: n.addr,
-		Manager: n.mgr.PID().Id,
-		Data:    n.mgr.Backend().Addr(),
-		ID:      fmt.Sprintf("%016x", n.mgr.ID()),
+		Address: n.Addr(),
+		Manager: n.ManagerPID().Id,
+		Data:    n.Manager().Backend().Addr(),
+		ID:      fmt.Sprintf("%016x", n.Manager().ID()),
 	})
 	cancel()
 	if err != nil {
@@ -95,19 +96,19 @@ func listMembers(ctx context.Context, nf *netFlags, stdout io.Writer) error {
 
 // follow drops n's routes to members that leave, until the returned
 // function is called.
-func follow(reg *membership.Registry, n *node, log *slog.Logger) (stop func()) {
+func follow(reg *membership.Registry, n *node.Node, log *slog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = reg.Follow(ctx, n.addr, n.mgr, log)
+		_ = reg.Follow(ctx, n.Addr(), n.Manager(), log)
 	}()
 	return func() { cancel(); <-done }
 }
 
 // followCluster makes a client's manager (bench) drop routes to members
 // that leave, when --etcd is set.
-func (f *netFlags) followCluster(n *node, log *slog.Logger) (stop func(), err error) {
+func (f *netFlags) followCluster(n *node.Node, log *slog.Logger) (stop func(), err error) {
 	if f.etcd == "" {
 		return func() {}, nil
 	}

@@ -10,106 +10,87 @@ import (
 	"time"
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/remote"
 
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
+	"github.com/rdmamgr/rdmamgr/node"
 )
 
-// node is an actor system with remote and, optionally, a manager.
-type node struct {
-	sys    *protoactor.ActorSystem
-	remote *remote.Remote
-	addr   string
-	mgr    *actor.Manager
+// startNode starts a node (package node) on listen from the command's
+// flags: with a manager named name when withManager is set, else only the
+// actor system and remote (a client).
+func startNode(ctx context.Context, listen string, c *common, slogger *slog.Logger, name string, withManager bool) (*node.Node, error) {
+	cfg, err := c.nodeConfig(listen, slogger, name, withManager)
+	if err != nil {
+		return nil, err
+	}
+	return node.Start(ctx, cfg)
 }
 
-// startNode starts an actor system with remote on listen, and a manager
-// when withManager is set.
-func startNode(ctx context.Context, listen string, c *common, slogger *slog.Logger, name string, withManager bool) (*node, error) {
-	// protoactor logs routine connection churn at error level; pass its
-	// logs through only at --log-level debug.
+// nodeConfig turns the flags into a node.Config.
+func (c *common) nodeConfig(listen string, slogger *slog.Logger, name string, withManager bool) (node.Config, error) {
 	var secret backend.Secret
 	if c.secret != "" {
 		s, err := backend.LoadSecret(c.secret)
 		if err != nil {
-			return nil, usagef("%v", err)
+			return node.Config{}, usagef("%v", err)
 		}
 		secret = s
 	}
 	if err := c.net.load(); err != nil {
-		return nil, err
+		return node.Config{}, err
 	}
 	if c.net.creds == nil && withManager {
 		listen = loopbackOnly(listen, &c.net, slogger)
 	}
-	var plog *slog.Logger
+	cfg := node.Config{Listen: listen, Remote: c.limits.remote, NoManager: !withManager, Logger: slogger}
+	cfg.Remote.MaxMessageSize = c.maxMsg
+	c.net.apply(&cfg)
 	if c.logLevel == "debug" {
-		plog = slogger.With("component", "protoactor")
+		// protoactor logs routine connection churn at error level; pass
+		// its logs through only at --log-level debug.
+		cfg.ProtoactorLogger = slogger.With("component", "protoactor")
 	}
-	sys := actor.NewActorSystem(plog)
-	rcfg := c.limits.remote
-	rcfg.MaxMessageSize = c.maxMsg
-	r, addr, err := actor.StartRemoteConfig(sys, listen, rcfg, c.net.remoteOptions(slogger)...)
-	if err != nil {
-		sys.Shutdown()
-		return nil, err
-	}
-	n := &node{sys: sys, remote: r, addr: addr}
 	if !withManager {
-		return n, nil
+		return cfg, nil
 	}
 	switch c.backend {
 	case "auto", "tcp", "ibverbs":
 	default:
-		n.close()
-		return nil, usagef("--backend %q: want auto, ibverbs or tcp", c.backend)
+		return node.Config{}, usagef("--backend %q: want auto, ibverbs or tcp", c.backend)
 	}
-	tcfg := tcp.DefaultConfig()
-	c.net.applyTCP(&tcfg, listen, addr)
-	tcfg.ConnsPerRoute = c.conns
+	cfg.Backend, cfg.IBVerbs = backend.Kind(c.backend), c.rdma
+	if err := c.tcpConfig(&cfg.TCP); err != nil {
+		return node.Config{}, err
+	}
+	cfg.Manager = actor.Config{Name: name, Secret: secret, MaxMessageSize: c.maxMsg, Logger: slogger, Metrics: c.metrics}
+	if err := c.limits.apply(&cfg.Manager); err != nil {
+		return node.Config{}, err
+	}
+	return cfg, nil
+}
+
+// tcpConfig applies the TCP flags (--conns, --chunk, --sockbuf) to cfg;
+// node places the data listener next to the actor system.
+func (c *common) tcpConfig(cfg *tcp.Config) error {
+	cfg.ConnsPerRoute = c.conns
+	maxFrame := tcp.DefaultConfig().MaxFrameLen
 	if c.chunk != "" {
 		sz, err := parseSize(c.chunk)
-		if err != nil || sz > uint64(tcfg.MaxFrameLen) {
-			n.close()
-			return nil, usagef("--chunk %q: want a size up to %d bytes", c.chunk, tcfg.MaxFrameLen)
+		if err != nil || sz > uint64(maxFrame) {
+			return usagef("--chunk %q: want a size up to %d bytes", c.chunk, maxFrame)
 		}
-		tcfg.ChunkSize = int(sz)
+		cfg.ChunkSize = int(sz)
 	}
 	if c.sockbuf != "" {
 		sz, err := parseSize(c.sockbuf)
 		if err != nil || sz > 1<<30 {
-			n.close()
-			return nil, usagef("--sockbuf %q: want a size up to 1GiB", c.sockbuf)
+			return usagef("--sockbuf %q: want a size up to 1GiB", c.sockbuf)
 		}
-		tcfg.SocketBuffer = int(sz)
+		cfg.SocketBuffer = int(sz)
 	}
-	mcfg := actor.Config{
-		Name:           name,
-		Backend:        backend.Kind(c.backend),
-		TCP:            tcfg,
-		IBVerbs:        c.rdma,
-		Secret:         secret,
-		MaxMessageSize: c.maxMsg,
-		Logger:         slogger,
-		Metrics:        c.metrics,
-	}
-	if err := c.limits.apply(&mcfg); err != nil {
-		n.close()
-		return nil, err
-	}
-	m, err := actor.New(sys, mcfg)
-	if err != nil {
-		n.close()
-		return nil, err
-	}
-	if err := m.Start(ctx); err != nil {
-		n.close()
-		return nil, err
-	}
-	n.mgr = m
-	return n, nil
+	return nil
 }
 
 // loopbackOnly rewrites a non-loopback listen address to 127.0.0.1 (and
@@ -127,14 +108,6 @@ func loopbackOnly(listen string, nf *netFlags, log *slog.Logger) string {
 	log.Warn("no --tls-ca/--tls-cert/--tls-key: binding to loopback only; make credentials with 'rdmamgr certs' to serve other hosts", "asked", listen, "advertise", nf.advertise)
 	nf.advertise = ""
 	return net.JoinHostPort("127.0.0.1", port)
-}
-
-func (n *node) close() {
-	if n.mgr != nil {
-		n.mgr.Close()
-	}
-	n.remote.Shutdown(true)
-	n.sys.Shutdown()
 }
 
 func peerPID(addr, name string) (*protoactor.PID, error) {
@@ -157,9 +130,9 @@ func splitHostPort(a string) (string, string, error) {
 
 // closeWithin closes n, waiting at most d: a command that only asked a
 // question does not wait for protoactor to give up on an unreachable peer.
-func (n *node) closeWithin(d time.Duration) {
+func closeWithin(n *node.Node, d time.Duration) {
 	done := make(chan struct{})
-	go func() { defer close(done); n.close() }()
+	go func() { defer close(done); n.Close() }()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -65,7 +65,7 @@ func serve(ctx context.Context, e *env, c *common, listen, name, member, metrics
 	if err != nil {
 		return err
 	}
-	defer n.close()
+	defer n.Close()
 	leave, err := c.net.joinCluster(ctx, n, member, sl)
 	if err != nil {
 		return err
@@ -73,16 +73,16 @@ func serve(ctx context.Context, e *env, c *common, listen, name, member, metrics
 	defer leave() // before the manager closes
 	admin := "off"
 	if metricsListen != "" {
-		a := newAdminServer(n.mgr, metricsRegistry(n.mgr, c.metrics))
+		a := newAdminServer(n.Manager(), metricsRegistry(n, c.metrics))
 		if err := a.listen(metricsListen); err != nil {
 			return err
 		}
 		defer a.close() // first: /readyz fails before the manager closes
 		admin = "http://" + a.Addr() + "/metrics"
 	}
-	zl.Info().Str("addr", n.addr).Str("name", name).Str("data", n.mgr.Backend().Addr()).
-		Str("backend", string(n.mgr.Backend().Kind())).Str("metrics", admin).Str("version", actor.Version()).Msg("serving")
-	fmt.Fprintf(e.stdout, "ready %s\n", n.addr)
+	zl.Info().Str("addr", n.Addr()).Str("name", name).Str("data", n.Manager().Backend().Addr()).
+		Str("backend", string(n.Manager().Backend().Kind())).Str("metrics", admin).Str("version", actor.Version()).Msg("serving")
+	fmt.Fprintf(e.stdout, "ready %s\n", n.Addr())
 	if f, ok := e.stdout.(interface{ Sync() error }); ok {
 		_ = f.Sync()
 	}

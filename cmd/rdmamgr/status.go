@@ -68,8 +68,8 @@ func statusFlags(fs *flag.FlagSet) runFunc {
 		if err != nil {
 			return err
 		}
-		defer n.closeWithin(time.Second)
-		client := actor.NewClient(n.sys, pid)
+		defer closeWithin(n, time.Second)
+		client := actor.NewClient(n.System(), pid)
 		for {
 			qctx, cancel := context.WithTimeout(ctx, *timeout)
 			st, err := client.Status(qctx)

@@ -11,10 +11,10 @@ import (
 	"log"
 	"time"
 
-	protoactor "github.com/asynkron/protoactor-go/actor"
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/node"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
@@ -34,28 +34,20 @@ func run(ctx context.Context, peerAddr, secretFile string) error {
 	if err != nil {
 		return err
 	}
-	sys := actor.NewActorSystem(nil) // protoactor system (nil: discard its logs)
-	defer sys.Shutdown()
 	listen, err := actor.ReplyListen(peerAddr) // the local address of the route to the peer, port 0
 	if err != nil {
 		return err
 	}
-	r, _, err := actor.StartRemote(sys, listen, 0) // gRPC limits on both sides; across hosts add actor.WithTLS(...)
+	// Actor system, protoactor remote (gRPC limits on both sides; across hosts
+	// set ServerTLS and ClientTLS), TCP data listener and manager, in one call.
+	n, err := node.Start(ctx, node.Config{Listen: listen, Manager: actor.Config{Secret: secret}})
 	if err != nil {
 		return err
 	}
-	defer r.Shutdown(true)
-	mgr, err := actor.New(sys, actor.Config{Secret: secret}) // no I/O yet; TCP unless Backend says otherwise
-	if err != nil {
-		return err
-	}
-	if err := mgr.Start(ctx); err != nil { // data listener + manager actor
-		return err
-	}
-	defer mgr.Close()
+	defer n.Close() // manager, backends, remote and actor system
 
-	me := mgr.Client() // typed client of the local manager
-	peer := actor.NewClient(sys, protoactor.NewPID(peerAddr, actor.DefaultName))
+	me := n.Client()                 // typed client of the local manager
+	peer := n.ClientOf(peerAddr, "") // the manager at peerAddr (actor.DefaultName)
 	local, err := me.RequestBuffer(ctx, 1<<20, buffer.AccessReadWrite)
 	if err != nil {
 		return err
@@ -71,7 +63,7 @@ func run(ctx context.Context, peerAddr, secretFile string) error {
 	}
 	defer qp.Release()
 
-	mem, _ := mgr.Bytes(local) // fill the local buffer
+	mem, _ := n.Manager().Bytes(local) // fill the local buffer
 	copy(mem, "hello, remote memory")
 	if err := qp.Put(local, remote).Wait(ctx); err != nil { // Put returns at once; Wait, Poll or Done
 		// errors.Is(err, rdmamgr.ErrBadKey / ErrAccess / ErrOutOfRange / ErrReleased / ErrRevoked / ErrExpired /

@@ -1,23 +1,18 @@
-package actor
+package remoteguard
 
 import (
-	"context"
-	"fmt"
-	"net"
 	"net/netip"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/internal/control"
 )
 
-// RemoteConfig hardens the gRPC server under protoactor remote. Zero fields
-// take DefaultRemoteConfig's values.
+// Config hardens the gRPC server under protoactor remote. Zero fields
+// take DefaultConfig's values.
 //
 // What a peer can make the server hold is bounded: at most MaxConns
 // connections (MaxConnsPerIP from one address), each of which must finish
@@ -27,7 +22,7 @@ import (
 // only the bytes that arrived, not the size a header announces). Peers
 // that go silent are found by keepalive pings; connections without a
 // stream are closed after MaxConnIdle.
-type RemoteConfig struct {
+type Config struct {
 	// MaxMessageSize bounds a control message, both ways
 	// (DefaultMaxMessageSize).
 	MaxMessageSize int
@@ -50,9 +45,9 @@ type RemoteConfig struct {
 	MaxConnIdle time.Duration
 }
 
-// DefaultRemoteConfig returns the defaults.
-func DefaultRemoteConfig() RemoteConfig {
-	return RemoteConfig{
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
 		MaxMessageSize:    DefaultMaxMessageSize,
 		MaxConns:          256,
 		MaxConnsPerIP:     32,
@@ -66,8 +61,8 @@ func DefaultRemoteConfig() RemoteConfig {
 	}
 }
 
-func (c RemoteConfig) withDefaults() RemoteConfig {
-	d := DefaultRemoteConfig()
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
 	setIfZero(&c.MaxMessageSize, d.MaxMessageSize)
 	setIfZero(&c.MaxConns, d.MaxConns)
 	setIfZero(&c.MaxConnsPerIP, d.MaxConnsPerIP)
@@ -81,6 +76,10 @@ func (c RemoteConfig) withDefaults() RemoteConfig {
 	return c
 }
 
+// DefaultMaxMessageSize bounds control messages on the gRPC transport (the
+// manager's client checks the same limit before it sends).
+const DefaultMaxMessageSize = control.DefaultMaxMessageSize
+
 func setIfZero[T comparable](p *T, d T) {
 	var zero T
 	if *p == zero {
@@ -93,11 +92,11 @@ const envelopeSlack = 64 << 10
 
 // serverOptions returns the gRPC server options of c (the guard's come
 // separately).
-func (c RemoteConfig) serverOptions(book *refusals, creds credentials.TransportCredentials) []grpc.ServerOption {
+func (c Config) serverOptions(book *control.Book, creds credentials.TransportCredentials, probe *prober) []grpc.ServerOption {
 	limit := c.MaxMessageSize + envelopeSlack
 	return []grpc.ServerOption{
 		grpc.Creds(&connCap{TransportCredentials: creds, max: c.MaxConns, perIP: c.MaxConnsPerIP,
-			byIP: make(map[netip.Addr]int), book: book}),
+			byIP: make(map[netip.Addr]int), book: book, probe: probe}),
 		grpc.MaxRecvMsgSize(limit),
 		grpc.MaxSendMsgSize(limit),
 		grpc.MaxConcurrentStreams(c.MaxStreamsPerConn),
@@ -118,7 +117,7 @@ func (c RemoteConfig) serverOptions(book *refusals, creds credentials.TransportC
 
 // dialOptions keep our own client connections within what our servers
 // enforce.
-func (c RemoteConfig) dialOptions(creds credentials.TransportCredentials) []grpc.DialOption {
+func (c Config) dialOptions(creds credentials.TransportCredentials) []grpc.DialOption {
 	limit := c.MaxMessageSize + envelopeSlack
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
@@ -126,89 +125,4 @@ func (c RemoteConfig) dialOptions(creds credentials.TransportCredentials) []grpc
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: c.KeepaliveTime, Timeout: c.KeepaliveTimeout, PermitWithoutStream: false}),
 		grpc.WithChainStreamInterceptor(closeConnWithStream),
 	}
-}
-
-// ErrTooManyConns: a gRPC connection over the connection caps (it is
-// closed at once). It is rdmamgr.ErrLimit.
-var ErrTooManyConns = rdmamgr.ErrLimit
-
-// connCap is plaintext transport credentials that count connections and
-// refuse those over the caps during the (empty) security handshake, so a
-// refused connection is closed before grpc-go allocates anything for it.
-// protoactor opens the listener itself, so the cap cannot wrap it.
-//
-// A connection stops counting when grpc-go closes it or when a read on it
-// fails (a failed HTTP/2 handshake is closed by grpc-go under the raw
-// connection, past the wrapper; the failed read comes first).
-type connCap struct {
-	credentials.TransportCredentials
-	max, perIP int
-	book       *refusals
-
-	mu   sync.Mutex // guards the fields below
-	n    int
-	byIP map[netip.Addr]int
-}
-
-func (c *connCap) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	ip := addrOf(raw.RemoteAddr())
-	c.mu.Lock()
-	n, k := c.n, c.byIP[ip]
-	if n >= c.max || k >= c.perIP {
-		c.mu.Unlock()
-		c.book.refuse(RefusedConn, "refused a control connection over the cap", "from", ip.String(), "conns", n, "from_ip", k)
-		return nil, nil, fmt.Errorf("%d connections, %d from %s (serve --grpc-max-conns, --grpc-max-conns-per-ip): %w", n, k, ip, ErrTooManyConns)
-	}
-	c.n++
-	c.byIP[ip]++
-	c.mu.Unlock()
-	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
-	if err != nil {
-		c.release(ip)
-		return nil, nil, err
-	}
-	return &countedConn{Conn: conn, release: func() { c.release(ip) }}, info, nil
-}
-
-func (c *connCap) release(ip netip.Addr) {
-	c.mu.Lock()
-	c.n--
-	if c.byIP[ip]--; c.byIP[ip] <= 0 {
-		delete(c.byIP, ip)
-	}
-	c.mu.Unlock()
-}
-
-// Clone returns c itself: a clone must count against the same caps.
-func (c *connCap) Clone() credentials.TransportCredentials { return c }
-
-// countedConn releases its slot once, on Close or on the first failed read.
-type countedConn struct {
-	net.Conn
-	release func()
-	done    atomic.Bool
-}
-
-func (c *countedConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if err != nil {
-		c.end()
-	}
-	return n, err
-}
-
-func (c *countedConn) Close() error {
-	c.end()
-	return c.Conn.Close()
-}
-
-func (c *countedConn) end() {
-	if c.done.CompareAndSwap(false, true) {
-		c.release()
-	}
-}
-
-// ClientHandshake is not used on the server; it keeps the interface whole.
-func (c *connCap) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	return c.TransportCredentials.ClientHandshake(ctx, authority, raw)
 }

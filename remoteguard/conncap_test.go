@@ -1,23 +1,23 @@
-package actor
+package remoteguard
 
 import (
-	"bytes"
 	"errors"
-	"log/slog"
 	"net"
 	"net/netip"
-	"strings"
 	"testing"
 
+	protoactor "github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/rdmamgr/rdmamgr/internal/control"
 )
 
 // TestConnCap: connections over the total or per-address cap are refused
 // with ErrTooManyConns; a slot comes back on Close and on a failed read.
 func TestConnCap(t *testing.T) {
-	sys := NewActorSystem(nil)
+	sys := protoactor.NewActorSystem()
 	defer sys.Shutdown()
-	c := &connCap{TransportCredentials: insecure.NewCredentials(), max: 3, perIP: 2, byIP: make(map[netip.Addr]int), book: refusalsOf(sys)}
+	c := &connCap{TransportCredentials: insecure.NewCredentials(), max: 3, perIP: 2, byIP: make(map[netip.Addr]int), book: control.BookOf(sys)}
 	pipe := func() (net.Conn, net.Conn) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -65,27 +65,5 @@ func TestConnCap(t *testing.T) {
 	conn.Close() // does not count twice
 	if c.n != 1 {
 		t.Fatalf("close after a failed read: %d counted", c.n)
-	}
-}
-
-// TestRefusalsSampled: every refusal is counted, few are logged.
-func TestRefusalsSampled(t *testing.T) {
-	sys := NewActorSystem(nil)
-	defer sys.Shutdown()
-	var out bytes.Buffer
-	r := refusalsOf(sys)
-	r.setLogger(slog.New(slog.NewTextHandler(&out, nil)))
-	for range 1000 {
-		r.refuse(RefusedForgedSender, "forged")
-		r.refuse(RefusedLimit, "limit")
-	}
-	if got := r.snapshot(); got[RefusedForgedSender] != 1000 || got[RefusedLimit] != 1000 {
-		t.Fatalf("counts %v", got)
-	}
-	if lines := strings.Count(out.String(), "\n"); lines != 2*logBurst {
-		t.Fatalf("%d lines logged, want %d:\n%s", lines, 2*logBurst, out.String())
-	}
-	if refusalsOf(sys) != r {
-		t.Fatal("a second refusal book for one actor system")
 	}
 }

@@ -1,10 +1,9 @@
-package actor
+package remoteguard
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"runtime/debug"
 	"strings"
 
@@ -18,35 +17,9 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/rdmamgr/rdmamgr/internal/control"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
-
-// The remote guard sits in front of protoactor's gRPC Remoting service, so
-// that nothing a peer sends can crash the process or stop its actors.
-// protoactor's endpoint reader trusts its input: an envelope whose type is
-// not linked into this binary, or whose type, target or sender index is out
-// of range, panics on the gRPC handler goroutine and kills the process; its
-// unary methods panic ("implement me"); and a remote Stop or PoisonPill
-// stops any named actor, such as the manager.
-//
-// The guard checks every batch before protoactor sees it:
-//   - a malformed batch (nil parts, indices out of range, unknown
-//     serializer) ends the peer's stream with InvalidArgument;
-//   - an envelope of a type this binary does not know is dropped and its
-//     sender, if any, gets an ErrorReply with code UNKNOWN_MESSAGE, as for
-//     any other message the manager does not handle;
-//   - Stop and PoisonPill are dropped: peers do not stop our actors;
-//   - Watch, Unwatch and Terminated without their PID are dropped;
-//   - an envelope with a forged sender or a target in another process is
-//     dropped, and every envelope kept is stamped as remote
-//     (remote_origin.go);
-//   - streams over the server-wide cap are refused before anything is read
-//     (remote_server.go bounds connections and messages).
-//
-// Every refusal is counted by reason (status) and logged sampled.
-//
-// Unary Remoting calls are refused with Unimplemented, and any panic left
-// in a handler is turned into an Internal error for that stream.
 
 const (
 	protoSerializerID = 0 // remote's proto serializer
@@ -63,25 +36,28 @@ var (
 	nameTerminated = string(proto.MessageName(&protoactor.Terminated{}))
 )
 
-// remoteGuard holds what the interceptors need.
-type remoteGuard struct {
+// unknownMessage is the text of the manager's ErrUnknownMessage, which the
+// guard's reply to a type it does not know ends with (the client says it
+// once).
+const unknownMessage = "actor: unknown message"
+
+// guard holds what the interceptors need.
+type guard struct {
 	sys  *protoactor.ActorSystem
-	book *refusals
+	book *control.Book
 	// streams bounds the Remoting streams served at once (server-wide).
 	streams chan struct{}
 }
 
 // serverOptions returns the gRPC server options installing the guard.
-func (g *remoteGuard) serverOptions() []grpc.ServerOption {
+func (g *guard) serverOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(g.unary),
 		grpc.ChainStreamInterceptor(g.stream),
 	}
 }
 
-func (g *remoteGuard) log() *slog.Logger { return g.sys.Logger() }
-
-func (g *remoteGuard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+func (g *guard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 	if strings.HasPrefix(info.FullMethod, remotingPrefix) {
 		// protoactor implements none of Remoting's unary methods: they
 		// panic.
@@ -91,7 +67,7 @@ func (g *remoteGuard) unary(ctx context.Context, req any, info *grpc.UnaryServer
 	return handler(ctx, req)
 }
 
-func (g *remoteGuard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+func (g *guard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 	defer g.recoverTo(info.FullMethod, &err)
 	// A stream over the cap is refused before anything is read from it:
 	// the memory a peer can make us hold is bounded by streams times the
@@ -100,7 +76,7 @@ func (g *remoteGuard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	case g.streams <- struct{}{}:
 		defer func() { <-g.streams }()
 	default:
-		g.book.refuse(RefusedStream, "refused a gRPC stream over the cap", "cap", cap(g.streams))
+		g.book.Refuse(control.RefusedStream, "refused a gRPC stream over the cap", "cap", cap(g.streams))
 		return status.Errorf(codes.ResourceExhausted, "too many streams")
 	}
 	c := &connPeer{}
@@ -111,9 +87,9 @@ func (g *remoteGuard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 }
 
 // recoverTo turns a panic in a handler into an error for its caller.
-func (g *remoteGuard) recoverTo(method string, err *error) {
+func (g *guard) recoverTo(method string, err *error) {
 	if p := recover(); p != nil {
-		g.log().Error("panic serving a peer", "method", method, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		g.sys.Logger().Error("panic serving a peer", "method", method, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		*err = status.Errorf(codes.Internal, "internal error")
 	}
 }
@@ -121,7 +97,7 @@ func (g *remoteGuard) recoverTo(method string, err *error) {
 // guardedStream checks each message protoactor receives.
 type guardedStream struct {
 	grpc.ServerStream
-	g *remoteGuard
+	g *guard
 	c *connPeer
 }
 
@@ -134,7 +110,7 @@ func (s *guardedStream) RecvMsg(m any) error {
 		return nil
 	}
 	if err := s.g.check(rm, s.c); err != nil {
-		s.g.book.refuse(RefusedMalformed, "refused a malformed message from a peer", "from", s.c.remote.String(), "err", err)
+		s.g.book.Refuse(control.RefusedMalformed, "refused a malformed message from a peer", "from", s.c.remote.String(), "err", err)
 		return status.Errorf(codes.InvalidArgument, "malformed remote message: %v", err)
 	}
 	return nil
@@ -142,7 +118,7 @@ func (s *guardedStream) RecvMsg(m any) error {
 
 // check validates rm and drops the envelopes that must not be delivered;
 // an error means the stream must end.
-func (g *remoteGuard) check(rm *remote.RemoteMessage, c *connPeer) error {
+func (g *guard) check(rm *remote.RemoteMessage, c *connPeer) error {
 	switch t := rm.MessageType.(type) {
 	case *remote.RemoteMessage_ConnectRequest:
 		if t.ConnectRequest == nil {
@@ -157,7 +133,7 @@ func (g *remoteGuard) check(rm *remote.RemoteMessage, c *connPeer) error {
 	return nil
 }
 
-func (g *remoteGuard) checkBatch(b *remote.MessageBatch, c *connPeer) error {
+func (g *guard) checkBatch(b *remote.MessageBatch, c *connPeer) error {
 	if b == nil {
 		return errors.New("empty message batch")
 	}
@@ -173,58 +149,74 @@ func (g *remoteGuard) checkBatch(b *remote.MessageBatch, c *connPeer) error {
 	}
 	kept := b.Envelopes[:0]
 	for i, e := range b.Envelopes {
-		switch {
-		case e == nil:
-			return fmt.Errorf("envelope %d is empty", i)
-		case e.TypeId < 0 || int(e.TypeId) >= len(b.TypeNames):
-			return fmt.Errorf("envelope %d: type %d of %d", i, e.TypeId, len(b.TypeNames))
-		case e.Target < 0 || int(e.Target) >= len(b.Targets):
-			return fmt.Errorf("envelope %d: target %d of %d", i, e.Target, len(b.Targets))
-		case e.Sender < 0 || int(e.Sender) > len(b.Senders):
-			return fmt.Errorf("envelope %d: sender %d of %d", i, e.Sender, len(b.Senders))
-		case e.SerializerId != protoSerializerID && e.SerializerId != jsonSerializerID:
-			return fmt.Errorf("envelope %d: serializer %d", i, e.SerializerId)
+		if err := validEnvelope(b, i, e); err != nil {
+			return err
 		}
-		name := b.TypeNames[e.TypeId]
-		var sender *protoactor.PID
-		if e.Sender > 0 {
-			sender = b.Senders[e.Sender-1]
-			if err := g.checkSender(c, sender); err != nil {
-				g.book.refuse(RefusedForgedSender, "dropped a message with a forged sender", "type", name, "from", c.src, "err", err)
-				continue
-			}
+		if g.keep(b, e, c) {
+			kept = append(kept, e)
 		}
-		if err := g.checkTarget(b.Targets[e.Target]); err != nil {
-			g.book.refuse(RefusedForeignTarget, "dropped a message for another process", "type", name, "from", c.remote.String(), "err", err)
-			continue
-		}
-		if e.SerializerId == protoSerializerID {
-			mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(name))
-			if err != nil {
-				g.unknownType(b, e, name)
-				continue
-			}
-			if err := g.validPIDs(mt, name, e.MessageData, c); err != nil {
-				g.book.refuse(RefusedForgedSender, "dropped a watch message from a peer", "type", name, "from", c.remote.String(), "err", err)
-				continue
-			}
-		}
-		if name == nameStop || name == namePoisonPill {
-			g.book.refuse(RefusedStopActor, "dropped a request from a peer to stop an actor", "type", name, "target", PIDString(b.Targets[e.Target]))
-			continue
-		}
-		stamp(e, sender, c)
-		kept = append(kept, e)
 	}
 	clear(b.Envelopes[len(kept):])
 	b.Envelopes = kept
 	return nil
 }
 
+// validEnvelope checks that e's indices and serializer are in range.
+func validEnvelope(b *remote.MessageBatch, i int, e *remote.MessageEnvelope) error {
+	switch {
+	case e == nil:
+		return fmt.Errorf("envelope %d is empty", i)
+	case e.TypeId < 0 || int(e.TypeId) >= len(b.TypeNames):
+		return fmt.Errorf("envelope %d: type %d of %d", i, e.TypeId, len(b.TypeNames))
+	case e.Target < 0 || int(e.Target) >= len(b.Targets):
+		return fmt.Errorf("envelope %d: target %d of %d", i, e.Target, len(b.Targets))
+	case e.Sender < 0 || int(e.Sender) > len(b.Senders):
+		return fmt.Errorf("envelope %d: sender %d of %d", i, e.Sender, len(b.Senders))
+	case e.SerializerId != protoSerializerID && e.SerializerId != jsonSerializerID:
+		return fmt.Errorf("envelope %d: serializer %d", i, e.SerializerId)
+	}
+	return nil
+}
+
+// keep reports whether the valid envelope e may be delivered, stamping it
+// as remote if so; it counts and logs the refusal otherwise.
+func (g *guard) keep(b *remote.MessageBatch, e *remote.MessageEnvelope, c *connPeer) bool {
+	name := b.TypeNames[e.TypeId]
+	var sender *protoactor.PID
+	if e.Sender > 0 {
+		sender = b.Senders[e.Sender-1]
+		if err := g.checkSender(c, sender); err != nil {
+			g.book.Refuse(control.RefusedForgedSender, "dropped a message with a forged sender", "type", name, "from", c.src, "err", err)
+			return false
+		}
+	}
+	if err := g.checkTarget(b.Targets[e.Target]); err != nil {
+		g.book.Refuse(control.RefusedForeignTarget, "dropped a message for another process", "type", name, "from", c.remote.String(), "err", err)
+		return false
+	}
+	if e.SerializerId == protoSerializerID {
+		mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(name))
+		if err != nil {
+			g.unknownType(b, e, name)
+			return false
+		}
+		if err := g.validPIDs(mt, name, e.MessageData, c); err != nil {
+			g.book.Refuse(control.RefusedForgedSender, "dropped a watch message from a peer", "type", name, "from", c.remote.String(), "err", err)
+			return false
+		}
+	}
+	if name == nameStop || name == namePoisonPill {
+		g.book.Refuse(control.RefusedStopActor, "dropped a request from a peer to stop an actor", "type", name, "target", pidString(b.Targets[e.Target]))
+		return false
+	}
+	stamp(e, sender, c)
+	return true
+}
+
 // validPIDs checks that a Watch, Unwatch or Terminated names its PID
 // (protoactor dereferences it) and that a watcher is the connection's peer
 // (we send it Terminated); other types pass.
-func (g *remoteGuard) validPIDs(mt protoreflect.MessageType, name string, data []byte, c *connPeer) error {
+func (g *guard) validPIDs(mt protoreflect.MessageType, name string, data []byte, c *connPeer) error {
 	if name != nameWatch && name != nameUnwatch && name != nameTerminated {
 		return nil
 	}
@@ -252,8 +244,8 @@ func (g *remoteGuard) validPIDs(mt protoreflect.MessageType, name string, data [
 
 // unknownType answers an envelope of a type this binary does not link as
 // the manager answers any message it does not handle.
-func (g *remoteGuard) unknownType(b *remote.MessageBatch, e *remote.MessageEnvelope, name string) {
-	g.book.refuse(RefusedUnknownType, "dropped a message of an unknown type from a peer", "type", name)
+func (g *guard) unknownType(b *remote.MessageBatch, e *remote.MessageEnvelope, name string) {
+	g.book.Refuse(control.RefusedUnknownType, "dropped a message of an unknown type from a peer", "type", name)
 	if e.Sender == 0 {
 		return
 	}
@@ -261,6 +253,6 @@ func (g *remoteGuard) unknownType(b *remote.MessageBatch, e *remote.MessageEnvel
 	sender.RequestId = e.SenderRequestId
 	g.sys.Root.Send(sender, &rdmapb.ErrorReply{Error: &rdmapb.Error{
 		Code:    rdmapb.Code_UNKNOWN_MESSAGE,
-		Message: fmt.Sprintf("message type %q: %v", name, ErrUnknownMessage),
+		Message: fmt.Sprintf("message type %q: %s", name, unknownMessage),
 	}})
 }

@@ -1,17 +1,19 @@
-package actor
+package remoteguard
 
 import (
 	"net/netip"
 	"testing"
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
+
+	"github.com/rdmamgr/rdmamgr/internal/control"
 )
 
 func TestCheckSender(t *testing.T) {
-	sys := NewActorSystem(nil)
+	sys := protoactor.NewActorSystem()
 	defer sys.Shutdown()
 	sys.ProcessRegistry.Address = "127.0.0.1:9000"
-	g := &remoteGuard{sys: sys, book: refusalsOf(sys)}
+	g := &guard{sys: sys, book: control.BookOf(sys)}
 	lo := netip.MustParseAddr("127.0.0.1")
 	far, near := netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("10.0.0.1")
 

@@ -1,13 +1,19 @@
-package actor
+package node
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"os"
 	"runtime"
 	"testing"
 	"time"
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
+
+	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr/certs"
+	"github.com/rdmamgr/rdmamgr/remoteguard"
 )
 
 // TestControlConnCost reports what one control-plane peering costs in
@@ -16,11 +22,11 @@ import (
 // connections (one each way, as replies travel on the peer's own). Both
 // ends live in this process, so the figure covers both. It asserts only
 // that everything answered; with the TLS figure it is the basis of the
-// README's deployment cost. The systems are left running (closing many
+// README's deployment cost. The nodes are left running (closing many
 // remotes in one process hangs in protoactor; the test process exits).
 func TestControlConnCost(t *testing.T) {
 	if os.Getenv("RDMAMGR_CONNCOST") != "1" {
-		t.Skip("a measurement: RDMAMGR_CONNCOST=1 go test -run ControlConnCost -v ./actor")
+		t.Skip("a measurement: RDMAMGR_CONNCOST=1 go test -run ControlConnCost -v ./node")
 	}
 	for _, tc := range []struct {
 		name string
@@ -28,44 +34,37 @@ func TestControlConnCost(t *testing.T) {
 	}{{"plain", false}, {"mutual TLS", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			const n = 40
-			var opts []RemoteOption
+			var cfg Config
 			if tc.tls {
-				opts = testTLS(t)
+				cfg.ServerTLS, cfg.ClientTLS = testTLS(t)
 			}
-			hub := NewActorSystem(nil)
 			// Every peer dials the hub from 127.0.0.1: lift the per-IP cap.
-			big := RemoteConfig{MaxConns: 4 * n, MaxConnsPerIP: 4 * n, MaxStreams: 4 * n}
-			_, _, err := StartRemoteConfig(hub, "127.0.0.1:0", big, opts...)
+			hubCfg := cfg
+			hubCfg.NoManager = true
+			hubCfg.Remote = remoteguard.Config{MaxConns: 4 * n, MaxConnsPerIP: 4 * n, MaxStreams: 4 * n}
+			hubNode, err := Start(context.Background(), hubCfg)
 			if err != nil {
 				t.Fatal(err)
 			}
+			hub := hubNode.System()
 			var pids []*protoactor.PID
 			for range n {
-				sys := NewActorSystem(nil)
-				r, _, err := StartRemote(sys, "127.0.0.1:0", 0, opts...)
+				nd, err := Start(context.Background(), cfg)
 				if err != nil {
 					t.Fatal(err)
 				}
-				m, err := New(sys, Config{})
-				if err == nil {
-					err = m.Start(context.Background())
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				_ = r
-				pids = append(pids, m.PID())
+				pids = append(pids, nd.ManagerPID())
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			// One round to warm up whatever is made once per process.
-			if _, err := NewClient(hub, pids[0]).Status(ctx); err != nil {
+			if _, err := actor.NewClient(hub, pids[0]).Status(ctx); err != nil {
 				t.Fatal(err)
 			}
 			before := memInUse()
 			g0 := runtime.NumGoroutine()
 			for _, p := range pids[1:] {
-				if _, err := NewClient(hub, p).Status(ctx); err != nil {
+				if _, err := actor.NewClient(hub, p).Status(ctx); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -83,4 +82,25 @@ func memInUse() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapInuse + m.StackInuse
+}
+
+// testTLS returns mutual TLS configurations with a fresh CA.
+func testTLS(t testing.TB) (server, client *tls.Config) {
+	t.Helper()
+	ca, err := certs.NewCA("test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, k, err := ca.Issue("host", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(c, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	cr := certs.New(pool, pair)
+	return cr.Server, cr.Client
 }

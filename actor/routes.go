@@ -1,0 +1,161 @@
+package actor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	protoactor "github.com/asynkron/protoactor-go/actor"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+)
+
+// routeEntry is the cached route to one peer manager.
+type routeEntry struct {
+	key   string
+	peer  *protoactor.PID
+	ready chan struct{} // closed when setup ended; then the fields below are fixed
+	route backend.Route
+	// peerID is the peer manager's id.
+	peerID uint64
+	kind   backend.Kind
+	err    error
+	// refs counts queue pairs on the route; guarded by Manager.mu.
+	refs  int
+	since time.Time // when setup ended
+}
+
+func peerKey(p *protoactor.PID) string { return p.Address + "/" + p.Id }
+
+// getRoute returns the live route to peer, setting one up if needed, with
+// a reference the caller drops (dropRef, or through its queue pair).
+// Callers for the same peer share one setup.
+func (m *Manager) getRoute(ctx context.Context, peer *protoactor.PID) (*routeEntry, error) {
+	e, err := m.refRoute(peer)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-e.ready:
+	case <-ctx.Done():
+		m.dropRef(e)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// The peer did not complete the route in time: to the caller
+			// it is unreachable, whichever timer fired first (this one or
+			// the setup's own RouteTimeout).
+			return nil, fmt.Errorf("route to %s: no answer in time: %w: %w", e.key, ErrUnknownPeer, ctx.Err())
+		}
+		return nil, fmt.Errorf("route to %s: %w", e.key, ctx.Err())
+	}
+	if e.err != nil {
+		m.dropRef(e)
+		return nil, e.err
+	}
+	return e, nil
+}
+
+// refRoute takes a reference to the route entry of peer: the cached one
+// unless its setup failed or its route is down (that one is dropped), else
+// a new one whose setup starts now.
+func (m *Manager) refRoute(peer *protoactor.PID) (*routeEntry, error) {
+	key := peerKey(peer)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	e := m.routes[key]
+	if e != nil {
+		select {
+		case <-e.ready:
+			if e.err != nil || routeDead(e.route) {
+				delete(m.routes, key)
+				if r := e.route; r != nil {
+					m.wg.Add(1)
+					go func() { defer m.wg.Done(); r.Close() }() // its queue pairs fail with the route's error
+				}
+				e = nil
+			}
+		default:
+		}
+	}
+	if e == nil {
+		if len(m.routes) >= m.cfg.MaxRoutes {
+			return nil, fmt.Errorf("%d routes, the most allowed (serve --max-routes): %w", len(m.routes), backend.ErrLimit)
+		}
+		e = &routeEntry{key: key, peer: peer, ready: make(chan struct{})}
+		m.routes[key] = e
+		m.wg.Add(1)
+		go m.setupRoute(e)
+	}
+	e.refs++
+	return e, nil
+}
+
+func routeDead(r backend.Route) bool {
+	if r == nil {
+		return true
+	}
+	select {
+	case <-r.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// setupRoute runs the handshake with the peer manager and connects the
+// backend route, trying the backends in order of preference.
+func (m *Manager) setupRoute(e *routeEntry) {
+	defer m.wg.Done()
+	defer close(e.ready)
+	ctx, cancel := context.WithTimeout(m.life, m.cfg.RouteTimeout)
+	defer cancel()
+	var errs []error
+	for _, b := range m.backends {
+		r, peerID, err := m.handshake(ctx, e, b)
+		if err == nil {
+			e.route, e.peerID, e.kind, e.since = r, peerID, b.Kind(), time.Now()
+			m.routeUp(e)
+			return
+		}
+		errs = append(errs, err)
+		if !errors.Is(err, backend.ErrNotSupported) {
+			break // only a peer without this backend makes us try the next
+		}
+	}
+	e.err = errors.Join(errs...)
+	m.cfg.Metrics.routeSetup("out", "", e.err)
+}
+
+// dropRef releases one reference to e; the last one closes the route.
+func (m *Manager) dropRef(e *routeEntry) {
+	m.mu.Lock()
+	e.refs--
+	last := e.refs == 0
+	if last && m.routes[e.key] == e {
+		delete(m.routes, e.key)
+	}
+	m.mu.Unlock()
+	if !last {
+		return
+	}
+	select {
+	case <-e.ready:
+		if e.route != nil {
+			e.route.Close()
+		}
+	default:
+		// Setup still running: the entry is already unreachable, so close
+		// its route once the setup ends.
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			<-e.ready
+			if e.route != nil {
+				e.route.Close()
+			}
+		}()
+	}
+}

@@ -1,0 +1,99 @@
+package node
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+
+	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
+	"github.com/rdmamgr/rdmamgr/backend/tcp"
+	"github.com/rdmamgr/rdmamgr/remoteguard"
+)
+
+// KindAuto picks ibverbs where a usable device exists and TCP otherwise.
+const KindAuto backend.Kind = "auto"
+
+// DefaultListen is where a node's actor system listens by default:
+// loopback, a port picked by the kernel.
+const DefaultListen = "127.0.0.1:0"
+
+// Config configures a node. Zero fields take defaults.
+type Config struct {
+	// Listen is the actor system's address, "host:port" (port 0 picks
+	// one; DefaultListen). A wildcard host advertises a routable address
+	// of this host (remoteguard).
+	Listen string
+	// Advertise is the host (or host:port) peers use to reach us, for the
+	// actor system and the TCP data listener; default: the bind address.
+	Advertise string
+	// ServerTLS and ClientTLS, when set, run the control plane over mutual
+	// TLS (certs.Credentials has both).
+	ServerTLS, ClientTLS *tls.Config
+	// Remote hardens the gRPC server. Its MaxMessageSize is also the
+	// manager's unless Manager.MaxMessageSize is set.
+	Remote remoteguard.Config
+
+	// NoManager starts only the actor system and remote: a client of
+	// other nodes' managers.
+	NoManager bool
+	// Manager configures the manager; its Logger defaults to Logger, and
+	// its Secret is the TCP data plane's too.
+	Manager actor.Config
+	// Backend selects the data plane: "tcp" (default), "ibverbs" or
+	// "auto" (doc.go).
+	Backend backend.Kind
+	// TCP configures the TCP backend. A data listener left at its default
+	// address binds the actor system's bind host (port 0) and advertises
+	// the host peers reach the actor system at.
+	TCP tcp.Config
+	// IBVerbs configures the ibverbs backend (ibverbs.DefaultConfig).
+	IBVerbs ibverbs.Config
+
+	// Logger receives the node's logs (manager, backends, remote); nil
+	// discards them.
+	Logger *slog.Logger
+	// ProtoactorLogger receives protoactor's own logs (routine connection
+	// churn at error level); nil discards them.
+	ProtoactorLogger *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.Backend == "" {
+		c.Backend = backend.KindTCP
+	}
+	switch c.Backend {
+	case backend.KindTCP, backend.KindIBVerbs, KindAuto:
+	default:
+		return c, fmt.Errorf("backend %q (want tcp, ibverbs or auto): %w", c.Backend, backend.ErrNotSupported)
+	}
+	if c.IBVerbs == (ibverbs.Config{}) {
+		c.IBVerbs = ibverbs.DefaultConfig() // GID index auto, not 0
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Manager.Logger == nil {
+		c.Manager.Logger = c.Logger
+	}
+	if c.Manager.MaxMessageSize == 0 {
+		c.Manager.MaxMessageSize = c.Remote.MaxMessageSize
+	}
+	return c, nil
+}
+
+// remoteOptions are remoteguard's options for c.
+func (c Config) remoteOptions() []remoteguard.Option {
+	opts := []remoteguard.Option{remoteguard.WithLogger(c.Logger)}
+	if c.Advertise != "" {
+		opts = append(opts, remoteguard.WithAdvertise(c.Advertise))
+	}
+	if c.ServerTLS != nil || c.ClientTLS != nil {
+		opts = append(opts, remoteguard.WithTLS(c.ServerTLS, c.ClientTLS))
+	}
+	return opts
+}

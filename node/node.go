@@ -1,0 +1,132 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	protoactor "github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+
+	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr/backend/tcp"
+	"github.com/rdmamgr/rdmamgr/remoteguard"
+)
+
+// Node is one running endpoint: actor system, remote and (unless
+// Config.NoManager) a manager with its backends.
+type Node struct {
+	sys    *protoactor.ActorSystem
+	remote *remote.Remote
+	addr   string
+	mgr    *actor.Manager
+	tcp    *tcp.Backend // the manager's TCP backend (owned by the manager)
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start builds and starts a node from cfg (config.go).
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	sys := actor.NewActorSystem(cfg.ProtoactorLogger)
+	r, addr, err := remoteguard.Start(sys, cfg.Listen, cfg.Remote, cfg.remoteOptions()...)
+	if err != nil {
+		sys.Shutdown()
+		return nil, err
+	}
+	n := &Node{sys: sys, remote: r, addr: addr}
+	if cfg.NoManager {
+		return n, nil
+	}
+	if err := n.startManager(ctx, cfg); err != nil {
+		n.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// startManager builds the manager, its backends over its registry, and
+// starts it.
+func (n *Node) startManager(ctx context.Context, cfg Config) error {
+	m, err := actor.New(n.sys, cfg.Manager)
+	if err != nil {
+		return err
+	}
+	bs, t, err := startBackends(ctx, cfg, m, n.addr)
+	if err == nil {
+		err = m.Start(ctx, bs...) // m owns bs now, also when it fails
+	}
+	if err != nil {
+		m.Close()
+		return err
+	}
+	n.mgr, n.tcp = m, t
+	return nil
+}
+
+// Close shuts down the manager (its routes, backends and registry), the
+// remote and the actor system, and waits for them. Idempotent: later and
+// concurrent calls wait for the first and return its error.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		var errs []error
+		if n.mgr != nil {
+			errs = append(errs, n.mgr.Close())
+		}
+		// Not protoactor's graceful shutdown: it sends on a channel its
+		// endpoint reader closes when a peer's stream ends, a data race
+		// (and a possible "send on closed channel" panic) whenever a peer
+		// is connected as we stop. Peers learn that we left when the
+		// connection closes.
+		n.remote.Shutdown(false)
+		n.sys.Shutdown()
+		n.closeErr = errors.Join(errs...)
+	})
+	return n.closeErr
+}
+
+// Addr is the actor system's advertised address, "host:port": what peers
+// dial.
+func (n *Node) Addr() string { return n.addr }
+
+// System is the node's protoactor actor system.
+func (n *Node) System() *protoactor.ActorSystem { return n.sys }
+
+// Manager is the node's manager (nil with Config.NoManager).
+func (n *Node) Manager() *actor.Manager { return n.mgr }
+
+// ManagerPID is a fresh PID of the node's manager, for peers' requests
+// and queue pairs (nil with Config.NoManager).
+func (n *Node) ManagerPID() *protoactor.PID {
+	if n.mgr == nil {
+		return nil
+	}
+	return n.mgr.PID()
+}
+
+// Client is the typed client of the node's own manager, the one that
+// hands out queue pairs (nil with Config.NoManager).
+func (n *Node) Client() *actor.Client {
+	if n.mgr == nil {
+		return nil
+	}
+	return n.mgr.Client()
+}
+
+// ClientOf is a typed client of the manager named name (actor.DefaultName
+// when "") at addr ("host:port", another node's Addr), sending from this
+// node.
+func (n *Node) ClientOf(addr, name string) *actor.Client {
+	if name == "" {
+		name = actor.DefaultName
+	}
+	pid := protoactor.NewPID(addr, name)
+	if n.mgr != nil {
+		return n.mgr.PeerClient(pid)
+	}
+	return actor.NewClient(n.sys, pid)
+}
