@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -131,7 +130,7 @@ func (v *victim) killed() uint64 {
 
 func (v *victim) watch() {
 	defer close(v.done)
-	pid := v.d.cmd.Process.Pid
+	pid := v.d.p.Pid()
 	// Goroutines come from status, on their own goroutine so that a slow
 	// answer never delays the RSS check.
 	var gs atomic.Uint64
@@ -142,7 +141,7 @@ func (v *victim) watch() {
 			select {
 			case <-v.stop:
 				return
-			case <-v.d.exited:
+			case <-v.d.p.Done():
 				return
 			case <-tick.C:
 			}
@@ -157,7 +156,7 @@ func (v *victim) watch() {
 		select {
 		case <-v.stop:
 			return
-		case <-v.d.exited:
+		case <-v.d.p.Done():
 			return
 		case <-tick.C:
 		}
@@ -169,10 +168,7 @@ func (v *victim) watch() {
 			v.mu.Lock()
 			v.killedAt = s.rss
 			v.mu.Unlock()
-			v.d.mu.Lock()
-			v.d.killed = true
-			v.d.mu.Unlock()
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			_ = v.d.p.Kill() // on purpose: its exit status is not checked
 			return
 		}
 		s.goroutines = gs.Load()
@@ -201,7 +197,7 @@ func (v *victim) peakSample() procSample {
 // sampleNow reads the victim's figures at once, goroutines included.
 func (v *victim) sampleNow(t *testing.T) procSample {
 	t.Helper()
-	s, err := readProc(v.d.cmd.Process.Pid)
+	s, err := readProc(v.d.p.Pid())
 	if err != nil {
 		t.Fatalf("%s: read /proc: %v", v.d.name, err)
 	}

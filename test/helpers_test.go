@@ -11,7 +11,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -395,10 +394,8 @@ func expectClosed(c net.Conn) error {
 
 // runStatus runs `rdmamgr status --peer` against d as a separate process.
 func runStatus(d *daemon) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, rdmamgrBin, "status", "--peer", d.addr).CombinedOutput()
-	return string(out), err
+	out, errOut, err := runRdmamgr(time.Minute, "status", "--peer", d.addr)
+	return out + errOut, err
 }
 
 // errRefused: the daemon refused a gRPC call or ended a stream with the

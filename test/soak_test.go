@@ -1097,20 +1097,11 @@ func (f *fixedDaemon) kill() error {
 	f.incs[len(f.incs)-1].killed = time.Now()
 	f.mu.Unlock()
 	select {
-	case <-d.exited:
-		return fmt.Errorf("%s exited before it was killed: %v\nstderr:\n%s", d.name, d.waitErr, d.stderr)
+	case <-d.p.Done():
+		return fmt.Errorf("%s exited before it was killed: %v\nstderr:\n%s", d.name, d.p.Wait(), d.stderr)
 	default:
 	}
-	d.mu.Lock()
-	d.killed = true
-	d.mu.Unlock()
-	_ = d.cmd.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-d.exited:
-		return nil
-	case <-time.After(exitTimeout):
-		return fmt.Errorf("%s: still running %v after SIGKILL", f.name, exitTimeout)
-	}
+	return d.p.Kill()
 }
 
 // restart starts a new incarnation at the same address; it tries again
@@ -1144,14 +1135,14 @@ func (f *fixedDaemon) signal(sig syscall.Signal) error {
 	if d == nil {
 		return fmt.Errorf("%s: %v: not running", f.name, sig)
 	}
-	return d.cmd.Process.Signal(sig)
+	return d.p.Signal(sig)
 }
 
 // stop stops the running incarnation: SIGCONT, then SIGTERM; it must exit
 // 0. (kill reports an earlier incarnation that exited on its own.)
 func (f *fixedDaemon) stop(t *testing.T) {
 	if d := f.current(); d != nil {
-		_ = d.cmd.Process.Signal(syscall.SIGCONT)
+		_ = d.p.Signal(syscall.SIGCONT)
 		d.stop(t)
 	}
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +16,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/rdmamgr/rdmamgr/internal/proc"
 )
 
 // scrape reads http://addr/metrics with Prometheus's own text parser.
@@ -82,24 +82,11 @@ func TestMetricsAgreeWithBench(t *testing.T) {
 		t.Fatal("serve did not log its metrics address")
 	}
 	const count, size = 20000, 16 << 10
-	cmd := exec.Command(testBinary(t), "bench", "--peer", d.addr, "--op", "put", "--size", "16KiB",
+	var stdout, stderr proc.Buffer
+	b := spawnBin(t, &stdout, &stderr, "bench", "--peer", d.addr, "--op", "put", "--size", "16KiB",
 		"--count", fmt.Sprint(count), "--concurrency", "2", "--warmup", "0", "--json", "-", "--metrics-listen", "127.0.0.1:0")
-	var stdout syncBuf
-	cmd.Stdout = &stdout
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	benchMetrics := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		re := regexp.MustCompile(`metrics on http://(\S+)/metrics`)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				benchMetrics <- m[1]
-			}
-		}
-	}()
+	benchMetricsRE := regexp.MustCompile(`metrics on http://(\S+)/metrics`)
+	benchScraped := false
 	// During the bench: the counters move and never exceed the run.
 	during := 0
 	for end := time.Now().Add(time.Minute); during < 2 && time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
@@ -117,18 +104,17 @@ func TestMetricsAgreeWithBench(t *testing.T) {
 				t.Errorf("mid-run: no inbound route up in rdmamgr_routes")
 			}
 		}
-		select {
-		case addr := <-benchMetrics:
-			bm := scrape(t, addr)
+		if m := benchMetricsRE.FindStringSubmatch(stderr.String()); m != nil && !benchScraped {
+			benchScraped = true
+			bm := scrape(t, m[1])
 			ops := value(bm, "rdmamgr_ops_total", map[string]string{"op": "put", "backend": "tcp"})
 			hist := value(bm, "rdmamgr_op_duration_seconds", map[string]string{"op": "put", "backend": "tcp"})
 			if ops > count || hist != ops {
 				t.Errorf("bench's metrics mid-run: %v ops, %v latency samples (of %d)", ops, hist, count)
 			}
-		default:
 		}
 	}
-	if err := cmd.Wait(); err != nil {
+	if err := b.Wait(); err != nil {
 		t.Fatalf("bench: %v\n%s", err, stdout.String())
 	}
 	if during == 0 {
@@ -175,16 +161,13 @@ func TestPrometheusScrapesDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	web := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--config.file", filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path", filepath.Join(dir, "data"), "--web.listen-address", web)
-	var logs syncBuf
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
+	var logs proc.Buffer
+	prom, err := proc.Spawn(proc.Spec{Name: "prometheus", Path: bin, Args: []string{"--config.file", filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path", filepath.Join(dir, "data"), "--web.listen-address", web}, Stdout: &logs, Stderr: &logs})
+	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { cancel(); _ = cmd.Wait() }()
+	defer prom.Kill()
 	q := "http://" + web + "/api/v1/query?query=" + "rdmamgr_uptime_seconds%20and%20on()%20up%7Bjob%3D%22rdmamgr%22%7D%3D%3D1"
 	for end := time.Now().Add(90 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
 		resp, err := http.Get(q)

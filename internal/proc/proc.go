@@ -2,6 +2,7 @@ package proc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -115,6 +116,36 @@ func Spawn(s Spec) (*Proc, error) {
 		}
 	}
 	return p, nil
+}
+
+// Run runs the child s describes to its end and returns what
+// exec.Cmd.Wait did (an *exec.ExitError for a failure status). If ctx ends
+// first the child is killed and the error says so.
+func Run(ctx context.Context, s Spec) error {
+	p, err := Spawn(s)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-p.done:
+		return p.err
+	case <-ctx.Done():
+		_ = p.Kill()
+		return fmt.Errorf("%s (%s): %w (%v)", p.Name, p.cmdline(), ctx.Err(), p.err)
+	}
+}
+
+// ExitCode is the exit status in err, an error of Run or Wait: 0 for nil,
+// -1 for an error without one (the child did not start or was killed).
+func ExitCode(err error) int {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.ExitCode()
+	}
+	return -1
 }
 
 func (p *Proc) cmdline() string { return strings.Join(p.cmd.Args, " ") }

@@ -2,6 +2,7 @@ package proc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -203,5 +204,23 @@ func TestPin(t *testing.T) {
 		if err := p.Stop(time.Minute); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+func TestRun(t *testing.T) {
+	var out Buffer
+	s := spec("exit")
+	s.Stdout, s.Stderr = &out, &out
+	err := Run(ctx(t), s)
+	if ExitCode(err) != 1 || !strings.Contains(out.String(), "cannot start") {
+		t.Errorf("Run of a child exiting 1: %v (code %d), output %q", err, ExitCode(err), out.String())
+	}
+	c, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := Run(c, spec("mute")); !errors.Is(err, context.DeadlineExceeded) || ExitCode(err) != -1 {
+		t.Errorf("Run past its context: %v (code %d)", err, ExitCode(err))
+	}
+	if ExitCode(nil) != 0 {
+		t.Error("ExitCode(nil) != 0")
 	}
 }
