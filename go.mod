@@ -10,6 +10,7 @@ require (
 	github.com/prometheus/common v0.44.0
 	github.com/rs/zerolog v1.35.1
 	go.etcd.io/etcd/client/v3 v3.5.10
+	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.21.0
 	golang.org/x/net v0.60.0
 	golang.org/x/sys v0.48.0
@@ -48,7 +49,6 @@ require (
 	go.opentelemetry.io/otel/sdk/metric v1.45.0 // indirect
 	go.opentelemetry.io/otel/trace v1.45.0 // indirect
 	go.uber.org/atomic v1.9.0 // indirect
-	go.uber.org/goleak v1.3.0 // indirect
 	go.uber.org/multierr v1.8.0 // indirect
 	golang.org/x/exp v0.0.0-20231110203233-9a3e6036ecaa // indirect
 	golang.org/x/text v0.42.0 // indirect

@@ -224,3 +224,29 @@ func TestRunStopsOnEarlyStop(t *testing.T) {
 		t.Fatalf("Run: %v, %v", rep, err)
 	}
 }
+
+// The server decodes every header a client sends: any 24 bytes either fail
+// or give bounded fields that encode back to the same bytes.
+func FuzzDecodeHeader(f *testing.F) {
+	f.Add(header{mode: modePut, size: 4096, count: 10}.encode())
+	f.Add(header{mode: modeRR, size: MaxSize, count: maxCount}.encode())
+	f.Add([]byte("GET / HTTP/1.1\r\nHost: x\r\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) < hdrLen {
+			return
+		}
+		b = b[:hdrLen]
+		h, err := decodeHeader(b)
+		if err != nil {
+			return
+		}
+		if h.mode < modePut || h.mode > modeRR || h.size == 0 || h.size > MaxSize || h.count > maxCount {
+			t.Fatalf("decoded out-of-bounds header %+v from %x", h, b)
+		}
+		want := bytes.Clone(b)
+		clear(want[5:8])
+		if got := h.encode(); !bytes.Equal(got, want) {
+			t.Fatalf("header %x decodes to %+v, which encodes to %x", b, h, got)
+		}
+	})
+}
