@@ -86,7 +86,6 @@ func TestBenchBaseline(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	bin := testBinary(t)
-	dir := t.TempDir()
 	placements := []string{"any"}
 	if cpus, err := proc.AllowedCPUs(); err == nil && len(cpus) >= 1 {
 		placements = append(placements, "same")
@@ -95,62 +94,70 @@ func TestBenchBaseline(t *testing.T) {
 		}
 	}
 	for _, pl := range placements {
-		t.Run("binary/"+pl, func(t *testing.T) {
-			jsonPath := filepath.Join(dir, pl+".json")
-			args := append([]string{"bench", "--baseline", "--sizes", "4KiB,64KiB", "--placement", pl, "--json", jsonPath}, tinyBaseline...)
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			var stdout, stderr proc.Buffer
-			if err := proc.Run(ctx, proc.Spec{Path: bin, Args: args, Stdout: &stdout, Stderr: &stderr}); err != nil {
-				t.Fatalf("rdmamgr %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
-			}
-			out := stdout.String()
-			if !strings.HasPrefix(out, "placement: "+pl+" ") {
-				t.Errorf("first line does not give the placement:\n%s", out)
-			}
-			checkBaselineOutput(t, out, []string{"4KiB", "64KiB"}, []string{"put", "get"}, jsonPath)
-			var rep baseline.Report
-			b, _ := os.ReadFile(jsonPath)
-			_ = json.Unmarshal(b, &rep)
-			if rep.Placement != pl || (pl != "any") != (rep.BenchCPU >= 0) {
-				t.Errorf("--json placement %q bench CPU %d, want %q", rep.Placement, rep.BenchCPU, pl)
-			}
-			if pl == "split" && rep.BenchCPU == rep.ServerCPU {
-				t.Errorf("split placement put bench and servers on CPU %d", rep.BenchCPU)
-			}
-		})
+		t.Run("binary/"+pl, func(t *testing.T) { benchBaselineBinary(t, bin, pl) })
 	}
-	t.Run("in-process", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		mgr, err := proc.Start(ctx, proc.Spec{Name: "manager", Path: bin, Args: []string{"serve", "--listen", "127.0.0.1:0", "--log-level", "warn"}})
-		if err != nil {
-			t.Fatal(err)
+	t.Run("in-process", func(t *testing.T) { benchBaselineInProcess(t, bin) })
+}
+
+// benchBaselineBinary runs the binary's bench --baseline at placement pl.
+func benchBaselineBinary(t *testing.T, bin, pl string) {
+	jsonPath := filepath.Join(t.TempDir(), pl+".json")
+	args := append([]string{"bench", "--baseline", "--sizes", "4KiB,64KiB", "--placement", pl, "--json", jsonPath}, tinyBaseline...)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var stdout, stderr proc.Buffer
+	if err := proc.Run(ctx, proc.Spec{Path: bin, Args: args, Stdout: &stdout, Stderr: &stderr}); err != nil {
+		t.Fatalf("rdmamgr %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	if !strings.HasPrefix(out, "placement: "+pl+" ") {
+		t.Errorf("first line does not give the placement:\n%s", out)
+	}
+	checkBaselineOutput(t, out, []string{"4KiB", "64KiB"}, []string{"put", "get"}, jsonPath)
+	var rep baseline.Report
+	b, _ := os.ReadFile(jsonPath)
+	_ = json.Unmarshal(b, &rep)
+	if rep.Placement != pl || (pl != "any") != (rep.BenchCPU >= 0) {
+		t.Errorf("--json placement %q bench CPU %d, want %q", rep.Placement, rep.BenchCPU, pl)
+	}
+	if pl == "split" && rep.BenchCPU == rep.ServerCPU {
+		t.Errorf("split placement put bench and servers on CPU %d", rep.BenchCPU)
+	}
+}
+
+// benchBaselineInProcess runs the --baseline orchestration in the test
+// process against a manager child (--peer) and an in-process baseline
+// server (--baseline-peer).
+func benchBaselineInProcess(t *testing.T, bin string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mgr, err := proc.Start(ctx, proc.Spec{Name: "manager", Path: bin, Args: []string{"serve", "--listen", "127.0.0.1:0", "--log-level", "warn"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := mgr.Stop(baseline.StopGrace); err != nil {
+			t.Errorf("stop manager: %v", err)
 		}
-		defer func() {
-			if err := mgr.Stop(baseline.StopGrace); err != nil {
-				t.Errorf("stop manager: %v", err)
-			}
-		}()
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		bs := baseline.NewServer(ln)
-		defer bs.Close()
-		jsonPath := filepath.Join(t.TempDir(), "b.json")
-		args := append([]string{"bench", "--baseline", "--peer", mgr.Addr, "--baseline-peer", bs.Addr(),
-			"--sizes", "4KiB,1MiB", "--ops", "get,put", "--conns", "3", "--concurrency", "2", "--verify", "--json", jsonPath}, tinyBaseline...)
-		var stdout, stderr bytes.Buffer
-		if code := run(args, &stdout, &stderr); code != 0 {
-			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
-		}
-		out := stdout.String()
-		checkBaselineOutput(t, out, []string{"4KiB", "1MiB"}, []string{"get", "put"}, jsonPath)
-		if !strings.Contains(out, "conns=3 concurrency=2") {
-			t.Errorf("output does not give conns and concurrency:\n%s", out)
-		}
-	})
+	}()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := baseline.NewServer(ln)
+	defer bs.Close()
+	jsonPath := filepath.Join(t.TempDir(), "b.json")
+	args := append([]string{"bench", "--baseline", "--peer", mgr.Addr, "--baseline-peer", bs.Addr(),
+		"--sizes", "4KiB,1MiB", "--ops", "get,put", "--conns", "3", "--concurrency", "2", "--verify", "--json", jsonPath}, tinyBaseline...)
+	var stdout, stderr bytes.Buffer
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	checkBaselineOutput(t, out, []string{"4KiB", "1MiB"}, []string{"get", "put"}, jsonPath)
+	if !strings.Contains(out, "conns=3 concurrency=2") {
+		t.Errorf("output does not give conns and concurrency:\n%s", out)
+	}
 }
 
 func TestBenchBaselineUsage(t *testing.T) {

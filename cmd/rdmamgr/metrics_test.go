@@ -85,35 +85,7 @@ func TestMetricsAgreeWithBench(t *testing.T) {
 	var stdout, stderr proc.Buffer
 	b := spawnBin(t, &stdout, &stderr, "bench", "--peer", d.addr, "--op", "put", "--size", "16KiB",
 		"--count", fmt.Sprint(count), "--concurrency", "2", "--warmup", "0", "--json", "-", "--metrics-listen", "127.0.0.1:0")
-	benchMetricsRE := regexp.MustCompile(`metrics on http://(\S+)/metrics`)
-	benchScraped := false
-	// During the bench: the counters move and never exceed the run.
-	during := 0
-	for end := time.Now().Add(time.Minute); during < 2 && time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-		mfs := scrape(t, d.metrics)
-		n := value(mfs, "rdmamgr_served_ops_total", nil)
-		if n > 0 && n < count {
-			during++
-			if in := value(mfs, "rdmamgr_served_bytes_total", map[string]string{"direction": "in"}); in != n*size {
-				t.Errorf("mid-run: served %v ops but %v bytes in", n, in)
-			}
-			if rb := value(mfs, "rdmamgr_remote_bytes", nil); rb != 2*size {
-				t.Errorf("mid-run: remote_bytes %v, want the bench's buffer of %d", rb, 2*size)
-			}
-			if value(mfs, "rdmamgr_routes", map[string]string{"direction": "in", "state": "up"}) != 1 {
-				t.Errorf("mid-run: no inbound route up in rdmamgr_routes")
-			}
-		}
-		if m := benchMetricsRE.FindStringSubmatch(stderr.String()); m != nil && !benchScraped {
-			benchScraped = true
-			bm := scrape(t, m[1])
-			ops := value(bm, "rdmamgr_ops_total", map[string]string{"op": "put", "backend": "tcp"})
-			hist := value(bm, "rdmamgr_op_duration_seconds", map[string]string{"op": "put", "backend": "tcp"})
-			if ops > count || hist != ops {
-				t.Errorf("bench's metrics mid-run: %v ops, %v latency samples (of %d)", ops, hist, count)
-			}
-		}
-	}
+	during := checkMidRun(t, d, &stderr, count, size)
 	if err := b.Wait(); err != nil {
 		t.Fatalf("bench: %v\n%s", err, stdout.String())
 	}
@@ -145,6 +117,42 @@ func TestMetricsAgreeWithBench(t *testing.T) {
 	if doc.Ops != count || doc.Bytes != count*size {
 		t.Errorf("bench: %d ops %d bytes", doc.Ops, doc.Bytes)
 	}
+}
+
+// checkMidRun scrapes the daemon, and once the bench's own listener, while
+// a bench of count puts of size bytes runs: the counters move and never
+// exceed the run. It returns how many scrapes caught the bench mid-run.
+func checkMidRun(t *testing.T, d *daemon, benchStderr *proc.Buffer, count, size float64) int {
+	t.Helper()
+	benchMetricsRE := regexp.MustCompile(`metrics on http://(\S+)/metrics`)
+	benchScraped := false
+	during := 0
+	for end := time.Now().Add(time.Minute); during < 2 && time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		mfs := scrape(t, d.metrics)
+		n := value(mfs, "rdmamgr_served_ops_total", nil)
+		if n > 0 && n < count {
+			during++
+			if in := value(mfs, "rdmamgr_served_bytes_total", map[string]string{"direction": "in"}); in != n*size {
+				t.Errorf("mid-run: served %v ops but %v bytes in", n, in)
+			}
+			if rb := value(mfs, "rdmamgr_remote_bytes", nil); rb != 2*size {
+				t.Errorf("mid-run: remote_bytes %v, want the bench's buffer of %v", rb, 2*size)
+			}
+			if value(mfs, "rdmamgr_routes", map[string]string{"direction": "in", "state": "up"}) != 1 {
+				t.Errorf("mid-run: no inbound route up in rdmamgr_routes")
+			}
+		}
+		if m := benchMetricsRE.FindStringSubmatch(benchStderr.String()); m != nil && !benchScraped {
+			benchScraped = true
+			bm := scrape(t, m[1])
+			ops := value(bm, "rdmamgr_ops_total", map[string]string{"op": "put", "backend": "tcp"})
+			hist := value(bm, "rdmamgr_op_duration_seconds", map[string]string{"op": "put", "backend": "tcp"})
+			if ops > count || hist != ops {
+				t.Errorf("bench's metrics mid-run: %v ops, %v latency samples (of %v)", ops, hist, count)
+			}
+		}
+	}
+	return during
 }
 
 // Debian's Prometheus server scrapes a daemon (skipped without it; .ci/run
