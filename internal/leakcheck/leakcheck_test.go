@@ -3,6 +3,7 @@ package leakcheck
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func parked(stop <-chan struct{}) { <-stop }
@@ -24,15 +25,16 @@ func TestGrowth(t *testing.T) {
 			<-done
 		}
 	}()
+	const want = "0 -> 3: github.com/rdmamgr/rdmamgr/internal/leakcheck.parked"
 	var after *Snapshot
-	for range 1000 { // until all three are parked
-		after = Take()
-		if strings.Contains(after.Growth(before), "0 -> 3: ") {
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		after = Take() // until all three are parked
+		if strings.Contains(after.Growth(before), want) {
 			break
 		}
 	}
 	g := after.Growth(before)
-	if after.Total() < before.Total()+3 || !strings.Contains(g, "0 -> 3: ") || !strings.Contains(g, "leakcheck.parked") {
+	if after.Total() < before.Total()+3 || !strings.Contains(g, want) {
 		t.Fatalf("%d -> %d goroutines; growth:\n%s", before.Total(), after.Total(), g)
 	}
 	if s := before.Growth(before); s != "" {

@@ -6,7 +6,9 @@
 // A server child announces itself with one line "ready ADDR" on stdout once
 // it serves; Start returns when that line arrives (Proc.Addr holds ADDR),
 // and fails when the child exits first, ctx ends or Spec.ReadyTimeout
-// passes. Spawn starts a child without waiting for a line. Every child gets
+// passes. Spawn starts a child without waiting for a line; Run runs one to
+// its end (killed if ctx ends first). Build compiles the binary the tests
+// run, and Buffer collects a child's output safely. Every child gets
 // Spec.DeathSignal (default SIGKILL) if this process dies, so none
 // outlives a crashed test or benchmark (Linux).
 //
