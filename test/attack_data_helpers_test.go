@@ -3,25 +3,19 @@
 package test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
-	protoactor "github.com/asynkron/protoactor-go/actor"
-
-	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/proc"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
@@ -81,44 +75,11 @@ func atkStart(t *testing.T, nofile int, extra ...string) *atkVictim {
 		args = append([]string{fmt.Sprintf("--nofile=%d:%d", nofile, nofile), "--", rdmamgrBin}, args...)
 		bin = "prlimit"
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "GODEBUG=schedtrace=500,scheddetail=1")
-	sched := &atkSched{keep: &syncBuffer{}}
-	d := &daemon{name: name, cmd: cmd, stderr: sched.keep, exited: make(chan struct{})}
-	cmd.Stderr = sched
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
+	sched := &atkSched{keep: &proc.Buffer{}}
+	d, err := spawn(proc.Spec{Name: name, Path: bin, Args: args, Env: []string{"GODEBUG=schedtrace=500,scheddetail=1"}, Stderr: sched}, sched.keep)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if addr, ok := strings.CutPrefix(sc.Text(), "ready "); ok {
-				select {
-				case ready <- strings.TrimSpace(addr):
-				default:
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-		d.waitErr = cmd.Wait()
-		close(d.exited)
-	}()
-	select {
-	case d.addr = <-ready:
-	case <-d.exited:
-		t.Fatalf("%s exited before ready: %v\n%s", name, d.waitErr, d.stderr)
-	case <-time.After(readyTimeout):
-		_ = cmd.Process.Kill()
-		<-d.exited
-		t.Fatalf("%s: no ready line\n%s", name, d.stderr)
-	}
-	d.pid = protoactor.NewPID(d.addr, actor.DefaultName)
 	v := &atkVictim{d: d, sched: sched, stopWatch: make(chan struct{}), watchDone: make(chan struct{})}
 	go v.watch()
 	t.Cleanup(func() {
@@ -145,7 +106,7 @@ func (v *atkVictim) watch() {
 		select {
 		case <-v.stopWatch:
 			return
-		case <-v.d.exited:
+		case <-v.d.p.Done():
 			return
 		case <-tick.C:
 		}
@@ -157,21 +118,22 @@ func (v *atkVictim) watch() {
 		v.peak.rssKB = max(v.peak.rssKB, s.rssKB)
 		v.peak.fds = max(v.peak.fds, s.fds)
 		v.peak.goroutines = max(v.peak.goroutines, s.goroutines)
-		if s.rssKB*1024 > atkRSSBound && v.killedBy == "" {
+		kill := s.rssKB*1024 > atkRSSBound && v.killedBy == ""
+		if kill {
 			v.killedBy = fmt.Sprintf("RSS %d KiB over the bound of %d MiB", s.rssKB, atkRSSBound>>20)
-			v.d.mu.Lock()
-			v.d.killed = true
-			v.d.mu.Unlock()
-			_ = v.d.cmd.Process.Kill()
 		}
 		v.mu.Unlock()
+		if kill {
+			_ = v.d.p.Kill() // on purpose: its exit status is not checked
+			return
+		}
 	}
 }
 
 // sample reads the victim's RSS and fds from /proc and its goroutines
 // from the last scheduler dump.
 func (v *atkVictim) sample() (atkSample, error) {
-	pid := v.d.cmd.Process.Pid
+	pid := v.d.p.Pid()
 	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return atkSample{}, err
@@ -246,7 +208,7 @@ func (v *atkVictim) settle(t *testing.T, base atkSample) atkSample {
 // atkSched is the victim's stderr: it counts the live goroutines of each
 // scheduler dump (GODEBUG scheddetail) and keeps the other lines.
 type atkSched struct {
-	keep  *syncBuffer
+	keep  *proc.Buffer
 	mu    sync.Mutex
 	part  []byte // an incomplete line
 	count int64  // live goroutines of the dump being read

@@ -239,7 +239,7 @@ func (e *detectEnv) stop(t *testing.T) {
 	d := e.f.current()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.p.Pid()))
 		if err != nil {
 			t.Fatalf("%s: %v", e.f.name, err)
 		}

@@ -36,7 +36,8 @@
 //
 // Every test checks that the test's manager holds no route and no memory
 // afterwards; TestMain closes the manager after the tests and fails the run
-// if any goroutine is left with a frame in an rdmamgr package.
+// if any goroutine is left (go.uber.org/goleak). Child processes are
+// started, awaited and stopped through internal/proc (daemon_test.go).
 //
 // The raw data-protocol helpers (helpers_test.go) speak backend/tcp's wire
 // format by hand and must follow it when it changes.

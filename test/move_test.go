@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -147,16 +146,10 @@ func TestMoveBothWays(t *testing.T) {
 // runBench runs `rdmamgr bench --verify` against d as a separate process.
 // It returns stdout and stderr, and an error unless the bench exited 0.
 func runBench(d *daemon, op string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, rdmamgrBin, "bench", "--peer", d.addr, "--op", op,
+	out, errOut, err := runRdmamgr(3*time.Minute, "bench", "--peer", d.addr, "--op", op,
 		"--size", "1MiB", "--count", "64", "--concurrency", "4", "--verify")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	out := stdout.String()
-	if stderr.Len() > 0 {
-		out += "stderr:\n" + stderr.String()
+	if errOut != "" {
+		out += "stderr:\n" + errOut
 	}
 	return out, err
 }

@@ -3,9 +3,7 @@
 package test
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,13 +22,12 @@ func serveWith(t *testing.T, extra ...string) string {
 	return d.addr
 }
 
-// rdmamgr runs the CLI and returns its combined output and error.
+// rdmamgr runs the CLI and returns its output (stdout, then stderr) and
+// error.
 func rdmamgr(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, rdmamgrBin, args...).CombinedOutput()
-	return string(out), err
+	out, errOut, err := runRdmamgr(60*time.Second, args...)
+	return out + errOut, err
 }
 
 func secretFile(t *testing.T, s string) string {

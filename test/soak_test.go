@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"runtime"
 	"slices"
@@ -18,15 +17,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
-
-	protoactor "github.com/asynkron/protoactor-go/actor"
 
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/leakcheck"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
@@ -106,8 +103,9 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond) // closed routes' goroutines end
+	// A bound on growth, not goleak's "nothing new": see internal/leakcheck.
 	gBefore, fdBefore := runtime.NumGoroutine(), countFDs(t)
-	groupsBefore, fdsBefore := goroutineGroups(), fdSummary()
+	groupsBefore, fdsBefore := leakcheck.Take(), fdSummary()
 
 	workers := make([]*soakWorker, *soakWorkers)
 	for i := range workers {
@@ -191,7 +189,7 @@ func TestSoak(t *testing.T) {
 		t.Errorf("%d restarts, and no operation succeeded on a restarted daemon", rep.restarts)
 	}
 	if gAfter > gBefore+soakSlackGoroutines {
-		t.Errorf("goroutines grew from %d to %d (slack %d); the groups that grew:\n%s", gBefore, gAfter, soakSlackGoroutines, goroutineGrowth(groupsBefore, goroutineGroups()))
+		t.Errorf("goroutines grew from %d to %d (slack %d); the groups that grew:\n%s", gBefore, gAfter, soakSlackGoroutines, leakcheck.Take().Growth(groupsBefore))
 	}
 	if fdAfter > fdBefore+soakSlackFDs {
 		t.Errorf("file descriptors grew from %d to %d (slack %d): before\n%s\nafter\n%s", fdBefore, fdAfter, soakSlackFDs, fdsBefore, fdSummary())
@@ -895,272 +893,4 @@ func fdSummary() string {
 	}
 	sort.Strings(lines)
 	return strings.Join(lines, "\n")
-}
-
-// goroutineGroups counts the goroutines by their top function and the
-// function that created them, with one example stack for each group.
-func goroutineGroups() map[string]*goroutineGroup {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	groups := make(map[string]*goroutineGroup)
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		lines := strings.Split(g, "\n")
-		top, creator := "", ""
-		if len(lines) > 1 {
-			top = lines[1]
-		}
-		for _, l := range lines {
-			if c, ok := strings.CutPrefix(l, "created by "); ok {
-				creator = c
-			}
-		}
-		// Drop arguments and goroutine numbers: "f(0x1, 0x2)", "in goroutine 7".
-		if i := strings.LastIndexByte(top, '('); i > 0 {
-			top = top[:i]
-		}
-		if i := strings.Index(creator, " in goroutine "); i > 0 {
-			creator = creator[:i]
-		}
-		key := top + " (created by " + creator + ")"
-		gr := groups[key]
-		if gr == nil {
-			gr = &goroutineGroup{example: g}
-			groups[key] = gr
-		}
-		gr.n++
-	}
-	return groups
-}
-
-type goroutineGroup struct {
-	n       int
-	example string
-}
-
-// goroutineGrowth lists the groups that have more goroutines now than in
-// before, with an example stack each.
-func goroutineGrowth(before, now map[string]*goroutineGroup) string {
-	var keys []string
-	for k, g := range now {
-		if b := before[k]; b == nil || g.n > b.n {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		was := 0
-		if g := before[k]; g != nil {
-			was = g.n
-		}
-		fmt.Fprintf(&b, "%d -> %d: %s\n%s\n\n", was, now[k].n, k, now[k].example)
-	}
-	return b.String()
-}
-
-// fixedDaemon is a daemon that can be killed and restarted at one fixed
-// address: its manager's PID stays the same across restarts, its manager
-// (id, buffers, data address) does not. Each run of the process is an
-// incarnation.
-type fixedDaemon struct {
-	name   string
-	listen string // 127.0.0.1:PORT
-	pid    *protoactor.PID
-
-	mu      sync.Mutex
-	d       *daemon // the running incarnation; nil while down
-	incs    []*incarnation
-	retries int // restarts that found the port taken and tried again
-}
-
-type incarnation struct {
-	d       *daemon
-	spawned time.Time // before the process started
-	ready   time.Time // when it printed its ready line
-	killed  time.Time // zero while it runs
-}
-
-// startFixedDaemons starts n daemons at fixed addresses; one cleanup stops
-// the incarnations running when the test ends (SIGTERM; each must exit 0).
-func startFixedDaemons(t *testing.T, n int) []*fixedDaemon {
-	t.Helper()
-	return startAll(t, n, startFixedDaemon)
-}
-
-// startFixedDaemon picks a free port and starts a daemon there.
-func startFixedDaemon(name string) (*fixedDaemon, error) {
-	var last error
-	for range 10 {
-		port, err := freeFixedPort()
-		if err != nil {
-			return nil, err
-		}
-		listen := fmt.Sprintf("127.0.0.1:%d", port)
-		f := &fixedDaemon{name: name, listen: listen, pid: protoactor.NewPID(listen, actor.DefaultName)}
-		spawned := time.Now()
-		d, err := spawnDaemon(name, listen)
-		if err != nil {
-			last = err // taken between the probe and the daemon's listen
-			continue
-		}
-		f.d = d
-		f.incs = append(f.incs, &incarnation{d: d, spawned: spawned, ready: time.Now()})
-		return f, nil
-	}
-	return nil, fmt.Errorf("%s: no port: %w", name, last)
-}
-
-// freeFixedPort returns a loopback port nothing listens on. It prefers
-// ports below the kernel's ephemeral range: while a daemon is down no
-// outgoing connection (nor a listener on port 0) can take its port, so it
-// comes back at the same address.
-func freeFixedPort() (int, error) {
-	lo := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		_, _ = fmt.Sscan(string(b), &lo)
-	}
-	if lo > 11000 {
-		for range 100 {
-			p := 10000 + rand.IntN(lo-10000)
-			if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
-				l.Close()
-				return p, nil
-			}
-		}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// gen returns the number of incarnations started so far.
-func (f *fixedDaemon) gen() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.incs)
-}
-
-func (f *fixedDaemon) incarnations() []incarnation {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make([]incarnation, len(f.incs))
-	for i, inc := range f.incs {
-		out[i] = *inc
-	}
-	return out
-}
-
-func (f *fixedDaemon) portRetries() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.retries
-}
-
-// current returns the running incarnation's process (nil while down).
-func (f *fixedDaemon) current() *daemon {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.d
-}
-
-// inKillWindow reports whether an error on something the caller set up
-// when the daemon's incarnation was gen is explained by a kill: the daemon
-// is down, was killed since, or was restarted less than soakGrace ago.
-func (f *fixedDaemon) inKillWindow(gen int) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.d == nil || len(f.incs) != gen {
-		return true
-	}
-	return len(f.incs) > 1 && time.Since(f.incs[len(f.incs)-1].ready) < soakGrace
-}
-
-// kill SIGKILLs the running incarnation and waits for it to go.
-func (f *fixedDaemon) kill() error {
-	f.mu.Lock()
-	d := f.d
-	if d == nil {
-		f.mu.Unlock()
-		return fmt.Errorf("%s: kill: not running", f.name)
-	}
-	f.d = nil
-	f.incs[len(f.incs)-1].killed = time.Now()
-	f.mu.Unlock()
-	select {
-	case <-d.exited:
-		return fmt.Errorf("%s exited before it was killed: %v\nstderr:\n%s", d.name, d.waitErr, d.stderr)
-	default:
-	}
-	d.mu.Lock()
-	d.killed = true
-	d.mu.Unlock()
-	_ = d.cmd.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-d.exited:
-		return nil
-	case <-time.After(exitTimeout):
-		return fmt.Errorf("%s: still running %v after SIGKILL", f.name, exitTimeout)
-	}
-}
-
-// restart starts a new incarnation at the same address; it tries again
-// for a while if the port is still taken.
-func (f *fixedDaemon) restart() error {
-	var last error
-	for try := range 20 {
-		spawned := time.Now()
-		d, err := spawnDaemon(fmt.Sprintf("%s#%d", f.name, f.gen()+1), f.listen)
-		if err == nil {
-			f.mu.Lock()
-			f.d = d
-			f.incs = append(f.incs, &incarnation{d: d, spawned: spawned, ready: time.Now()})
-			f.mu.Unlock()
-			return nil
-		}
-		last = err
-		if try == 0 {
-			f.mu.Lock()
-			f.retries++
-			f.mu.Unlock()
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	return fmt.Errorf("%s: restart at %s: %w", f.name, f.listen, last)
-}
-
-// signal sends sig to the running incarnation.
-func (f *fixedDaemon) signal(sig syscall.Signal) error {
-	d := f.current()
-	if d == nil {
-		return fmt.Errorf("%s: %v: not running", f.name, sig)
-	}
-	return d.cmd.Process.Signal(sig)
-}
-
-// stop stops the running incarnation: SIGCONT, then SIGTERM; it must exit
-// 0. (kill reports an earlier incarnation that exited on its own.)
-func (f *fixedDaemon) stop(t *testing.T) {
-	if d := f.current(); d != nil {
-		_ = d.cmd.Process.Signal(syscall.SIGCONT)
-		d.stop(t)
-	}
-}
-
-// logStderr logs the stderr of every incarnation (after a failure).
-func (f *fixedDaemon) logStderr(t *testing.T) {
-	for i, inc := range f.incarnations() {
-		if s := inc.d.stderr.String(); s != "" {
-			t.Logf("%s incarnation %d stderr:\n%s", f.name, i+1, s)
-		}
-	}
 }

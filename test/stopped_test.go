@@ -25,7 +25,7 @@ func TestPeerStopped(t *testing.T) {
 	checkLocalClean(t)
 	r := newRand(t)
 	d := startDaemon(t)
-	t.Cleanup(func() { _ = d.cmd.Process.Signal(syscall.SIGCONT) }) // before the daemon's SIGTERM
+	t.Cleanup(func() { _ = d.p.Signal(syscall.SIGCONT) }) // before the daemon's SIGTERM
 	const size = 8 << 20
 	const n = 1 << 20
 	remote := remoteBuffer(t, d, size, buffer.AccessReadWrite)
@@ -104,7 +104,7 @@ func TestPeerStopped(t *testing.T) {
 
 func signal(t *testing.T, d *daemon, sig syscall.Signal) {
 	t.Helper()
-	if err := d.cmd.Process.Signal(sig); err != nil {
+	if err := d.p.Signal(sig); err != nil {
 		t.Fatalf("%s: %v: %v", d.name, sig, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/bench"
 )
 
 func benchCommand() *command {
@@ -69,11 +70,7 @@ func benchFlags(fs *flag.FlagSet) runFunc {
 		set := make(map[string]bool)
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		if a.bl.on {
-			return cmdBenchBaseline(ctx, &a.bl, benchBaselineArgs{
-				peer: a.peer, peerName: a.peerName, listen: a.listen,
-				count: a.count, concurrency: a.concurrency, warmup: a.warmup, verify: a.verify, timeout: a.timeout,
-				jsonPath: a.jsonPath, set: set, c: &a.c,
-			}, e)
+			return benchBaseline(ctx, e, a, set)
 		}
 		if err := a.bl.checkUnset(set); err != nil {
 			return err
@@ -82,39 +79,43 @@ func benchFlags(fs *flag.FlagSet) runFunc {
 		if err != nil {
 			return err
 		}
-		return bench(ctx, e, a, cfg)
+		return benchPeer(ctx, e, a, cfg)
 	}
 }
 
 // config checks the flags of a plain bench.
-func (a *benchArgs) config() (benchConfig, error) {
+func (a *benchArgs) config() (bench.Config, error) {
 	if a.peer == "" {
-		return benchConfig{}, usagef("--peer is required (or --baseline)")
+		return bench.Config{}, usagef("--peer is required (or --baseline)")
 	}
 	if a.op != "put" && a.op != "get" {
-		return benchConfig{}, usagef("--op %q: want put or get", a.op)
+		return bench.Config{}, usagef("--op %q: want put or get", a.op)
 	}
 	size, err := parseSize(a.size)
 	if err != nil {
-		return benchConfig{}, usagef("--size: %v", err)
+		return bench.Config{}, usagef("--size: %v", err)
 	}
 	switch {
 	case a.count < 1:
-		return benchConfig{}, usagef("--count %d: want at least 1", a.count)
+		return bench.Config{}, usagef("--count %d: want at least 1", a.count)
 	case a.concurrency < 1 || a.concurrency > 4096:
-		return benchConfig{}, usagef("--concurrency %d: want 1 to 4096", a.concurrency)
+		return bench.Config{}, usagef("--concurrency %d: want 1 to 4096", a.concurrency)
 	case a.warmup < 0 || a.maxErrors < 0:
-		return benchConfig{}, usagef("--warmup and --max-errors must not be negative")
+		return bench.Config{}, usagef("--warmup and --max-errors must not be negative")
 	case a.timeout <= 0:
-		return benchConfig{}, usagef("--timeout %v: want a positive duration", a.timeout)
+		return bench.Config{}, usagef("--timeout %v: want a positive duration", a.timeout)
 	case size*uint64(a.concurrency) > 8<<30:
-		return benchConfig{}, usagef("--size × --concurrency over 8 GiB")
+		return bench.Config{}, usagef("--size × --concurrency over 8 GiB")
 	}
-	return benchConfig{op: a.op, size: size, count: a.count, concurrency: a.concurrency,
-		warmup: a.warmup, verify: a.verify, maxErrors: a.maxErrors}, nil
+	return bench.Config{Op: a.op, Size: size, Count: a.count, Concurrency: a.concurrency,
+		Warmup: a.warmup, Verify: a.verify, MaxErrors: a.maxErrors, ProgressEvery: progressEvery}, nil
 }
 
-func bench(ctx context.Context, e *env, a *benchArgs, cfg benchConfig) error {
+// progressEvery is how often the progress line is rewritten.
+var progressEvery = time.Second
+
+// benchPeer runs a plain bench against --peer.
+func benchPeer(ctx context.Context, e *env, a *benchArgs, cfg bench.Config) error {
 	_, sl, err := a.c.logger(e.stderr)
 	if err != nil {
 		return err
@@ -135,7 +136,7 @@ func bench(ctx context.Context, e *env, a *benchArgs, cfg benchConfig) error {
 	if err != nil {
 		return err
 	}
-	defer closeWithin(n, 5*time.Second)
+	defer closeWithin(n, 5 * time.Second)
 	unfollow, err := a.c.net.followCluster(n, sl)
 	if err != nil {
 		return err
@@ -154,10 +155,10 @@ func bench(ctx context.Context, e *env, a *benchArgs, cfg benchConfig) error {
 		return err
 	}
 	if e.tty && a.jsonPath != "-" {
-		cfg.progress = progressLine(e.stdout)
+		cfg.Progress = progressLine(e.stdout)
 	}
-	res, err := runBench(ctx, n.Manager(), actor.NewClient(n.System(), pid), cfg)
-	if cfg.progress != nil {
+	res, err := bench.Run(ctx, n.Manager(), actor.NewClient(n.System(), pid), cfg)
+	if cfg.Progress != nil {
 		fmt.Fprint(e.stdout, "\r\033[K") // clear the progress line
 	}
 	if perr := stopProfiles(); perr != nil && err == nil {
@@ -173,19 +174,19 @@ func bench(ctx context.Context, e *env, a *benchArgs, cfg benchConfig) error {
 }
 
 // benchOutcome is the error (or nil) a finished run exits with.
-func benchOutcome(res *benchResult) error {
+func benchOutcome(res *bench.Result) error {
 	var sc signalCause
 	switch {
-	case errors.As(res.stop, &sc):
+	case errors.As(res.Stop, &sc):
 		return errInterrupted
-	case errors.Is(res.stop, context.DeadlineExceeded):
-		return fmt.Errorf("--timeout ended the run after %d operations", res.ops)
-	case res.stop != nil:
-		return fmt.Errorf("stopped after %d operations: %v; first error: %w", res.ops, res.stop, hintSecret(res.firstErr))
-	case res.errs > 0:
-		return fmt.Errorf("%d operations failed; first: %w", res.errs, hintSecret(res.firstErr))
-	case res.mismatch > 0:
-		return fmt.Errorf("%d operations moved wrong bytes", res.mismatch)
+	case errors.Is(res.Stop, context.DeadlineExceeded):
+		return fmt.Errorf("--timeout ended the run after %d operations", res.Ops)
+	case res.Stop != nil:
+		return fmt.Errorf("stopped after %d operations: %v; first error: %w", res.Ops, res.Stop, hintSecret(res.FirstErr))
+	case res.Errs > 0:
+		return fmt.Errorf("%d operations failed; first: %w", res.Errs, hintSecret(res.FirstErr))
+	case res.Mismatch > 0:
+		return fmt.Errorf("%d operations moved wrong bytes", res.Mismatch)
 	}
 	return nil
 }

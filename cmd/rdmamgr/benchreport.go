@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"github.com/rdmamgr/rdmamgr/bench"
 )
 
 // benchDoc is what bench --json writes for a plain run.
@@ -39,26 +41,26 @@ type latencyDoc struct {
 	Max  float64 `json:"max"`
 }
 
-func benchJSON(cfg benchConfig, conns int, r *benchResult) benchDoc {
+func benchJSON(cfg bench.Config, conns int, r *bench.Result) benchDoc {
 	d := benchDoc{
-		Op: cfg.op, Size: fmtSize(cfg.size), SizeBytes: cfg.size, Count: cfg.count, Concurrency: cfg.concurrency,
-		Conns: conns, Backend: r.backend, Verify: cfg.verify, Ops: r.ops, Bytes: r.bytes,
-		ElapsedSec: r.elapsed.Seconds(), MiBPerSec: mibPerSec(r.bytes, r.elapsed), OpsPerSec: perSec(r.ops, r.elapsed),
-		LatencyUS: latencyDoc{P50: micros(pct(r.lat, 50)), P99: micros(pct(r.lat, 99)), P999: micros(pct(r.lat, 99.9)), Max: micros(pct(r.lat, 100))},
-		Errors:    r.errs, Mismatches: r.mismatch, Verified: r.verified, Complete: r.stop == nil,
+		Op: cfg.Op, Size: fmtSize(cfg.Size), SizeBytes: cfg.Size, Count: cfg.Count, Concurrency: cfg.Concurrency,
+		Conns: conns, Backend: r.Backend, Verify: cfg.Verify, Ops: r.Ops, Bytes: r.Bytes,
+		ElapsedSec: r.Elapsed.Seconds(), MiBPerSec: bench.MiBPerSec(r.Bytes, r.Elapsed), OpsPerSec: bench.PerSec(r.Ops, r.Elapsed),
+		LatencyUS: latencyDoc{P50: micros(pct(r.Lat, 50)), P99: micros(pct(r.Lat, 99)), P999: micros(pct(r.Lat, 99.9)), Max: micros(pct(r.Lat, 100))},
+		Errors:    r.Errs, Mismatches: r.Mismatch, Verified: r.Verified, Complete: r.Stop == nil,
 	}
-	if r.firstErr != nil {
-		d.FirstError = r.firstErr.Error()
+	if r.FirstErr != nil {
+		d.FirstError = r.FirstErr.Error()
 	}
-	if r.stop != nil {
-		d.Stopped = r.stop.Error()
+	if r.Stop != nil {
+		d.Stopped = r.Stop.Error()
 	}
 	return d
 }
 
 // reportBench prints the figures (text on stdout unless --json -) and
 // writes --json.
-func reportBench(e *env, a *benchArgs, cfg benchConfig, r *benchResult) error {
+func reportBench(e *env, a *benchArgs, cfg bench.Config, r *bench.Result) error {
 	if a.jsonPath != "-" {
 		printBench(e.stdout, cfg, a.c.conns, r)
 	}
@@ -85,47 +87,38 @@ func writeJSON(stdout io.Writer, path string, v any) error {
 	return nil
 }
 
-func printBench(w io.Writer, cfg benchConfig, conns int, r *benchResult) {
+func printBench(w io.Writer, cfg bench.Config, conns int, r *bench.Result) {
 	fmt.Fprintf(w, "op=%s size=%s count=%d concurrency=%d conns=%d backend=%s verify=%v\n",
-		cfg.op, fmtSize(cfg.size), cfg.count, cfg.concurrency, conns, r.backend, cfg.verify)
-	if r.stop != nil {
-		fmt.Fprintf(w, "stopped early (%v): figures of the %d operations that succeeded\n", r.stop, r.ops)
+		cfg.Op, fmtSize(cfg.Size), cfg.Count, cfg.Concurrency, conns, r.Backend, cfg.Verify)
+	if r.Stop != nil {
+		fmt.Fprintf(w, "stopped early (%v): figures of the %d operations that succeeded\n", r.Stop, r.Ops)
 	}
 	fmt.Fprintf(w, "throughput: %.1f MiB/s  %.0f ops/s  (%s in %d ops in %v)\n",
-		mibPerSec(r.bytes, r.elapsed), perSec(r.ops, r.elapsed), fmtBytes(r.bytes), r.ops, r.elapsed.Round(time.Microsecond))
+		bench.MiBPerSec(r.Bytes, r.Elapsed), bench.PerSec(r.Ops, r.Elapsed), fmtBytes(r.Bytes), r.Ops, r.Elapsed.Round(time.Microsecond))
 	fmt.Fprintf(w, "latency: p50=%v p99=%v p99.9=%v max=%v\n",
-		pct(r.lat, 50).Round(time.Microsecond), pct(r.lat, 99).Round(time.Microsecond),
-		pct(r.lat, 99.9).Round(time.Microsecond), pct(r.lat, 100).Round(time.Microsecond))
-	if cfg.verify {
+		pct(r.Lat, 50).Round(time.Microsecond), pct(r.Lat, 99).Round(time.Microsecond),
+		pct(r.Lat, 99.9).Round(time.Microsecond), pct(r.Lat, 100).Round(time.Microsecond))
+	if cfg.Verify {
 		status := "ok"
-		if r.mismatch > 0 || r.errs > 0 {
+		if r.Mismatch > 0 || r.Errs > 0 {
 			status = "FAILED"
 		}
-		fmt.Fprintf(w, "verify: %s (%s checked, %d mismatches)\n", status, fmtBytes(r.verified), r.mismatch)
+		fmt.Fprintf(w, "verify: %s (%s checked, %d mismatches)\n", status, fmtBytes(r.Verified), r.Mismatch)
 	}
-	fmt.Fprintf(w, "errors: %d\n", r.errs)
+	fmt.Fprintf(w, "errors: %d\n", r.Errs)
 }
 
 // progressLine returns a progress callback that rewrites one terminal line;
 // the report that follows starts by clearing it.
 func progressLine(w io.Writer) func(ops, bytes uint64, el time.Duration) {
 	return func(ops, bytes uint64, el time.Duration) {
-		fmt.Fprintf(w, "\r\033[K%d ops  %s  %.1f MiB/s  %v", ops, fmtBytes(bytes), mibPerSec(bytes, el), el.Round(time.Second))
+		fmt.Fprintf(w, "\r\033[K%d ops  %s  %.1f MiB/s  %v", ops, fmtBytes(bytes), bench.MiBPerSec(bytes, el), el.Round(time.Second))
 	}
 }
 
-// pct is the p-th percentile of sorted (nearest rank below).
-func pct(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(p / 100 * float64(len(sorted)-1))
-	return sorted[i]
-}
-
-func perSec(n uint64, d time.Duration) float64 {
-	if d <= 0 {
-		return 0
-	}
-	return float64(n) / d.Seconds()
-}
+// pct and micros are bench's: the p-th percentile of sorted durations,
+// and a duration in microseconds.
+var (
+	pct    = bench.Percentile
+	micros = bench.Micros
+)

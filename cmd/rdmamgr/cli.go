@@ -48,7 +48,7 @@ type env struct {
 }
 
 func commands() []*command {
-	return []*command{serveCommand(), demoCommand(), benchCommand(), statusCommand(), devicesCommand(),
+	return []*command{serveCommand(), demoCommand(), benchCommand(), baselineServerCommand(), statusCommand(), devicesCommand(),
 		certsCommand(), membersCommand(), versionCommand()}
 }
 
@@ -116,10 +116,6 @@ func runCtx(ctx context.Context, args []string, e *env) int {
 		return help(rest, e)
 	case "--version", "-version":
 		name = "version"
-	}
-	if name == "bench" && len(rest) > 0 && rest[0] == "baseline-server" {
-		// Hidden: the plain-TCP server `bench --baseline` starts.
-		return exitStatus(ctx, "bench baseline-server", true, cmdBaselineServer(ctx, rest[1:], e.stdout, e.stderr), e)
 	}
 	c := findCommand(name)
 	if c == nil {

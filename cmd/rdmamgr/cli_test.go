@@ -121,22 +121,3 @@ func TestCLIDefects(t *testing.T) {
 		t.Run(name, c.run)
 	}
 }
-
-// "--size 1MB silently means 1 MiB": sizes mean what they say, or are
-// refused.
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]uint64{
-		"4096": 4096, "4096B": 4096, "4KiB": 4096, "4kib": 4096, "4kB": 4000, "4KB": 4000,
-		"1MiB": 1 << 20, "1MB": 1000000, "1mb": 1000000, "1GiB": 1 << 30, "1GB": 1e9, " 2 MiB ": 2 << 20, "1TiB": 1 << 40,
-	} {
-		got, err := parseSize(in)
-		if err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "0", "-1", "1m", "1k", "1g", "1M", "1.5MiB", "MiB", "1 XB", "2TiB", "1e6", "0x10"} {
-		if got, err := parseSize(in); err == nil {
-			t.Errorf("parseSize(%q) = %d, want an error", in, got)
-		}
-	}
-}

@@ -4,6 +4,7 @@
 //	rdmamgr demo                               two managers, bytes moved both ways and verified
 //	rdmamgr bench   --peer ADDR [--op put|get] [--size SIZE] [--count N] [--json FILE]
 //	rdmamgr bench   --baseline [--sizes LIST] [--placement any|same|split]   ours vs plain Go TCP, with ratios
+//	rdmamgr baseline-server [--listen HOST:PORT]  the plain Go TCP server bench --baseline measures against
 //	rdmamgr status  --peer ADDR [--json] [--watch INTERVAL]
 //	rdmamgr devices                            RDMA devices this build can use
 //	rdmamgr version
@@ -17,5 +18,7 @@
 //
 // The command line is one table of commands (cli.go): each registers its
 // own flags, one line each, and dispatch handles help, errors, signals and
-// exit codes for all of them.
+// exit codes for all of them. The commands are thin: the measuring of bench
+// is package bench (and bench/baseline for --baseline), the processes bench
+// --baseline starts and pins are internal/proc's.
 package main

@@ -1,20 +1,17 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rdmamgr/rdmamgr/internal/proc"
 )
 
 func TestMain(m *testing.M) {
@@ -47,10 +44,7 @@ func testBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "rdmamgr")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		binErr = proc.Build(".", binPath)
 	})
 	if binErr != nil {
 		t.Fatal(binErr)
@@ -60,17 +54,17 @@ func testBinary(t *testing.T) string {
 
 // daemon is a `rdmamgr serve` child.
 type daemon struct {
+	*proc.Proc
 	addr    string // actor-system address
 	metrics string // admin listener HOST:PORT ("" when off)
-	cmd     *exec.Cmd
-	stderr  *syncBuf
-	exited  chan struct{}
+	stderr  *proc.Buffer
 }
 
 var metricsRE = regexp.MustCompile(`metrics=http://(\S+)/metrics`)
 
 // startDaemon runs serve on loopback with an admin listener on a free port
-// and extra flags; it is stopped (SIGTERM) when the test ends.
+// and extra flags; it is stopped (SIGTERM; it must exit 0) when the test
+// ends.
 func startDaemon(t *testing.T, extra ...string) *daemon {
 	t.Helper()
 	return startDaemonEnv(t, nil, extra...)
@@ -79,28 +73,14 @@ func startDaemon(t *testing.T, extra ...string) *daemon {
 // startDaemonEnv is startDaemon with variables added to the environment.
 func startDaemonEnv(t *testing.T, env []string, extra ...string) *daemon {
 	t.Helper()
-	bin := testBinary(t)
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--log-level", "info", "--metrics-listen", "127.0.0.1:0"}, extra...)
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	d := &daemon{cmd: cmd, stderr: &syncBuf{}, exited: make(chan struct{})}
-	cmd.Stderr = d.stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
+	d := &daemon{stderr: &proc.Buffer{}}
+	p, err := proc.Start(context.Background(), proc.Spec{Name: "serve", Path: testBinary(t), Args: args, Env: env, Stderr: d.stderr})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("serve %v: %v\nstderr:\n%s", args, err, d.stderr)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = cmd.Wait(); close(d.exited) }()
+	d.Proc, d.addr = p, p.Addr
 	t.Cleanup(func() { d.stop(t) })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("serve %v: no ready line: %v\nstderr:\n%s", args, err, d.stderr)
-	}
-	go io.Copy(io.Discard, stdout)
-	d.addr = strings.TrimSpace(strings.TrimPrefix(line, "ready "))
 	wait := 5 * time.Second
 	if lastValue(args, "--log-level") != "info" || lastValue(args, "--metrics-listen") == "" {
 		wait = 0 // no "serving ... metrics=http://" line
@@ -127,60 +107,35 @@ func lastValue(args []string, name string) string {
 
 // stop sends SIGTERM and waits; a daemon that does not exit is killed.
 func (d *daemon) stop(t *testing.T) {
-	select {
-	case <-d.exited:
-		return
-	default:
-	}
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.exited:
-	case <-time.After(20 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-d.exited
-		t.Errorf("daemon did not stop within 20s of SIGTERM")
+	if err := d.Stop(20 * time.Second); err != nil {
+		t.Errorf("%v\nstderr:\n%s", err, d.stderr)
 	}
 }
 
 // kill ends the daemon at once (SIGKILL).
-func (d *daemon) kill() {
-	_ = d.cmd.Process.Kill()
-	<-d.exited
-}
+func (d *daemon) kill() { _ = d.Kill() }
 
 // runBin runs the binary with args and returns stdout, stderr and the exit
 // status.
 func runBin(t *testing.T, ctx context.Context, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, testBinary(t), args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	if err != nil {
-		ee, ok := err.(*exec.ExitError)
-		if !ok {
-			t.Fatalf("rdmamgr %s: %v", strings.Join(args, " "), err)
-		}
-		code = ee.ExitCode()
+	var stdout, stderr proc.Buffer
+	err := proc.Run(ctx, proc.Spec{Path: testBinary(t), Args: args, Stdout: &stdout, Stderr: &stderr})
+	code := proc.ExitCode(err)
+	if code < 0 {
+		t.Fatalf("rdmamgr %s: %v", strings.Join(args, " "), err)
 	}
 	return stdout.String(), stderr.String(), code
 }
 
-// syncBuf is a bytes.Buffer safe for a child's writes and the test's reads.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// spawnBin starts the binary with args; it is killed if still running when
+// the test ends.
+func spawnBin(t *testing.T, stdout, stderr io.Writer, args ...string) *proc.Proc {
+	t.Helper()
+	p, err := proc.Spawn(proc.Spec{Path: testBinary(t), Args: args, Stdout: stdout, Stderr: stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Kill() })
+	return p
 }

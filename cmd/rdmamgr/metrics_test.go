@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +16,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/rdmamgr/rdmamgr/internal/proc"
 )
 
 // scrape reads http://addr/metrics with Prometheus's own text parser.
@@ -82,53 +82,11 @@ func TestMetricsAgreeWithBench(t *testing.T) {
 		t.Fatal("serve did not log its metrics address")
 	}
 	const count, size = 20000, 16 << 10
-	cmd := exec.Command(testBinary(t), "bench", "--peer", d.addr, "--op", "put", "--size", "16KiB",
+	var stdout, stderr proc.Buffer
+	b := spawnBin(t, &stdout, &stderr, "bench", "--peer", d.addr, "--op", "put", "--size", "16KiB",
 		"--count", fmt.Sprint(count), "--concurrency", "2", "--warmup", "0", "--json", "-", "--metrics-listen", "127.0.0.1:0")
-	var stdout syncBuf
-	cmd.Stdout = &stdout
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	benchMetrics := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		re := regexp.MustCompile(`metrics on http://(\S+)/metrics`)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				benchMetrics <- m[1]
-			}
-		}
-	}()
-	// During the bench: the counters move and never exceed the run.
-	during := 0
-	for end := time.Now().Add(time.Minute); during < 2 && time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-		mfs := scrape(t, d.metrics)
-		n := value(mfs, "rdmamgr_served_ops_total", nil)
-		if n > 0 && n < count {
-			during++
-			if in := value(mfs, "rdmamgr_served_bytes_total", map[string]string{"direction": "in"}); in != n*size {
-				t.Errorf("mid-run: served %v ops but %v bytes in", n, in)
-			}
-			if rb := value(mfs, "rdmamgr_remote_bytes", nil); rb != 2*size {
-				t.Errorf("mid-run: remote_bytes %v, want the bench's buffer of %d", rb, 2*size)
-			}
-			if value(mfs, "rdmamgr_routes", map[string]string{"direction": "in", "state": "up"}) != 1 {
-				t.Errorf("mid-run: no inbound route up in rdmamgr_routes")
-			}
-		}
-		select {
-		case addr := <-benchMetrics:
-			bm := scrape(t, addr)
-			ops := value(bm, "rdmamgr_ops_total", map[string]string{"op": "put", "backend": "tcp"})
-			hist := value(bm, "rdmamgr_op_duration_seconds", map[string]string{"op": "put", "backend": "tcp"})
-			if ops > count || hist != ops {
-				t.Errorf("bench's metrics mid-run: %v ops, %v latency samples (of %d)", ops, hist, count)
-			}
-		default:
-		}
-	}
-	if err := cmd.Wait(); err != nil {
+	during := checkMidRun(t, d, &stderr, count, size)
+	if err := b.Wait(); err != nil {
 		t.Fatalf("bench: %v\n%s", err, stdout.String())
 	}
 	if during == 0 {
@@ -161,6 +119,42 @@ func TestMetricsAgreeWithBench(t *testing.T) {
 	}
 }
 
+// checkMidRun scrapes the daemon, and once the bench's own listener, while
+// a bench of count puts of size bytes runs: the counters move and never
+// exceed the run. It returns how many scrapes caught the bench mid-run.
+func checkMidRun(t *testing.T, d *daemon, benchStderr *proc.Buffer, count, size float64) int {
+	t.Helper()
+	benchMetricsRE := regexp.MustCompile(`metrics on http://(\S+)/metrics`)
+	benchScraped := false
+	during := 0
+	for end := time.Now().Add(time.Minute); during < 2 && time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		mfs := scrape(t, d.metrics)
+		n := value(mfs, "rdmamgr_served_ops_total", nil)
+		if n > 0 && n < count {
+			during++
+			if in := value(mfs, "rdmamgr_served_bytes_total", map[string]string{"direction": "in"}); in != n*size {
+				t.Errorf("mid-run: served %v ops but %v bytes in", n, in)
+			}
+			if rb := value(mfs, "rdmamgr_remote_bytes", nil); rb != 2*size {
+				t.Errorf("mid-run: remote_bytes %v, want the bench's buffer of %v", rb, 2*size)
+			}
+			if value(mfs, "rdmamgr_routes", map[string]string{"direction": "in", "state": "up"}) != 1 {
+				t.Errorf("mid-run: no inbound route up in rdmamgr_routes")
+			}
+		}
+		if m := benchMetricsRE.FindStringSubmatch(benchStderr.String()); m != nil && !benchScraped {
+			benchScraped = true
+			bm := scrape(t, m[1])
+			ops := value(bm, "rdmamgr_ops_total", map[string]string{"op": "put", "backend": "tcp"})
+			hist := value(bm, "rdmamgr_op_duration_seconds", map[string]string{"op": "put", "backend": "tcp"})
+			if ops > count || hist != ops {
+				t.Errorf("bench's metrics mid-run: %v ops, %v latency samples (of %v)", ops, hist, count)
+			}
+		}
+	}
+	return during
+}
+
 // Debian's Prometheus server scrapes a daemon (skipped without it; .ci/run
 // installs it).
 func TestPrometheusScrapesDaemon(t *testing.T) {
@@ -175,16 +169,13 @@ func TestPrometheusScrapesDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	web := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--config.file", filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path", filepath.Join(dir, "data"), "--web.listen-address", web)
-	var logs syncBuf
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
+	var logs proc.Buffer
+	prom, err := proc.Spawn(proc.Spec{Name: "prometheus", Path: bin, Args: []string{"--config.file", filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path", filepath.Join(dir, "data"), "--web.listen-address", web}, Stdout: &logs, Stderr: &logs})
+	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { cancel(); _ = cmd.Wait() }()
+	defer prom.Kill()
 	q := "http://" + web + "/api/v1/query?query=" + "rdmamgr_uptime_seconds%20and%20on()%20up%7Bjob%3D%22rdmamgr%22%7D%3D%3D1"
 	for end := time.Now().Add(90 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
 		resp, err := http.Get(q)

@@ -9,27 +9,24 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rdmamgr/rdmamgr/internal/proc"
 )
 
 // startLongBench runs a bench against d that lasts until the test ends
 // (SIGINT then).
-func startLongBench(t *testing.T, d *daemon, extra ...string) *syncBuf {
+func startLongBench(t *testing.T, d *daemon, extra ...string) *proc.Buffer {
 	t.Helper()
 	args := append([]string{"bench", "--peer", d.addr, "--size", "4KiB", "--count", "100000000"}, extra...)
-	cmd := exec.Command(testBinary(t), args...)
-	var stderr syncBuf
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGINT); _ = cmd.Wait() })
+	var stderr proc.Buffer
+	b := spawnBin(t, nil, &stderr, args...)
+	t.Cleanup(func() { _ = b.Signal(syscall.SIGINT); _ = b.Wait() })
 	return &stderr
 }
 
@@ -74,16 +71,11 @@ func TestStatusShowsInboundRoutesAndJSON(t *testing.T) {
 // line with --json.
 func TestStatusWatch(t *testing.T) {
 	d := startDaemon(t)
-	cmd := exec.Command(testBinary(t), "status", "--peer", d.addr, "--json", "--watch", "50ms")
-	var stdout syncBuf
-	cmd.Stdout = &stdout
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	var stdout proc.Buffer
+	st := spawnBin(t, &stdout, nil, "status", "--peer", d.addr, "--json", "--watch", "50ms")
 	waitFor(t, "three status lines", func() bool { return strings.Count(stdout.String(), "\n") >= 3 })
-	_ = cmd.Process.Signal(syscall.SIGINT)
-	err := cmd.Wait()
-	if ee, _ := err.(*exec.ExitError); ee == nil || ee.ExitCode() != 130 {
+	_ = st.Signal(syscall.SIGINT)
+	if err := st.Wait(); st.ExitCode() != 130 {
 		t.Errorf("status --watch ended with %v, want exit 130", err)
 	}
 	for _, l := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
@@ -161,12 +153,11 @@ func TestServeNotifiesSystemd(t *testing.T) {
 	if got := read(); got != "READY=1" {
 		t.Errorf("first notification %q, want READY=1", got)
 	}
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	_ = d.Signal(syscall.SIGTERM)
 	if got := read(); got != "STOPPING=1" {
 		t.Errorf("notification on SIGTERM %q, want STOPPING=1", got)
 	}
-	<-d.exited
-	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := d.ExitCode(); code != 0 {
 		t.Errorf("serve exited %d on SIGTERM, want 0", code)
 	}
 }

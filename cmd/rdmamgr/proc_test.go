@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rdmamgr/rdmamgr/internal/proc"
 )
 
 // Process-level checks of the defects issue 13 lists: each runs the
@@ -69,17 +70,11 @@ func TestStatusTimeoutHonoured(t *testing.T) {
 // "ctrl-C loses every figure and exits 1"
 func TestBenchInterruptPrintsPartialAndExits130(t *testing.T) {
 	d := startDaemon(t)
-	cmd := exec.Command(testBinary(t), "bench", "--peer", d.addr, "--size", "64KiB", "--count", "100000000", "--concurrency", "2")
-	var stdout, stderr syncBuf
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	var stdout, stderr proc.Buffer
+	b := spawnBin(t, &stdout, &stderr, "bench", "--peer", d.addr, "--size", "64KiB", "--count", "100000000", "--concurrency", "2")
 	waitFor(t, "the daemon to serve operations", func() bool { return servedOps(t, d) > 100 })
-	_ = cmd.Process.Signal(syscall.SIGINT)
-	err := cmd.Wait()
-	ee, _ := err.(*exec.ExitError)
-	if ee == nil || ee.ExitCode() != 130 {
+	_ = b.Signal(syscall.SIGINT)
+	if err := b.Wait(); b.ExitCode() != 130 {
 		t.Fatalf("bench ended with %v, want exit 130\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
 	out := stdout.String()
@@ -101,21 +96,17 @@ func TestBenchInterruptPrintsPartialAndExits130(t *testing.T) {
 // to exit"
 func TestBenchPeerKilledCountsOnlySuccesses(t *testing.T) {
 	d := startDaemon(t)
-	cmd := exec.Command(testBinary(t), "bench", "--peer", d.addr, "--size", "64KiB", "--count", "100000000",
+	var stdout, stderr proc.Buffer
+	b := spawnBin(t, &stdout, &stderr, "bench", "--peer", d.addr, "--size", "64KiB", "--count", "100000000",
 		"--concurrency", "4", "--max-errors", "1000000", "--json", "-")
-	var stdout, stderr syncBuf
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	waitFor(t, "the daemon to serve operations", func() bool { return servedOps(t, d) > 100 })
 	d.kill()
 	killed := time.Now()
-	err := cmd.Wait()
+	err := b.Wait()
 	if el := time.Since(killed); el > 2*margin {
 		t.Errorf("bench took %v to exit after its peer died", el)
 	}
-	if ee, _ := err.(*exec.ExitError); ee == nil || ee.ExitCode() != 1 {
+	if b.ExitCode() != 1 {
 		t.Fatalf("bench ended with %v, want exit 1\nstderr:\n%s", err, stderr.String())
 	}
 	var doc benchDoc

@@ -1,73 +1,12 @@
 package main
 
-import (
-	"fmt"
-	"strconv"
-	"strings"
-)
+import "github.com/rdmamgr/rdmamgr/internal/size"
 
-// sizeUnits are the suffixes parseSize accepts: IEC binary units and SI
-// decimal units with their true meanings. A bare K, M or G is refused: it
-// is ambiguous.
-var sizeUnits = []struct {
-	suffix string
-	mult   uint64
-}{
-	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
-	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
-	{"b", 1},
-}
+// The command line's sizes (internal/size): --size 1MiB, --max-registered
+// 64GiB; parseSize refuses the ambiguous 1M.
 
-// maxSize bounds any size flag (1 TiB).
-const maxSize = 1 << 40
+func parseSize(s string) (uint64, error) { return size.Parse(s) }
 
-// parseSize parses a positive byte count: "4096", "4096B", "4KiB" (4096),
-// "4kB" (4000), "1MiB", "1MB" (1,000,000), "1GiB". Suffixes are
-// case-insensitive.
-func parseSize(s string) (uint64, error) {
-	t := strings.ToLower(strings.TrimSpace(s))
-	mult := uint64(1)
-	for _, u := range sizeUnits {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSuffix(t, u.suffix), u.mult
-			break
-		}
-	}
-	if strings.HasSuffix(t, "k") || strings.HasSuffix(t, "m") || strings.HasSuffix(t, "g") || strings.HasSuffix(t, "t") {
-		return 0, fmt.Errorf("size %q: say KiB/MiB/GiB (powers of 2) or kB/MB/GB (powers of 10)", s)
-	}
-	v, err := strconv.ParseUint(strings.TrimSpace(t), 10, 64)
-	if err != nil || v == 0 {
-		return 0, fmt.Errorf("size %q: want a positive whole number of bytes, optionally with B, KiB, MiB, GiB, kB, MB or GB", s)
-	}
-	if v > maxSize/mult {
-		return 0, fmt.Errorf("size %q: over the limit of 1TiB", s)
-	}
-	return v * mult, nil
-}
+func fmtSize(n uint64) string { return size.Exact(n) }
 
-// fmtSize prints n exactly, in the largest binary unit that divides it.
-func fmtSize(n uint64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%dGiB", n>>30)
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%dMiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%dKiB", n>>10)
-	}
-	return fmt.Sprintf("%dB", n)
-}
-
-// fmtBytes prints n rounded, for humans.
-func fmtBytes(n uint64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.2f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
+func fmtBytes(n uint64) string { return size.Human(n) }

@@ -30,70 +30,85 @@ errors, buffers, what it served for peers, and authentication failures.
 	}
 }
 
+// statusArgs are status's flags after parsing.
+type statusArgs struct {
+	peer, peerName, listen string
+	timeout, watch         time.Duration
+	asJSON                 bool
+	c                      common
+}
+
 func statusFlags(fs *flag.FlagSet) runFunc {
-	peer := fs.String("peer", "", "manager address `HOST:PORT`, or a member name with --etcd (required)")
-	peerName := fs.String("peer-name", actor.DefaultName, "manager actor `name`")
-	listen := fs.String("listen", "", "our actor-system address `HOST:PORT` for replies (default: the local address of the route to the peer, port 0)")
-	timeout := fs.Duration("timeout", 5*time.Second, "bound on each query, connection included")
-	asJSON := fs.Bool("json", false, "print JSON (with --watch: one object per line)")
-	watch := fs.Duration("watch", 0, "query again every `interval` until interrupted")
-	var c common
-	c.registerLog(fs, "warn")
-	c.registerMaxMsg(fs)
-	c.net.register(fs)
-	return func(ctx context.Context, e *env) error {
-		if *peer == "" {
-			return usagef("--peer is required")
-		}
-		if *timeout <= 0 {
-			return usagef("--timeout %v: want a positive duration", *timeout)
-		}
-		if *watch < 0 {
-			return usagef("--watch %v: want a positive interval", *watch)
-		}
-		_, sl, err := c.logger(e.stderr)
-		if err != nil {
-			return err
-		}
-		qctx, cancel := context.WithTimeout(ctx, *timeout)
-		pid, lis, err := c.net.peerAndListen(qctx, *peer, *peerName, *listen, sl)
-		if err == nil {
-			err = probe(qctx, pid.Address)
-		}
+	a := &statusArgs{}
+	fs.StringVar(&a.peer, "peer", "", "manager address `HOST:PORT`, or a member name with --etcd (required)")
+	fs.StringVar(&a.peerName, "peer-name", actor.DefaultName, "manager actor `name`")
+	fs.StringVar(&a.listen, "listen", "", "our actor-system address `HOST:PORT` for replies (default: the local address of the route to the peer, port 0)")
+	fs.DurationVar(&a.timeout, "timeout", 5*time.Second, "bound on each query, connection included")
+	fs.BoolVar(&a.asJSON, "json", false, "print JSON (with --watch: one object per line)")
+	fs.DurationVar(&a.watch, "watch", 0, "query again every `interval` until interrupted")
+	a.c.registerLog(fs, "warn")
+	a.c.registerMaxMsg(fs)
+	a.c.net.register(fs)
+	return func(ctx context.Context, e *env) error { return status(ctx, e, a) }
+}
+
+// status asks the manager at --peer, once or every --watch.
+func status(ctx context.Context, e *env, a *statusArgs) error {
+	switch {
+	case a.peer == "":
+		return usagef("--peer is required")
+	case a.timeout <= 0:
+		return usagef("--timeout %v: want a positive duration", a.timeout)
+	case a.watch < 0:
+		return usagef("--watch %v: want a positive interval", a.watch)
+	}
+	_, sl, err := a.c.logger(e.stderr)
+	if err != nil {
+		return err
+	}
+	qctx, cancel := context.WithTimeout(ctx, a.timeout)
+	pid, lis, err := a.c.net.peerAndListen(qctx, a.peer, a.peerName, a.listen, sl)
+	if err == nil {
+		err = probe(qctx, pid.Address)
+	}
+	cancel()
+	if err != nil {
+		return err
+	}
+	n, err := startNode(ctx, lis, &a.c, sl, "", false)
+	if err != nil {
+		return err
+	}
+	defer closeWithin(n, time.Second)
+	return a.query(ctx, e, actor.NewClient(n.System(), pid))
+}
+
+// query prints the status of the manager behind client, and again every
+// --watch until ctx ends.
+func (a *statusArgs) query(ctx context.Context, e *env, client *actor.Client) error {
+	for {
+		qctx, cancel := context.WithTimeout(ctx, a.timeout)
+		st, err := client.Status(qctx)
 		cancel()
+		if err != nil && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, actor.ErrTimeout)) {
+			return fmt.Errorf("%s: no answer within --timeout %v", a.peer, a.timeout)
+		}
 		if err != nil {
 			return err
 		}
-		n, err := startNode(ctx, lis, &c, sl, "", false)
-		if err != nil {
+		if err := printStatus(e, st, a.asJSON); err != nil {
 			return err
 		}
-		defer closeWithin(n, time.Second)
-		client := actor.NewClient(n.System(), pid)
-		for {
-			qctx, cancel := context.WithTimeout(ctx, *timeout)
-			st, err := client.Status(qctx)
-			cancel()
-			if err != nil && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, actor.ErrTimeout)) {
-				return fmt.Errorf("%s: no answer within --timeout %v", *peer, *timeout)
-			}
-			if err != nil {
-				return err
-			}
-			if err := printStatus(e, st, *asJSON); err != nil {
-				return err
-			}
-			if *watch == 0 {
-				return nil
-			}
-			select {
-			case <-ctx.Done():
-				return errInterrupted
-			case <-time.After(*watch):
-			}
-			if !*asJSON {
-				fmt.Fprintln(e.stdout)
-			}
+		if a.watch == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errInterrupted
+		case <-time.After(a.watch):
+		}
+		if !a.asJSON {
+			fmt.Fprintln(e.stdout)
 		}
 	}
 }

@@ -156,7 +156,7 @@ func TestKillRestartAcrossHosts(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	t.Cleanup(d2.stop)
+	t.Cleanup(func() { d2.stop(t) })
 	bench(t, h2, d2.addr, "get", c.flags(h2)...)
 }
 

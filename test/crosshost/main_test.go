@@ -3,19 +3,14 @@
 package crosshost
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr/internal/proc"
 	"github.com/rdmamgr/rdmamgr/test/netns"
 )
 
@@ -31,8 +26,8 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	rdmamgrBin = filepath.Join(dir, "rdmamgr")
-	if out, err := exec.Command("go", "build", "-o", rdmamgrBin, "github.com/rdmamgr/rdmamgr/cmd/rdmamgr").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build ./cmd/rdmamgr: %v\n%s", err, out)
+	if err := proc.Build("github.com/rdmamgr/rdmamgr/cmd/rdmamgr", rdmamgrBin); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	netns.Sweep()
@@ -41,98 +36,54 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
-// lockedBuf collects a child's stderr.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // daemon is `rdmamgr serve` running in a host.
 type daemon struct {
 	host *netns.Host
-	cmd  *exec.Cmd
+	p    *proc.Proc
 	addr string // what it printed after "ready"
-	log  *lockedBuf
-	done chan struct{}
-	err  error
+	log  *proc.Buffer
 }
 
 // serve starts `rdmamgr serve ARGS` in h and waits for "ready ADDR". The
-// daemon is stopped (SIGTERM, then SIGKILL) when t ends.
+// daemon is stopped (SIGTERM, then SIGKILL; it must exit 0 unless killed)
+// when t ends.
 func serve(t *testing.T, h *netns.Host, args ...string) *daemon {
 	t.Helper()
 	d, err := startServe(h, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.stop() })
+	t.Cleanup(func() { d.stop(t) })
 	return d
 }
 
 func startServe(h *netns.Host, args ...string) (*daemon, error) {
-	d := &daemon{host: h, log: &lockedBuf{}, done: make(chan struct{})}
-	d.cmd = h.Command(context.Background(), rdmamgrBin, append([]string{"serve", "--backend", "tcp"}, args...)...)
-	d.cmd.Stderr = d.log
-	out, err := d.cmd.StdoutPipe()
+	d := &daemon{host: h, log: &proc.Buffer{}}
+	path, argv := h.Wrap(rdmamgrBin, append([]string{"serve", "--backend", "tcp"}, args...)...)
+	p, err := proc.Start(context.Background(), proc.Spec{Name: h.Name + ": serve", Path: path, Args: argv, Stderr: d.log})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: serve %v: %w\n%s", h.Name, args, err, d.log)
 	}
-	if err := d.cmd.Start(); err != nil {
-		return nil, err
-	}
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "ready "); ok {
-				ready <- a
-			}
-		}
-		_, _ = io.Copy(io.Discard, out)
-	}()
-	go func() { d.err = d.cmd.Wait(); close(d.done) }()
-	select {
-	case d.addr = <-ready:
-		return d, nil
-	case <-d.done:
-		return nil, fmt.Errorf("%s: serve %v exited: %v\n%s", h.Name, args, d.err, d.log)
-	case <-time.After(60 * time.Second):
-		d.kill()
-		return nil, fmt.Errorf("%s: serve %v: no ready line in 60 s\n%s", h.Name, args, d.log)
-	}
+	d.p, d.addr = p, p.Addr
+	return d, nil
 }
 
-// stop ends the daemon with SIGTERM (SIGKILL after 20 s) and waits.
-func (d *daemon) stop() {
-	select {
-	case <-d.done:
-		return
-	default:
-	}
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-	case <-time.After(20 * time.Second):
-		d.kill()
+// stop ends the daemon with SIGTERM (SIGKILL after 20 s) and waits; it
+// must exit 0 unless it was killed.
+func (d *daemon) stop(t *testing.T) {
+	if err := d.p.Stop(20 * time.Second); err != nil {
+		t.Errorf("%v\n%s", err, d.log)
 	}
 }
 
 // kill ends the daemon with SIGKILL and waits.
-func (d *daemon) kill() {
-	_ = d.cmd.Process.Kill()
-	<-d.done
+func (d *daemon) kill() { _ = d.p.Kill() }
+
+// spec is a process that runs the rdmamgr CLI (or another program) in h,
+// its stdout and stderr both going to out.
+func spec(h *netns.Host, out *proc.Buffer, name string, args ...string) proc.Spec {
+	path, argv := h.Wrap(name, args...)
+	return proc.Spec{Name: h.Name + ": " + filepath.Base(name), Path: path, Args: argv, Stdout: out, Stderr: out}
 }
 
 // run runs the rdmamgr CLI in h with a time bound and returns its combined
@@ -141,8 +92,9 @@ func run(t *testing.T, h *netns.Host, timeout time.Duration, args ...string) (st
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	out, err := h.Command(ctx, rdmamgrBin, args...).CombinedOutput()
-	return string(out), err
+	var out proc.Buffer
+	err := proc.Run(ctx, spec(h, &out, rdmamgrBin, args...))
+	return out.String(), err
 }
 
 // creds holds a deployment's certificates for the hosts of a net.
@@ -157,8 +109,9 @@ func makeCreds(t *testing.T, hosts []*netns.Host) creds {
 	for _, h := range hosts {
 		args = append(args, "--host", h.Name+"="+h.Addr)
 	}
-	if out, err := exec.Command(rdmamgrBin, args...).CombinedOutput(); err != nil {
-		t.Fatalf("rdmamgr certs: %v\n%s", err, out)
+	var out proc.Buffer
+	if err := proc.Run(context.Background(), proc.Spec{Path: rdmamgrBin, Args: args, Stdout: &out, Stderr: &out}); err != nil {
+		t.Fatalf("rdmamgr certs: %v\n%s", err, out.String())
 	}
 	return creds{dir: dir}
 }

@@ -11,12 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr/internal/proc"
 	"github.com/rdmamgr/rdmamgr/test/netns"
 )
 
 // startEtcd runs a one-node etcd on h, serving clients at h's address; it
-// is killed when t ends. It returns the client endpoint and the command.
-func startEtcd(t *testing.T, h *netns.Host) (string, *exec.Cmd) {
+// is killed when t ends. It returns the client endpoint and the process.
+func startEtcd(t *testing.T, h *netns.Host) (string, *proc.Proc) {
 	t.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
@@ -27,19 +28,16 @@ func startEtcd(t *testing.T, h *netns.Host) (string, *exec.Cmd) {
 		t.Skip(msg)
 	}
 	ep := h.Addr + ":2379"
-	cmd := h.Command(context.Background(), bin, "--name", "e1", "--data-dir", t.TempDir(),
+	var log proc.Buffer
+	p, err := proc.Spawn(spec(h, &log, bin, "--name", "e1", "--data-dir", t.TempDir(),
 		"--listen-client-urls", "http://"+ep, "--advertise-client-urls", "http://"+ep,
 		"--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
-		"--initial-cluster", "e1=http://127.0.0.1:2380", "--log-level", "error")
-	log := &lockedBuf{}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
+		"--initial-cluster", "e1=http://127.0.0.1:2380", "--log-level", "error"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
-	return ep, cmd
+	t.Cleanup(func() { _ = p.Kill() })
+	return ep, p
 }
 
 // members lists the cluster from h.
@@ -102,17 +100,13 @@ func TestMembership(t *testing.T) {
 	// etcd goes away during a transfer found by name: it completes.
 	bctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	b := h2.Command(bctx, rdmamgrBin, cat([]string{"bench", "--peer", h1.Name, "--op", "put", "--size", "1MiB",
+	bout := &proc.Buffer{}
+	bspec := spec(h2, bout, rdmamgrBin, cat([]string{"bench", "--peer", h1.Name, "--op", "put", "--size", "1MiB",
 		"--count", "2000", "--concurrency", "4", "--verify", "--backend", "tcp", "--timeout", "100s"}, cluster, c.flags(h2))...)
-	bout := &lockedBuf{}
-	b.Stdout, b.Stderr = bout, bout
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
 	bdone := make(chan error, 1)
-	go func() { bdone <- b.Wait() }()
+	go func() { bdone <- proc.Run(bctx, bspec) }()
 	time.Sleep(1500 * time.Millisecond)
-	_ = etcd.Process.Kill()
+	_ = etcd.Kill()
 	var stillRunning bool
 	select {
 	case err := <-bdone:
@@ -160,21 +154,17 @@ func TestLeaseEndsRoutes(t *testing.T) {
 	waitEtcd(t, h2, ep)
 	cluster := []string{"--etcd", ep, "--cluster", "t"}
 	d := serve(t, h3, cat([]string{"--listen", ":7000", "--member", "h3", "--lease-ttl", "1s"}, cluster, c.flags(h3))...)
-	t.Cleanup(func() { _ = d.cmd.Process.Signal(syscall.SIGCONT) }) // runs before the daemon's stop
+	t.Cleanup(func() { _ = d.p.Signal(syscall.SIGCONT) }) // runs before the daemon's stop
 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	b := h2.Command(ctx, rdmamgrBin, cat([]string{"bench", "--peer", "h3", "--op", "put", "--size", "1MiB",
+	out := &proc.Buffer{}
+	bspec := spec(h2, out, rdmamgrBin, cat([]string{"bench", "--peer", "h3", "--op", "put", "--size", "1MiB",
 		"--count", "10000", "--concurrency", "1", "--backend", "tcp", "--timeout", "60s"}, cluster, c.flags(h2))...)
-	out := &lockedBuf{}
-	b.Stdout, b.Stderr = out, out
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
 	done := make(chan error, 1)
-	go func() { done <- b.Wait() }()
+	go func() { done <- proc.Run(ctx, bspec) }()
 	time.Sleep(2 * time.Second) // the route is up and busy
-	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := d.p.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	stopped := time.Now()

@@ -128,9 +128,16 @@ func New(t testing.TB, n int) *Net {
 // Command returns a command that runs name inside h. Its process gets
 // SIGKILL if the test process dies.
 func (h *Host) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	c := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.NS, name}, args...)...)
+	path, args := h.Wrap(name, args...)
+	c := exec.CommandContext(ctx, path, args...)
 	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return c
+}
+
+// Wrap returns the program and arguments that run name args inside h
+// (`ip netns exec`), for starters of processes other than Command.
+func (h *Host) Wrap(name string, args ...string) (string, []string) {
+	return "ip", append([]string{"netns", "exec", h.NS, name}, args...)
 }
 
 // remove kills what still runs in the namespaces and deletes them.

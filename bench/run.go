@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -18,47 +18,41 @@ import (
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
-type benchConfig struct {
-	op          string
-	size        uint64
-	count       int
-	concurrency int
-	warmup      int
-	verify      bool
-	// maxErrors stops the run once more operations than this failed.
-	maxErrors int
-	// progress, when not nil, is called about once a second during the
-	// timed phase with the operations and bytes done so far.
-	progress func(ops, bytes uint64, elapsed time.Duration)
+// Config is one run.
+type Config struct {
+	Op          string // put or get
+	Size        uint64 // bytes per operation
+	Count       int    // timed operations
+	Concurrency int    // operations in flight, each on its own slot of the buffers
+	Warmup      int    // untimed operations first
+	Verify      bool   // check every byte of every operation
+	// MaxErrors stops the run once more operations than this failed.
+	MaxErrors int
+	// Progress, when not nil, is called about every ProgressEvery (default
+	// a second) during the timed phase with the operations and bytes done
+	// so far.
+	Progress      func(ops, bytes uint64, elapsed time.Duration)
+	ProgressEvery time.Duration
 }
 
-// benchResult counts only operations that succeeded: bytes and latencies
-// are theirs. A run that ended early says why in stop.
-type benchResult struct {
-	elapsed   time.Duration
-	lat       []time.Duration // of successful operations, sorted
-	ops       uint64          // successful operations
-	bytes     uint64          // bytes moved by them
-	verified  uint64
-	mismatch  int
-	errs      int
-	firstErr  error
-	stop      error // nil: all count operations were tried
-	handleLen int
-	backend   string
+// Result counts only operations that succeeded: bytes and latencies are
+// theirs. A run that ended early says why in Stop.
+type Result struct {
+	Elapsed  time.Duration
+	Lat      []time.Duration // of successful operations, sorted
+	Ops      uint64          // successful operations
+	Bytes    uint64          // bytes moved by them
+	Verified uint64          // bytes checked
+	Mismatch int             // operations that moved wrong bytes
+	Errs     int             // failed operations
+	FirstErr error
+	Stop     error // nil: all Count operations were tried
+	Backend  string
 }
-
-var (
-	errPeerGone    = errors.New("the peer is gone")
-	errTooManyErrs = errors.New("too many failed operations (--max-errors)")
-)
-
-// progressEvery is how often the progress line is rewritten.
-var progressEvery = time.Second
 
 // benchRun is one timed (or warm-up) phase's shared state.
 type benchRun struct {
-	cfg       benchConfig
+	cfg       Config
 	qp        *queuepair.QueuePair
 	local     buffer.Buffer
 	remote    buffer.Buffer
@@ -77,16 +71,20 @@ type benchRun struct {
 	latencies [][]time.Duration // per worker
 }
 
-// runBench moves data between mgr and the peer behind peer.
-func runBench(ctx context.Context, mgr *actor.Manager, peer *actor.Client, cfg benchConfig) (*benchResult, error) {
-	total := cfg.size * uint64(cfg.concurrency)
+// Run moves data between mgr and the peer behind peer as cfg says: it asks
+// the peer for a buffer of Size × Concurrency bytes, and mgr for a queue
+// pair to it and local buffers of that size, runs Warmup untimed
+// operations, then Count timed ones, and gives everything back. An error
+// is one of the set-up; what the operations did is in the Result.
+func Run(ctx context.Context, mgr *actor.Manager, peer *actor.Client, cfg Config) (*Result, error) {
+	total := cfg.Size * uint64(cfg.Concurrency)
 	remote, err := peer.RequestBuffer(ctx, total, buffer.AccessReadWrite)
 	if err != nil {
 		return nil, err // the client names the request and the peer
 	}
-	res := &benchResult{handleLen: remote.MarshalledSize()}
+	res := &Result{}
 	defer func() {
-		if errors.Is(res.stop, errPeerGone) {
+		if errors.Is(res.Stop, ErrPeerGone) {
 			return // nobody to release it at
 		}
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -97,33 +95,38 @@ func runBench(ctx context.Context, mgr *actor.Manager, peer *actor.Client, cfg b
 	if err := b.prepare(ctx, mgr, peer); err != nil {
 		return nil, err
 	}
-	defer b.qp.Release()
-	res.backend = string(b.qp.Kind())
-	if cfg.warmup > 0 {
-		b.phase(ctx, cfg.warmup, nil)
+	defer b.release(mgr)
+	res.Backend = string(b.qp.Kind())
+	if cfg.Warmup > 0 {
+		b.phase(ctx, cfg.Warmup, nil)
 		if b.errs.Load() > 0 {
-			res.stop = fmt.Errorf("warm-up: %w", b.firstErr)
-			res.errs, res.firstErr = int(b.errs.Load()), b.firstErr
+			res.Stop = fmt.Errorf("warm-up: %w", b.firstErr)
+			res.Errs, res.FirstErr = int(b.errs.Load()), b.firstErr
 			return res, nil
 		}
 		b = &benchRun{cfg: cfg, qp: b.qp, local: b.local, remote: b.remote, check: b.check,
 			localMem: b.localMem, checkMem: b.checkMem, pattern: b.pattern}
 	}
-	res.elapsed, res.stop = b.phase(ctx, cfg.count, cfg.progress)
-	res.ops, res.verified = b.ops.Load(), b.verified.Load()
-	res.bytes = res.ops * cfg.size
-	res.errs, res.firstErr, res.mismatch = int(b.errs.Load()), b.firstErr, b.mismatch
+	res.Elapsed, res.Stop = b.phase(ctx, cfg.Count, cfg.Progress)
+	res.Ops, res.Verified = b.ops.Load(), b.verified.Load()
+	res.Bytes = res.Ops * cfg.Size
+	res.Errs, res.FirstErr, res.Mismatch = int(b.errs.Load()), b.firstErr, b.mismatch
 	for _, l := range b.latencies {
-		res.lat = append(res.lat, l...)
+		res.Lat = append(res.Lat, l...)
 	}
-	slices.Sort(res.lat)
+	slices.Sort(res.Lat)
 	return res, nil
 }
 
-// prepare gets the local buffers and the queue pair and fills the pattern.
-func (b *benchRun) prepare(ctx context.Context, mgr *actor.Manager, peer *actor.Client) error {
-	total := b.cfg.size * uint64(b.cfg.concurrency)
-	var err error
+// prepare gets the local buffers and the queue pair and fills the pattern;
+// on failure it gives back what it got.
+func (b *benchRun) prepare(ctx context.Context, mgr *actor.Manager, peer *actor.Client) (err error) {
+	defer func() {
+		if err != nil {
+			b.release(mgr)
+		}
+	}()
+	total := b.cfg.Size * uint64(b.cfg.Concurrency)
 	if b.local, err = mgr.Client().RequestBuffer(ctx, total, buffer.AccessReadWrite); err != nil {
 		return err
 	}
@@ -138,34 +141,52 @@ func (b *benchRun) prepare(ctx context.Context, mgr *actor.Manager, peer *actor.
 	b.pattern = make([]byte, total)
 	rand.Read(b.pattern)
 	copy(b.localMem, b.pattern)
-	if b.cfg.op == "get" {
+	if b.cfg.Op == "get" {
 		// The peer's buffer holds the pattern; every get must return it.
 		if err := b.qp.Put(b.local, b.remote).Wait(ctx); err != nil {
-			b.qp.Release()
 			return fmt.Errorf("seed peer buffer: %w", err)
 		}
 	}
 	return nil
 }
 
-// phase runs n operations over cfg.concurrency workers and returns how
+// release gives back the queue pair and the local buffers: a run leaves
+// the manager as it found it (bench --baseline runs many on one manager).
+func (b *benchRun) release(mgr *actor.Manager) {
+	if b.qp != nil {
+		b.qp.Release()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, l := range []buffer.Buffer{b.local, b.check} {
+		if l.Length > 0 {
+			_ = mgr.Release(ctx, l)
+		}
+	}
+}
+
+// phase runs n operations over cfg.Concurrency workers and returns how
 // long it took and why it stopped early (nil: it did not).
 func (b *benchRun) phase(ctx context.Context, n int, progress func(uint64, uint64, time.Duration)) (time.Duration, error) {
 	rctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	b.stopRun = stop
-	b.latencies = make([][]time.Duration, b.cfg.concurrency)
+	b.latencies = make([][]time.Duration, b.cfg.Concurrency)
 	var wg sync.WaitGroup
 	t0 := time.Now()
-	for s := 0; s < b.cfg.concurrency; s++ {
-		b.latencies[s] = make([]time.Duration, 0, n/b.cfg.concurrency+1)
+	for s := 0; s < b.cfg.Concurrency; s++ {
+		b.latencies[s] = make([]time.Duration, 0, n/b.cfg.Concurrency+1)
 		wg.Add(1)
 		go func() { defer wg.Done(); b.worker(rctx, s, int64(n)) }()
 	}
 	if progress != nil {
 		done := make(chan struct{})
 		go func() { wg.Wait(); close(done) }()
-		t := time.NewTicker(progressEvery)
+		every := b.cfg.ProgressEvery
+		if every <= 0 {
+			every = time.Second
+		}
+		t := time.NewTicker(every)
 	loop:
 		for {
 			select {
@@ -173,7 +194,7 @@ func (b *benchRun) phase(ctx context.Context, n int, progress func(uint64, uint6
 				break loop
 			case <-t.C:
 				o := b.ops.Load()
-				progress(o, o*b.cfg.size, time.Since(t0))
+				progress(o, o*b.cfg.Size, time.Since(t0))
 			}
 		}
 		t.Stop()
@@ -191,24 +212,24 @@ func (b *benchRun) phase(ctx context.Context, n int, progress func(uint64, uint6
 // done nor as failed.
 func (b *benchRun) worker(ctx context.Context, slot int, limit int64) {
 	cfg := b.cfg
-	off := uint64(slot) * cfg.size
-	l, _ := b.local.Slice(off, cfg.size)
-	r, _ := b.remote.Slice(off, cfg.size)
-	lm := b.localMem[off : off+cfg.size]
+	off := uint64(slot) * cfg.Size
+	l, _ := b.local.Slice(off, cfg.Size)
+	r, _ := b.remote.Slice(off, cfg.Size)
+	lm := b.localMem[off : off+cfg.Size]
 	var wr queuepair.WorkRequest // reused: the data path allocates nothing
 	for ctx.Err() == nil {
 		i := b.next.Add(1) - 1
 		if i >= limit {
 			return
 		}
-		if cfg.verify && cfg.op == "put" {
+		if cfg.Verify && cfg.Op == "put" {
 			stamp(lm, uint64(i))
 		}
-		if cfg.verify && cfg.op == "get" {
+		if cfg.Verify && cfg.Op == "get" {
 			clear(lm)
 		}
 		t0 := time.Now()
-		if cfg.op == "put" {
+		if cfg.Op == "put" {
 			b.qp.PostPut(&wr, l, r)
 		} else {
 			b.qp.PostGet(&wr, l, r)
@@ -223,7 +244,7 @@ func (b *benchRun) worker(ctx context.Context, slot int, limit int64) {
 		}
 		b.latencies[slot] = append(b.latencies[slot], d)
 		b.ops.Add(1)
-		if cfg.verify {
+		if cfg.Verify {
 			b.verifyOp(ctx, slot, off)
 		}
 	}
@@ -231,10 +252,10 @@ func (b *benchRun) worker(ctx context.Context, slot int, limit int64) {
 
 // verifyOp checks the bytes of the operation that just completed on slot.
 func (b *benchRun) verifyOp(ctx context.Context, slot int, off uint64) {
-	size := b.cfg.size
+	size := b.cfg.Size
 	lm := b.localMem[off : off+size]
 	ok := true
-	if b.cfg.op == "put" {
+	if b.cfg.Op == "put" {
 		k, _ := b.check.Slice(off, size)
 		r, _ := b.remote.Slice(off, size)
 		km := b.checkMem[off : off+size]
@@ -268,9 +289,9 @@ func (b *benchRun) fail(err error) {
 	n := b.errs.Add(1)
 	switch {
 	case errors.Is(err, backend.ErrPeerGone):
-		b.stopRun(errPeerGone)
-	case n > int64(b.cfg.maxErrors):
-		b.stopRun(errTooManyErrs)
+		b.stopRun(ErrPeerGone)
+	case n > int64(b.cfg.MaxErrors):
+		b.stopRun(ErrTooManyErrors)
 	}
 }
 

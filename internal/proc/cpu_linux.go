@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package proc
 
 import (
 	"fmt"
@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// allowedCPUs returns the CPUs this process may run on, lowest first.
-func allowedCPUs() ([]int, error) {
+// AllowedCPUs returns the CPUs this process may run on, lowest first.
+func AllowedCPUs() ([]int, error) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
 		return nil, fmt.Errorf("sched_getaffinity: %w", err)
@@ -28,10 +28,10 @@ func allowedCPUs() ([]int, error) {
 	return cpus, nil
 }
 
-// pinProcess sets the affinity of every thread of process pid to cpu. New
+// PinProcess sets the affinity of every thread of process pid to cpu. New
 // threads inherit the affinity of the thread that creates them, so the
 // listing is repeated until a pass finds no thread it had not pinned.
-func pinProcess(pid, cpu int) error {
+func PinProcess(pid, cpu int) error {
 	var set unix.CPUSet
 	set.Set(cpu)
 	done := make(map[int]bool)
@@ -60,24 +60,26 @@ func pinProcess(pid, cpu int) error {
 	return fmt.Errorf("pin process %d to CPU %d: threads keep appearing", pid, cpu)
 }
 
-// pinSelf pins every thread of this process to cpu.
-func pinSelf(cpu int) error { return pinProcess(os.Getpid(), cpu) }
+// PinSelf pins every thread of this process to cpu.
+func PinSelf(cpu int) error { return PinProcess(os.Getpid(), cpu) }
 
-// childSysProcAttr makes a child process get SIGTERM if bench dies without
-// stopping it.
-func childSysProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+// sysProcAttr makes a child get sig (default SIGKILL) if this process dies.
+func sysProcAttr(sig syscall.Signal) *syscall.SysProcAttr {
+	if sig == 0 {
+		sig = syscall.SIGKILL
+	}
+	return &syscall.SysProcAttr{Pdeathsig: sig}
 }
 
-// pinnedCommand returns a command running exe args on cpu (cpu < 0: no
-// pinning). With taskset(1) the child is pinned before it runs; without,
-// pinAfterStart is true and the caller pins the started process.
-func pinnedCommand(exe string, args []string, cpu int) (cmd *exec.Cmd, pinAfterStart bool) {
-	if cpu < 0 {
-		return exec.Command(exe, args...), false
+// pinnedCommand returns a command running path args, on cpu if pin. With
+// taskset(1) the child is pinned before it runs; without, pinAfterStart is
+// true and the caller pins the started process.
+func pinnedCommand(path string, args []string, pin bool, cpu int) (cmd *exec.Cmd, pinAfterStart bool) {
+	if !pin {
+		return exec.Command(path, args...), false
 	}
 	if ts, err := exec.LookPath("taskset"); err == nil {
-		return exec.Command(ts, append([]string{"-c", strconv.Itoa(cpu), exe}, args...)...), false
+		return exec.Command(ts, append([]string{"-c", strconv.Itoa(cpu), path}, args...)...), false
 	}
-	return exec.Command(exe, args...), true
+	return exec.Command(path, args...), true
 }

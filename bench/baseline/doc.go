@@ -1,0 +1,23 @@
+// Package baseline measures rdmamgr against plain Go TCP on the same
+// machine, in the same run: what `rdmamgr bench --baseline` prints.
+//
+// The plain-TCP side is a Server (`rdmamgr baseline-server` runs one in its
+// own process) and three clients that use nothing but Go's net package:
+// Stream moves a stream of operations over some connections, PingPong
+// times one request/response round trip at a time, and Pipeline keeps many
+// requests in flight. Every exchange on a connection starts with a fixed
+// 24-byte header from the client (protocol.go); the server treats every
+// field as hostile and closes a connection that sends anything malformed.
+//
+// Run is the comparison: for every size and op it asks the caller's Ours
+// for our figure (a bench.Run against a manager) and then measures the
+// plain-TCP stream of the same operations over the same number of
+// connections; then an 8-byte Get round trip against a TCP ping-pong, and
+// 64-byte Puts with many in flight against a TCP request/response
+// pipeline. Ratios are ours / plain TCP. It prints a table as it goes and
+// returns a Report (the JSON of --json).
+//
+// Placement pins the bench process and the servers it starts to CPUs
+// (any, same or split) through internal/proc; StartServer starts a server
+// process pinned as placed.
+package baseline

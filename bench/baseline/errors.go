@@ -1,0 +1,16 @@
+package baseline
+
+import "fmt"
+
+// ErrConfig marks a run that cannot be set up as asked (a placement this
+// machine cannot give): the command line's mistake, not the run's. Errors
+// that match it read as the reason alone.
+var ErrConfig = configError{"baseline: cannot run as configured"}
+
+type configError struct{ msg string }
+
+func (e configError) Error() string { return e.msg }
+
+func (e configError) Is(target error) bool { return target == ErrConfig }
+
+func configErrorf(format string, a ...any) error { return configError{fmt.Sprintf(format, a...)} }

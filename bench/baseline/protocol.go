@@ -1,0 +1,64 @@
+package baseline
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Every exchange on a connection starts with a fixed 24-byte header from
+// the client:
+//
+//	[0:4]   magic "rdbl"
+//	[4]     mode (modePut, modeGet, modeRR)
+//	[5:8]   zero
+//	[8:16]  size, bytes per operation (little endian)
+//	[16:24] count, operations
+//
+// modePut: the client writes count×size bytes, the server io.ReadFull's
+// each size bytes into one reused buffer and answers with 1 byte at the end.
+// modeGet: the server writes count×size bytes from one buffer, the client
+// reads them. modeRR: count requests of size bytes, each answered with size
+// bytes (ping-pong with one in flight, a pipeline with many). After an
+// exchange the connection takes the next header.
+const (
+	magic   = "rdbl"
+	hdrLen  = 24
+	modePut = 1
+	modeGet = 2
+	modeRR  = 3
+
+	// MaxSize is the largest operation the server accepts.
+	MaxSize  = 1 << 30
+	maxCount = 1 << 40
+)
+
+type header struct {
+	mode  byte
+	size  uint64
+	count uint64
+}
+
+func (h header) encode() []byte {
+	b := make([]byte, hdrLen)
+	copy(b, magic)
+	b[4] = h.mode
+	binary.LittleEndian.PutUint64(b[8:], h.size)
+	binary.LittleEndian.PutUint64(b[16:], h.count)
+	return b
+}
+
+func decodeHeader(b []byte) (header, error) {
+	h := header{mode: b[4], size: binary.LittleEndian.Uint64(b[8:]), count: binary.LittleEndian.Uint64(b[16:])}
+	switch {
+	case string(b[:4]) != magic:
+		return h, errors.New("baseline: bad magic")
+	case h.mode < modePut || h.mode > modeRR:
+		return h, fmt.Errorf("baseline: mode %d", h.mode)
+	case h.size == 0 || h.size > MaxSize:
+		return h, fmt.Errorf("baseline: size %d", h.size)
+	case h.count > maxCount:
+		return h, fmt.Errorf("baseline: count %d", h.count)
+	}
+	return h, nil
+}

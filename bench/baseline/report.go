@@ -1,0 +1,85 @@
+package baseline
+
+import "time"
+
+// Report is what a Run measured (bench --json writes it).
+type Report struct {
+	Placement   string        `json:"placement"`
+	BenchCPU    int           `json:"bench_cpu"`  // -1: not pinned
+	ServerCPU   int           `json:"server_cpu"` // -1: not pinned
+	GOMAXPROCS  int           `json:"gomaxprocs"`
+	Backend     string        `json:"backend"`
+	Conns       int           `json:"conns"`
+	Concurrency int           `json:"concurrency"`
+	Warmup      int           `json:"warmup"`
+	Verify      bool          `json:"verify"`
+	Throughput  []Row         `json:"throughput"`
+	Latency     *LatencyRow   `json:"latency,omitempty"`
+	Pipeline    *PipelineRow  `json:"pipeline,omitempty"`
+	Started     time.Time     `json:"started"`
+	Elapsed     time.Duration `json:"elapsed_ns"`
+}
+
+// Row is one size and op of the throughput table.
+type Row struct {
+	Size      string  `json:"size"`
+	SizeBytes uint64  `json:"size_bytes"`
+	Op        string  `json:"op"`
+	Count     int     `json:"count"`
+	Ours      float64 `json:"ours_mib_s"`
+	TCP       float64 `json:"tcp_mib_s"`
+	Ratio     float64 `json:"ratio"`
+	OursP50us float64 `json:"ours_p50_us"`
+	Errors    int     `json:"errors"`
+}
+
+// LatencyRow is the 8-byte Get round trip against the TCP ping-pong.
+type LatencyRow struct {
+	Size     uint64  `json:"size_bytes"`
+	Count    int     `json:"count"`
+	OursP50  float64 `json:"ours_p50_us"`
+	OursP99  float64 `json:"ours_p99_us"`
+	TCPP50   float64 `json:"tcp_p50_us"`
+	TCPP99   float64 `json:"tcp_p99_us"`
+	RatioP50 float64 `json:"ratio_p50"`
+	Errors   int     `json:"errors"`
+}
+
+// PipelineRow is the 64-byte Put pipeline against the TCP one.
+type PipelineRow struct {
+	Size    uint64  `json:"size_bytes"`
+	Count   int     `json:"count"`
+	Depth   int     `json:"depth"`
+	Conns   int     `json:"conns"`
+	OursOps float64 `json:"ours_ops_s"`
+	TCPOps  float64 `json:"tcp_ops_s"`
+	Ratio   float64 `json:"ratio"`
+	OursP50 float64 `json:"ours_p50_us"`
+	Errors  int     `json:"errors"`
+}
+
+// Errors is the number of failed and wrong operations of ours in r.
+func (r *Report) Errors() int {
+	n := 0
+	for _, t := range r.Throughput {
+		n += t.Errors
+	}
+	if r.Latency != nil {
+		n += r.Latency.Errors
+	}
+	if r.Pipeline != nil {
+		n += r.Pipeline.Errors
+	}
+	return n
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func fmtLat(d time.Duration) string {
+	return d.Round(100 * time.Nanosecond).String()
+}

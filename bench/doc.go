@@ -1,0 +1,16 @@
+// Package bench measures Put and Get through rdmamgr: Run drives a number
+// of operations of one size from a manager to a peer's buffer (or back)
+// with some in flight at once, and reports the throughput, the latency of
+// each operation that succeeded, and what failed. It is the engine of
+// `rdmamgr bench` and the "ours" side of `rdmamgr bench --baseline`
+// (package bench/baseline holds the plain-TCP side and the comparison).
+//
+// A Result counts only operations that succeeded; a run stops early when
+// its context ends, when the peer is gone (ErrPeerGone) or when more than
+// Config.MaxErrors operations failed (ErrTooManyErrors), and says why in
+// Result.Stop. The data path allocates nothing per operation: each worker
+// reuses one work request on its own slot of the buffers.
+//
+// stats.go has the figures both bench and bench/baseline print: MiB/s,
+// operations per second, percentiles and microseconds.
+package bench
