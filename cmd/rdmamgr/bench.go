@@ -136,7 +136,7 @@ func benchPeer(ctx context.Context, e *env, a *benchArgs, cfg bench.Config) erro
 	if err != nil {
 		return err
 	}
-	defer closeWithin(n, 5 * time.Second)
+	defer closeWithin(n, 5*time.Second)
 	unfollow, err := a.c.net.followCluster(n, sl)
 	if err != nil {
 		return err
