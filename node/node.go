@@ -77,12 +77,7 @@ func (n *Node) Close() error {
 		if n.mgr != nil {
 			errs = append(errs, n.mgr.Close())
 		}
-		// Not protoactor's graceful shutdown: it sends on a channel its
-		// endpoint reader closes when a peer's stream ends, a data race
-		// (and a possible "send on closed channel" panic) whenever a peer
-		// is connected as we stop. Peers learn that we left when the
-		// connection closes.
-		n.remote.Shutdown(false)
+		remoteguard.Stop(n.sys, n.remote) // hard, and waits for its connections
 		n.sys.Shutdown()
 		n.closeErr = errors.Join(errs...)
 	})

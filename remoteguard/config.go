@@ -112,17 +112,21 @@ func (c Config) serverOptions(book *control.Book, creds credentials.TransportCre
 			Timeout:           c.KeepaliveTimeout,
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: c.KeepaliveMinTime, PermitWithoutStream: true}),
+		// Stop returns only once every stream handler has: nothing of a
+		// stopped remote runs on (and reads grpc's global logger, which the
+		// next remote.Start in the process writes).
+		grpc.WaitForHandlers(true),
 	}
 }
 
 // dialOptions keep our own client connections within what our servers
 // enforce.
-func (c Config) dialOptions(creds credentials.TransportCredentials) []grpc.DialOption {
+func (c Config) dialOptions(creds credentials.TransportCredentials, streams *streamSet) []grpc.DialOption {
 	limit := c.MaxMessageSize + envelopeSlack
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit), grpc.MaxCallSendMsgSize(limit)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: c.KeepaliveTime, Timeout: c.KeepaliveTimeout, PermitWithoutStream: false}),
-		grpc.WithChainStreamInterceptor(closeConnWithStream),
+		grpc.WithChainStreamInterceptor(streams.closeConnWithStream),
 	}
 }

@@ -52,7 +52,7 @@ func Start(sys *protoactor.ActorSystem, addr string, cfg Config, opts ...Option)
 	probe := newProber()
 	rc := remote.Configure(host, port, remote.WithAdvertisedHost(adv), remote.WithEndpointWriterQueueSize(endpointQueueInitial),
 		remote.WithServerOptions(append(cfg.serverOptions(book, o.serverCredentials(book), probe), g.serverOptions()...)...),
-		remote.WithDialOptions(cfg.dialOptions(o.dialCredentials())...),
+		remote.WithDialOptions(cfg.dialOptions(o.dialCredentials(), streamsOf(sys))...),
 		remote.WithEndpointWriterBatchSize(endpointBatch),
 	)
 	r = remote.NewRemote(sys, rc)

@@ -21,7 +21,7 @@ var remotingReceive = remotingPrefix + "Receive"
 // connection again after its stream failed (it stops, or retries with a new
 // one), so closing it here is safe; its own later Close of the same
 // connection only returns an error it logs.
-func closeConnWithStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
+func (set *streamSet) closeConnWithStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
 	streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	s, err := streamer(ctx, desc, cc, method, opts...)
 	if method != remotingReceive {
@@ -31,13 +31,16 @@ func closeConnWithStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cl
 		cc.Close()
 		return nil, err
 	}
-	return &closingStream{ClientStream: s, cc: cc}, nil
+	cs := &closingStream{ClientStream: s, cc: cc, set: set}
+	set.add(cs)
+	return cs, nil
 }
 
 // closingStream closes its connection once a send or receive fails.
 type closingStream struct {
 	grpc.ClientStream
 	cc   *grpc.ClientConn
+	set  *streamSet
 	once sync.Once
 }
 
@@ -57,4 +60,11 @@ func (s *closingStream) RecvMsg(m any) error {
 	return err
 }
 
-func (s *closingStream) close() { s.once.Do(func() { s.cc.Close() }) }
+// close closes the connection once; a concurrent caller waits until it is
+// closed (sync.Once), which is what Stop relies on.
+func (s *closingStream) close() {
+	s.once.Do(func() {
+		s.cc.Close()
+		s.set.remove(s)
+	})
+}
