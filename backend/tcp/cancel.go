@@ -133,11 +133,12 @@ func (cc *clientConn) unloan() bool {
 				cc.iov[i] = zeros(len(b))
 			}
 		}
-		if c.state == stSending {
-			c.state = stAbandoned // its response is still to come and be dropped
-		} else {
-			delete(cc.slots, c.id)
-		}
+		if c.state == stAnswered {
+			delete(cc.slots, c.id) // its response came already
+		} // else its response is still to come and be dropped
+		// Abandoned either way: markSent, which still sees the chunk in
+		// cc.sending, must not end it a second time.
+		c.state = stAbandoned
 		ended = append(ended, c)
 	}
 	if len(ended) > 0 {
