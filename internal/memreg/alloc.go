@@ -118,15 +118,15 @@ func (g *Registry) cachedHandle(k cacheKey) (buffer.Buffer, bool) {
 		return buffer.Buffer{}, false
 	}
 	r := g.cache.get(k)
-	if r == nil {
-		return buffer.Buffer{}, false
-	}
-	if r.revoked.Load() || r.lease.Load() != 0 { // not shareable: forget it
+	if r != nil && (r.revoked.Load() || r.lease.Load() != 0) { // not shareable: forget it
 		g.cache.remove(r)
-		g.cache.hits--
+		r = nil
+	}
+	if r == nil {
 		g.cache.misses++
 		return buffer.Buffer{}, false
 	}
+	g.cache.hits++
 	r.holds++
 	return g.handle(r), true
 }

@@ -41,14 +41,13 @@ func newRegCache(max int) *regCache {
 	return &regCache{max: max, byKey: make(map[cacheKey]*list.Element), byRegion: make(map[*Region]cacheKey)}
 }
 
-// get returns the cached region of k and counts a hit or a miss.
+// get returns the cached region of k (nil when none), the most recently
+// used from then on.
 func (c *regCache) get(k cacheKey) *Region {
 	e := c.byKey[k]
 	if e == nil {
-		c.misses++
 		return nil
 	}
-	c.hits++
 	c.lru.MoveToFront(e)
 	return e.Value.(*Region)
 }

@@ -3,6 +3,7 @@ package memreg
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -131,4 +132,26 @@ func TestCacheBound(t *testing.T) {
 		t.Fatalf("forgotten registration no longer registered: %v", err)
 	}
 	ref.Release()
+}
+
+// TestCacheExpiredLease checks that a lease that ran out ends a shared
+// registration for all its holders at the next Release (the reaper's).
+func TestCacheExpiredLease(t *testing.T) {
+	g := newReg(t, buffer.Limits{})
+	p := make([]byte, 64)
+	a := mustRegister(t, g, p, buffer.AccessRead)
+	mustRegister(t, g, p, buffer.AccessRead)
+	if err := g.SetLease(a, time.Nanosecond); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "lease ran out", func() bool { return len(g.Expired()) == 1 })
+	if err := g.Release(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	_, err := g.AcquireLocal(a)
+	wantErr(t, "AcquireLocal after the expired registration's Release", err, rdmamgr.ErrReleased)
+	wantErr(t, "the other holder's Release", g.Release(context.Background(), a), rdmamgr.ErrReleased)
+	if st := g.Stats(); !idle(st) {
+		t.Fatalf("Stats %+v", st)
+	}
 }

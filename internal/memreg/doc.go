@@ -38,7 +38,9 @@
 // drained every reference (local and remote) and the backends deregistered
 // it, and it is zeroed then, so a new buffer never shows a previous
 // owner's bytes. Larger allocations get a memfd of their own, unmapped and
-// closed when freed.
+// closed when freed, never reused. (A slice from Bytes kept past Release
+// now points into another buffer's slot, where it used to fault: the rule
+// that it is invalid after Release matters more.)
 //
 // Limits count what callers hold: the requested bytes of each region and
 // the number of regions, pooled or not. Slab memory is counted apart
@@ -66,6 +68,7 @@
 // of the same memory make a new registration). The cache indexes live
 // registrations only, at most DefaultCacheEntries (least recently used
 // forgotten first; a forgotten registration stays registered for its
-// holders); an entry goes when its release starts. Stats counts hits and
-// misses.
+// holders); an entry goes when its release starts. A lease that ran out
+// ends the registration for all holders: the next Release (the manager's
+// reaper's) releases it. Stats counts hits and misses.
 package memreg

@@ -189,7 +189,10 @@ func (g *Registry) hooksSnapshot() []Hooks {
 	return g.hooks
 }
 
-// Release releases the region of handle b (the key must match). It stops
+// Release releases the region of handle b (the key must match). Of a
+// registration that several Registers hold (the registration cache), it
+// drops one hold and returns, unless the region's lease ran out: then the
+// registration ends for every holder. Otherwise it stops
 // new references, waits until every reference is dropped or ctx ends,
 // deregisters the region from the backends and frees its memory. When ctx
 // ends first the region is still freed as soon as it drains, and the
@@ -205,7 +208,7 @@ func (g *Registry) Release(ctx context.Context, b buffer.Buffer) error {
 		g.mu.Unlock()
 		return fmt.Errorf("release region %d: %w", b.Region, rdmamgr.ErrBadKey)
 	}
-	if r.holds > 1 { // a cached registration other Registers still hold
+	if l := r.lease.Load(); r.holds > 1 && (l == 0 || g.now() <= l) { // a registration other Registers still hold
 		r.holds--
 		g.mu.Unlock()
 		return nil
