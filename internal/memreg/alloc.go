@@ -59,16 +59,21 @@ func (g *Registry) allocPooled(size uint64, access buffer.Access) (*Region, erro
 	return r, nil
 }
 
-// allocOwn registers a memfd of its own, page rounded.
+// allocOwn registers a memfd of its own, page rounded: a spare one of the
+// same size (owned.go) or a new one.
 func (g *Registry) allocOwn(size uint64, access buffer.Access) (*Region, error) {
-	rounded := (size + uint64(g.pageSize) - 1) &^ uint64(g.pageSize-1)
-	fd, mapping, err := memfdMap("rdmamgr-region", int(rounded))
-	if err != nil {
-		return nil, err
+	rounded := int((size + uint64(g.pageSize) - 1) &^ uint64(g.pageSize-1))
+	m, ok := g.owned.get(rounded)
+	if !ok {
+		fd, mapping, err := memfdMap("rdmamgr-region", rounded)
+		if err != nil {
+			return nil, err
+		}
+		m = ownedMap{fd: fd, mem: mapping}
 	}
-	r, err := g.add(&Region{kind: KindAllocated, mem: mapping[:size:size], access: access, fd: fd, mapping: mapping})
+	r, err := g.add(&Region{kind: KindAllocated, mem: m.mem[:size:size], access: access, fd: m.fd, mapping: m.mem})
 	if err != nil {
-		memfdUnmap(fd, mapping)
+		g.owned.put(m)
 		return nil, err
 	}
 	return r, nil

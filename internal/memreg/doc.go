@@ -37,8 +37,12 @@
 // to the pool only when the region is freed, that is after its release
 // drained every reference (local and remote) and the backends deregistered
 // it, and it is zeroed then, so a new buffer never shows a previous
-// owner's bytes. Larger allocations get a memfd of their own, unmapped and
-// closed when freed, never reused. (A slice from Bytes kept past Release
+// owner's bytes. Larger allocations get a memfd of their own. When such a
+// region is freed its pages are punched out (they read as zeros and cost
+// no memory) and the memfd is kept for the next allocation of the same
+// page-rounded size, at most 16 of them (owned.go); but a memfd that
+// Region.Memfd handed out is unmapped and closed, never reused, as another
+// process may hold it. (A slice from Bytes kept past Release
 // now points into another buffer's slot, where it used to fault: the rule
 // that it is invalid after Release matters more.)
 //

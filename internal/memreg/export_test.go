@@ -31,3 +31,10 @@ func (g *Registry) regionOf(t testing.TB, b buffer.Buffer) *Region {
 	}
 	return r
 }
+
+// setOwnedSpares bounds the kept memfds of unpooled regions (test only).
+func (g *Registry) setOwnedSpares(n int) {
+	g.owned.mu.Lock()
+	defer g.owned.mu.Unlock()
+	g.owned.max = n
+}

@@ -29,11 +29,13 @@ type Region struct {
 
 	// KindAllocated memory: the memfd and the offset of mem in it. A
 	// pooled region's fd is its slab's; an unpooled one's is its own, and
-	// mapping is its whole page-rounded mapping, unmapped by free.
-	fd      int
-	fdOff   uint64
-	slab    *Slab
-	mapping []byte
+	// mapping is its whole page-rounded mapping, kept for reuse or unmapped
+	// by free (owned.go).
+	fd       int
+	fdOff    uint64
+	slab     *Slab
+	mapping  []byte
+	exported atomic.Bool // Memfd was called: the fd may have left the process
 
 	// holds counts the Registers that share this region through the
 	// registration cache (KindUser; 1 otherwise). Guarded by Registry.mu.
@@ -92,11 +94,13 @@ func (r *Region) Revoked() bool { return r.revoked.Load() }
 // the host (SCM_RIGHTS); ok is false for caller memory (KindUser). The fd
 // stays open while the region is registered (the registry closes it after
 // the region is freed); a receiver dups it. A pooled region's fd is its
-// slab's, which holds other regions too (see the package doc).
+// slab's, which holds other regions too (see the package doc). An unpooled
+// region's memfd is never reused once Memfd was called.
 func (r *Region) Memfd() (fd int, off uint64, ok bool) {
 	if r.kind != KindAllocated {
 		return -1, 0, false
 	}
+	r.exported.Store(true)
 	return r.fd, r.fdOff, true
 }
 

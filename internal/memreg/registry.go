@@ -55,7 +55,8 @@ type Registry struct {
 	closed  bool
 	cache   *regCache
 
-	pool pool // its own lock
+	pool  pool        // its own lock
+	owned ownedSpares // its own lock
 }
 
 // NewRegistry returns an empty registry for the manager ownerID. It does no I/O.
@@ -70,6 +71,7 @@ func NewRegistry(ownerID uint64, limits buffer.Limits) *Registry {
 		cache:    newRegCache(DefaultCacheEntries),
 	}
 	r.pool.maxBytes = limits.MaxBytes
+	r.owned.max = maxOwnedSpares
 	empty := ""
 	r.ownerAddr.Store(&empty)
 	return r
@@ -251,8 +253,10 @@ func (g *Registry) free(r *Region) {
 		if s := g.pool.put(r.slab, r.fdOff); s != nil {
 			g.freeSlab(s)
 		}
+	case r.kind == KindAllocated && r.exported.Load():
+		memfdUnmap(r.fd, r.mapping) // another process may hold the fd: never reuse it
 	case r.kind == KindAllocated:
-		memfdUnmap(r.fd, r.mapping)
+		g.owned.put(ownedMap{fd: r.fd, mem: r.mapping})
 	case r.kind == KindUser:
 		r.pinner.Unpin()
 	}
@@ -308,6 +312,7 @@ func (g *Registry) Close(ctx context.Context) error {
 	for _, s := range g.pool.close() {
 		g.freeSlab(s)
 	}
+	g.owned.close()
 	var first error
 	for _, r := range regs {
 		if err := g.finish(ctx, r); err != nil && first == nil {
