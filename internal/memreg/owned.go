@@ -7,9 +7,14 @@ import (
 )
 
 // maxOwnedSpares bounds the memfds of freed unpooled regions kept for
-// reuse. They hold no memory (their pages are punched out when freed),
-// only an fd and address space each.
-const maxOwnedSpares = 16
+// reuse, and maxOwnedSpare their size. They hold no memory (their pages
+// are punched out when freed), only an fd and address space each; two
+// serve a loop that allocates and releases large buffers, and an idle
+// manager keeps few fds more than it had before its first buffer.
+const (
+	maxOwnedSpares = 2
+	maxOwnedSpare  = 16 << 20
+)
 
 // ownedMap is the memfd and whole mapping of an unpooled region.
 type ownedMap struct {
@@ -50,7 +55,7 @@ func (o *ownedSpares) get(size int) (ownedMap, bool) {
 func (o *ownedSpares) put(m ownedMap) {
 	if unix.Fallocate(m.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, int64(len(m.mem))) == nil {
 		o.mu.Lock()
-		kept := !o.closed && o.n < o.max
+		kept := !o.closed && o.n < o.max && len(m.mem) <= maxOwnedSpare
 		if kept {
 			if o.bySize == nil {
 				o.bySize = make(map[int][]ownedMap)

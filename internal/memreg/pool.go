@@ -45,7 +45,7 @@ func classOf(size uint64) (int, bool) {
 
 // Slab is one memfd mapping carved into the slots of one size class. A
 // slab lives while any of its regions does (and, empty, while the pool
-// keeps it as its class's spare).
+// keeps it as a spare).
 type Slab struct {
 	id    uint64
 	fd    int
@@ -89,22 +89,23 @@ type SlabHooks interface {
 	DeregisterSlab(s *Slab) error
 }
 
+// maxSpareSlabs is how many empty slabs the pool keeps mapped for reuse,
+// for any class: enough that a loop allocating and releasing buffers maps
+// nothing, few enough that an idle manager holds 2 MiB and two fds more
+// than it did before its first buffer.
+const maxSpareSlabs = 2
+
 // pool hands out slots of slabs by size class. Empty slabs are unmapped at
-// once, except one spare per class, kept so that a loop allocating and
-// releasing one buffer maps nothing (so at most numClasses MiB stay mapped
-// with no buffer in them).
+// once, except maxSpareSlabs spares; a spare is carved anew for whichever
+// class next needs a slab (it is all zeros).
 type pool struct {
-	mu       sync.Mutex // guards the fields below and the slabs' free lists
-	classes  [numClasses]classPool
+	mu       sync.Mutex           // guards the fields below and the slabs' free lists
+	classes  [numClasses]slabHeap // slabs with a free slot, lowest id first (fills old slabs, lets new ones empty)
+	spares   []*Slab              // empty slabs kept for reuse, in no heap
 	nextID   uint64
 	slabs    int
 	maxBytes uint64 // cap on slab memory (0: none)
 	closed   bool
-}
-
-type classPool struct {
-	avail slabHeap // slabs with a free slot, lowest id first (fills old slabs, lets new ones empty)
-	spare *Slab    // an empty slab kept for reuse, not in avail
 }
 
 // get hands out a slot of class c: its slab and offset. It maps a new slab
@@ -115,12 +116,14 @@ func (p *pool) get(c int) (*Slab, uint64, error) {
 	if p.closed {
 		return nil, 0, rdmamgr.ErrClosed
 	}
-	cp := &p.classes[c]
+	avail := &p.classes[c]
 	switch {
-	case len(cp.avail) > 0:
-	case cp.spare != nil:
-		heap.Push(&cp.avail, cp.spare)
-		cp.spare = nil
+	case len(*avail) > 0:
+	case len(p.spares) > 0:
+		s := p.spares[len(p.spares)-1]
+		p.spares = p.spares[:len(p.spares)-1]
+		s.class, s.slot, s.bump, s.free = c, 1<<(c+minClassShift), 0, s.free[:0]
+		heap.Push(avail, s)
 	default:
 		if p.maxBytes > 0 && uint64(p.slabs+1)*SlabSize > p.maxBytes {
 			return nil, 0, errPoolFull
@@ -131,12 +134,12 @@ func (p *pool) get(c int) (*Slab, uint64, error) {
 		}
 		p.nextID++
 		p.slabs++
-		heap.Push(&cp.avail, &Slab{id: p.nextID, fd: fd, mem: mem, class: c, slot: 1 << (c + minClassShift)})
+		heap.Push(avail, &Slab{id: p.nextID, fd: fd, mem: mem, class: c, slot: 1 << (c + minClassShift)})
 	}
-	s := cp.avail[0]
+	s := (*avail)[0]
 	off := s.take()
 	if s.full() {
-		heap.Remove(&cp.avail, s.idx)
+		heap.Remove(avail, s.idx)
 	}
 	return s, off, nil
 }
@@ -146,18 +149,18 @@ func (p *pool) get(c int) (*Slab, uint64, error) {
 func (p *pool) put(s *Slab, off uint64) *Slab {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	cp := &p.classes[s.class]
+	avail := &p.classes[s.class]
 	if s.full() {
-		heap.Push(&cp.avail, s)
+		heap.Push(avail, s)
 	}
 	s.used--
 	s.free = append(s.free, uint32(off/s.slot))
 	if s.used > 0 {
 		return nil
 	}
-	heap.Remove(&cp.avail, s.idx)
-	if cp.spare == nil && !p.closed {
-		cp.spare = s
+	heap.Remove(avail, s.idx)
+	if len(p.spares) < maxSpareSlabs && !p.closed {
+		p.spares = append(p.spares, s)
 		return nil
 	}
 	p.slabs--
@@ -170,14 +173,9 @@ func (p *pool) close() []*Slab {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
-	var out []*Slab
-	for i := range p.classes {
-		if s := p.classes[i].spare; s != nil {
-			out = append(out, s)
-			p.classes[i].spare = nil
-			p.slabs--
-		}
-	}
+	out := p.spares
+	p.spares = nil
+	p.slabs -= len(out)
 	return out
 }
 

@@ -141,7 +141,7 @@ func TestPoolLimits(t *testing.T) {
 }
 
 // TestPoolSlabsReturned checks that empty slabs are unmapped and their
-// fds closed, but one spare per class.
+// fds closed, but maxSpareSlabs spares, which serve any class.
 func TestPoolSlabsReturned(t *testing.T) {
 	g := NewRegistry(testOwner, buffer.Limits{})
 	per := SlabSize / MaxPooled
@@ -161,11 +161,20 @@ func TestPoolSlabsReturned(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if st := g.Stats(); st.Slabs != 1 {
-		t.Fatalf("%d slabs after releasing everything, want the spare", st.Slabs)
+	if st := g.Stats(); st.Slabs != maxSpareSlabs {
+		t.Fatalf("%d slabs after releasing everything, want the %d spares", st.Slabs, maxSpareSlabs)
 	}
-	if open := openFDs(fds); open != 1 {
-		t.Fatalf("%d slab fds open after releasing everything, want the spare's", open)
+	if open := openFDs(fds); open != maxSpareSlabs {
+		t.Fatalf("%d slab fds open after releasing everything, want the spares'", open)
+	}
+	// A spare serves another class, carved anew, all zeros.
+	small := mustAlloc(t, g, 100, buffer.AccessRead)
+	fd, _, _ := g.regionOf(t, small).Memfd()
+	if _, ok := fds[fd]; !ok || g.Stats().Slabs != maxSpareSlabs || nonZero(mustBytes(t, g, small)) >= 0 {
+		t.Fatalf("a 100-byte buffer did not reuse a spare slab (fd %d, %d slabs)", fd, g.Stats().Slabs)
+	}
+	if err := g.Release(context.Background(), small); err != nil {
+		t.Fatal(err)
 	}
 	if err := g.Close(context.Background()); err != nil {
 		t.Fatal(err)
