@@ -40,7 +40,8 @@
 // owner's bytes. Larger allocations get a memfd of their own. When such a
 // region is freed its pages are punched out (they read as zeros and cost
 // no memory) and the memfd is kept for the next allocation of the same
-// page-rounded size, at most 2 of them, of up to 16 MiB (owned.go); but a memfd that
+// page-rounded size, at most 2 in the process (shared by its registries),
+// of up to 16 MiB each (owned.go); but a memfd that
 // Region.Memfd handed out is unmapped and closed, never reused, as another
 // process may hold it. (A slice from Bytes kept past Release
 // now points into another buffer's slot, where it used to fault: the rule
@@ -52,8 +53,8 @@
 // memfd of its own instead, so mapped memory stays under about twice
 // MaxBytes. An empty slab is unmapped at once, except two spares (2 MiB),
 // re-carved for whichever class needs a slab next, so allocating and
-// releasing in a loop maps nothing. (The fds an idle registry keeps open
-// are thus at most four: two spare slabs, two spare memfds.) A slab's fd covers every slot of the slab: a backend that hands
+// releasing in a loop maps nothing. (The fds kept open with no buffer are
+// thus two spare slabs per registry and two spare memfds per process.) A slab's fd covers every slot of the slab: a backend that hands
 // a pooled region's fd to another process gives it the whole slab, so it
 // must only do so for a peer trusted with all of this manager's pooled
 // memory (a process of the same user, which could read it through /proc

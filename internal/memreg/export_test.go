@@ -32,9 +32,21 @@ func (g *Registry) regionOf(t testing.TB, b buffer.Buffer) *Region {
 	return r
 }
 
-// setOwnedSpares bounds the kept memfds of unpooled regions (test only).
-func (g *Registry) setOwnedSpares(n int) {
-	g.owned.mu.Lock()
-	defer g.owned.mu.Unlock()
-	g.owned.max = n
+// ownSpares gives g spare memfds of its own, at most n (test only).
+func (g *Registry) ownSpares(n int) *ownedSpares {
+	g.owned = &ownedSpares{max: n}
+	return g.owned
+}
+
+// drop unmaps and closes every kept memfd (test only).
+func (o *ownedSpares) drop() {
+	o.mu.Lock()
+	all := o.bySize
+	o.bySize, o.n = nil, 0
+	o.mu.Unlock()
+	for _, l := range all {
+		for _, m := range l {
+			memfdUnmap(m.fd, m.mem)
+		}
+	}
 }

@@ -22,6 +22,10 @@ type ownedMap struct {
 	mem []byte
 }
 
+// spareMemfds is the process's one ownedSpares, shared by its registries,
+// so that the fds kept stay few however many managers a process runs.
+var spareMemfds = ownedSpares{max: maxOwnedSpares}
+
 // ownedSpares keeps the memfds of freed unpooled regions, by size, so
 // that allocating and releasing large buffers makes no memfd and no
 // mapping each time. A memfd is kept only if it never left the registry
@@ -33,7 +37,6 @@ type ownedSpares struct {
 	bySize map[int][]ownedMap
 	n      int
 	max    int
-	closed bool
 }
 
 // get returns a kept memfd of exactly size bytes.
@@ -51,11 +54,11 @@ func (o *ownedSpares) get(size int) (ownedMap, bool) {
 }
 
 // put keeps m after punching its pages out; it unmaps and closes m when
-// the spares are full or closed, or the punch fails.
+// the spares are full, m is too large or the punch fails.
 func (o *ownedSpares) put(m ownedMap) {
 	if unix.Fallocate(m.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, int64(len(m.mem))) == nil {
 		o.mu.Lock()
-		kept := !o.closed && o.n < o.max && len(m.mem) <= maxOwnedSpare
+		kept := o.n < o.max && len(m.mem) <= maxOwnedSpare
 		if kept {
 			if o.bySize == nil {
 				o.bySize = make(map[int][]ownedMap)
@@ -69,17 +72,4 @@ func (o *ownedSpares) put(m ownedMap) {
 		}
 	}
 	memfdUnmap(m.fd, m.mem)
-}
-
-// close unmaps and closes every kept memfd; later puts unmap at once.
-func (o *ownedSpares) close() {
-	o.mu.Lock()
-	all := o.bySize
-	o.bySize, o.n, o.closed = nil, 0, true
-	o.mu.Unlock()
-	for _, l := range all {
-		for _, m := range l {
-			memfdUnmap(m.fd, m.mem)
-		}
-	}
 }

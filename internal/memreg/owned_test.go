@@ -9,9 +9,10 @@ import (
 
 // TestOwnedReuse checks the memfds of freed unpooled regions: reused for
 // the same size and zero, never reused once Memfd handed the fd out, at
-// most maxOwnedSpares kept, all closed by Close.
+// most maxOwnedSpares kept, none larger than maxOwnedSpare.
 func TestOwnedReuse(t *testing.T) {
 	g := NewRegistry(testOwner, buffer.Limits{})
+	spares := g.ownSpares(maxOwnedSpares)
 	const size = 1 << 20
 	release := func(b buffer.Buffer) {
 		t.Helper()
@@ -53,7 +54,19 @@ func TestOwnedReuse(t *testing.T) {
 	if err := g.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	spares.drop()
 	if n := openFDs(fds); n != 0 {
-		t.Fatalf("%d memfds open after Close", n)
+		t.Fatalf("%d memfds open after drop", n)
+	}
+	g2 := newReg(t, buffer.Limits{})
+	g2.ownSpares(maxOwnedSpares)
+	huge := mustAlloc(t, g2, maxOwnedSpare+1, buffer.AccessRead)
+	fh := g2.regionOf(t, huge).fd
+	idh := idOf(t, fh)
+	if err := g2.Release(context.Background(), huge); err != nil {
+		t.Fatal(err)
+	}
+	if openFDs(map[int]fdID{fh: idh}) != 0 {
+		t.Fatalf("memfd of %d bytes kept", maxOwnedSpare+1)
 	}
 }

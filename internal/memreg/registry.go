@@ -55,8 +55,8 @@ type Registry struct {
 	closed  bool
 	cache   *regCache
 
-	pool  pool        // its own lock
-	owned ownedSpares // its own lock
+	pool  pool         // its own lock
+	owned *ownedSpares // spareMemfds; its own lock
 }
 
 // NewRegistry returns an empty registry for the manager ownerID. It does no I/O.
@@ -71,7 +71,7 @@ func NewRegistry(ownerID uint64, limits buffer.Limits) *Registry {
 		cache:    newRegCache(DefaultCacheEntries),
 	}
 	r.pool.maxBytes = limits.MaxBytes
-	r.owned.max = maxOwnedSpares
+	r.owned = &spareMemfds
 	empty := ""
 	r.ownerAddr.Store(&empty)
 	return r
@@ -312,7 +312,6 @@ func (g *Registry) Close(ctx context.Context) error {
 	for _, s := range g.pool.close() {
 		g.freeSlab(s)
 	}
-	g.owned.close()
 	var first error
 	for _, r := range regs {
 		if err := g.finish(ctx, r); err != nil && first == nil {

@@ -109,7 +109,7 @@ func TestAllocateInvalid(t *testing.T) {
 // unpooled size, including sizes that are not a multiple of the page size.
 func TestReleaseUnmaps(t *testing.T) {
 	g := newReg(t, buffer.Limits{})
-	g.setOwnedSpares(0) // TestOwnedReuse covers the memfds kept for reuse
+	g.ownSpares(0) // TestOwnedReuse covers the memfds kept for reuse
 	page := os.Getpagesize()
 	for _, size := range []int{MaxPooled + 1, 2 * MaxPooled, 5*page + MaxPooled} {
 		b := mustAlloc(t, g, uint64(size), buffer.AccessRead)
