@@ -224,6 +224,10 @@ func (g *Registry) Release(ctx context.Context, b buffer.Buffer) error {
 func (g *Registry) finish(ctx context.Context, r *Region) error {
 	r.refs.Close()
 	g.cut(r)
+	if r.refs.Users() == 0 { // closed and empty: nobody can enter any more
+		g.free(r)
+		return nil
+	}
 	select {
 	case <-r.refs.Drained(): // already drained: succeed even if ctx is done
 		g.free(r)
