@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // Collector returns a prometheus.Collector of the manager's state, read at
@@ -35,11 +37,15 @@ var (
 	descUptime     = desc("uptime_seconds", "Seconds since the manager started.")
 	descRefusals   = desc("refusals_total", "Control-plane requests and connections refused, by reason (their logs are sampled).", "reason")
 	descCaps       = desc("cap_bytes", "The byte caps in force, by flag.", "flag")
+	descSlabs      = desc("pool_slab_bytes", "Bytes of slabs mapped for pooled buffers (in use or spare; not in registered_bytes).")
+	descCacheHits  = desc("registration_cache_hits_total", "Registrations of caller memory that reused a live registration of the same range and access.")
+	descCacheMiss  = desc("registration_cache_misses_total", "Registrations of caller memory that found none to reuse.")
 )
 
 func (c managerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descRoutes, descServedOps, descServedB, descRejected,
-		descAuthFail, descRegistered, descRegions, descRemote, descLeased, descQPs, descUptime, descRefusals, descCaps} {
+		descAuthFail, descRegistered, descRegions, descRemote, descLeased, descQPs, descUptime, descRefusals, descCaps,
+		descSlabs, descCacheHits, descCacheMiss} {
 		ch <- d
 	}
 }
@@ -88,6 +94,10 @@ func (c managerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descCaps, float64(st.MaxRegisteredBytes), "max-registered")
 	gauge(descCaps, float64(st.MaxRemoteBytes), "max-remote")
+	rs := m.reg.Stats()
+	gauge(descSlabs, float64(rs.Slabs)*memreg.SlabSize)
+	counter(descCacheHits, rs.CacheHits)
+	counter(descCacheMiss, rs.CacheMisses)
 }
 
 // routeState reduces a status state ("failed: …", "down: …") to its word.

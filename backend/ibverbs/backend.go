@@ -51,8 +51,9 @@ type Backend struct {
 	pending map[*pendingRoute]struct{}
 	nqp     int // queue pairs alive (routes, accepted, pending)
 
-	mrMu sync.Mutex
-	mrs  map[uint64]*regData // region id -> its memory regions
+	mrMu  sync.Mutex
+	mrs   map[uint64]*regData // region id -> its memory regions
+	slabs map[uint64]*memReg  // slab id -> the slab's local memory region
 
 	slots slotTable
 	kick  chan struct{} // wakes the watchdog
@@ -60,9 +61,10 @@ type Backend struct {
 }
 
 var (
-	_ backend.Backend = (*Backend)(nil)
-	_ memreg.Hooks    = (*Backend)(nil)
-	_ memreg.Revoker  = (*Backend)(nil)
+	_ backend.Backend  = (*Backend)(nil)
+	_ memreg.Hooks     = (*Backend)(nil)
+	_ memreg.Revoker   = (*Backend)(nil)
+	_ memreg.SlabHooks = (*Backend)(nil)
 )
 
 // New returns a backend for reg's regions. It does no I/O: Start opens the
@@ -86,6 +88,7 @@ func New(cfg Config, reg *memreg.Registry, log *slog.Logger) (backend.Backend, e
 		byQPN:   make(map[uint32]*route),
 		pending: make(map[*pendingRoute]struct{}),
 		mrs:     make(map[uint64]*regData),
+		slabs:   make(map[uint64]*memReg),
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 	}, nil
@@ -165,6 +168,12 @@ func (b *Backend) freeVerbs() error {
 			errs = append(errs, err)
 		}
 		delete(b.mrs, id)
+	}
+	for id, mr := range b.slabs { // after the regions: they used them
+		if err := mr.dereg(); err != nil {
+			errs = append(errs, err)
+		}
+		delete(b.slabs, id)
 	}
 	b.mrMu.Unlock()
 	if err := b.res.free(); err != nil {

@@ -22,7 +22,13 @@
 // The owner's own work uses a second, LOCAL_WRITE-only registration of the
 // same memory, so that Registry.Revoke (through RevokeRegion) can kill the
 // advertised rkey at once while the owner's work in flight goes on. Leases
-// are enforced by the manager's reaper releasing expired regions.
+// are enforced by the manager's reaper releasing expired regions. A pooled
+// region (a slot of a memreg slab) shares its slab's local registration,
+// made once per slab and dropped by DeregisterSlab, and has a remote one of
+// its own over exactly its bytes, so a peer's rkey still grants exactly its
+// buffer. (Memory windows bound to the slab's registration would save the
+// per-buffer ibv_reg_mr, but a type 2 window is bound to one queue pair,
+// while a handle is used from any route.)
 //
 // A route is a pair of connected RC queue pairs, one on each side; the
 // initiator posts on its own, the responder's only answers. PrepareRoute creates a

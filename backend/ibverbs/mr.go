@@ -16,9 +16,17 @@ import (
 // the region grants, whose rkey handles advertise. Revoking the region
 // deregisters remote only, so peers lose access at once while the owner's
 // work in flight goes on.
+//
+// A pooled region (a slot of a memreg slab) has no local memory region of
+// its own: local is its slab's, registered once when the slab's first
+// region is and deregistered by DeregisterSlab when the registry unmaps the
+// slab. Its remote memory region covers exactly the slot's bytes (ibv_reg_mr
+// of part of memory registered already), so a peer's rkey grants its
+// buffer and nothing else of the slab.
 type regData struct {
 	b      *Backend
 	local  *memReg
+	shared bool    // local is the slab's
 	remote *memReg // nil once revoked; guarded by Backend.mrMu
 }
 
@@ -54,30 +62,72 @@ func (b *Backend) registerLocked(r *memreg.Region) error {
 	if r.Access().Allows(buffer.AccessWrite) {
 		access |= accessRemoteWrite
 	}
-	local, err := b.res.regMR(addrOf(mem), uint64(len(mem)), accessLocalWrite)
+	local, shared, err := b.localMRLocked(r)
 	if err != nil {
 		return err
 	}
 	remote, err := b.res.regMR(addrOf(mem), uint64(len(mem)), access)
 	if err != nil {
-		local.dereg()
+		if !shared {
+			local.dereg()
+		}
 		return err
 	}
-	rd := &regData{b: b, local: local, remote: remote}
+	rd := &regData{b: b, local: local, shared: shared, remote: remote}
 	r.BackendData = rd
 	r.RDMA = buffer.RDMAKey{Addr: remote.addr, RKey: remote.rkey}
 	b.mrs[r.ID()] = rd
 	return nil
 }
 
-// dereg deregisters both memory regions; the caller holds mrMu.
+// localMRLocked returns the local memory region for r: its slab's (made on
+// the slab's first region) when r is pooled, else one of its own. The
+// caller holds mrMu.
+func (b *Backend) localMRLocked(r *memreg.Region) (mr *memReg, shared bool, err error) {
+	s := r.Slab()
+	if s == nil {
+		mem := r.Mem()
+		mr, err = b.res.regMR(addrOf(mem), uint64(len(mem)), accessLocalWrite)
+		return mr, false, err
+	}
+	if mr = b.slabs[s.ID()]; mr != nil {
+		return mr, true, nil
+	}
+	mem := s.Mem()
+	if mr, err = b.res.regMR(addrOf(mem), uint64(len(mem)), accessLocalWrite); err != nil {
+		return nil, false, err
+	}
+	b.slabs[s.ID()] = mr
+	return mr, true, nil
+}
+
+// DeregisterSlab deregisters the local memory region of slab s; the
+// registry calls it once the slab's last region was deregistered, before
+// it unmaps the slab.
+func (b *Backend) DeregisterSlab(s *memreg.Slab) error {
+	b.life.RLock()
+	defer b.life.RUnlock()
+	b.mrMu.Lock()
+	defer b.mrMu.Unlock()
+	mr := b.slabs[s.ID()]
+	if mr == nil {
+		return nil
+	}
+	delete(b.slabs, s.ID())
+	return mr.dereg()
+}
+
+// dereg deregisters both memory regions (the local one unless it is the
+// slab's); the caller holds mrMu.
 func (rd *regData) dereg() error {
 	var errs []error
 	if rd.remote != nil {
 		errs = append(errs, rd.remote.dereg())
 		rd.remote = nil
 	}
-	errs = append(errs, rd.local.dereg())
+	if !rd.shared {
+		errs = append(errs, rd.local.dereg())
+	}
 	return errors.Join(errs...)
 }
 

@@ -3,12 +3,12 @@
 // remote request passes. Only the manager and the backends use it; a
 // program sees Buffer handles (package buffer) and Manager.Bytes.
 //
-// A Registry holds regions it allocates off the Go heap (anonymous mmap,
-// page aligned, never moved, unmapped only after deregistration) and
-// caller-supplied []byte registered in place (pinned with runtime.Pinner
-// while registered). Backends hook in: Hooks register a region with
-// hardware before it becomes visible, a Revoker cuts hardware access on
-// Revoke, a Cutter wakes a data plane stalled in a region's memory.
+// A Registry holds regions it allocates off the Go heap and caller-supplied
+// []byte registered in place (pinned with runtime.Pinner while registered).
+// Backends hook in: Hooks register a region with hardware before it becomes
+// visible, a Revoker cuts hardware access on Revoke, a Cutter wakes a data
+// plane stalled in a region's memory, SlabHooks forget a slab before it is
+// unmapped.
 //
 // Memory is reached through a Ref, a counted reference with exactly one
 // Release:
@@ -23,4 +23,58 @@
 // every Ref is released and only then deregisters and frees it, so no byte
 // of a region is touched after Release returns. All bounds checks are
 // overflow-safe. The reference count is an internal/refgate.Gate.
+//
+// # Allocated memory: memfd, pooled
+//
+// Allocate's memory lives in memfds (close-on-exec, mapped shared, sealed
+// so nobody can shrink or grow them), so a backend can pass it to another
+// process on the host: Region.Memfd gives the fd and the region's offset
+// in it, valid while the region is registered. Allocations of up to
+// MaxPooled (64 KiB) are slots of slabs: one SlabSize (1 MiB) memfd per
+// slab, slots of one power-of-two size class from 64 B (pool.go says why).
+// A pooled region is still a region of its own: its own id, key, bounds,
+// lease and revocation, exactly like an unpooled one. Its slot goes back
+// to the pool only when the region is freed, that is after its release
+// drained every reference (local and remote) and the backends deregistered
+// it, and it is zeroed then, so a new buffer never shows a previous
+// owner's bytes. Larger allocations get a memfd of their own. When such a
+// region is freed its pages are punched out (they read as zeros and cost
+// no memory) and the memfd is kept for the next allocation of the same
+// page-rounded size, at most 2 in the process (shared by its registries),
+// of up to 16 MiB each (owned.go); but a memfd that
+// Region.Memfd handed out is unmapped and closed, never reused, as another
+// process may hold it. (A slice from Bytes kept past Release
+// now points into another buffer's slot, where it used to fault: the rule
+// that it is invalid after Release matters more.)
+//
+// Limits count what callers hold: the requested bytes of each region and
+// the number of regions, pooled or not. Slab memory is counted apart
+// (Stats.Slabs) and capped at Limits.MaxBytes: at the cap Allocate maps a
+// memfd of its own instead, so mapped memory stays under about twice
+// MaxBytes. An empty slab is unmapped at once, except two spares (2 MiB),
+// re-carved for whichever class needs a slab next, so allocating and
+// releasing in a loop maps nothing. (The fds kept open with no buffer are
+// thus two spare slabs per registry and two spare memfds per process.) A slab's fd covers every slot of the slab: a backend that hands
+// a pooled region's fd to another process gives it the whole slab, so it
+// must only do so for a peer trusted with all of this manager's pooled
+// memory (a process of the same user, which could read it through /proc
+// anyway), and enforce keys and bounds on its side of the copy.
+//
+// # Registration cache
+//
+// Register of caller memory that is already registered, with the same
+// first byte, length and access, returns the same handle (same region,
+// same key, same remote key) and counts one more holder; it pins nothing,
+// calls no hook and counts nothing against Limits. Each successful
+// Register is matched by one Release: Release of a handle with other
+// holders only drops one hold (it neither waits nor cuts anything); the
+// last one releases the registration as above. The holders share
+// everything done to the handle: Revoke and SetLease act on the
+// registration for all of them, and make it unshareable (later Registers
+// of the same memory make a new registration). The cache indexes live
+// registrations only, at most DefaultCacheEntries (least recently used
+// forgotten first; a forgotten registration stays registered for its
+// holders); an entry goes when its release starts. A lease that ran out
+// ends the registration for all holders: the next Release (the manager's
+// reaper's) releases it. Stats counts hits and misses.
 package memreg

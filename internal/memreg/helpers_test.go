@@ -3,6 +3,7 @@ package memreg
 import (
 	"context"
 	"errors"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -80,4 +81,19 @@ func mapped(t testing.TB, p unsafe.Pointer, n int) bool {
 	}
 	t.Fatalf("msync: %v", e)
 	return false
+}
+
+// idle reports whether st shows nothing held: no region, no byte (slabs
+// may stay mapped as spares, the cache counters only grow).
+func idle(st Stats) bool { return st.Regions == 0 && st.Bytes == 0 }
+
+// alignOf is the alignment Allocate promises for size bytes: the slot size
+// (a power of two from 64 B) when pooled, capped at the page size.
+func alignOf(size uint64) uintptr {
+	page := uintptr(os.Getpagesize())
+	c, ok := classOf(size)
+	if !ok {
+		return page
+	}
+	return min(uintptr(1)<<(c+minClassShift), page)
 }

@@ -23,6 +23,9 @@ func (g *Registry) SetLease(b buffer.Buffer, d time.Duration) error {
 	if r.revoked.Load() {
 		return fmt.Errorf("lease of region %d: %w", r.id, rdmamgr.ErrRevoked)
 	}
+	if d > 0 {
+		g.uncache(r) // the lease is for every holder; later Registers get their own
+	}
 	for {
 		old := r.lease.Load()
 		if old != 0 && g.now() > old {
@@ -61,6 +64,7 @@ func (g *Registry) Revoke(ctx context.Context, b buffer.Buffer) error {
 		return err
 	}
 	r.revoked.Store(true)
+	g.uncache(r) // revoked for every holder; later Registers get their own
 	g.cut(r)
 	for _, h := range g.hooksSnapshot() {
 		if rv, ok := h.(Revoker); ok {

@@ -56,7 +56,7 @@ func TestLimitMaxBytes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if st := g.Stats(); st != (Stats{}) {
+	if st := g.Stats(); !idle(st) {
 		t.Errorf("Stats after releases %+v", st)
 	}
 	mustAlloc(t, g, 2*page, buffer.AccessRead)
@@ -145,7 +145,7 @@ func TestBytesAccounting(t *testing.T) {
 			t.Fatalf("Stats %+v, want %d bytes", st, want)
 		}
 	}
-	if st := g.Stats(); st != (Stats{}) {
+	if st := g.Stats(); !idle(st) {
 		t.Errorf("Stats after releases %+v", st)
 	}
 }

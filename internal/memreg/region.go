@@ -3,7 +3,6 @@ package memreg
 import (
 	"runtime"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/refgate"
@@ -13,7 +12,8 @@ import (
 type Kind uint8
 
 const (
-	// KindAllocated: anonymous mmap owned by the registry.
+	// KindAllocated: memfd-backed memory owned by the registry: a slot of
+	// a slab (pooled) or a memfd of its own.
 	KindAllocated Kind = iota + 1
 	// KindUser: a caller's []byte, pinned while registered.
 	KindUser
@@ -27,7 +27,19 @@ type Region struct {
 	kind   Kind
 	mem    []byte // never moves while registered
 
-	mapping []byte // KindAllocated: the whole page-rounded mmap, unmapped by free
+	// KindAllocated memory: the memfd and the offset of mem in it. A
+	// pooled region's fd is its slab's; an unpooled one's is its own, and
+	// mapping is its whole page-rounded mapping, kept for reuse or unmapped
+	// by free (owned.go).
+	fd       int
+	fdOff    uint64
+	slab     *Slab
+	mapping  []byte
+	exported atomic.Bool // Memfd was called: the fd may have left the process
+
+	// holds counts the Registers that share this region through the
+	// registration cache (KindUser; 1 otherwise). Guarded by Registry.mu.
+	holds int
 
 	// refs counts the references (Refs) held on the region and is closed
 	// once its release started; the region is freed when it drains.
@@ -77,8 +89,20 @@ func (r *Region) Mem() []byte { return r.mem }
 // Revoked reports whether remote access was revoked.
 func (r *Region) Revoked() bool { return r.revoked.Load() }
 
-func mmapAnon(size int) ([]byte, error) {
-	return syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+// Memfd returns the memfd that holds the region's memory and the offset of
+// the region in it, for a backend that passes the fd to another process on
+// the host (SCM_RIGHTS); ok is false for caller memory (KindUser). The fd
+// stays open while the region is registered (the registry closes it after
+// the region is freed); a receiver dups it. A pooled region's fd is its
+// slab's, which holds other regions too (see the package doc). An unpooled
+// region's memfd is never reused once Memfd was called.
+func (r *Region) Memfd() (fd int, off uint64, ok bool) {
+	if r.kind != KindAllocated {
+		return -1, 0, false
+	}
+	r.exported.Store(true)
+	return r.fd, r.fdOff, true
 }
 
-func munmap(b []byte) error { return syscall.Munmap(b) }
+// Slab returns the slab a pooled region was carved from (nil otherwise).
+func (r *Region) Slab() *Slab { return r.slab }

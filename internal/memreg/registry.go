@@ -23,8 +23,17 @@ type Hooks interface {
 
 // Stats is a snapshot of a registry.
 type Stats struct {
-	Regions int
-	Bytes   uint64
+	Regions int    // regions registered (a cached registration counts once)
+	Bytes   uint64 // bytes callers hold: what Limits count
+
+	// Slabs is the number of slabs mapped (SlabSize bytes each, in use or
+	// spare); their memory is not in Bytes.
+	Slabs int
+	// CacheHits and CacheMisses count Registers that reused a cached
+	// registration and those that did not; CacheEntries is the number of
+	// registrations indexed.
+	CacheHits, CacheMisses uint64
+	CacheEntries           int
 }
 
 // Registry holds the regions of one manager.
@@ -44,6 +53,10 @@ type Registry struct {
 	bytes   uint64
 	count   int // regions reserved or registered and not yet freed
 	closed  bool
+	cache   *regCache
+
+	pool  pool         // its own lock
+	owned *ownedSpares // spareMemfds; its own lock
 }
 
 // NewRegistry returns an empty registry for the manager ownerID. It does no I/O.
@@ -55,7 +68,10 @@ func NewRegistry(ownerID uint64, limits buffer.Limits) *Registry {
 		regions:  make(map[uint64]*Region),
 		nextID:   1,
 		epoch:    time.Now(),
+		cache:    newRegCache(DefaultCacheEntries),
 	}
+	r.pool.maxBytes = limits.MaxBytes
+	r.owned = &spareMemfds
 	empty := ""
 	r.ownerAddr.Store(&empty)
 	return r
@@ -72,56 +88,6 @@ func (g *Registry) AddHooks(h Hooks) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.hooks = append(g.hooks, h)
-}
-
-// Allocate maps size bytes of page-aligned memory off the Go heap and
-// registers it with the given access.
-func (g *Registry) Allocate(size uint64, access buffer.Access) (buffer.Buffer, error) {
-	if size == 0 {
-		return buffer.Buffer{}, fmt.Errorf("allocate 0 bytes: %w", rdmamgr.ErrInvalid)
-	}
-	if !access.Valid() {
-		return buffer.Buffer{}, fmt.Errorf("allocate with access %#x: %w", uint32(access), rdmamgr.ErrInvalid)
-	}
-	if size > 1<<46 {
-		return buffer.Buffer{}, fmt.Errorf("allocate %d bytes: %w", size, rdmamgr.ErrLimit)
-	}
-	if err := g.reserve(size); err != nil {
-		return buffer.Buffer{}, err
-	}
-	rounded := (size + uint64(g.pageSize) - 1) &^ uint64(g.pageSize-1)
-	mem, err := mmapAnon(int(rounded))
-	if err != nil {
-		g.unreserve(size)
-		return buffer.Buffer{}, fmt.Errorf("mmap %d bytes: %w", rounded, err)
-	}
-	r, err := g.add(KindAllocated, mem[:size:size], access, mem)
-	if err != nil {
-		_ = munmap(mem)
-		g.unreserve(size)
-		return buffer.Buffer{}, err
-	}
-	return g.handle(r), nil
-}
-
-// Register registers the caller's memory p in place, pinning it until the
-// region is released. The caller must not let p go out of use before.
-func (g *Registry) Register(p []byte, access buffer.Access) (buffer.Buffer, error) {
-	if len(p) == 0 {
-		return buffer.Buffer{}, fmt.Errorf("register empty slice: %w", rdmamgr.ErrInvalid)
-	}
-	if !access.Valid() {
-		return buffer.Buffer{}, fmt.Errorf("register with access %#x: %w", uint32(access), rdmamgr.ErrInvalid)
-	}
-	if err := g.reserve(uint64(len(p))); err != nil {
-		return buffer.Buffer{}, err
-	}
-	r, err := g.add(KindUser, p, access, nil)
-	if err != nil {
-		g.unreserve(uint64(len(p)))
-		return buffer.Buffer{}, err
-	}
-	return g.handle(r), nil
 }
 
 func (g *Registry) reserve(size uint64) error {
@@ -151,41 +117,39 @@ func (g *Registry) unreserve(size uint64) {
 	g.mu.Unlock()
 }
 
-// mapping is the whole mmap for KindAllocated (nil for user memory).
-func (g *Registry) add(kind Kind, mem []byte, access buffer.Access, mapping []byte) (*Region, error) {
-	r := &Region{kind: kind, mem: mem, access: access}
+// add registers r (kind, mem and access set; the memory fields for
+// KindAllocated) with a fresh key and id: hooks first, then the index.
+func (g *Registry) add(r *Region) (*Region, error) {
+	r.holds = 1
 	if _, err := rand.Read(r.key[:]); err != nil {
 		return nil, fmt.Errorf("region key: %w", err)
 	}
-	if kind == KindUser {
-		r.pinner.Pin(&mem[0])
+	if r.kind == KindUser {
+		r.pinner.Pin(&r.mem[0])
 	}
-	r.mapping = mapping
 	g.mu.Lock()
 	hooks := g.hooks
 	r.id = g.nextID // ids are never reused, so hooks may key by it
 	g.nextID++
 	g.mu.Unlock()
+	undo := func(hooks []Hooks) {
+		for _, h := range hooks {
+			_ = h.DeregisterRegion(r)
+		}
+		if r.kind == KindUser {
+			r.pinner.Unpin()
+		}
+	}
 	for i, h := range hooks {
 		if err := h.RegisterRegion(r); err != nil {
-			for _, h := range hooks[:i] {
-				_ = h.DeregisterRegion(r)
-			}
-			if kind == KindUser {
-				r.pinner.Unpin()
-			}
+			undo(hooks[:i])
 			return nil, fmt.Errorf("backend register: %w", err)
 		}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
-		for _, h := range hooks {
-			_ = h.DeregisterRegion(r)
-		}
-		if kind == KindUser {
-			r.pinner.Unpin()
-		}
+		undo(hooks)
 		return nil, rdmamgr.ErrClosed
 	}
 	g.regions[r.id] = r
@@ -227,7 +191,10 @@ func (g *Registry) hooksSnapshot() []Hooks {
 	return g.hooks
 }
 
-// Release releases the region of handle b (the key must match). It stops
+// Release releases the region of handle b (the key must match). Of a
+// registration that several Registers hold (the registration cache), it
+// drops one hold and returns, unless the region's lease ran out: then the
+// registration ends for every holder. Otherwise it stops
 // new references, waits until every reference is dropped or ctx ends,
 // deregisters the region from the backends and frees its memory. When ctx
 // ends first the region is still freed as soon as it drains, and the
@@ -243,7 +210,13 @@ func (g *Registry) Release(ctx context.Context, b buffer.Buffer) error {
 		g.mu.Unlock()
 		return fmt.Errorf("release region %d: %w", b.Region, rdmamgr.ErrBadKey)
 	}
+	if l := r.lease.Load(); r.holds > 1 && (l == 0 || g.now() <= l) { // a registration other Registers still hold
+		r.holds--
+		g.mu.Unlock()
+		return nil
+	}
 	delete(g.regions, r.id)
+	g.cache.remove(r)
 	g.mu.Unlock()
 	return g.finish(ctx, r)
 }
@@ -251,6 +224,10 @@ func (g *Registry) Release(ctx context.Context, b buffer.Buffer) error {
 func (g *Registry) finish(ctx context.Context, r *Region) error {
 	r.refs.Close()
 	g.cut(r)
+	if r.refs.Users() == 0 { // closed and empty: nobody can enter any more
+		g.free(r)
+		return nil
+	}
 	select {
 	case <-r.refs.Drained(): // already drained: succeed even if ctx is done
 		g.free(r)
@@ -274,13 +251,30 @@ func (g *Registry) free(r *Region) {
 	for _, h := range hooks {
 		_ = h.DeregisterRegion(r)
 	}
-	switch r.kind {
-	case KindAllocated:
-		_ = munmap(r.mapping)
-	case KindUser:
+	switch {
+	case r.slab != nil:
+		clear(r.mem) // no previous owner's byte in a reused slot
+		if s := g.pool.put(r.slab, r.fdOff); s != nil {
+			g.freeSlab(s)
+		}
+	case r.kind == KindAllocated && r.exported.Load():
+		memfdUnmap(r.fd, r.mapping) // another process may hold the fd: never reuse it
+	case r.kind == KindAllocated:
+		g.owned.put(ownedMap{fd: r.fd, mem: r.mapping})
+	case r.kind == KindUser:
 		r.pinner.Unpin()
 	}
 	g.unreserve(uint64(len(r.mem)))
+}
+
+// freeSlab unmaps an empty slab once the hooks forgot it.
+func (g *Registry) freeSlab(s *Slab) {
+	for _, h := range g.hooksSnapshot() {
+		if sh, ok := h.(SlabHooks); ok {
+			_ = sh.DeregisterSlab(s)
+		}
+	}
+	memfdUnmap(s.fd, s.mem)
 }
 
 // Regions returns a snapshot of the registered regions.
@@ -298,7 +292,9 @@ func (g *Registry) Regions() []*Region {
 func (g *Registry) Stats() Stats {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	return Stats{Regions: len(g.regions), Bytes: g.bytes}
+	st := Stats{Regions: len(g.regions), Bytes: g.bytes, Slabs: g.pool.stats()}
+	st.CacheHits, st.CacheMisses, st.CacheEntries = g.cache.hits, g.cache.misses, g.cache.lru.Len()
+	return st
 }
 
 // Close releases every region, waiting for references until ctx ends.
@@ -314,8 +310,12 @@ func (g *Registry) Close(ctx context.Context) error {
 	for id, r := range g.regions {
 		regs = append(regs, r)
 		delete(g.regions, id)
+		g.cache.remove(r)
 	}
 	g.mu.Unlock()
+	for _, s := range g.pool.close() {
+		g.freeSlab(s)
+	}
 	var first error
 	for _, r := range regs {
 		if err := g.finish(ctx, r); err != nil && first == nil {

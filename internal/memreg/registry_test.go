@@ -44,8 +44,8 @@ func TestAllocate(t *testing.T) {
 		if uint64(len(mem)) != size || uint64(cap(mem)) != size {
 			t.Fatalf("size %d: len %d cap %d", size, len(mem), cap(mem))
 		}
-		if uintptr(unsafe.Pointer(&mem[0]))%uintptr(page) != 0 {
-			t.Errorf("size %d: memory not page aligned", size)
+		if a := alignOf(size); uintptr(unsafe.Pointer(&mem[0]))%a != 0 {
+			t.Errorf("size %d: memory not aligned to %d", size, a)
 		}
 		for i, c := range mem {
 			if c != 0 {
@@ -100,17 +100,18 @@ func TestAllocateInvalid(t *testing.T) {
 	wantErr(t, "Register(empty)", err, rdmamgr.ErrInvalid)
 	_, err = g.Register(make([]byte, 8), buffer.Access(8))
 	wantErr(t, "Register with access 8", err, rdmamgr.ErrInvalid)
-	if st := g.Stats(); st != (Stats{}) {
+	if st := g.Stats(); !idle(st) {
 		t.Errorf("failed calls left %+v", st)
 	}
 }
 
 // TestReleaseUnmaps checks that Release unmaps allocated memory of every
-// size, including sizes that are not a multiple of the page size.
+// unpooled size, including sizes that are not a multiple of the page size.
 func TestReleaseUnmaps(t *testing.T) {
 	g := newReg(t, buffer.Limits{})
+	g.ownSpares(0) // TestOwnedReuse covers the memfds kept for reuse
 	page := os.Getpagesize()
-	for _, size := range []int{1, page - 1, page, 5*page + 1} {
+	for _, size := range []int{MaxPooled + 1, 2 * MaxPooled, 5*page + MaxPooled} {
 		b := mustAlloc(t, g, uint64(size), buffer.AccessRead)
 		p := unsafe.Pointer(&mustBytes(t, g, b)[0])
 		rounded := (size + page - 1) &^ (page - 1)
@@ -165,7 +166,7 @@ func TestRegisterUserMemory(t *testing.T) {
 	if err := g.Release(context.Background(), b); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	if st := g.Stats(); st != (Stats{}) {
+	if st := g.Stats(); !idle(st) {
 		t.Errorf("Stats after release %+v", st)
 	}
 	// The caller's memory is still the caller's after Release.
@@ -291,8 +292,8 @@ func TestClose(t *testing.T) {
 	if err := g.Close(ctx); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if st := g.Stats(); st != (Stats{}) {
-		t.Errorf("Stats after Close %+v", st)
+	if st := g.Stats(); !idle(st) || st.Slabs != 0 {
+		t.Errorf("Stats after Close %+v, want no region and no slab", st)
 	}
 	for _, b := range bufs {
 		_, err := g.AcquireLocal(b)
@@ -308,7 +309,7 @@ func TestClose(t *testing.T) {
 	wantErr(t, "Allocate after Close", err, rdmamgr.ErrClosed)
 	_, err = g.Register(make([]byte, 1), buffer.AccessRead)
 	wantErr(t, "Register after Close", err, rdmamgr.ErrClosed)
-	if st := g.Stats(); st != (Stats{}) {
+	if st := g.Stats(); !idle(st) {
 		t.Errorf("Stats after failed calls %+v", st)
 	}
 }

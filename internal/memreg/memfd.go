@@ -1,0 +1,38 @@
+package memreg
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// memfdMap makes a memfd of size bytes (a multiple of the page size) and
+// maps all of it shared, read-write. The fd is close-on-exec and sealed
+// against shrinking and growing (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL):
+// a process the fd is later passed to can map it but cannot truncate it
+// under the owner (which would turn the owner's accesses into SIGBUS) nor
+// change the seals.
+func memfdMap(name string, size int) (fd int, mem []byte, err error) {
+	fd, err = unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return -1, nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	if err = unix.Ftruncate(fd, int64(size)); err != nil {
+		err = fmt.Errorf("ftruncate memfd to %d bytes: %w", size, err)
+	} else if _, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		err = fmt.Errorf("seal memfd: %w", err)
+	} else if mem, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+		err = fmt.Errorf("mmap memfd of %d bytes: %w", size, err)
+	}
+	if err != nil {
+		_ = unix.Close(fd)
+		return -1, nil, err
+	}
+	return fd, mem, nil
+}
+
+// memfdUnmap unmaps mem and closes fd, once nothing references either.
+func memfdUnmap(fd int, mem []byte) {
+	_ = unix.Munmap(mem)
+	_ = unix.Close(fd)
+}
