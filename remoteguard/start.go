@@ -58,6 +58,7 @@ func Start(sys *protoactor.ActorSystem, addr string, cfg Config, opts ...Option)
 	r = remote.NewRemote(sys, rc)
 	defer func() {
 		if p := recover(); p != nil {
+			streamSets.Delete(sys) // stop.go
 			r, advertised, err = nil, "", fmt.Errorf("start remote on %s: %v", addr, p)
 		}
 	}()
