@@ -15,6 +15,8 @@ type Kind string
 const (
 	KindTCP     Kind = "tcp"
 	KindIBVerbs Kind = "ibverbs"
+	// KindSHM is the same-host shared-memory backend (backend/shm).
+	KindSHM Kind = "shm"
 )
 
 // Op is a one-sided operation.

@@ -1,0 +1,49 @@
+package shm
+
+import "github.com/rdmamgr/rdmamgr/backend"
+
+// Defaults of Config.
+const (
+	DefaultInlineMax   = 64 << 10
+	DefaultMaxInFlight = 256
+	DefaultMaxMapped   = 4096
+)
+
+// Config configures the shm backend. Zero fields take defaults.
+type Config struct {
+	// Secret is the deployment's: every connection proves it (as the TCP
+	// backend's data connections do).
+	Secret backend.Secret
+	// Fallback moves the bytes of remote regions that are not
+	// memfd-backed (caller memory a peer registered in place): it is set
+	// up alongside every shm route to the same peer, and shm routes post
+	// such operations on it. Nil: such operations fail with
+	// ErrNotShareable.
+	Fallback backend.Backend
+	// AllowUIDs are the user ids, besides our own, whose processes may
+	// map our memory (SO_PEERCRED). Anyone allowed can read all of this
+	// manager's pooled memory (package doc).
+	AllowUIDs []int
+	// InlineMax is the largest copy done inside Post, in the poster's
+	// goroutine (DefaultInlineMax); larger ones run on the route's copier.
+	InlineMax int
+	// MaxInFlight bounds a route's operations posted and not reported
+	// (DefaultMaxInFlight); Post waits for room past it.
+	MaxInFlight int
+	// MaxMapped bounds the remote regions a route keeps mapped
+	// (DefaultMaxMapped); least recently used are unmapped first.
+	MaxMapped int
+}
+
+func (c Config) withDefaults() Config {
+	if c.InlineMax <= 0 {
+		c.InlineMax = DefaultInlineMax
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.MaxMapped <= 0 {
+		c.MaxMapped = DefaultMaxMapped
+	}
+	return c
+}
