@@ -1,49 +1,271 @@
+//go:build linux
+
 package shm
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
-// Backend is the shm backend of one manager.
+// tokenTTL is how long a route token from AcceptRoute waits for its
+// connection; maxTokens bounds the tokens waiting.
+const (
+	tokenTTL  = time.Minute
+	maxTokens = 4096
+)
+
+// Backend is the shm backend of one manager: the owner's side (a socket
+// that hands out its memfds to authenticated processes of the host) and
+// the initiator's (routes that map peers' memfds and copy).
 type Backend struct {
-	cfg Config
-	reg *memreg.Registry
-	log *slog.Logger
+	cfg  Config
+	reg  *memreg.Registry
+	log  *slog.Logger
+	host [hostIDSize]byte
+	uid  int
+
+	authFail atomic.Uint64
+	wg       sync.WaitGroup // the accept loop and the connections
+
+	mu sync.Mutex // guards the fields below
+	// started and closed: Start ran; Close ran.
+	started, closed bool
+	ln              *net.UnixListener
+	name            string // abstract socket name, without '@'
+	tokens          map[[tokenSize]byte]token
+	conns           map[*serverConn]struct{}
+	routes          map[*route]struct{} // routes we initiated, until closed
+	// gone sums the counters of connections that ended.
+	gone backend.ServedStats
+}
+
+// token is a route the owner accepted and whose connection it awaits.
+type token struct {
+	peerID  uint64
+	pid     uint32
+	uid     uint32
+	expires time.Time
 }
 
 // New returns a backend serving reg; it does no I/O.
 func New(cfg Config, reg *memreg.Registry, log *slog.Logger) (*Backend, error) {
+	if reg == nil {
+		return nil, errors.New("shm: nil registry")
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Backend{cfg: cfg.withDefaults(), reg: reg, log: log}, nil
+	return &Backend{cfg: cfg.withDefaults(), reg: reg, log: log.With("backend", "shm"), uid: os.Getuid(),
+		tokens: make(map[[tokenSize]byte]token), conns: make(map[*serverConn]struct{}),
+		routes: make(map[*route]struct{})}, nil
 }
 
 // Kind implements backend.Backend.
 func (b *Backend) Kind() backend.Kind { return backend.KindSHM }
 
-// Start implements backend.Backend.
-func (b *Backend) Start(ctx context.Context) error { return nil }
-
-// Addr implements backend.Backend.
-func (b *Backend) Addr() string { return "" }
-
-// PrepareRoute implements backend.Backend.
-func (b *Backend) PrepareRoute(ctx context.Context, peerID uint64) (backend.PendingRoute, []byte, error) {
-	return nil, nil, ErrNotSameHost
+// Start listens on a fresh abstract unix socket.
+func (b *Backend) Start(ctx context.Context) error {
+	host, err := hostID()
+	if err != nil {
+		return fmt.Errorf("%w: %w", err, backend.ErrNotSupported)
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	name := "rdmamgr-shm-" + hex.EncodeToString(rnd[:])
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: "@" + name, Net: "unixpacket"})
+	if err != nil {
+		return fmt.Errorf("shm: listen on @%s: %w", name, err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || b.started {
+		ln.Close()
+		return fmt.Errorf("shm: Start after Start or Close: %w", backend.ErrClosed)
+	}
+	b.host, b.ln, b.name, b.started = host, ln, name, true
+	b.reg.AddCutter(b)
+	b.wg.Add(1)
+	go b.acceptLoop(ln)
+	return nil
 }
 
-// AcceptRoute implements backend.Backend.
-func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, info []byte) ([]byte, error) {
-	return nil, ErrNotSameHost
+// Addr is the abstract socket's name.
+func (b *Backend) Addr() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.name == "" {
+		return ""
+	}
+	return "@" + b.name
 }
 
-// Served implements backend.Backend.
-func (b *Backend) Served() backend.ServedStats { return backend.ServedStats{} }
+// ready returns the host id once started, or why not.
+func (b *Backend) ready() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.closed:
+		return fmt.Errorf("shm: %w", backend.ErrClosed)
+	case !b.started:
+		return fmt.Errorf("shm: not started: %w", backend.ErrNotSupported)
+	}
+	return nil
+}
 
-// Close implements backend.Backend.
-func (b *Backend) Close() error { return nil }
+// Served sums what every connection served.
+func (b *Backend) Served() backend.ServedStats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.gone
+	for c := range b.conns {
+		cs := c.served()
+		s.Ops += cs.Ops
+		s.BytesIn += cs.BytesIn
+		s.BytesOut += cs.BytesOut
+		s.Rejected += cs.Rejected
+	}
+	s.AuthFail = b.authFail.Load()
+	return s
+}
+
+// ServedByPeer implements backend.PeerServer.
+func (b *Backend) ServedByPeer() map[uint64]backend.PeerServedStats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[uint64]backend.PeerServedStats)
+	for c := range b.conns {
+		if c.peerID == 0 {
+			continue
+		}
+		cs, p := c.served(), out[c.peerID]
+		p.Ops += cs.Ops
+		p.BytesIn += cs.BytesIn
+		p.BytesOut += cs.BytesOut
+		p.Rejected += cs.Rejected
+		p.Conns++
+		out[c.peerID] = p
+	}
+	return out
+}
+
+// CutRegion implements memreg.Cutter: every connection that mapped r
+// learns through its state table that r is revoked, released or has a new
+// lease; the registry then waits for the copies in flight.
+func (b *Backend) CutRegion(r *memreg.Region) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for c := range b.conns {
+		c.cutRegion(r)
+	}
+}
+
+// Close stops the listener, ends every connection (their regions are cut
+// first, and their copies drained within a bound) and waits. Idempotent.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		b.wg.Wait()
+		return nil
+	}
+	b.closed = true
+	ln := b.ln
+	conns := make([]*serverConn, 0, len(b.conns))
+	for c := range b.conns {
+		conns = append(conns, c)
+	}
+	routes := make([]*route, 0, len(b.routes))
+	for r := range b.routes {
+		routes = append(routes, r)
+	}
+	b.mu.Unlock()
+	if ln != nil {
+		ln.Close()
+	}
+	for _, r := range routes {
+		r.Close()
+	}
+	for _, c := range conns {
+		c.conn.Close()
+	}
+	b.wg.Wait()
+	return nil
+}
+
+// addRoute lists r for Close; it fails when the backend is closed.
+func (b *Backend) addRoute(r *route) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return fmt.Errorf("shm: %w", backend.ErrClosed)
+	}
+	b.routes[r] = struct{}{}
+	return nil
+}
+
+func (b *Backend) removeRoute(r *route) {
+	b.mu.Lock()
+	delete(b.routes, r)
+	b.mu.Unlock()
+}
+
+// newToken records an accepted route's token.
+func (b *Backend) newToken(peerID uint64, info *routeInfo) ([tokenSize]byte, error) {
+	var tok [tokenSize]byte
+	_, _ = rand.Read(tok[:])
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.tokens) >= maxTokens {
+		for k, t := range b.tokens {
+			if now.After(t.expires) {
+				delete(b.tokens, k)
+			}
+		}
+		if len(b.tokens) >= maxTokens {
+			return tok, fmt.Errorf("shm: %d routes awaiting their connection: %w", len(b.tokens), backend.ErrLimit)
+		}
+	}
+	b.tokens[tok] = token{peerID: peerID, pid: info.pid, uid: info.uid, expires: now.Add(tokenTTL)}
+	return tok, nil
+}
+
+// takeToken removes and returns a live token.
+func (b *Backend) takeToken(tok [tokenSize]byte) (token, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.tokens[tok]
+	delete(b.tokens, tok)
+	return t, ok && time.Now().Before(t.expires)
+}
+
+func (b *Backend) dropToken(tok [tokenSize]byte) {
+	b.mu.Lock()
+	delete(b.tokens, tok)
+	b.mu.Unlock()
+}
+
+// uidAllowed reports whether processes of uid may map our memory.
+func (b *Backend) uidAllowed(uid uint32) bool {
+	if int(uid) == b.uid {
+		return true
+	}
+	for _, u := range b.cfg.AllowUIDs {
+		if u >= 0 && uint32(u) == uid {
+			return true
+		}
+	}
+	return false
+}

@@ -1,23 +1,30 @@
 package shm
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/rdmamgr/rdmamgr"
 )
 
 var (
-	// ErrNotSameHost: the peer runs on another host (or in another network
-	// or pid namespace): the manager tries its next backend. It matches
-	// rdmamgr.ErrNotSupported.
+	// ErrNotSameHost: the peer runs on another host (or in another network,
+	// pid or user namespace), or as a user we do not serve: the manager
+	// tries its next backend. It matches rdmamgr.ErrNotSupported.
 	ErrNotSameHost = fmt.Errorf("peer is not on this host: %w", rdmamgr.ErrNotSupported)
-	// ErrNotShareable: the remote region is not memfd-backed and the route
-	// has no fallback. It matches rdmamgr.ErrNotSupported.
+	// ErrNotShareable: the remote region is not memfd-backed (caller memory
+	// its owner registered in place) and the route has no fallback. It
+	// matches rdmamgr.ErrNotSupported.
 	ErrNotShareable = fmt.Errorf("remote region is not in shared memory: %w", rdmamgr.ErrNotSupported)
 	// ErrNotBuilt: this build has no shm backend (not Linux). It matches
 	// rdmamgr.ErrNotSupported.
 	ErrNotBuilt = fmt.Errorf("shm backend not built on this platform: %w", rdmamgr.ErrNotSupported)
 )
 
-var _ = errors.Is
+// Internal errors; they match the module's sentinels.
+var (
+	errBadPlace    = fmt.Errorf("shm: region lies outside its memfd: %w", rdmamgr.ErrProtocol)
+	errRouteClosed = fmt.Errorf("shm: route closed: %w", rdmamgr.ErrClosed)
+	errOwnerSilent = fmt.Errorf("shm: owner did not answer a map request: %w", rdmamgr.ErrPeerGone)
+	errOwnerGone   = fmt.Errorf("shm: owner closed the connection: %w", rdmamgr.ErrPeerGone)
+	errCopyFault   = fmt.Errorf("shm: fault while copying shared memory: %w", rdmamgr.ErrPeerGone)
+)

@@ -1,0 +1,106 @@
+//go:build linux
+
+package shm
+
+import (
+	"fmt"
+	"runtime/debug"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
+
+// chunk is how much a queued copy moves between its checks of
+// cancellation, deadline and the region's state.
+const chunk = 1 << 20
+
+// copy moves wr's bytes between its local memory and e's mapping. The
+// region's access and bounds are checked here, its state (revoked,
+// released, lease) in the table around the copy; chunked copies check
+// again between chunks.
+func (r *route) copy(e *entry, wr *backend.WorkRequest, chunked bool) error {
+	n := uint64(len(wr.Local))
+	hdr := r.table
+	if !e.access.Allows(wr.Op.Need()) {
+		hdr.word(0, wRejected).Add(1)
+		return fmt.Errorf("shm: %s to a %s buffer: %w", wr.Op, e.access, buffer.ErrAccess)
+	}
+	if err := buffer.CheckRange(uint64(len(e.mem)), wr.Remote.Offset, n); err != nil {
+		hdr.word(0, wRejected).Add(1)
+		return fmt.Errorf("shm: %s at %d+%d of a %d-byte region: %w", wr.Op, wr.Remote.Offset, n, len(e.mem), err)
+	}
+	remote := e.mem[wr.Remote.Offset : wr.Remote.Offset+n]
+	if st := r.table.enter(e.slot, e.id); st != stAlive {
+		hdr.word(0, wRejected).Add(1)
+		r.forgetEntry(e)
+		return &backend.RemoteError{Code: backend.Code(stateErr(st)), Op: wr.Op}
+	}
+	var err error
+	if !chunked || n <= chunk {
+		err = guardedCopy(wr.Op, wr.Local, remote)
+	} else {
+		err = r.copyChunks(e, wr, remote)
+	}
+	r.table.leave(e.slot)
+	if err != nil {
+		return err
+	}
+	hdr.word(0, wOps).Add(1)
+	if wr.Op == backend.OpWrite {
+		hdr.word(0, wBytesIn).Add(n)
+	} else {
+		hdr.word(0, wBytesOut).Add(n)
+	}
+	if err := r.st.Err(); err != nil { // the owner went away meanwhile
+		return err
+	}
+	return nil
+}
+
+// copyChunks copies chunk by chunk, ending early when wr is cancelled or
+// its deadline passes, or the region is cut.
+func (r *route) copyChunks(e *entry, wr *backend.WorkRequest, remote []byte) error {
+	for off := 0; off < len(remote); off += chunk {
+		if off > 0 {
+			if err := r.ended(wr); err != nil {
+				return err
+			}
+			if st := r.table.still(e.slot); st != stAlive {
+				r.forgetEntry(e)
+				return &backend.RemoteError{Code: backend.Code(stateErr(st)), Op: wr.Op}
+			}
+		}
+		end := min(off+chunk, len(remote))
+		if err := guardedCopy(wr.Op, wr.Local[off:end], remote[off:end]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forgetEntry drops an entry whose region was cut and tells the owner.
+func (r *route) forgetEntry(e *entry) {
+	if r.cache.drop(e) {
+		r.tellEvicted([]*entry{e})
+	}
+}
+
+// guardedCopy copies between local and the shared mapping. The mapping
+// cannot fault by design (the memfd is sealed against shrinking and we
+// hold it mapped), but should it, the fault becomes an error instead of
+// a crash (debug.SetPanicOnFault).
+func guardedCopy(op backend.Op, local, remote []byte) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w (%v)", errCopyFault, p)
+		}
+	}()
+	if op == backend.OpWrite {
+		copy(remote, local)
+	} else {
+		copy(local, remote)
+	}
+	return nil
+}

@@ -1,0 +1,224 @@
+//go:build linux
+
+package shm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	rdmapb "github.com/rdmamgr/rdmamgr/proto"
+)
+
+// drainBound is how long a connection that ended waits for its peer's
+// copies before it lets its regions go: a process that died never lowers
+// its counts (and copies nothing any more); a live one that closed its
+// route had finished its copies first.
+const drainBound = 100 * time.Millisecond
+
+// export is one region a connection's peer mapped: the reference that
+// keeps it registered (a remote reference: Revoke and Release wait for
+// it) and its slot in the state table.
+type export struct {
+	ref  memreg.Ref
+	id   uint64
+	slot uint32
+}
+
+func u32(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
+
+// mapRegion answers a map request: the region's memfd and its place in
+// it, after the same checks as any remote request (region, key, access,
+// revocation, lease). It returns the reply and the fd to pass (-1: none).
+func (c *serverConn) mapRegion(m mapMsg) (mappedMsg, int) {
+	rep := mappedMsg{req: m.req}
+	refuse := func(err error) (mappedMsg, int) {
+		rep.code = uint32(backend.RemoteCode(err))
+		c.mu.Lock()
+		c.rejected++
+		c.mu.Unlock()
+		return rep, -1
+	}
+	if m.need == 0 {
+		m.need = buffer.AccessRead
+	}
+	ref, err := c.b.reg.AcquireRemote(m.region, m.key, 0, 1, m.need)
+	if err != nil {
+		return refuse(err)
+	}
+	r := ref.Region()
+	fd, off, ok := r.Memfd()
+	if !ok {
+		ref.Release()
+		return refuse(fmt.Errorf("caller memory: %w", rdmamgr.ErrNotSupported))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.exports[r.ID()]; e != nil { // mapped again (the peer evicted it): same slot
+		ref.Release()
+		rep.slot = e.slot
+	} else {
+		slot, ok := c.takeSlot()
+		if !ok {
+			ref.Release()
+			c.rejected++
+			rep.code = uint32(rdmapb.Code_RESOURCE_EXHAUSTED)
+			return rep, -1
+		}
+		e = &export{ref: ref, id: r.ID(), slot: slot}
+		c.setSlot(e, r)
+		c.exports[e.id] = e
+		// A cut that ran before the export was listed missed it: check.
+		if st := stateOf(c.b.reg.RemoteErr(r)); st != stAlive {
+			delete(c.exports, e.id)
+			c.cutExport(e, st)
+			c.rejected++
+			rep.code = uint32(backend.RemoteCode(stateErr(st)))
+			return rep, -1
+		}
+		rep.slot = slot
+	}
+	rep.off, rep.len, rep.access = off, uint64(r.Len()), r.Access()
+	return rep, fd
+}
+
+// takeSlot returns a free slot of the table. c.mu is held.
+func (c *serverConn) takeSlot() (uint32, bool) {
+	if n := len(c.free); n > 0 {
+		s := c.free[n-1]
+		c.free = c.free[:n-1]
+		return s, true
+	}
+	if c.next == 0 {
+		c.next = 1
+	}
+	if c.next >= tableSlots {
+		return 0, false
+	}
+	c.next++
+	return c.next - 1, true
+}
+
+// setSlot publishes e's region in its slot: id and lease first, then the
+// state that lets copies in. c.mu is held.
+func (c *serverConn) setSlot(e *export, r *memreg.Region) {
+	t := c.table
+	t.word(e.slot, wID).Store(e.id)
+	var l uint64
+	if left, ok := c.b.reg.LeaseLeft(r); ok {
+		l = uint64(nanotime()) + uint64(left)
+	}
+	t.word(e.slot, wLease).Store(l)
+	t.word(e.slot, wState).Store(stAlive)
+}
+
+// cutRegion is Backend.CutRegion for this connection.
+func (c *serverConn) cutRegion(r *memreg.Region) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.exports[r.ID()]
+	if e == nil || e.ref.Region() != r || c.table == nil {
+		return
+	}
+	st := stateOf(c.b.reg.RemoteErr(r))
+	if st == stAlive { // the lease was set again
+		var l uint64
+		if left, ok := c.b.reg.LeaseLeft(r); ok {
+			l = uint64(nanotime()) + uint64(left)
+		}
+		c.table.word(e.slot, wLease).Store(l)
+		return
+	}
+	delete(c.exports, e.id)
+	c.cutExport(e, st)
+}
+
+// unmap is the peer's word that it no longer maps a region.
+func (c *serverConn) unmap(slot uint32, id uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.exports[id]; e != nil && e.slot == slot {
+		delete(c.exports, id)
+		c.cutExport(e, stReleased)
+	}
+}
+
+// cutExport closes e's slot with state st and, once the peer's copies in
+// it are drained, releases e's reference, gives the slot back and tells
+// the peer (msgGone) so it unmaps. c.mu is held; e is no longer listed.
+func (c *serverConn) cutExport(e *export, st uint64) {
+	c.table.word(e.slot, wState).Store(st)
+	c.drains.Add(1)
+	go c.drain(e)
+}
+
+func (c *serverConn) drain(e *export) {
+	defer c.drains.Done()
+	n := c.table.word(e.slot, wInFlight)
+	d := 20 * time.Microsecond
+	for n.Load() != 0 {
+		select {
+		case <-c.dead:
+			if time.Since(c.deadAt) > drainBound {
+				e.ref.Release()
+				return // the slot dies with the table
+			}
+		default:
+		}
+		time.Sleep(d)
+		d = min(2*d, 2*time.Millisecond)
+	}
+	e.ref.Release()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.dead:
+		return
+	default:
+	}
+	c.free = append(c.free, e.slot)
+	_ = writePacket(c.conn, slotMsg(msgGone, e.slot, e.id), -1) // best effort: the peer also finds it on use
+}
+
+// served returns the counters of this connection.
+func (c *serverConn) served() backend.ServedStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := backend.ServedStats{Rejected: c.rejected}
+	if t := c.table; t != nil {
+		s.Ops = t.word(0, wOps).Load()
+		s.BytesIn = t.word(0, wBytesIn).Load()
+		s.BytesOut = t.word(0, wBytesOut).Load()
+		s.Rejected += t.word(0, wRejected).Load()
+	}
+	return s
+}
+
+// stateOf maps a registry's RemoteErr to a slot state.
+func stateOf(err error) uint64 {
+	switch {
+	case err == nil:
+		return stAlive
+	case errors.Is(err, rdmamgr.ErrRevoked):
+		return stRevoked
+	case errors.Is(err, rdmamgr.ErrExpired):
+		return stExpired
+	}
+	return stReleased
+}
+
+// stateErr is the error of a copy refused by a slot in state st.
+func stateErr(st uint64) error {
+	switch st {
+	case stRevoked:
+		return rdmamgr.ErrRevoked
+	case stExpired:
+		return rdmamgr.ErrExpired
+	}
+	return rdmamgr.ErrReleased
+}

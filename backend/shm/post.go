@@ -1,0 +1,137 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
+)
+
+// Post runs a small operation on a region already mapped at once, in the
+// caller's goroutine (it is complete when Post returns); anything else
+// goes to the route's copier, or to the fallback route for a region that
+// is not memfd-backed.
+func (r *route) Post(wr *backend.WorkRequest) error {
+	if err := routestate.Validate("shm", wr); err != nil {
+		return err
+	}
+	if err := r.st.Err(); err != nil {
+		return err
+	}
+	if cause := wr.CancelCause(); cause != nil {
+		return routestate.OpError("shm", wr, cause)
+	}
+	if !wr.Deadline.IsZero() && time.Now().After(wr.Deadline) {
+		return routestate.OpError("shm", wr, backend.ErrDeadline)
+	}
+	if !r.gate.Enter() {
+		return fmt.Errorf("shm: route: %w", backend.ErrClosed)
+	}
+	e := r.cache.get(wr.Remote.Region, wr.Remote.Key)
+	switch {
+	case e != nil && e.fallback:
+		r.cache.unref(e)
+		r.gate.Leave()
+		return r.postFallback(wr)
+	case e != nil && len(wr.Local) <= r.b.cfg.InlineMax:
+		r.st.Begin()
+		err := r.copy(e, wr, false)
+		r.cache.unref(e)
+		r.gate.Leave()
+		r.finish(wr, err)
+		return nil
+	case e != nil:
+		r.cache.unref(e)
+	}
+	r.gate.Leave()
+	return r.enqueue(wr)
+}
+
+// postFallback hands wr to the fallback route.
+func (r *route) postFallback(wr *backend.WorkRequest) error {
+	if r.fb == nil {
+		return fmt.Errorf("shm: %s of %d bytes: %w", wr.Op, len(wr.Local), ErrNotShareable)
+	}
+	return r.fb.Post(wr)
+}
+
+// finish reports wr's outcome.
+func (r *route) finish(wr *backend.WorkRequest, err error) {
+	r.st.End(wr, err)
+	wr.Done.Complete(wr, err)
+}
+
+// enqueue queues wr for the copier, waiting for room (back-pressure)
+// until the poster's context, wr's deadline or the route ends.
+func (r *route) enqueue(wr *backend.WorkRequest) error {
+	select {
+	case r.room <- struct{}{}:
+	default:
+		var dl <-chan time.Time
+		if !wr.Deadline.IsZero() {
+			t := time.NewTimer(time.Until(wr.Deadline))
+			defer t.Stop()
+			dl = t.C
+		}
+		select {
+		case r.room <- struct{}{}:
+		case <-wr.Cancel:
+			cause := wr.CancelCause()
+			if cause == nil {
+				cause = context.Canceled
+			}
+			return routestate.OpError("shm", wr, cause)
+		case <-dl:
+			return routestate.OpError("shm", wr, backend.ErrDeadline)
+		case <-r.st.Done():
+			return r.st.Err()
+		}
+	}
+	r.st.Begin()
+	r.mu.Lock()
+	if err := r.st.Err(); err != nil {
+		r.mu.Unlock()
+		r.st.Unbegin()
+		<-r.room
+		return err
+	}
+	r.queue = append(r.queue, wr)
+	r.mu.Unlock()
+	r.signal()
+	return nil
+}
+
+// Cancel ends a queued wr at once; the copier checks the one it runs
+// between chunks; a wr on the fallback route is the fallback's.
+func (r *route) Cancel(wr *backend.WorkRequest) {
+	cause := wr.CancelCause()
+	if cause == nil {
+		return
+	}
+	r.mu.Lock()
+	for i, q := range r.queue {
+		if q == wr {
+			r.queue = append(r.queue[:i], r.queue[i+1:]...)
+			r.mu.Unlock()
+			<-r.room
+			r.finish(wr, routestate.OpError("shm", wr, cause))
+			return
+		}
+	}
+	cur := r.cur == wr
+	r.mu.Unlock()
+	if cur {
+		select {
+		case r.poke <- struct{}{}:
+		default:
+		}
+		return
+	}
+	if r.fb != nil {
+		r.fb.Cancel(wr)
+	}
+}

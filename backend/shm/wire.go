@@ -1,0 +1,219 @@
+//go:build linux
+
+package shm
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
+
+// protoVersion is the version of the route info and of the socket's
+// messages.
+const protoVersion = 1
+
+// Socket messages (one SOCK_SEQPACKET packet each; little endian).
+const (
+	msgHello   = 1 // owner → initiator: version, nonce
+	msgAuth    = 2 // initiator → owner: token, MAC
+	msgWelcome = 3 // owner → initiator: code, slots; the state table's fd
+	msgMap     = 4 // initiator → owner: req, region, key, need
+	msgMapped  = 5 // owner → initiator: req, code, slot, offset, length, access; the memfd
+	msgUnmap   = 6 // initiator → owner: slot, region (no longer mapped)
+	msgGone    = 7 // owner → initiator: slot, region (cut and drained: unmap it)
+)
+
+// maxPacket bounds a socket message; maxFallbackInfo the fallback's
+// endpoint info carried inside ours.
+const (
+	maxPacket       = 256
+	maxFallbackInfo = 64 << 10
+	tokenSize       = 16
+	hostIDSize      = 32
+)
+
+// routeInfo is the initiator's endpoint info (PrepareRoute).
+type routeInfo struct {
+	host     [hostIDSize]byte
+	pid, uid uint32
+	fbKind   string // the initiator's fallback backend, "" without one
+	fb       []byte // its endpoint info
+}
+
+// routeAnswer is the owner's (AcceptRoute).
+type routeAnswer struct {
+	socket string // abstract socket name, without the leading '@'
+	token  [tokenSize]byte
+	fb     []byte // the fallback's answer; empty without one
+}
+
+func (i *routeInfo) encode() []byte {
+	b := []byte{protoVersion}
+	b = append(b, i.host[:]...)
+	b = binary.LittleEndian.AppendUint32(b, i.pid)
+	b = binary.LittleEndian.AppendUint32(b, i.uid)
+	b = append(b, byte(len(i.fbKind)))
+	b = append(b, i.fbKind...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(i.fb)))
+	return append(b, i.fb...)
+}
+
+// decoder reads fields and remembers the first error.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) take(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n < 0 || n > len(d.b) {
+		d.err = fmt.Errorf("shm: truncated message: %w", backend.ErrProtocol)
+		return nil
+	}
+	p := d.b[:n:n]
+	d.b = d.b[n:]
+	return p
+}
+
+func (d *decoder) u8() byte {
+	if p := d.take(1); p != nil {
+		return p[0]
+	}
+	return 0
+}
+
+func (d *decoder) u32() uint32 {
+	if p := d.take(4); p != nil {
+		return binary.LittleEndian.Uint32(p)
+	}
+	return 0
+}
+
+func (d *decoder) u64() uint64 {
+	if p := d.take(8); p != nil {
+		return binary.LittleEndian.Uint64(p)
+	}
+	return 0
+}
+
+// end fails unless every byte was read.
+func (d *decoder) end() error {
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("shm: %d trailing bytes: %w", len(d.b), backend.ErrProtocol)
+	}
+	return d.err
+}
+
+// version checks the leading version byte.
+func (d *decoder) version() error {
+	if v := d.u8(); d.err == nil && v != protoVersion {
+		d.err = fmt.Errorf("shm: version %d, ours %d: %w", v, protoVersion, backend.ErrVersion)
+	}
+	return d.err
+}
+
+func decodeInfo(p []byte) (routeInfo, error) {
+	var i routeInfo
+	d := decoder{b: p}
+	if err := d.version(); err != nil {
+		return i, err
+	}
+	copy(i.host[:], d.take(hostIDSize))
+	i.pid, i.uid = d.u32(), d.u32()
+	i.fbKind = string(d.take(int(d.u8())))
+	n := d.u32()
+	if d.err == nil && n > maxFallbackInfo {
+		return i, fmt.Errorf("shm: fallback info of %d bytes: %w", n, backend.ErrProtocol)
+	}
+	i.fb = d.take(int(n))
+	return i, d.end()
+}
+
+func (a *routeAnswer) encode() []byte {
+	b := []byte{protoVersion, byte(len(a.socket))}
+	b = append(b, a.socket...)
+	b = append(b, a.token[:]...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(a.fb)))
+	return append(b, a.fb...)
+}
+
+func decodeAnswer(p []byte) (routeAnswer, error) {
+	var a routeAnswer
+	d := decoder{b: p}
+	if err := d.version(); err != nil {
+		return a, err
+	}
+	a.socket = string(d.take(int(d.u8())))
+	copy(a.token[:], d.take(tokenSize))
+	n := d.u32()
+	if d.err == nil && n > maxFallbackInfo {
+		return a, fmt.Errorf("shm: fallback answer of %d bytes: %w", n, backend.ErrProtocol)
+	}
+	a.fb = d.take(int(n))
+	if d.err == nil && a.socket == "" {
+		d.err = fmt.Errorf("shm: answer without a socket: %w", backend.ErrProtocol)
+	}
+	return a, d.end()
+}
+
+// mapMsg asks the owner for a region (msgMap).
+type mapMsg struct {
+	req, region uint64
+	key         buffer.Key
+	need        buffer.Access
+}
+
+func (m *mapMsg) encode() []byte {
+	b := []byte{msgMap}
+	b = binary.LittleEndian.AppendUint64(b, m.req)
+	b = binary.LittleEndian.AppendUint64(b, m.region)
+	b = append(b, m.key[:]...)
+	return append(b, byte(m.need))
+}
+
+func decodeMap(d *decoder) mapMsg {
+	var m mapMsg
+	m.req, m.region = d.u64(), d.u64()
+	copy(m.key[:], d.take(buffer.KeySize))
+	m.need = buffer.Access(d.u8())
+	return m
+}
+
+// mappedMsg answers a mapMsg (msgMapped); the memfd travels with it when
+// code is OK.
+type mappedMsg struct {
+	req      uint64
+	code     uint32
+	slot     uint32
+	off, len uint64
+	access   buffer.Access
+}
+
+func (m *mappedMsg) encode() []byte {
+	b := []byte{msgMapped}
+	b = binary.LittleEndian.AppendUint64(b, m.req)
+	b = binary.LittleEndian.AppendUint32(b, m.code)
+	b = binary.LittleEndian.AppendUint32(b, m.slot)
+	b = binary.LittleEndian.AppendUint64(b, m.off)
+	b = binary.LittleEndian.AppendUint64(b, m.len)
+	return append(b, byte(m.access))
+}
+
+func decodeMapped(d *decoder) mappedMsg {
+	var m mappedMsg
+	m.req, m.code, m.slot = d.u64(), d.u32(), d.u32()
+	m.off, m.len = d.u64(), d.u64()
+	m.access = buffer.Access(d.u8())
+	return m
+}
+
+// slotMsg is msgUnmap and msgGone: a slot and the region it held.
+func slotMsg(typ byte, slot uint32, region uint64) []byte {
+	b := []byte{typ}
+	b = binary.LittleEndian.AppendUint32(b, slot)
+	return binary.LittleEndian.AppendUint64(b, region)
+}
