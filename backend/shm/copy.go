@@ -31,9 +31,7 @@ func (r *route) copy(e *entry, wr *backend.WorkRequest, chunked bool) error {
 	}
 	remote := e.mem[wr.Remote.Offset : wr.Remote.Offset+n]
 	if st := r.table.enter(e.slot, e.id); st != stAlive {
-		hdr.word(0, wRejected).Add(1)
-		r.forgetEntry(e)
-		return &backend.RemoteError{Code: backend.Code(stateErr(st)), Op: wr.Op}
+		return r.refused(e, wr, st)
 	}
 	var err error
 	if !chunked || n <= chunk {
@@ -66,8 +64,7 @@ func (r *route) copyChunks(e *entry, wr *backend.WorkRequest, remote []byte) err
 				return err
 			}
 			if st := r.table.still(e.slot); st != stAlive {
-				r.forgetEntry(e)
-				return &backend.RemoteError{Code: backend.Code(stateErr(st)), Op: wr.Op}
+				return r.refused(e, wr, st)
 			}
 		}
 		end := min(off+chunk, len(remote))
@@ -76,6 +73,18 @@ func (r *route) copyChunks(e *entry, wr *backend.WorkRequest, remote []byte) err
 		}
 	}
 	return nil
+}
+
+// refused is the error of a copy the region's state refused: the route's
+// own end when it is ending (its owner cuts every region as the
+// connection closes), else the state's.
+func (r *route) refused(e *entry, wr *backend.WorkRequest, st uint64) error {
+	if err := r.st.Err(); err != nil {
+		return err
+	}
+	r.table.word(0, wRejected).Add(1)
+	r.forgetEntry(e)
+	return &backend.RemoteError{Code: backend.Code(stateErr(st)), Op: wr.Op}
 }
 
 // forgetEntry drops an entry whose region was cut and tells the owner.
