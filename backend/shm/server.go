@@ -16,8 +16,9 @@ import (
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
-// handshakeTimeout bounds a connection's authentication.
-const handshakeTimeout = 5 * time.Second
+// handshakeTimeout bounds a connection's authentication (a variable for
+// tests).
+var handshakeTimeout = 5 * time.Second
 
 const labelConn = "rdmamgr shm connection v1"
 
