@@ -1,4 +1,89 @@
 // Package shm is the same-host backend: one-sided Put and Get between
 // processes on one host through shared memory, with no socket and no
-// owner CPU on the data path. (Design and contract: being written.)
+// owner CPU on the data path. The initiator maps the owner's region on
+// first use (cached per route) and copies with memmove.
+//
+// # Route setup: who may map what
+//
+// Route info travels in the managers' authenticated route handshake. The
+// initiator's names its host (boot id, and its network, pid and user
+// namespaces), pid and uid; an owner on another host, or one that does
+// not serve that uid (its own, plus Config.AllowUIDs), refuses with
+// ErrNotSameHost, which matches ErrNotSupported, and the manager tries its
+// next backend. Otherwise the owner answers with the name of its abstract
+// unix socket (SOCK_SEQPACKET, in its network namespace) and a single-use
+// token. The initiator connects and proves itself: the owner sends a
+// nonce; the initiator sends the token and HMAC(secret, token, nonce,
+// pid); the owner checks the token (issued for this route, unexpired,
+// used once), the MAC, and the connecting process's credentials from the
+// kernel (SO_PEERCRED): its uid must be the one the route named and one
+// it serves, its pid the one the route named. Only then does it pass,
+// over SCM_RIGHTS, the route's state table (below). The same steps let a
+// host agent later map regions for every process of the host: the agent
+// is one more authenticated peer of each owner.
+//
+// A region is handed out on the initiator's first use of it (a map
+// request naming region id, key and the access it needs): the owner runs
+// the same checks as for any remote request (region, key, access,
+// revocation, lease; memreg.AcquireRemote) and passes the region's memfd
+// (SCM_RIGHTS) with the region's offset, length and access. No fd leaves
+// without the key. Caller memory registered in place is not in a memfd:
+// its operations go over Config.Fallback (the node's TCP backend; set up
+// alongside each shm route), or fail with ErrNotShareable without one.
+// A pooled region's memfd is its slab's: the peer could reach every slot
+// of that slab. That is why only processes of a uid the owner serves get
+// fds: such a process could read the owner's memory anyway (ptrace,
+// /proc/PID/mem). Against such peers the checks below keep honest
+// initiators from using stale handles; they cannot stop a hostile one
+// that copies through a mapping it keeps, so do not allow a uid you do
+// not trust with all of the manager's memory.
+//
+// # After Revoke or Release returns, no copy touches the region
+//
+// Each route has a state table: a sealed memfd both sides map. Slot s
+// holds a region's id, its state (alive, revoked, released, expired),
+// its lease deadline on CLOCK_MONOTONIC (the same clock in every process
+// of the host) and a count of copies in flight. An initiator's copy adds
+// one to the count, then reads id, state and lease, and copies only if
+// the region is still alive, then subtracts one. The owner holds a remote
+// reference (memreg.Ref) for each region a route mapped; when the region
+// is revoked, released or its lease set (memreg.Cutter), it writes the
+// new state (or lease) into every slot of it, and releases the reference
+// only once the count is zero. Both sides use sequentially consistent
+// atomics (count before state on the initiator, state before count on the
+// owner), so either the copy sees the cut or the owner waits for the
+// copy; and Revoke and Release wait for the reference like any remote
+// request's. Copies over 1 MiB check again between chunks. The owner then
+// tells the initiator (a "gone" message) to unmap. A connection that
+// ends (peer closed or died) is cut the same way; a dead process's counts
+// never drop, so its drain is bounded (100 ms: a dead process copies
+// nothing).
+//
+// # An owner that dies or shrinks its memory cannot crash the initiator
+//
+// Every memfd a peer passes is checked before it is mapped: a regular
+// memory file sealed against shrinking, with its seals sealed (memreg
+// seals its memfds so), and the region inside it. A sealed memfd cannot
+// be truncated, and a mapping keeps the file alive after its owner dies,
+// so no access through the mapping can fault: an owner's death only ends
+// the route (its socket closes: ErrPeerGone). Copies run with
+// runtime/debug.SetPanicOnFault all the same, turning a fault into an
+// error. A restarted owner has a new registry: old handles name no region
+// of it (the key differs), so they are refused.
+//
+// # Operations
+//
+// A Put or Get of at most Config.InlineMax bytes on a region already
+// mapped runs inside Post, in the caller's goroutine: it is complete when
+// Post returns (its Completer was called). Others (first use of a region,
+// larger copies) go to the route's copier goroutine in order; a queued
+// operation is cancelled at once, a running copy between chunks, and
+// deadlines are checked at start and between chunks. A map request the
+// owner does not answer within 5 s fails the route. Bounds and access are
+// checked by the initiator against what the owner's map reply said.
+// Served counters are kept in the state table (the owner's CPU does not
+// see the copies).
+//
+// Contract: as every backend's (package backend). Linux only: elsewhere
+// New returns ErrNotBuilt.
 package shm
