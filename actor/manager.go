@@ -31,7 +31,10 @@ type Manager struct {
 	// backends in order of preference for new routes; the last is the
 	// fallback every peer reaches (TCP in node's assembly). Set by Start.
 	backends []backend.Backend
-	log      *slog.Logger
+	// choices are backends and left-out backends in order of preference
+	// (choice.go): route setups walk them. Set by Start.
+	choices []Choice
+	log     *slog.Logger
 
 	mu sync.Mutex // guards the fields below
 	// pid is set by Start; never handed out (PID returns copies).
