@@ -21,7 +21,8 @@ import (
 //
 // The code is by concern: config.go, lifecycle.go (New, Start, Close),
 // receive.go (the actor: one handler per message), routes.go,
-// handshake.go, queuepairs.go, leases.go (remote quota and lease reaper),
+// handshake.go, choice.go (backends in order, routes' reasons),
+// queuepairs.go, leases.go (remote quota and lease reaper),
 // status.go, ops.go (operators' view), peers.go (membership).
 type Manager struct {
 	sys *protoactor.ActorSystem
