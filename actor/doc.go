@@ -18,7 +18,14 @@
 //
 // One route is cached per peer manager: concurrent RequestQueuePair calls for
 // the same peer share one setup, and a failed route is rebuilt by the next
-// request. Queue pairs are handed only to callers in the manager's own
+// request. A setup tries the backends in order of preference and takes the
+// first that connects; a backend that refuses the peer with
+// ErrNotSupported (shm for a peer on another host, one the peer does not
+// run) passes the turn. The route keeps why it runs on its backend (the
+// backends passed over and their reasons, including those the assembler
+// left out: StartChoices), logs it at "route up" and shows it in status;
+// the responder's inbound route names the handshakes it refused on the
+// way (choice.go). Queue pairs are handed only to callers in the manager's own
 // process (their memory is local); Put and Get then go from the caller's
 // goroutine to the backend, never through a mailbox.
 //

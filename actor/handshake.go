@@ -78,7 +78,7 @@ func codeOf(e *rdmapb.Error) rdmapb.Code {
 func (m *Manager) handshake(ctx context.Context, e *routeEntry, b backend.Backend) (backend.Route, uint64, error) {
 	pr, info, err := b.PrepareRoute(ctx, 0)
 	if err != nil {
-		return nil, 0, fmt.Errorf("prepare %s route to %s: %w", b.Kind(), e.key, err)
+		return nil, 0, &setupError{what: fmt.Sprintf("prepare %s route to %s", b.Kind(), e.key), cause: err}
 	}
 	resp, nonce, err := m.askHandshake(ctx, e, b.Kind(), info)
 	if err == nil {
@@ -90,7 +90,7 @@ func (m *Manager) handshake(ctx context.Context, e *routeEntry, b backend.Backen
 	}
 	r, err := pr.Complete(ctx, resp.Endpoint)
 	if err != nil {
-		return nil, 0, fmt.Errorf("connect %s route to %s: %w", b.Kind(), e.key, err)
+		return nil, 0, &setupError{what: fmt.Sprintf("connect %s route to %s", b.Kind(), e.key), cause: err}
 	}
 	return r, resp.ResponderId, nil
 }
@@ -155,7 +155,7 @@ func (m *Manager) checkReply(e *routeEntry, kind backend.Kind, nonce []byte, res
 		return fmt.Errorf("handshake reply from %s: %w", e.key, backend.ErrUnauthenticated)
 	}
 	if err := toError(resp.Error); err != nil {
-		return fmt.Errorf("%s handshake with %s: %w", kind, e.key, err)
+		return &setupError{what: fmt.Sprintf("%s handshake with %s", kind, e.key), cause: err, byPeer: true}
 	}
 	if resp.Version != ProtocolVersion {
 		return fmt.Errorf("handshake with %s: peer version %d, ours %d: %w", e.key, resp.Version, ProtocolVersion, backend.ErrVersion)
@@ -198,6 +198,9 @@ func (m *Manager) acceptRoute(hs *rdmapb.RouteHandshake) *rdmapb.RouteHandshakeR
 	}
 	if resp.Error != nil {
 		m.book.Refuse(RefusedHandshake, "route handshake refused", "initiator", hs.InitiatorAddr, "err", resp.Error.Message)
+		if resp.Error.Code == rdmapb.Code_NOT_SUPPORTED {
+			m.noteRefused(hs.InitiatorId, backend.Kind(hs.Backend), toError(resp.Error))
+		}
 	}
 	return resp
 }

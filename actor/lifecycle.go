@@ -53,12 +53,21 @@ func New(sys *protoactor.ActorSystem, cfg Config) (*Manager, error) {
 // (the last should be one every peer reaches, such as TCP). The manager
 // owns them from here: Close closes them, and so does a Start that fails.
 // Start protoactor remote on the system first for peers in other
-// processes.
+// processes. StartChoices (choice.go) also names backends left out.
 func (m *Manager) Start(ctx context.Context, backends ...backend.Backend) error {
+	choices := make([]Choice, len(backends))
+	for i, b := range backends {
+		choices[i] = Choice{Backend: b}
+	}
+	return m.start(ctx, backends, choices)
+}
+
+// start is Start over backends, the started ones among choices.
+func (m *Manager) start(ctx context.Context, backends []backend.Backend, choices []Choice) error {
 	m.mu.Lock()
 	closed, started := m.closed, m.pid != nil || m.backends != nil
 	if !closed && !started {
-		m.backends = backends
+		m.backends, m.choices = backends, choices
 	}
 	m.mu.Unlock()
 	var err error

@@ -21,7 +21,8 @@ import (
 //
 // The code is by concern: config.go, lifecycle.go (New, Start, Close),
 // receive.go (the actor: one handler per message), routes.go,
-// handshake.go, queuepairs.go, leases.go (remote quota and lease reaper),
+// handshake.go, choice.go (backends in order, routes' reasons),
+// queuepairs.go, leases.go (remote quota and lease reaper),
 // status.go, ops.go (operators' view), peers.go (membership).
 type Manager struct {
 	sys *protoactor.ActorSystem
@@ -31,7 +32,10 @@ type Manager struct {
 	// backends in order of preference for new routes; the last is the
 	// fallback every peer reaches (TCP in node's assembly). Set by Start.
 	backends []backend.Backend
-	log      *slog.Logger
+	// choices are backends and left-out backends in order of preference
+	// (choice.go): route setups walk them. Set by Start.
+	choices []Choice
+	log     *slog.Logger
 
 	mu sync.Mutex // guards the fields below
 	// pid is set by Start; never handed out (PID returns copies).

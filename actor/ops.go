@@ -25,6 +25,9 @@ type opsState struct {
 	mu      sync.Mutex // guards the fields below
 	inbound map[string]*inboundRoute
 	sub     *eventstream.Subscription
+	// refused are the handshakes we refused lately, by initiator id, for
+	// the reason of its inbound route (choice.go).
+	refused map[uint64]*refusedNote
 }
 
 // inboundRoute is a route a peer set up to us: we accepted its handshake.
@@ -32,6 +35,7 @@ type inboundRoute struct {
 	addr   string // the peer's actor-system address
 	peerID uint64
 	kind   backend.Kind
+	why    string
 	since  time.Time
 }
 
@@ -73,7 +77,7 @@ func (m *Manager) stopOps() {
 // routeUp logs and counts an outbound route that came up and watches it
 // until it goes down.
 func (m *Manager) routeUp(e *routeEntry) {
-	m.log.Info("route up", "direction", "out", "peer", e.key, "peer_id", fmt.Sprintf("%016x", e.peerID), "backend", e.kind)
+	m.log.Info("route up", "direction", "out", "peer", e.key, "peer_id", fmt.Sprintf("%016x", e.peerID), "backend", e.kind, "why", e.why)
 	m.cfg.Metrics.routeSetup("out", e.kind, nil)
 	r := e.route
 	m.ops.wg.Add(1)
@@ -90,11 +94,12 @@ func (m *Manager) inboundUp(hs *rdmapb.RouteHandshake) {
 	key := fmt.Sprintf("%s/%016x", hs.InitiatorAddr, hs.InitiatorId)
 	in := &inboundRoute{addr: hs.InitiatorAddr, peerID: hs.InitiatorId, kind: backend.Kind(hs.Backend), since: time.Now()}
 	m.ops.mu.Lock()
+	in.why = m.inboundWhyLocked(hs.InitiatorId)
 	if m.ops.inbound != nil {
 		m.ops.inbound[key] = in
 	}
 	m.ops.mu.Unlock()
-	m.log.Info("route up", "direction", "in", "peer", hs.InitiatorAddr, "peer_id", fmt.Sprintf("%016x", hs.InitiatorId), "backend", hs.Backend)
+	m.log.Info("route up", "direction", "in", "peer", hs.InitiatorAddr, "peer_id", fmt.Sprintf("%016x", hs.InitiatorId), "backend", hs.Backend, "why", in.why)
 	m.cfg.Metrics.routeSetup("in", in.kind, nil)
 }
 
@@ -146,7 +151,7 @@ func (m *Manager) statusOps(resp *rdmapb.StatusResponse) {
 	for _, in := range m.ops.inbound {
 		rs := &rdmapb.RouteStatus{
 			PeerId: in.peerID, PeerAddr: in.addr, Backend: string(in.kind), State: "up",
-			AgeMs: uint64(now.Sub(in.since).Milliseconds()), Inbound: true,
+			AgeMs: uint64(now.Sub(in.since).Milliseconds()), Inbound: true, Why: in.why,
 		}
 		if st, ok := served[in.kind][in.peerID]; ok {
 			rs.Ops, rs.BytesPut, rs.BytesGot, rs.Errors = st.Ops, st.BytesIn, st.BytesOut, st.Rejected

@@ -20,7 +20,10 @@ type routeEntry struct {
 	// peerID is the peer manager's id.
 	peerID uint64
 	kind   backend.Kind
-	err    error
+	// why the route runs on kind: the backends passed over before it and
+	// their reasons, or whyFirst / whyOnly (choice.go).
+	why string
+	err error
 	// refs counts queue pairs on the route; guarded by Manager.mu.
 	refs  int
 	since time.Time // when setup ended
@@ -106,17 +109,26 @@ func routeDead(r backend.Route) bool {
 }
 
 // setupRoute runs the handshake with the peer manager and connects the
-// backend route, trying the backends in order of preference.
+// backend route, trying the backends in order of preference. The route's
+// reason (e.why) lists the backends passed over before the one that
+// connected: left out of this manager, or refused for this peer.
 func (m *Manager) setupRoute(e *routeEntry) {
 	defer m.wg.Done()
 	defer close(e.ready)
 	ctx, cancel := context.WithTimeout(m.life, m.cfg.RouteTimeout)
 	defer cancel()
 	var errs []error
-	for _, b := range m.backends {
+	var passed []string
+	for _, c := range m.choices {
+		b := c.Backend
+		if b == nil {
+			passed = append(passed, reasonOf(c.Kind, c.Err))
+			continue
+		}
 		r, peerID, err := m.handshake(ctx, e, b)
 		if err == nil {
 			e.route, e.peerID, e.kind, e.since = r, peerID, b.Kind(), time.Now()
+			e.why = whyOf(passed, len(m.choices))
 			m.routeUp(e)
 			return
 		}
@@ -124,6 +136,7 @@ func (m *Manager) setupRoute(e *routeEntry) {
 		if !errors.Is(err, backend.ErrNotSupported) {
 			break // only a peer without this backend makes us try the next
 		}
+		passed = append(passed, reasonOf(b.Kind(), err))
 	}
 	e.err = errors.Join(errs...)
 	m.cfg.Metrics.routeSetup("out", "", e.err)

@@ -79,7 +79,7 @@ func routeStatus(e *routeEntry, refs int) *rdmapb.RouteStatus {
 	}
 	if e.route != nil {
 		s := e.route.Stats()
-		rs.Backend = string(e.kind)
+		rs.Backend, rs.Why = string(e.kind), e.why
 		rs.PeerId, rs.Ops, rs.BytesPut, rs.BytesGot, rs.Errors = e.peerID, s.Ops, s.BytesPut, s.BytesGot, s.Errors
 		rs.AgeMs = uint64(time.Since(e.since).Milliseconds())
 	}

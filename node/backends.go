@@ -10,14 +10,30 @@ import (
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
+	"github.com/rdmamgr/rdmamgr/backend/shm"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
+// order is the backends cfg.Backend selects, in order of preference; TCP,
+// which every peer reaches, is always last.
+func order(k backend.Kind) []backend.Kind {
+	switch k {
+	case KindAuto:
+		return []backend.Kind{backend.KindSHM, backend.KindIBVerbs, backend.KindTCP}
+	case backend.KindSHM, backend.KindIBVerbs:
+		return []backend.Kind{k, backend.KindTCP}
+	}
+	return []backend.Kind{backend.KindTCP}
+}
+
 // startBackends builds the backends over m's registry and starts them, in
-// order of preference: ibverbs when selected and usable, then TCP, which
-// every peer reaches. On error it closes what it made.
-func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised string) ([]backend.Backend, *tcp.Backend, error) {
+// the order of preference cfg.Backend selects (doc.go). Under "auto" a
+// backend that cannot start here is left out, with a log line and a
+// Choice that says why (routes' reasons name it); a backend selected by
+// name must start. It returns the choices for m.StartChoices and the TCP
+// backend; on error it closes what it made.
+func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised string) ([]actor.Choice, *tcp.Backend, error) {
 	log := m.Logger()
 	tcfg := cfg.TCP
 	tcfg.Secret = cfg.Manager.Secret
@@ -26,29 +42,70 @@ func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised
 	if err != nil {
 		return nil, nil, err
 	}
-	var bs []backend.Backend
-	if cfg.Backend != backend.KindTCP {
-		rb, err := startIBVerbs(ctx, cfg.IBVerbs, m.Registry(), log)
-		switch {
-		case err == nil:
-			bs = append(bs, rb)
-		case cfg.Backend == KindAuto && errors.Is(err, ibverbs.ErrNotBuilt):
-			log.Info("no RDMA device: using TCP only", "err", err) // the expected state of a build without ibverbs
-		case cfg.Backend == KindAuto:
-			log.Warn("no usable RDMA device: using TCP only", "err", err)
-		default:
-			t.Close()
-			return nil, nil, err
-		}
+	if err := t.Start(ctx); err != nil { // first: it is shm's fallback
+		t.Close()
+		return nil, nil, err
 	}
-	if err := t.Start(ctx); err != nil {
-		for _, b := range bs {
-			b.Close()
+	var cs []actor.Choice
+	fail := func(err error) ([]actor.Choice, *tcp.Backend, error) {
+		for _, c := range cs {
+			if c.Backend != nil {
+				c.Backend.Close()
+			}
 		}
 		t.Close()
 		return nil, nil, err
 	}
-	return append(bs, t), t, nil
+	for _, k := range order(cfg.Backend) {
+		var b backend.Backend
+		var err error
+		switch k {
+		case backend.KindTCP:
+			b = t
+		case backend.KindSHM:
+			b, err = startSHM(ctx, cfg, t, m.Registry(), log)
+		case backend.KindIBVerbs:
+			b, err = startIBVerbs(ctx, cfg.IBVerbs, m.Registry(), log)
+		}
+		if err != nil && cfg.Backend != KindAuto {
+			return fail(err)
+		}
+		if err != nil {
+			leftOut(log, k, err)
+			cs = append(cs, actor.Choice{Kind: k, Err: err})
+			continue
+		}
+		cs = append(cs, actor.Choice{Backend: b})
+	}
+	return cs, t, nil
+}
+
+// leftOut logs why "auto" runs without backend k: at info level when this
+// build has no such backend (the expected state of a default build), else
+// as a warning.
+func leftOut(log *slog.Logger, k backend.Kind, err error) {
+	if errors.Is(err, ibverbs.ErrNotBuilt) || errors.Is(err, shm.ErrNotBuilt) {
+		log.Info("backend not built: routes use the next one", "backend", k, "err", err)
+		return
+	}
+	log.Warn("backend unusable here: routes use the next one", "backend", k, "err", err)
+}
+
+// startSHM builds and starts the shm backend: the deployment's secret, and
+// the node's TCP backend t as the fallback for regions that are not in
+// shared memory.
+func startSHM(ctx context.Context, cfg Config, t *tcp.Backend, reg *memreg.Registry, log *slog.Logger) (backend.Backend, error) {
+	scfg := cfg.SHM
+	scfg.Secret, scfg.Fallback = cfg.Manager.Secret, t
+	b, err := shm.New(scfg, reg, log)
+	if err != nil {
+		return nil, fmt.Errorf("shm: %w", err)
+	}
+	if err := b.Start(ctx); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("shm: %w", err)
+	}
+	return b, nil
 }
 
 func startIBVerbs(ctx context.Context, cfg ibverbs.Config, reg *memreg.Registry, log *slog.Logger) (backend.Backend, error) {

@@ -8,11 +8,13 @@ import (
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
+	"github.com/rdmamgr/rdmamgr/backend/shm"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
 	"github.com/rdmamgr/rdmamgr/remoteguard"
 )
 
-// KindAuto picks ibverbs where a usable device exists and TCP otherwise.
+// KindAuto, the default, chooses per peer: shm for a peer on this host,
+// else ibverbs where a usable device exists, else TCP (doc.go).
 const KindAuto backend.Kind = "auto"
 
 // DefaultListen is where a node's actor system listens by default:
@@ -39,10 +41,11 @@ type Config struct {
 	// other nodes' managers.
 	NoManager bool
 	// Manager configures the manager; its Logger defaults to Logger, and
-	// its Secret is the TCP data plane's too.
+	// its Secret is the data planes' too (TCP and shm).
 	Manager actor.Config
-	// Backend selects the data plane: "tcp" (default), "ibverbs" or
-	// "auto" (doc.go).
+	// Backend selects the data planes and their order of preference:
+	// "auto" (default: shm, ibverbs, TCP, each where usable), "shm" (shm,
+	// then TCP), "ibverbs" (ibverbs, then TCP) or "tcp" (doc.go).
 	Backend backend.Kind
 	// TCP configures the TCP backend. A data listener left at its default
 	// address binds the actor system's bind host (port 0) and advertises
@@ -50,6 +53,9 @@ type Config struct {
 	TCP tcp.Config
 	// IBVerbs configures the ibverbs backend (ibverbs.DefaultConfig).
 	IBVerbs ibverbs.Config
+	// SHM configures the shm backend. Its Secret is Manager.Secret and its
+	// Fallback the node's TCP backend: both are set by the node.
+	SHM shm.Config
 
 	// Logger receives the node's logs (manager, backends, remote); nil
 	// discards them.
@@ -64,12 +70,12 @@ func (c Config) withDefaults() (Config, error) {
 		c.Listen = DefaultListen
 	}
 	if c.Backend == "" {
-		c.Backend = backend.KindTCP
+		c.Backend = KindAuto
 	}
 	switch c.Backend {
-	case backend.KindTCP, backend.KindIBVerbs, KindAuto:
+	case backend.KindTCP, backend.KindIBVerbs, backend.KindSHM, KindAuto:
 	default:
-		return c, fmt.Errorf("backend %q (want tcp, ibverbs or auto): %w", c.Backend, backend.ErrNotSupported)
+		return c, fmt.Errorf("backend %q (want auto, shm, ibverbs or tcp): %w", c.Backend, backend.ErrNotSupported)
 	}
 	if c.IBVerbs == (ibverbs.Config{}) {
 		c.IBVerbs = ibverbs.DefaultConfig() // GID index auto, not 0

@@ -9,10 +9,29 @@
 // decide where it goes in the order of preference) and the backend's own
 // package, nothing in actor.
 //
-// Backend selection: "tcp" runs the TCP backend alone; "ibverbs" runs
-// ibverbs first and TCP beside it (peers without RDMA still reach our
-// buffers), and fails when ibverbs cannot start; "auto" is ibverbs where a
-// usable device exists and TCP alone otherwise, with a log line saying why.
+// Backend selection (Config.Backend) fixes the backends a node runs and
+// their order of preference: "auto", the default, is shm, ibverbs, TCP;
+// "shm" is shm then TCP; "ibverbs" is ibverbs then TCP; "tcp" is TCP
+// alone. TCP is always there and always last: every peer reaches it, and it
+// is the shm backend's fallback (Config.Fallback) for regions that are not
+// in shared memory. Under "auto" a backend that cannot run here is left
+// out with a log line (info when this build has none: shm off Linux,
+// ibverbs without -tags ibverbs; a warning when it failed to start, e.g.
+// no RDMA device); a backend selected by name must start or Start fails.
+//
+// The choice is then made per peer, when the manager sets up a route
+// (actor.Manager.StartChoices): it tries the backends in order and takes
+// the first that connects. A backend that refuses the peer with
+// rdmamgr.ErrNotSupported passes the turn to the next: shm refuses a peer
+// on another host (another network or pid namespace counts as another
+// host), the peer refuses a backend it does not run. So a peer on this
+// host gets shm, a peer with RDMA gets ibverbs, and any other gets TCP.
+// The route remembers why: the backends passed over before it with their
+// reasons ("shm: peer is not on this host: not supported; ibverbs: not
+// built with ibverbs support"), or "first choice" ("only backend" with one
+// backend). The "route up" log line and status (RouteStatus.why; `rdmamgr
+// status` prints it) say it; an inbound route says it was the peer's
+// choice and names the handshakes we refused that peer on the way.
 //
 // Contract: Start does all I/O and returns a node whose manager answers,
 // or an error with everything it had started closed again. Close is

@@ -9,8 +9,9 @@ import (
 	"github.com/rdmamgr/rdmamgr/node"
 )
 
-// Two nodes on loopback, each an actor system with protoactor remote, a TCP
-// data listener and a manager: a buffer at each, a queue pair, a put.
+// Two nodes on loopback, each an actor system with protoactor remote, its
+// backends (shm, ibverbs where usable, TCP) and a manager: a buffer at
+// each, a queue pair (the route's backend is chosen per peer), a put.
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
@@ -21,6 +22,7 @@ type Node struct {
 	addr   string
 	mgr    *actor.Manager
 	tcp    *tcp.Backend // the manager's TCP backend (owned by the manager)
+	kinds  []string     // the manager's backends, preferred first
 
 	closeOnce sync.Once
 	closeErr  error
@@ -56,15 +58,20 @@ func (n *Node) startManager(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	bs, t, err := startBackends(ctx, cfg, m, n.addr)
+	cs, t, err := startBackends(ctx, cfg, m, n.addr)
 	if err == nil {
-		err = m.Start(ctx, bs...) // m owns bs now, also when it fails
+		err = m.StartChoices(ctx, cs) // m owns the backends now, also when it fails
 	}
 	if err != nil {
 		m.Close()
 		return err
 	}
 	n.mgr, n.tcp = m, t
+	for _, c := range cs {
+		if c.Backend != nil {
+			n.kinds = append(n.kinds, string(c.Backend.Kind()))
+		}
+	}
 	return nil
 }
 
@@ -87,6 +94,19 @@ func (n *Node) Close() error {
 // Addr is the actor system's advertised address, "host:port": what peers
 // dial.
 func (n *Node) Addr() string { return n.addr }
+
+// DataAddr is the advertised address of the manager's TCP data listener,
+// the data plane every peer reaches ("" with Config.NoManager).
+func (n *Node) DataAddr() string {
+	if n.tcp == nil {
+		return ""
+	}
+	return n.tcp.Addr()
+}
+
+// Backends names the manager's backends in order of preference, as status
+// does ("shm+tcp"; "" with Config.NoManager).
+func (n *Node) Backends() string { return strings.Join(n.kinds, "+") }
 
 // System is the node's protoactor actor system.
 func (n *Node) System() *protoactor.ActorSystem { return n.sys }

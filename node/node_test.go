@@ -188,20 +188,6 @@ func ibverbsBuilt() bool {
 	return !errors.Is(err, ibverbs.ErrNotBuilt)
 }
 
-// auto falls back to TCP alone without a usable device.
-func TestAutoFallsBackToTCP(t *testing.T) {
-	if !isolated(t) {
-		return
-	}
-	if ibverbsBuilt() {
-		t.Skip("built with ibverbs: auto may pick a device")
-	}
-	n := startNode(t, Config{Backend: KindAuto})
-	if k := n.Manager().Backend().Kind(); k != backend.KindTCP {
-		t.Fatalf("backend %s, want tcp", k)
-	}
-}
-
 // The data listener sits next to the actor system unless configured.
 func TestPlaceData(t *testing.T) {
 	for _, c := range []struct {

@@ -1237,8 +1237,14 @@ type RouteStatus struct {
 	BytesGot uint64                 `protobuf:"varint,8,opt,name=bytes_got,json=bytesGot,proto3" json:"bytes_got,omitempty"`
 	Errors   uint64                 `protobuf:"varint,9,opt,name=errors,proto3" json:"errors,omitempty"`
 	// Fields from 20 on: issue 13 (operations).
-	AgeMs         uint64 `protobuf:"varint,20,opt,name=age_ms,json=ageMs,proto3" json:"age_ms,omitempty"` // since the route came up (or setup began)
-	Inbound       bool   `protobuf:"varint,21,opt,name=inbound,proto3" json:"inbound,omitempty"`          // a peer's route to us (we accepted its handshake)
+	AgeMs   uint64 `protobuf:"varint,20,opt,name=age_ms,json=ageMs,proto3" json:"age_ms,omitempty"` // since the route came up (or setup began)
+	Inbound bool   `protobuf:"varint,21,opt,name=inbound,proto3" json:"inbound,omitempty"`          // a peer's route to us (we accepted its handshake)
+	// Fields from 22 on: issue 14 (the backend chosen per peer). Why the
+	// route runs on its backend: out, the backends passed over before it with
+	// their reasons ("shm: peer is not on this host: not supported"), or
+	// "first choice"/"only backend"; in, the peer's choice, with the
+	// handshakes for other backends we refused it.
+	Why           string `protobuf:"bytes,22,opt,name=why,proto3" json:"why,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1348,6 +1354,13 @@ func (x *RouteStatus) GetInbound() bool {
 		return x.Inbound
 	}
 	return false
+}
+
+func (x *RouteStatus) GetWhy() string {
+	if x != nil {
+		return x.Why
+	}
+	return ""
 }
 
 type BufferStatus struct {
@@ -1851,7 +1864,7 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\bendpoint\x18\x04 \x01(\fR\bendpoint\x12'\n" +
 	"\x05error\x18\x05 \x01(\v2\x11.rdmamgr.v1.ErrorR\x05error\x12\x10\n" +
 	"\x03mac\x18\x06 \x01(\fR\x03mac\"\x0f\n" +
-	"\rStatusRequest\"\x9c\x02\n" +
+	"\rStatusRequest\"\xae\x02\n" +
 	"\vRouteStatus\x12\x17\n" +
 	"\apeer_id\x18\x01 \x01(\x06R\x06peerId\x12\x1b\n" +
 	"\tpeer_addr\x18\x02 \x01(\tR\bpeerAddr\x12\x18\n" +
@@ -1863,7 +1876,8 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\tbytes_got\x18\b \x01(\x04R\bbytesGot\x12\x16\n" +
 	"\x06errors\x18\t \x01(\x04R\x06errors\x12\x15\n" +
 	"\x06age_ms\x18\x14 \x01(\x04R\x05ageMs\x12\x18\n" +
-	"\ainbound\x18\x15 \x01(\bR\ainbound\"w\n" +
+	"\ainbound\x18\x15 \x01(\bR\ainbound\x12\x10\n" +
+	"\x03why\x18\x16 \x01(\tR\x03why\"w\n" +
 	"\fBufferStatus\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\x04R\x06region\x12\x16\n" +
 	"\x06length\x18\x02 \x01(\x04R\x06length\x12\x16\n" +

@@ -15,6 +15,7 @@ import (
 	protoactor "github.com/asynkron/protoactor-go/actor"
 
 	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/proc"
 	rnode "github.com/rdmamgr/rdmamgr/node"
 )
@@ -89,7 +90,11 @@ func startNode() (*node, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	n, err := rnode.Start(ctx, rnode.Config{Logger: logger})
+	// TCP: these suites test the TCP data plane and the control plane
+	// (hostile frames, served counters, kills); the daemons run the
+	// default selection, and our routes to them stay TCP because we
+	// choose. shm has suites of its own.
+	n, err := rnode.Start(ctx, rnode.Config{Logger: logger, Backend: backend.KindTCP})
 	if err != nil {
 		return nil, err
 	}

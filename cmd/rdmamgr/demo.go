@@ -70,7 +70,7 @@ func demo(ctx context.Context, e *env, c *common, size uint64, rounds int, timeo
 		return fmt.Errorf("start manager b: %w", err)
 	}
 	defer closeDemo(b, "b", &err)
-	fmt.Fprintf(stdout, "manager a: %s (data %s)\nmanager b: %s (data %s)\n", a.Addr(), a.Manager().Backend().Addr(), b.Addr(), b.Manager().Backend().Addr())
+	fmt.Fprintf(stdout, "manager a: %s (data %s)\nmanager b: %s (data %s)\n", a.Addr(), a.DataAddr(), b.Addr(), b.DataAddr())
 
 	d, err := newDemoRun(ctx, a, b, size)
 	if err != nil {

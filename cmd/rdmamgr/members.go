@@ -34,7 +34,7 @@ func (f *netFlags) joinCluster(ctx context.Context, n *node.Node, name string, l
 		Name:    name,
 		Address: n.Addr(),
 		Manager: n.ManagerPID().Id,
-		Data:    n.Manager().Backend().Addr(),
+		Data:    n.DataAddr(),
 		ID:      fmt.Sprintf("%016x", n.Manager().ID()),
 	})
 	cancel()

@@ -83,7 +83,9 @@ func TestMetricsAgreeWithBench(t *testing.T) {
 	}
 	const count, size = 20000, 16 << 10
 	var stdout, stderr proc.Buffer
-	b := spawnBin(t, &stdout, &stderr, "bench", "--peer", d.addr, "--op", "put", "--size", "16KiB",
+	// TCP: the daemon serves (and counts) every operation; an shm peer
+	// copies without the owner.
+	b := spawnBin(t, &stdout, &stderr, "bench", "--peer", d.addr, "--op", "put", "--size", "16KiB", "--backend", "tcp",
 		"--count", fmt.Sprint(count), "--concurrency", "2", "--warmup", "0", "--json", "-", "--metrics-listen", "127.0.0.1:0")
 	during := checkMidRun(t, d, &stderr, count, size)
 	if err := b.Wait(); err != nil {

@@ -56,9 +56,9 @@ func (c *common) nodeConfig(listen string, slogger *slog.Logger, name string, wi
 		return cfg, nil
 	}
 	switch c.backend {
-	case "auto", "tcp", "ibverbs":
+	case "auto", "shm", "ibverbs", "tcp":
 	default:
-		return node.Config{}, usagef("--backend %q: want auto, ibverbs or tcp", c.backend)
+		return node.Config{}, usagef("--backend %q: want auto, shm, ibverbs or tcp", c.backend)
 	}
 	cfg.Backend, cfg.IBVerbs = backend.Kind(c.backend), c.rdma
 	if err := c.tcpConfig(&cfg.TCP); err != nil {

@@ -71,7 +71,9 @@ func TestStatusTimeoutHonoured(t *testing.T) {
 func TestBenchInterruptPrintsPartialAndExits130(t *testing.T) {
 	d := startDaemon(t)
 	var stdout, stderr proc.Buffer
-	b := spawnBin(t, &stdout, &stderr, "bench", "--peer", d.addr, "--size", "64KiB", "--count", "100000000", "--concurrency", "2")
+	// TCP: the daemon serves (and counts) every operation; an shm peer
+	// copies without the owner.
+	b := spawnBin(t, &stdout, &stderr, "bench", "--peer", d.addr, "--size", "64KiB", "--count", "100000000", "--concurrency", "2", "--backend", "tcp")
 	waitFor(t, "the daemon to serve operations", func() bool { return servedOps(t, d) > 100 })
 	_ = b.Signal(syscall.SIGINT)
 	if err := b.Wait(); b.ExitCode() != 130 {
@@ -98,7 +100,7 @@ func TestBenchPeerKilledCountsOnlySuccesses(t *testing.T) {
 	d := startDaemon(t)
 	var stdout, stderr proc.Buffer
 	b := spawnBin(t, &stdout, &stderr, "bench", "--peer", d.addr, "--size", "64KiB", "--count", "100000000",
-		"--concurrency", "4", "--max-errors", "1000000", "--json", "-")
+		"--concurrency", "4", "--max-errors", "1000000", "--json", "-", "--backend", "tcp") // TCP: served ops are counted
 	waitFor(t, "the daemon to serve operations", func() bool { return servedOps(t, d) > 100 })
 	d.kill()
 	killed := time.Now()

@@ -80,8 +80,8 @@ func serve(ctx context.Context, e *env, c *common, listen, name, member, metrics
 		defer a.close() // first: /readyz fails before the manager closes
 		admin = "http://" + a.Addr() + "/metrics"
 	}
-	zl.Info().Str("addr", n.Addr()).Str("name", name).Str("data", n.Manager().Backend().Addr()).
-		Str("backend", string(n.Manager().Backend().Kind())).Str("metrics", admin).Str("version", actor.Version()).Msg("serving")
+	zl.Info().Str("addr", n.Addr()).Str("name", name).Str("data", n.DataAddr()).
+		Str("backend", n.Backends()).Str("metrics", admin).Str("version", actor.Version()).Msg("serving")
 	fmt.Fprintf(e.stdout, "ready %s\n", n.Addr())
 	if f, ok := e.stdout.(interface{ Sync() error }); ok {
 		_ = f.Sync()

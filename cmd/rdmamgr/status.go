@@ -23,8 +23,10 @@ func statusCommand() *command {
 		synopsis: "--peer ADDR [--json] [--watch INTERVAL]",
 		short:    "show a manager's routes, buffers and counters",
 		long: `Asks the manager at --peer for its state: version and uptime, routes out (set up
-by it) and in (set up by peers) with peer, backend, age, operations, bytes and
-errors, buffers, what it served for peers, and authentication failures.
+by it) and in (set up by peers) with peer, backend and why that backend (the
+backends passed over before it and their reasons, or "first choice"), age,
+operations, bytes and errors, buffers, what it served for peers, and
+authentication failures.
 --timeout bounds each query, connection included.`,
 		setup: statusFlags,
 	}
@@ -147,13 +149,13 @@ func printStatus(e *env, st *rdmapb.StatusResponse, asJSON bool) error {
 		fmtBytes(st.MaxRemoteBytes), st.LeasedBuffers, st.QueuePairs)
 	fmt.Fprintf(w, "routes out: %d\n", len(st.Routes))
 	for _, r := range st.Routes {
-		fmt.Fprintf(w, "  %s peer_id=%016x backend=%s state=%s age=%v refs=%d ops=%d put=%s got=%s errors=%d\n",
-			r.PeerAddr, r.PeerId, r.Backend, r.State, msDur(r.AgeMs).Round(time.Second), r.Refs, r.Ops, fmtBytes(r.BytesPut), fmtBytes(r.BytesGot), r.Errors)
+		fmt.Fprintf(w, "  %s peer_id=%016x backend=%s state=%s age=%v refs=%d ops=%d put=%s got=%s errors=%d why=%q\n",
+			r.PeerAddr, r.PeerId, r.Backend, r.State, msDur(r.AgeMs).Round(time.Second), r.Refs, r.Ops, fmtBytes(r.BytesPut), fmtBytes(r.BytesGot), r.Errors, r.Why)
 	}
 	fmt.Fprintf(w, "routes in: %d\n", len(st.Inbound))
 	for _, r := range st.Inbound {
-		fmt.Fprintf(w, "  %s peer_id=%016x backend=%s state=%s age=%v ops=%d in=%s out=%s rejected=%d\n", r.PeerAddr, r.PeerId, r.Backend,
-			r.State, msDur(r.AgeMs).Round(time.Second), r.Ops, fmtBytes(r.BytesPut), fmtBytes(r.BytesGot), r.Errors)
+		fmt.Fprintf(w, "  %s peer_id=%016x backend=%s state=%s age=%v ops=%d in=%s out=%s rejected=%d why=%q\n", r.PeerAddr, r.PeerId, r.Backend,
+			r.State, msDur(r.AgeMs).Round(time.Second), r.Ops, fmtBytes(r.BytesPut), fmtBytes(r.BytesGot), r.Errors, r.Why)
 	}
 	fmt.Fprintf(w, "served for peers: %d ops, %s written in, %s read out, %d rejected\n",
 		st.ServedOps, fmtBytes(st.ServedBytesIn), fmtBytes(st.ServedBytesOut), st.RejectedOps)

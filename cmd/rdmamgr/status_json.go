@@ -43,6 +43,7 @@ type routeDoc struct {
 	Peer       string  `json:"peer"`
 	PeerID     string  `json:"peer_id"`
 	Backend    string  `json:"backend"`
+	Why        string  `json:"why"` // why this backend (RouteStatus.why)
 	State      string  `json:"state"`
 	AgeSeconds float64 `json:"age_s"`
 	Refs       uint32  `json:"refs"`
@@ -83,7 +84,7 @@ func statusJSON(st *rdmapb.StatusResponse) statusDoc {
 		dir := g.dir
 		for _, r := range g.rs {
 			d.Routes = append(d.Routes, routeDoc{
-				Direction: dir, Peer: r.PeerAddr, PeerID: fmt.Sprintf("%016x", r.PeerId), Backend: r.Backend,
+				Direction: dir, Peer: r.PeerAddr, PeerID: fmt.Sprintf("%016x", r.PeerId), Backend: r.Backend, Why: r.Why,
 				State: r.State, AgeSeconds: float64(r.AgeMs) / 1000, Refs: r.Refs,
 				Ops: r.Ops, BytesPut: r.BytesPut, BytesGot: r.BytesGot, Errors: r.Errors,
 			})
