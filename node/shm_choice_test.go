@@ -12,7 +12,6 @@ import (
 // the default selection: the route between them is shm, its first choice,
 // and bytes move over it both ways.
 func TestSameHostChoosesSHM(t *testing.T) {
-	t.Skip("enable when backend/shm lands")
 	if !isolated(t) {
 		return
 	}
