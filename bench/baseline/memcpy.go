@@ -84,6 +84,7 @@ func (r *runner) memcpy(ctx context.Context, sz uint64, count int) (time.Duratio
 
 func (r *runner) memcpyHeader() {
 	c := r.cfg
+	fmt.Fprintf(r.w, "placement: %s\n", describeSameHost(c.Placement, c.ExternalManager))
 	fmt.Fprintf(r.w, "manager %s; conns=%d concurrency=%d warmup=%d GOMAXPROCS=%d verify=%v\n",
 		c.ManagerAddr, c.Conns, c.Concurrency, c.Warmup, r.rep.GOMAXPROCS, c.Verify)
 	fmt.Fprintln(r.w, "ratio = ours / memcpy (Go copy between two buffers of the same size in this process, one thread, the same count, the same pair of buffers every time)")
@@ -101,4 +102,22 @@ func (r *runner) latencyAlone(res *bench.Result) {
 	}
 	fmt.Fprintf(r.w, "latency: %dB get, one at a time, n=%d: ours p50 %s p99 %s; placement %s\n",
 		LatSize, c.LatCount, fmtLat(p50), fmtLat(p99), c.Placement.Mode)
+}
+
+// describeSameHost is Placement.Describe for a run against memcpy: no
+// baseline server, and the memcpy runs in the bench process.
+func describeSameHost(p Placement, extManager bool) string {
+	var d string
+	switch p.Mode {
+	case "same":
+		d = fmt.Sprintf("same (bench, its memcpy and the manager all on CPU %d)", p.BenchCPU)
+	case "split":
+		d = fmt.Sprintf("split (bench and its memcpy on CPU %d; the manager on CPU %d)", p.BenchCPU, p.ServerCPU)
+	default:
+		d = "any (no pinning; the scheduler places bench, its memcpy and the manager)"
+	}
+	if extManager && p.Mode != "any" {
+		d += "; the --peer manager was not started by bench and is not pinned"
+	}
+	return d
 }

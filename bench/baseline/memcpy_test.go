@@ -63,7 +63,8 @@ func TestRunAgainstMemcpy(t *testing.T) {
 		t.Fatalf("Run: %v\n%s", err, out.String())
 	}
 	text := out.String()
-	if !strings.Contains(text, "\nmanager 127.0.0.1:1; conns=2 concurrency=1 warmup=1") || !strings.Contains(text, "ratio = ours / memcpy") ||
+	if !strings.HasPrefix(text, "placement: split (bench and its memcpy on CPU 0; the manager on CPU 1)\n") ||
+		!strings.Contains(text, "\nmanager 127.0.0.1:1; conns=2 concurrency=1 warmup=1") || !strings.Contains(text, "ratio = ours / memcpy") ||
 		!strings.Contains(text, "memcpy MiB/s") || strings.Contains(text, "plain TCP") || strings.Contains(text, "pipeline:") {
 		t.Errorf("header or lines:\n%s", text)
 	}
@@ -105,6 +106,22 @@ func checkMemcpyReport(t *testing.T, rep *Report) {
 	for _, not := range []string{`"tcp_mib_s"`, `"tcp_p50_us"`, `"pipeline"`} {
 		if strings.Contains(js, not) {
 			t.Errorf("JSON against memcpy has %s: %s", not, js)
+		}
+	}
+}
+
+func TestDescribeSameHost(t *testing.T) {
+	for _, tc := range []struct {
+		p    Placement
+		ext  bool
+		want string
+	}{
+		{Placement{Mode: "any", BenchCPU: -1, ServerCPU: -1}, true, "any (no pinning; the scheduler places bench, its memcpy and the manager)"},
+		{Placement{Mode: "same", BenchCPU: 3, ServerCPU: 3}, false, "same (bench, its memcpy and the manager all on CPU 3)"},
+		{Placement{Mode: "split", BenchCPU: 0, ServerCPU: 1}, true, "split (bench and its memcpy on CPU 0; the manager on CPU 1); the --peer manager was not started by bench and is not pinned"},
+	} {
+		if got := describeSameHost(tc.p, tc.ext); got != tc.want {
+			t.Errorf("describeSameHost(%+v, %v) = %q, want %q", tc.p, tc.ext, got, tc.want)
 		}
 	}
 }

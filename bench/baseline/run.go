@@ -106,11 +106,11 @@ type runner struct {
 
 func (r *runner) header() {
 	c := r.cfg
-	fmt.Fprintf(r.w, "placement: %s\n", c.Placement.Describe(c.ExternalManager, c.ExternalServer))
 	if c.Against == AgainstMemcpy {
 		r.memcpyHeader()
 		return
 	}
+	fmt.Fprintf(r.w, "placement: %s\n", c.Placement.Describe(c.ExternalManager, c.ExternalServer))
 	fmt.Fprintf(r.w, "manager %s, baseline server %s; conns=%d concurrency=%d warmup=%d GOMAXPROCS=%d verify=%v\n",
 		c.ManagerAddr, c.ServerAddr, c.Conns, c.Concurrency, c.Warmup, r.rep.GOMAXPROCS, c.Verify)
 	fmt.Fprintf(r.w, "ratio = ours / plain TCP (stream of the same operations over the same %d connections)\n", c.Conns)
