@@ -112,7 +112,7 @@ func (a *benchArgs) baselineConfig(set map[string]bool) (baseline.Config, error)
 	if !set["count"] {
 		cfg.Count = 0 // per size
 	}
-	// The TCP baseline's is TCP; so is our data plane unless asked otherwise.
+	// Against TCP our data plane is TCP too, unless asked otherwise.
 	if a.c.backend == "auto" && !memcpy {
 		a.c.backend = "tcp"
 	}

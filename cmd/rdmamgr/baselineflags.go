@@ -41,7 +41,7 @@ const (
 )
 
 func (b *baselineFlags) register(fs *flag.FlagSet) {
-	fs.BoolVar(&b.on, "baseline", false, "run the size × op table, an 8-byte Get latency and a 64-byte Put pipeline, each against a plain Go TCP baseline, and print the ratios (starts its own manager unless --peer is given)")
+	fs.BoolVar(&b.on, "baseline", false, "run the size × op table, an 8-byte Get latency and a 64-byte Put pipeline, each against a plain Go TCP baseline (or, --against memcpy, the table against a single-thread memcpy and the latency), and print the ratios (starts its own manager unless --peer is given)")
 	fs.StringVar(&b.sizes, "sizes", baselineSizes, "with --baseline: comma-separated sizes (against memcpy: "+sameHostSizes+")")
 	fs.StringVar(&b.ops, "ops", "put,get", "with --baseline: comma-separated ops (put, get)")
 	fs.StringVar(&b.placement, "placement", "any", "with --baseline: any (no pinning), same (bench and servers on one CPU) or split (bench on one CPU, servers on another)")
