@@ -13,4 +13,11 @@
 //
 // stats.go has the figures both bench and bench/baseline print: MiB/s,
 // operations per second, percentiles and microseconds.
+//
+// The scripts beside the package print the README's tables: compare.sh
+// (ours against plain TCP and UCX's tcp transport), samehost.sh with
+// samehost-table.sh (ours against a single-thread memcpy and UCX's shared
+// memory transports, on one host) and ucx.sh (ucx_perftest at our sizes, over
+// any UCX_TLS). scripts_test.go runs ucx.sh against a fake ucx_perftest and
+// samehost-table.sh on a made-up run, so their parsing is tested.
 package bench

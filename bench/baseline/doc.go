@@ -17,6 +17,15 @@
 // pipeline. Ratios are ours / plain TCP. It prints a table as it goes and
 // returns a Report (the JSON of --json).
 //
+// Against memcpy (Config.Against, `bench --baseline --against memcpy`, the
+// default of `--backend shm`) the baseline of every row is Memcpy: one
+// thread copying between two buffers of the same size, the same number of
+// times, in this process; the latency line has ours alone and there is no
+// pipeline. That is the bound of a same-host transfer. Config.WantBackend
+// makes a run whose route is of another kind (a same-host bench that fell
+// back to TCP) fail with ErrWrongBackend instead of measuring the wrong
+// thing.
+//
 // Placement pins the bench process and the servers it starts to CPUs
 // (any, same or split) through internal/proc; StartServer starts a server
 // process pinned as placed.

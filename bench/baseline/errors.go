@@ -1,6 +1,14 @@
 package baseline
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrWrongBackend: a measurement of ours went over a route of another kind
+// than Config.WantBackend (a same-host bench that fell back to TCP measures
+// the wrong thing). It ends the run.
+var ErrWrongBackend = errors.New("baseline: the route is not of the backend asked for")
 
 // ErrConfig marks a run that cannot be set up as asked (a placement this
 // machine cannot give): the command line's mistake, not the run's. Errors

@@ -4,11 +4,12 @@ import "time"
 
 // Report is what a Run measured (bench --json writes it).
 type Report struct {
+	Against     string        `json:"against"` // AgainstTCP or AgainstMemcpy
 	Placement   string        `json:"placement"`
 	BenchCPU    int           `json:"bench_cpu"`  // -1: not pinned
 	ServerCPU   int           `json:"server_cpu"` // -1: not pinned
 	GOMAXPROCS  int           `json:"gomaxprocs"`
-	Backend     string        `json:"backend"`
+	Backend     string        `json:"backend"` // the route's kind, as the measurements reported it
 	Conns       int           `json:"conns"`
 	Concurrency int           `json:"concurrency"`
 	Warmup      int           `json:"warmup"`
@@ -27,21 +28,23 @@ type Row struct {
 	Op        string  `json:"op"`
 	Count     int     `json:"count"`
 	Ours      float64 `json:"ours_mib_s"`
-	TCP       float64 `json:"tcp_mib_s"`
-	Ratio     float64 `json:"ratio"`
+	TCP       float64 `json:"tcp_mib_s,omitempty"`    // against TCP
+	Memcpy    float64 `json:"memcpy_mib_s,omitempty"` // against memcpy
+	Ratio     float64 `json:"ratio"`                  // ours / the baseline
 	OursP50us float64 `json:"ours_p50_us"`
 	Errors    int     `json:"errors"`
 }
 
-// LatencyRow is the 8-byte Get round trip against the TCP ping-pong.
+// LatencyRow is the 8-byte Get round trip against the TCP ping-pong (ours
+// alone against memcpy: the TCP fields are left out).
 type LatencyRow struct {
 	Size     uint64  `json:"size_bytes"`
 	Count    int     `json:"count"`
 	OursP50  float64 `json:"ours_p50_us"`
 	OursP99  float64 `json:"ours_p99_us"`
-	TCPP50   float64 `json:"tcp_p50_us"`
-	TCPP99   float64 `json:"tcp_p99_us"`
-	RatioP50 float64 `json:"ratio_p50"`
+	TCPP50   float64 `json:"tcp_p50_us,omitempty"`
+	TCPP99   float64 `json:"tcp_p99_us,omitempty"`
+	RatioP50 float64 `json:"ratio_p50,omitempty"`
 	Errors   int     `json:"errors"`
 }
 

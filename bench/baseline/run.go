@@ -32,7 +32,17 @@ type Config struct {
 	PipeCount   int      // operations timed for the pipeline
 	PipeDepth   int      // operations in flight in the pipeline
 	Backend     string   // our data plane, as reported (the measurements say what they used)
-	Placement   Placement
+	// WantBackend, when not empty, is the route kind every measurement of
+	// ours must have used (queuepair.QueuePair.Kind): one that used
+	// another ends the run with ErrWrongBackend.
+	WantBackend string
+	// Against is what ours is compared with: AgainstTCP ("" too) or
+	// AgainstMemcpy.
+	Against string
+	// Memory gives the two buffers of the memcpy baseline (nil: Go
+	// slices); release gives them back.
+	Memory    Memory
+	Placement Placement
 	// Where the manager and the baseline server are, for the header; the
 	// External flags say bench did not start (nor pin) them.
 	ManagerAddr, ServerAddr         string
@@ -55,8 +65,11 @@ func AutoCount(size uint64) int {
 // failed or moved wrong bytes are counted in the report and returned as
 // an error joining them once the run is complete.
 func Run(ctx context.Context, cfg Config, ours Ours, w io.Writer) (*Report, error) {
+	if cfg.Against == "" {
+		cfg.Against = AgainstTCP
+	}
 	r := &runner{cfg: cfg, ours: ours, w: w, rep: &Report{
-		Placement: cfg.Placement.Mode, BenchCPU: cfg.Placement.BenchCPU, ServerCPU: cfg.Placement.ServerCPU,
+		Against: cfg.Against, Placement: cfg.Placement.Mode, BenchCPU: cfg.Placement.BenchCPU, ServerCPU: cfg.Placement.ServerCPU,
 		GOMAXPROCS: runtime.GOMAXPROCS(0), Backend: cfg.Backend, Conns: cfg.Conns, Concurrency: cfg.Concurrency,
 		Warmup: cfg.Warmup, Verify: cfg.Verify, Started: time.Now(),
 	}}
@@ -71,10 +84,13 @@ func Run(ctx context.Context, cfg Config, ours Ours, w io.Writer) (*Report, erro
 	if err := r.latency(ctx); err != nil {
 		return nil, fmt.Errorf("latency: %w", err)
 	}
-	if err := r.pipeline(ctx); err != nil {
-		return nil, fmt.Errorf("pipeline: %w", err)
+	if cfg.Against == AgainstTCP {
+		if err := r.pipeline(ctx); err != nil {
+			return nil, fmt.Errorf("pipeline: %w", err)
+		}
 	}
 	r.rep.Elapsed = time.Since(r.rep.Started)
+	fmt.Fprintf(w, "route backend: %s\n", r.rep.Backend)
 	fmt.Fprintf(w, "errors: %d\n", r.rep.Errors())
 	return r.rep, errors.Join(r.failures...)
 }
@@ -90,6 +106,10 @@ type runner struct {
 
 func (r *runner) header() {
 	c := r.cfg
+	if c.Against == AgainstMemcpy {
+		r.memcpyHeader()
+		return
+	}
 	fmt.Fprintf(r.w, "placement: %s\n", c.Placement.Describe(c.ExternalManager, c.ExternalServer))
 	fmt.Fprintf(r.w, "manager %s, baseline server %s; conns=%d concurrency=%d warmup=%d GOMAXPROCS=%d verify=%v\n",
 		c.ManagerAddr, c.ServerAddr, c.Conns, c.Concurrency, c.Warmup, r.rep.GOMAXPROCS, c.Verify)
@@ -100,8 +120,12 @@ func (r *runner) header() {
 // measure runs ours; a run that stopped early is an error.
 func (r *runner) measure(ctx context.Context, cfg bench.Config) (*bench.Result, error) {
 	res, err := r.ours(ctx, cfg)
-	if err == nil && res.Stop != nil {
+	switch {
+	case err != nil:
+	case res.Stop != nil:
 		err = fmt.Errorf("stopped after %d operations: %w", res.Ops, res.Stop)
+	case r.cfg.WantBackend != "" && res.Backend != r.cfg.WantBackend:
+		err = fmt.Errorf("%w: the route uses %q, asked for %q", ErrWrongBackend, res.Backend, r.cfg.WantBackend)
 	}
 	return res, err
 }
@@ -118,7 +142,8 @@ func (r *runner) note(what string, res *bench.Result) int {
 	return res.Errs + res.Mismatch
 }
 
-// throughput measures one row of the table: ours, then the TCP stream.
+// throughput measures one row of the table: ours, then the baseline (the
+// TCP stream or the memcpy).
 func (r *runner) throughput(ctx context.Context, op string, sz uint64) error {
 	c := r.cfg
 	count := c.Count
@@ -132,20 +157,27 @@ func (r *runner) throughput(ctx context.Context, op string, sz uint64) error {
 	if res.Backend != "" {
 		r.rep.Backend = res.Backend
 	}
-	d, err := Stream(ctx, c.ServerAddr, op, Load{Size: sz, Count: count, Warmup: c.Warmup, Conns: c.Conns})
-	if err != nil {
-		return err
-	}
 	row := Row{
 		Size: size.Exact(sz), SizeBytes: sz, Op: op, Count: count,
 		Ours:      bench.MiBPerSec(res.Bytes, res.Elapsed),
-		TCP:       bench.MiBPerSec(sz*uint64(count), d),
 		OursP50us: bench.Micros(bench.Percentile(res.Lat, 50)),
 		Errors:    r.note(op+" "+size.Exact(sz), res),
 	}
-	row.Ratio = ratio(row.Ours, row.TCP)
+	base := &row.TCP
+	var d time.Duration
+	if c.Against == AgainstMemcpy {
+		base = &row.Memcpy
+		d, err = r.memcpy(ctx, sz, count)
+	} else {
+		d, err = Stream(ctx, c.ServerAddr, op, Load{Size: sz, Count: count, Warmup: c.Warmup, Conns: c.Conns})
+	}
+	if err != nil {
+		return err
+	}
+	*base = bench.MiBPerSec(sz*uint64(count), d)
+	row.Ratio = ratio(row.Ours, *base)
 	r.rep.Throughput = append(r.rep.Throughput, row)
-	fmt.Fprintf(r.w, "%-7s %-4s %7d %12.1f %16.1f %7.2f\n", row.Size, row.Op, row.Count, row.Ours, row.TCP, row.Ratio)
+	fmt.Fprintf(r.w, "%-7s %-4s %7d %12.1f %16.1f %7.2f\n", row.Size, row.Op, row.Count, row.Ours, *base, row.Ratio)
 	return nil
 }
 
@@ -157,6 +189,10 @@ func (r *runner) latency(ctx context.Context) error {
 	res, err := r.measure(ctx, bench.Config{Op: "get", Size: LatSize, Count: c.LatCount, Concurrency: 1, Warmup: warm, Verify: c.Verify})
 	if err != nil {
 		return err
+	}
+	if c.Against == AgainstMemcpy {
+		r.latencyAlone(res)
+		return nil
 	}
 	lat, err := PingPong(ctx, c.ServerAddr, Load{Size: LatSize, Count: c.LatCount, Warmup: warm})
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"strings"
 
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/bench"
@@ -20,40 +19,6 @@ import (
 // `rdmamgr bench --baseline`: its flags, and the processes it starts (a
 // `rdmamgr serve` and a `rdmamgr baseline-server`, placed on CPUs as
 // --placement says); package bench/baseline measures and prints.
-
-// baselineFlags are the flags of bench that only --baseline uses.
-type baselineFlags struct {
-	on           bool
-	sizes        string
-	ops          string
-	placement    string
-	baselinePeer string
-	latCount     int
-	pipeCount    int
-	pipeDepth    int
-}
-
-var baselineOnlyFlags = []string{"sizes", "ops", "placement", "baseline-peer", "lat-count", "pipeline-count", "pipeline-depth"}
-
-func (b *baselineFlags) register(fs *flag.FlagSet) {
-	fs.BoolVar(&b.on, "baseline", false, "run the size × op table, an 8-byte Get latency and a 64-byte Put pipeline, each against a plain Go TCP baseline, and print the ratios (starts its own manager unless --peer is given)")
-	fs.StringVar(&b.sizes, "sizes", "4KiB,64KiB,1MiB,16MiB", "with --baseline: comma-separated sizes")
-	fs.StringVar(&b.ops, "ops", "put,get", "with --baseline: comma-separated ops (put, get)")
-	fs.StringVar(&b.placement, "placement", "any", "with --baseline: any (no pinning), same (bench and servers on one CPU) or split (bench on one CPU, servers on another)")
-	fs.StringVar(&b.baselinePeer, "baseline-peer", "", "with --baseline: HOST:PORT of a running \"rdmamgr baseline-server\" (default: start one)")
-	fs.IntVar(&b.latCount, "lat-count", 5000, "with --baseline: round trips timed for the 8-byte latency")
-	fs.IntVar(&b.pipeCount, "pipeline-count", 100000, "with --baseline: operations timed for the 64-byte pipeline")
-	fs.IntVar(&b.pipeDepth, "pipeline-depth", 64, "with --baseline: operations in flight in the 64-byte pipeline")
-}
-
-func (b *baselineFlags) checkUnset(set map[string]bool) error {
-	for _, n := range baselineOnlyFlags {
-		if set[n] {
-			return usagef("--%s needs --baseline", n)
-		}
-	}
-	return nil
-}
 
 // baselineDefaultConc is --concurrency with --baseline when not given.
 const baselineDefaultConc = 4
@@ -97,6 +62,7 @@ func benchBaseline(ctx context.Context, e *env, a *benchArgs, set map[string]boo
 	}
 	defer n.Close()
 	peer := actor.NewClient(n.System(), pid)
+	cfg.Memory = managerMemory(n.Manager())
 	ours := func(ctx context.Context, c bench.Config) (*bench.Result, error) {
 		return bench.Run(ctx, n.Manager(), peer, c)
 	}
@@ -116,6 +82,14 @@ func (a *benchArgs) baselineConfig(set map[string]bool) (baseline.Config, error)
 	if set["op"] || set["size"] {
 		return baseline.Config{}, usagef("with --baseline use --ops and --sizes, not --op and --size")
 	}
+	against, err := bl.resolveAgainst(a.c.backend, set)
+	if err != nil {
+		return baseline.Config{}, err
+	}
+	memcpy := against == baseline.AgainstMemcpy
+	if memcpy && !set["sizes"] {
+		bl.sizes = sameHostSizes
+	}
 	sizes, err := parseSizeList(bl.sizes)
 	if err != nil {
 		return baseline.Config{}, err
@@ -125,9 +99,12 @@ func (a *benchArgs) baselineConfig(set map[string]bool) (baseline.Config, error)
 		return baseline.Config{}, err
 	}
 	cfg := baseline.Config{Sizes: sizes, Ops: ops, Count: a.count, Concurrency: a.concurrency, Warmup: a.warmup, Verify: a.verify,
-		Conns: a.c.conns, LatCount: bl.latCount, PipeCount: bl.pipeCount, PipeDepth: bl.pipeDepth}
+		Conns: a.c.conns, LatCount: bl.latCount, PipeCount: bl.pipeCount, PipeDepth: bl.pipeDepth, Against: against}
 	if !set["concurrency"] {
 		cfg.Concurrency = baselineDefaultConc
+		if memcpy {
+			cfg.Concurrency = 1 // one stream against one copying thread
+		}
 	}
 	if err := checkBaselineCounts(cfg, a.count); err != nil {
 		return baseline.Config{}, err
@@ -135,11 +112,14 @@ func (a *benchArgs) baselineConfig(set map[string]bool) (baseline.Config, error)
 	if !set["count"] {
 		cfg.Count = 0 // per size
 	}
-	// The baseline is TCP; so is our data plane unless asked otherwise.
-	if a.c.backend == "auto" {
+	// Against TCP our data plane is TCP too, unless asked otherwise.
+	if a.c.backend == "auto" && !memcpy {
 		a.c.backend = "tcp"
 	}
 	cfg.Backend = a.c.backend
+	if a.c.backend != "auto" {
+		cfg.WantBackend = a.c.backend // the routes must be of it
+	}
 	if cfg.Placement, err = baseline.PlanPlacement(bl.placement); err != nil {
 		return baseline.Config{}, asUsage(err)
 	}
@@ -182,12 +162,12 @@ func (a *benchArgs) checkBaselinePeers() error {
 }
 
 // startBaselineServers starts the manager (unless --peer) and the baseline
-// server (unless --baseline-peer) on the servers' CPU, and fills in their
-// addresses. It returns the servers it started, also on failure.
+// server (unless --baseline-peer or --against memcpy) on the servers' CPU,
+// and fills in their addresses. It returns the servers it started, also on failure.
 func (a *benchArgs) startBaselineServers(ctx context.Context, cfg *baseline.Config, stderr io.Writer) ([]*proc.Proc, error) {
 	cfg.ManagerAddr, cfg.ExternalManager = a.peer, a.peer != ""
 	cfg.ServerAddr, cfg.ExternalServer = a.bl.baselinePeer, a.bl.baselinePeer != ""
-	if cfg.ExternalManager && cfg.ExternalServer {
+	if cfg.ExternalManager && (cfg.ExternalServer || cfg.Against == baseline.AgainstMemcpy) {
 		return nil, nil
 	}
 	exe, err := os.Executable()
@@ -202,7 +182,7 @@ func (a *benchArgs) startBaselineServers(ctx context.Context, cfg *baseline.Conf
 		}
 		started, cfg.ManagerAddr = append(started, p), p.Addr
 	}
-	if !cfg.ExternalServer {
+	if !cfg.ExternalServer && cfg.Against != baseline.AgainstMemcpy {
 		p, err := cfg.Placement.StartServer(ctx, "baseline server", exe, []string{"baseline-server", "--listen", "127.0.0.1:0"}, stderr)
 		if err != nil {
 			return started, err
@@ -219,6 +199,9 @@ func (a *benchArgs) managerArgs() []string {
 		"--max-message-size", strconv.Itoa(a.c.maxMsg), "--log-level", "warn", "--metrics-listen", ""}
 	if a.c.sockbuf != "" {
 		args = append(args, "--sockbuf", a.c.sockbuf)
+	}
+	if a.c.secret != "" {
+		args = append(args, "--secret-file", a.c.secret)
 	}
 	return args
 }
@@ -238,43 +221,6 @@ func stopAll(ps []*proc.Proc, stderr io.Writer) {
 			fmt.Fprintf(stderr, "rdmamgr bench: %v\n", err)
 		}
 	}
-}
-
-func parseSizeList(s string) ([]uint64, error) {
-	var out []uint64
-	for _, f := range strings.Split(s, ",") {
-		if strings.TrimSpace(f) == "" {
-			continue
-		}
-		v, err := parseSize(f)
-		if err != nil {
-			return nil, usagef("--sizes: %v", err)
-		}
-		out = append(out, v)
-	}
-	if len(out) == 0 {
-		return nil, usagef("--sizes %q: want a comma-separated list of sizes", s)
-	}
-	return out, nil
-}
-
-func parseOpList(s string) ([]string, error) {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(strings.ToLower(f))
-		switch f {
-		case "":
-			continue
-		case "put", "get":
-			out = append(out, f)
-		default:
-			return nil, usagef("--ops: %q: want put or get", f)
-		}
-	}
-	if len(out) == 0 {
-		return nil, usagef("--ops %q: want put, get or put,get", s)
-	}
-	return out, nil
 }
 
 func baselineServerCommand() *command {
