@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -75,8 +76,9 @@ func (c *serverConn) serve() {
 	}
 }
 
+// isEOF reports whether err is the peer closing its end: routine.
 func isEOF(err error) bool {
-	return errors.Is(err, unix.ECONNRESET) || err.Error() == "EOF" || errors.Is(err, unix.EPIPE)
+	return errors.Is(err, io.EOF) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE)
 }
 
 // authenticate runs the connection's handshake: our nonce; the
