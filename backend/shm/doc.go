@@ -73,7 +73,7 @@
 //
 // # Operations
 //
-// A Put or Get of at most Config.InlineMax bytes on a region already
+// A Put or Get of at most Config.InlineMax bytes (1 MiB) on a region already
 // mapped runs inside Post, in the caller's goroutine: it is complete when
 // Post returns (its Completer was called). Others (first use of a region,
 // larger copies) go to the route's copier goroutine in order; a queued
@@ -81,6 +81,8 @@
 // deadlines are checked at start and between chunks. A map request the
 // owner does not answer within 5 s fails the route. Bounds and access are
 // checked by the initiator against what the owner's map reply said.
+// Copies of up to 4 MiB are made in 512 KiB pieces: Go's copy bypasses
+// the cache from 1 MiB on, right only for copies larger than the cache.
 // Served counters are kept in the state table (the owner's CPU does not
 // see the copies).
 //
