@@ -25,9 +25,9 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 	if cause := wr.CancelCause(); cause != nil {
 		return routestate.OpError("shm", wr, cause)
 	}
-	if !wr.Deadline.IsZero() && time.Now().After(wr.Deadline) {
-		return routestate.OpError("shm", wr, backend.ErrDeadline)
-	}
+	// No deadline check here: an inline copy never waits, and a queued
+	// one checks when it starts (reading the clock would cost more than
+	// a small copy).
 	if !r.gate.Enter() {
 		return fmt.Errorf("shm: route: %w", backend.ErrClosed)
 	}

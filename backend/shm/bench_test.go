@@ -1,0 +1,53 @@
+//go:build linux
+
+package shm_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/backendtest"
+	"github.com/rdmamgr/rdmamgr/backend/shm"
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
+
+// noteDone is a Completer that only records the outcome.
+type noteDone struct{ err error }
+
+func (d *noteDone) Complete(_ *backend.WorkRequest, err error) { d.err = err }
+
+// BenchmarkPost measures the backend's own cost of an inline Put or Get
+// on a mapped region (no queue pair, no manager): go test -run '^$'
+// -bench Post ./backend/shm.
+func BenchmarkPost(b *testing.B) {
+	for _, n := range []int{8, 4096, 65536} {
+		for _, op := range []backend.Op{backend.OpWrite, backend.OpRead} {
+			b.Run(fmt.Sprintf("%s/%d", op, n), func(b *testing.B) {
+				a, regA := newBackend(b, backendtest.OwnerA, shm.Config{})
+				backendtest.CloseAtCleanup(b, timeout, a, regA)
+				o, regB := newBackend(b, backendtest.OwnerB, shm.Config{})
+				backendtest.CloseAtCleanup(b, timeout, o, regB)
+				rt := backendtest.MustConnect(b, timeout, a, o, backendtest.OwnerB, backendtest.OwnerA)
+				ha, _ := backendtest.Alloc(b, regA, n, buffer.AccessReadWrite)
+				hb, _ := backendtest.Alloc(b, regB, n, buffer.AccessReadWrite)
+				done := &noteDone{}
+				wr, release := backendtest.NewWR(b, regA, op, ha, hb, time.Now().Add(time.Hour), done)
+				defer release()
+				if err := backendtest.DoWR(b, timeout, rt, wr); err != nil { // maps the region
+					b.Fatal(err)
+				}
+				wr.Done = done
+				b.SetBytes(int64(n))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					if err := rt.Post(wr); err != nil || done.err != nil {
+						b.Fatal(err, done.err)
+					}
+				}
+			})
+		}
+	}
+}
