@@ -20,7 +20,7 @@ const chunk = 1 << 20
 // pieces of piece bytes, which stay on the cached path; larger ones go
 // chunk by chunk, each bypassing the cache.
 const (
-	piece     = 512 << 10
+	piece     = 256 << 10
 	cachedMax = 4 << 20
 )
 

@@ -81,7 +81,7 @@
 // deadlines are checked at start and between chunks. A map request the
 // owner does not answer within 5 s fails the route. Bounds and access are
 // checked by the initiator against what the owner's map reply said.
-// Copies of up to 4 MiB are made in 512 KiB pieces: Go's copy bypasses
+// Copies of up to 4 MiB are made in 256 KiB pieces: Go's copy bypasses
 // the cache from 1 MiB on, right only for copies larger than the cache.
 // Served counters are kept in the state table (the owner's CPU does not
 // see the copies).
