@@ -129,9 +129,8 @@ func (r *route) Cancel(wr *backend.WorkRequest) {
 		case r.poke <- struct{}{}:
 		default:
 		}
-		return
 	}
-	if r.fb != nil {
+	if r.fb != nil { // the copier may have handed it over: the fallback ignores a wr it does not have
 		r.fb.Cancel(wr)
 	}
 }
