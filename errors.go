@@ -79,6 +79,16 @@ var (
 	ErrTimeout = errors.New("request timed out")
 	// ErrMessageTooLarge: a control message over the configured gRPC limit.
 	ErrMessageTooLarge = errors.New("message too large")
+	// ErrNoReceive: nobody receives what a peer sent: no receive buffer is
+	// posted for a Send, or nobody subscribed to events for a PutWithImm
+	// (whose bytes did land). Both sides see it.
+	ErrNoReceive = errors.New("no receive posted")
+	// ErrReceiveTooSmall: a Send's message is larger than the receive
+	// buffer posted next (which stays posted). Both sides see it.
+	ErrReceiveTooSmall = errors.New("message larger than the receive buffer")
+	// ErrMisaligned: an atomic on a word that is not 8-byte aligned, or not
+	// 8 bytes long.
+	ErrMisaligned = errors.New("misaligned atomic")
 	// ErrBadResponse: a control reply of the wrong type or shape.
 	ErrBadResponse = errors.New("bad response")
 )

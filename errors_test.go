@@ -19,6 +19,7 @@ var all = map[string]error{
 	"ErrUnknownMessage": ErrUnknownMessage, "ErrUnknownPeer": ErrUnknownPeer, "ErrTimeout": ErrTimeout,
 	"ErrMessageTooLarge": ErrMessageTooLarge, "ErrBadResponse": ErrBadResponse,
 	"ErrUnreachableReply": ErrUnreachableReply,
+	"ErrNoReceive":        ErrNoReceive, "ErrReceiveTooSmall": ErrReceiveTooSmall, "ErrMisaligned": ErrMisaligned,
 }
 
 // One sentinel per meaning: no two match each other, and no two read alike.

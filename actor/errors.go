@@ -28,6 +28,10 @@ var (
 	ErrClosed = rdmamgr.ErrClosed
 	// ErrBadResponse: a reply of the wrong type or shape.
 	ErrBadResponse = rdmamgr.ErrBadResponse
+	// ErrNoReceive: no subscriber or no receive buffer for what a peer sent.
+	ErrNoReceive = rdmamgr.ErrNoReceive
+	// ErrReceiveTooSmall: a message larger than the posted receive buffer.
+	ErrReceiveTooSmall = rdmamgr.ErrReceiveTooSmall
 )
 
 // toError turns a wire Error into a Go error wrapping the matching sentinel

@@ -84,6 +84,12 @@ func (m *Manager) start(ctx context.Context, backends []backend.Backend, choices
 		return err
 	}
 	m.reg.SetOwnerAddr(m.sys.Address())
+	m.inbox.reg = m.reg
+	for _, b := range backends {
+		if u, ok := b.(backend.InboxUser); ok {
+			u.SetInbox(&m.inbox)
+		}
+	}
 	pid, err := m.sys.Root.SpawnNamed(protoactor.PropsFromProducer(func() protoactor.Actor { return &managerActor{m: m} }), m.cfg.Name)
 	if err != nil {
 		closeAll(backends)
@@ -147,6 +153,7 @@ func (m *Manager) Close() error {
 	}
 	m.stopOps()
 	errs = append(errs, closeAll(m.backends))
+	m.inbox.closeAll() // after the backends: no landing is in progress
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	errs = append(errs, m.reg.Close(ctx))

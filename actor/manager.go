@@ -71,6 +71,17 @@ type Manager struct {
 	book *control.Book
 
 	ops opsState // uptime, inbound routes, route watchers (ops.go)
+
+	// inbox takes the PutWithImm events and Send messages the backends
+	// deliver, for the subscribers (inbox.go, subscribe.go).
+	inbox inbox
+}
+
+// isClosed reports whether Close has started.
+func (m *Manager) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
 }
 
 // PID returns a PID of the manager actor (nil before Start). Each call

@@ -74,7 +74,7 @@ func (e *malformedEnv) requestBuffer(t *testing.T) {
 	for _, tc := range []struct {
 		size   uint64
 		access buffer.Access
-	}{{0, buffer.AccessReadWrite}, {1, 4}, {1, 0xffffffff}, {0, 8}} {
+	}{{0, buffer.AccessReadWrite}, {1, 16}, {1, 0xffffffff}, {0, 8}} {
 		if _, err := rc.RequestBuffer(ctx, tc.size, tc.access); !errors.Is(err, buffer.ErrInvalid) {
 			t.Fatalf("size %d access %#x: %v", tc.size, uint32(tc.access), err)
 		}

@@ -27,6 +27,18 @@ const (
 	OpWrite Op = 1
 	// OpRead copies the remote buffer into local memory (Get).
 	OpRead Op = 2
+	// OpWriteImm is OpWrite followed, once the bytes are in place, by an
+	// Event for the owner's subscriber carrying Imm (PutWithImm).
+	OpWriteImm Op = 3
+	// OpSend moves Local into the receive buffer the peer posted next
+	// (Send; with HasImm, SendWithImm). Remote is unused (zero).
+	OpSend Op = 4
+	// OpCompareSwap sets the 8-byte word Remote names to Swap if it equals
+	// Compare; Result is the word's old value. Local is unused (nil).
+	OpCompareSwap Op = 5
+	// OpFetchAdd adds Swap to the 8-byte word Remote names; Result is the
+	// word's old value. Local is unused (nil).
+	OpFetchAdd Op = 6
 )
 
 func (o Op) String() string {
@@ -35,17 +47,36 @@ func (o Op) String() string {
 		return "write"
 	case OpRead:
 		return "read"
+	case OpWriteImm:
+		return "write-imm"
+	case OpSend:
+		return "send"
+	case OpCompareSwap:
+		return "compare-swap"
+	case OpFetchAdd:
+		return "fetch-add"
 	}
 	return "op(?)"
 }
 
-// Need returns the access the remote buffer must grant for o.
+// Need returns the access the remote buffer must grant for o (none for a
+// Send, which names no remote buffer).
 func (o Op) Need() buffer.Access {
-	if o == OpWrite {
+	switch o {
+	case OpWrite:
 		return buffer.AccessWrite
+	case OpWriteImm:
+		return buffer.AccessWrite | buffer.AccessNotify
+	case OpCompareSwap, OpFetchAdd:
+		return buffer.AccessAtomic
+	case OpSend:
+		return 0
 	}
 	return buffer.AccessRead
 }
+
+// Atomic reports whether o is an atomic on one 8-byte word.
+func (o Op) Atomic() bool { return o == OpCompareSwap || o == OpFetchAdd }
 
 // Completer receives the outcome of a work request, exactly once.
 type Completer interface {
@@ -67,6 +98,16 @@ type WorkRequest struct {
 	// closed (the poster's context). Cancelling a posted request is
 	// RequestCancel followed by Route.Cancel.
 	Cancel <-chan struct{}
+
+	// Imm is the immediate value of OpWriteImm, and of OpSend when HasImm.
+	Imm    uint32
+	HasImm bool
+	// Compare and Swap are the operands of OpCompareSwap; Swap is the
+	// addend of OpFetchAdd.
+	Compare, Swap uint64
+	// Result is the old value of an atomic's word, set by the backend
+	// before Complete when the atomic succeeded.
+	Result uint64
 
 	cause atomic.Pointer[error] // set once by RequestCancel
 }
@@ -91,6 +132,7 @@ func (wr *WorkRequest) CancelCause() error {
 func (wr *WorkRequest) Reset() {
 	wr.Op, wr.Local, wr.LocalRegion, wr.Remote = 0, nil, nil, buffer.Buffer{}
 	wr.Deadline, wr.Done, wr.Cancel = time.Time{}, nil, nil
+	wr.Imm, wr.HasImm, wr.Compare, wr.Swap, wr.Result = 0, false, 0, 0, 0
 	wr.cause.Store(nil)
 }
 

@@ -69,6 +69,12 @@ func Code(err error) rdmapb.Code {
 		return rdmapb.Code_VERSION_MISMATCH
 	case errors.Is(err, rdmamgr.ErrNotSupported):
 		return rdmapb.Code_NOT_SUPPORTED
+	case errors.Is(err, rdmamgr.ErrNoReceive):
+		return rdmapb.Code_NO_RECEIVE
+	case errors.Is(err, rdmamgr.ErrReceiveTooSmall):
+		return rdmapb.Code_RECEIVE_TOO_SMALL
+	case errors.Is(err, rdmamgr.ErrMisaligned):
+		return rdmapb.Code_MISALIGNED
 	}
 	return rdmapb.Code_INTERNAL
 }
@@ -121,6 +127,12 @@ func Sentinel(c rdmapb.Code) error {
 		return rdmamgr.ErrVersion
 	case rdmapb.Code_NOT_SUPPORTED:
 		return rdmamgr.ErrNotSupported
+	case rdmapb.Code_NO_RECEIVE:
+		return rdmamgr.ErrNoReceive
+	case rdmapb.Code_RECEIVE_TOO_SMALL:
+		return rdmamgr.ErrReceiveTooSmall
+	case rdmapb.Code_MISALIGNED:
+		return rdmamgr.ErrMisaligned
 	}
 	return nil
 }

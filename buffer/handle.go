@@ -3,6 +3,7 @@ package buffer
 import (
 	"crypto/subtle"
 	"fmt"
+	"strings"
 	"time"
 
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
@@ -31,13 +32,21 @@ const (
 	AccessWrite Access = Access(rdmapb.Access_ACCESS_WRITE)
 	// AccessReadWrite allows both.
 	AccessReadWrite = AccessRead | AccessWrite
+	// AccessAtomic lets peers run atomics (CompareAndSwap, FetchAdd) on
+	// the buffer's 8-byte aligned words.
+	AccessAtomic Access = Access(rdmapb.Access_ACCESS_ATOMIC)
+	// AccessNotify lets peers notify the owner that bytes landed
+	// (PutWithImm, which needs AccessWrite too).
+	AccessNotify Access = Access(rdmapb.Access_ACCESS_NOTIFY)
+
+	accessAll = AccessReadWrite | AccessAtomic | AccessNotify
 )
 
 // Allows reports whether a grants every bit of need.
 func (a Access) Allows(need Access) bool { return a&need == need }
 
 // Valid reports whether a has only known bits.
-func (a Access) Valid() bool { return a&^AccessReadWrite == 0 }
+func (a Access) Valid() bool { return a&^accessAll == 0 }
 
 func (a Access) String() string {
 	switch a {
@@ -50,7 +59,20 @@ func (a Access) String() string {
 	case AccessReadWrite:
 		return "read-write"
 	}
-	return fmt.Sprintf("access(%d)", uint32(a))
+	if !a.Valid() {
+		return fmt.Sprintf("access(%d)", uint32(a))
+	}
+	var parts []string
+	if rw := a & AccessReadWrite; rw != 0 {
+		parts = append(parts, rw.String())
+	}
+	if a&AccessAtomic != 0 {
+		parts = append(parts, "atomic")
+	}
+	if a&AccessNotify != 0 {
+		parts = append(parts, "notify")
+	}
+	return strings.Join(parts, "+")
 }
 
 // RDMAKey is the RDMA address and remote key of a region.

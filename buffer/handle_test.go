@@ -163,7 +163,7 @@ func TestFromProtoRejects(t *testing.T) {
 		{"no key", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Key = nil; return p }, ErrInvalid},
 		{"short key", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Key = p.Key[:KeySize-1]; return p }, ErrInvalid},
 		{"long key", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Key = make([]byte, KeySize+1); return p }, ErrInvalid},
-		{"access bit 4", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Access = 4; return p }, ErrInvalid},
+		{"access bit 16", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Access = 16; return p }, ErrInvalid},
 		{"access high bit", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Access = 1<<31 | 1; return p }, ErrInvalid},
 		{"offset+length overflow", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Offset = math.MaxUint64; p.Length = 1; return p }, ErrOutOfRange},
 		{"length overflow", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Offset = 2; p.Length = math.MaxUint64 - 1; return p }, ErrOutOfRange},
@@ -225,8 +225,11 @@ func TestAccessAndKey(t *testing.T) {
 		{AccessRead, true, "read"},
 		{AccessWrite, true, "write"},
 		{AccessReadWrite, true, "read-write"},
-		{4, false, "access(4)"},
-		{7, false, "access(7)"},
+		{AccessAtomic, true, "atomic"},
+		{AccessReadWrite | AccessAtomic | AccessNotify, true, "read-write+atomic+notify"},
+		{AccessWrite | AccessNotify, true, "write+notify"},
+		{16, false, "access(16)"},
+		{19, false, "access(19)"},
 	}
 	for _, c := range cases {
 		if c.a.Valid() != c.valid || c.a.String() != c.s {
@@ -236,7 +239,7 @@ func TestAccessAndKey(t *testing.T) {
 	if !AccessReadWrite.Allows(AccessRead) || !AccessReadWrite.Allows(AccessWrite) || !AccessRead.Allows(0) {
 		t.Errorf("Allows too strict")
 	}
-	if AccessRead.Allows(AccessWrite) || AccessWrite.Allows(AccessRead) || AccessRead.Allows(AccessReadWrite) || AccessReadWrite.Allows(4) {
+	if AccessRead.Allows(AccessWrite) || AccessWrite.Allows(AccessRead) || AccessRead.Allows(AccessReadWrite) || AccessReadWrite.Allows(AccessAtomic) {
 		t.Errorf("Allows too lax")
 	}
 	if uint32(AccessRead) != uint32(rdmapb.Access_ACCESS_READ) || uint32(AccessReadWrite) != uint32(rdmapb.Access_ACCESS_READ_WRITE) {

@@ -50,6 +50,9 @@ const (
 	Code_LEASE_EXPIRED      Code = 18 // the buffer's lease ran out
 	Code_REVOKED            Code = 19 // the owner revoked the buffer
 	Code_NOT_LOCAL          Code = 20 // served only to callers in the manager's process
+	Code_NO_RECEIVE         Code = 21 // nobody receives: no receive buffer posted, no event subscriber
+	Code_RECEIVE_TOO_SMALL  Code = 22 // a message larger than the posted receive buffer
+	Code_MISALIGNED         Code = 23 // an atomic on a word that is not 8-byte aligned
 )
 
 // Enum value maps for Code.
@@ -76,6 +79,9 @@ var (
 		18: "LEASE_EXPIRED",
 		19: "REVOKED",
 		20: "NOT_LOCAL",
+		21: "NO_RECEIVE",
+		22: "RECEIVE_TOO_SMALL",
+		23: "MISALIGNED",
 	}
 	Code_value = map[string]int32{
 		"OK":                 0,
@@ -99,6 +105,9 @@ var (
 		"LEASE_EXPIRED":      18,
 		"REVOKED":            19,
 		"NOT_LOCAL":          20,
+		"NO_RECEIVE":         21,
+		"RECEIVE_TOO_SMALL":  22,
+		"MISALIGNED":         23,
 	}
 )
 
@@ -137,6 +146,8 @@ const (
 	Access_ACCESS_READ       Access = 1 // remote peers may read (Get)
 	Access_ACCESS_WRITE      Access = 2 // remote peers may write (Put)
 	Access_ACCESS_READ_WRITE Access = 3
+	Access_ACCESS_ATOMIC     Access = 4 // remote peers may run atomics on its 8-byte words
+	Access_ACCESS_NOTIFY     Access = 8 // remote peers may notify its owner (PutWithImm)
 )
 
 // Enum value maps for Access.
@@ -146,12 +157,16 @@ var (
 		1: "ACCESS_READ",
 		2: "ACCESS_WRITE",
 		3: "ACCESS_READ_WRITE",
+		4: "ACCESS_ATOMIC",
+		8: "ACCESS_NOTIFY",
 	}
 	Access_value = map[string]int32{
 		"ACCESS_NONE":       0,
 		"ACCESS_READ":       1,
 		"ACCESS_WRITE":      2,
 		"ACCESS_READ_WRITE": 3,
+		"ACCESS_ATOMIC":     4,
+		"ACCESS_NOTIFY":     8,
 	}
 )
 
@@ -1924,7 +1939,7 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\x04Ping\"%\n" +
 	"\x04Pong\x12\x1d\n" +
 	"\n" +
-	"manager_id\x18\x01 \x01(\x06R\tmanagerId*\xee\x02\n" +
+	"manager_id\x18\x01 \x01(\x06R\tmanagerId*\xa5\x03\n" +
 	"\x04Code\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x14\n" +
 	"\x10INVALID_ARGUMENT\x10\x01\x12\v\n" +
@@ -1949,12 +1964,19 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\rNOT_SUPPORTED\x10\x11\x12\x11\n" +
 	"\rLEASE_EXPIRED\x10\x12\x12\v\n" +
 	"\aREVOKED\x10\x13\x12\r\n" +
-	"\tNOT_LOCAL\x10\x14*S\n" +
+	"\tNOT_LOCAL\x10\x14\x12\x0e\n" +
+	"\n" +
+	"NO_RECEIVE\x10\x15\x12\x15\n" +
+	"\x11RECEIVE_TOO_SMALL\x10\x16\x12\x0e\n" +
+	"\n" +
+	"MISALIGNED\x10\x17*y\n" +
 	"\x06Access\x12\x0f\n" +
 	"\vACCESS_NONE\x10\x00\x12\x0f\n" +
 	"\vACCESS_READ\x10\x01\x12\x10\n" +
 	"\fACCESS_WRITE\x10\x02\x12\x15\n" +
-	"\x11ACCESS_READ_WRITE\x10\x03B)Z'github.com/rdmamgr/rdmamgr/proto;rdmapbb\x06proto3"
+	"\x11ACCESS_READ_WRITE\x10\x03\x12\x11\n" +
+	"\rACCESS_ATOMIC\x10\x04\x12\x11\n" +
+	"\rACCESS_NOTIFY\x10\bB)Z'github.com/rdmamgr/rdmamgr/proto;rdmapbb\x06proto3"
 
 var (
 	file_rdmamgr_proto_rawDescOnce sync.Once

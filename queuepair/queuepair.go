@@ -76,37 +76,38 @@ func (q *QueuePair) Route() Route { return q.route }
 
 // Put copies local into remote (RDMA WRITE). It returns at once.
 func (q *QueuePair) Put(local, remote buffer.Buffer) *WorkRequest {
-	return q.post(backend.OpWrite, local, remote, time.Now().Add(q.timeout))
+	return q.newOp(backend.OpWrite, local, remote, time.Now().Add(q.timeout))
 }
 
 // Get copies remote into local (RDMA READ). It returns at once.
 func (q *QueuePair) Get(local, remote buffer.Buffer) *WorkRequest {
-	return q.post(backend.OpRead, local, remote, time.Now().Add(q.timeout))
+	return q.newOp(backend.OpRead, local, remote, time.Now().Add(q.timeout))
 }
 
 // PostPut is Put into a caller-owned WorkRequest, which may be reused once
 // it completed: the steady-state data path then allocates nothing. w must
 // not be pending (it panics if it is).
 func (q *QueuePair) PostPut(w *WorkRequest, local, remote buffer.Buffer) {
-	q.arm(w, backend.OpWrite, local, remote, time.Now().Add(q.timeout), nil)
+	q.arm(w, backend.OpWrite, local, remote, time.Now().Add(q.timeout), nil, operands{})
 }
 
 // PostGet is Get into a caller-owned, reusable WorkRequest (see PostPut).
 func (q *QueuePair) PostGet(w *WorkRequest, local, remote buffer.Buffer) {
-	q.arm(w, backend.OpRead, local, remote, time.Now().Add(q.timeout), nil)
+	q.arm(w, backend.OpRead, local, remote, time.Now().Add(q.timeout), nil, operands{})
 }
 
-func (q *QueuePair) post(op backend.Op, local, remote buffer.Buffer, deadline time.Time) *WorkRequest {
+func (q *QueuePair) newOp(op backend.Op, local, remote buffer.Buffer, deadline time.Time) *WorkRequest {
 	w := new(WorkRequest)
-	q.arm(w, op, local, remote, deadline, nil)
+	q.arm(w, op, local, remote, deadline, nil, operands{})
 	return w
 }
 
 // arm posts op on w; ctx, when not nil, is the poster's context: it ends
 // Post's wait for room in flight (Submit cancels posted work through it).
 // Every path ends in w.finish or in a Post that will complete w.
-func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote buffer.Buffer, deadline time.Time, ctx context.Context) {
+func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote buffer.Buffer, deadline time.Time, ctx context.Context, opd operands) {
 	w.reset(op, remote, deadline, ctx)
+	w.wr.Imm, w.wr.HasImm, w.wr.Compare, w.wr.Swap = opd.imm, opd.hasImm, opd.compare, opd.swap
 	if !q.ops.Enter() {
 		w.finish(rdmamgr.ErrReleased)
 		return
@@ -123,6 +124,10 @@ func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote buffer.Buff
 		w.finish(fmt.Errorf("%s: %w", op, ctxCause(ctx)))
 		return
 	}
+	if op.Atomic() { // no local memory: the old value comes back in the work request
+		q.post(w, op, 8, ctx)
+		return
+	}
 	ref, err := q.local.AcquireLocal(local)
 	if err != nil {
 		if errors.Is(err, rdmamgr.ErrInvalid) {
@@ -135,8 +140,13 @@ func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote buffer.Buff
 	mem := ref.Bytes()
 	w.wr.LocalRegion = ref.Region()
 	w.wr.Local = mem
+	q.post(w, op, len(mem), ctx)
+}
+
+// post hands an armed w to the route; ctx is w's poster's (nil: none).
+func (q *QueuePair) post(w *WorkRequest, op backend.Op, n int, ctx context.Context) {
 	if cause := w.wr.CancelCause(); cause != nil {
-		w.finish(fmt.Errorf("%s %d bytes: %w", op, len(mem), cause))
+		w.finish(fmt.Errorf("%s %d bytes: %w", op, n, cause))
 		return
 	}
 	w.owner.Store(q) // before Post: a cancel may come as soon as it is posted
@@ -146,11 +156,29 @@ func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote buffer.Buff
 		} else if ctx != nil && ctx.Err() != nil {
 			err = ctxCause(ctx)
 		}
-		w.finish(fmt.Errorf("%s %d bytes: %w", op, len(mem), err))
+		w.finish(fmt.Errorf("%s %d bytes: %w", op, n, err))
 	}
 }
 
 func (q *QueuePair) check(op backend.Op, local, remote buffer.Buffer) error {
+	switch {
+	case op == backend.OpSend:
+		if local.Length == 0 {
+			return fmt.Errorf("%s of 0 bytes: %w", op, rdmamgr.ErrInvalid)
+		}
+		return nil
+	case op.Atomic():
+		if remote.OwnerID != q.peerID {
+			return fmt.Errorf("%s on %v on route to %016x: %w", op, remote, q.peerID, rdmamgr.ErrWrongPeer)
+		}
+		if remote.Length != 8 || remote.Offset%8 != 0 {
+			return fmt.Errorf("%s on %d bytes at offset %d (want one 8-byte aligned word): %w", op, remote.Length, remote.Offset, rdmamgr.ErrMisaligned)
+		}
+		if !remote.Access.Allows(op.Need()) {
+			return fmt.Errorf("%s on a %s buffer: %w", op, remote.Access, rdmamgr.ErrAccess)
+		}
+		return nil
+	}
 	if remote.OwnerID != q.peerID {
 		return fmt.Errorf("%s to %v on route to %016x: %w", op, remote, q.peerID, rdmamgr.ErrWrongPeer)
 	}

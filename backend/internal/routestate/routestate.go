@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
@@ -75,9 +76,10 @@ func (s *State) End(wr *backend.WorkRequest, err error) {
 		return
 	}
 	s.ops.Add(1)
-	if wr.Op == backend.OpWrite {
+	switch wr.Op {
+	case backend.OpWrite, backend.OpWriteImm, backend.OpSend:
 		s.bytesPut.Add(uint64(len(wr.Local)))
-	} else {
+	case backend.OpRead:
 		s.bytesGot.Add(uint64(len(wr.Local)))
 	}
 }
@@ -91,12 +93,41 @@ func (s *State) InFlight() int64 { return s.inflight.Load() }
 // splits the request adds offsets to Remote.Offset). name prefixes the
 // errors ("tcp", "ibverbs").
 func Validate(name string, wr *backend.WorkRequest) error {
+	if wr.Op != backend.OpWrite && wr.Op != backend.OpRead {
+		if wr.Op >= backend.OpWriteImm && wr.Op <= backend.OpFetchAdd {
+			return fmt.Errorf("%s: %s: %w", name, wr.Op, backend.ErrNotSupported)
+		}
+		return fmt.Errorf("%s: op %d: %w", name, wr.Op, backend.ErrProtocol)
+	}
+	return validate(name, wr)
+}
+
+// ValidateAll is Validate for a backend that carries every operation:
+// a Send has a local message and no remote buffer; an atomic has no local
+// memory and one 8-byte word at an 8-byte aligned offset of its remote
+// buffer (the owner checks the word's address).
+func ValidateAll(name string, wr *backend.WorkRequest) error {
+	switch wr.Op {
+	case backend.OpWrite, backend.OpRead, backend.OpWriteImm:
+		return validate(name, wr)
+	case backend.OpSend:
+		if len(wr.Local) == 0 {
+			return fmt.Errorf("%s: send of 0 bytes: %w", name, backend.ErrProtocol)
+		}
+		return nil
+	case backend.OpCompareSwap, backend.OpFetchAdd:
+		if len(wr.Local) != 0 || wr.Remote.Length != 8 || wr.Remote.Offset%8 != 0 {
+			return fmt.Errorf("%s: %s on %d bytes at offset %d: %w", name, wr.Op, wr.Remote.Length, wr.Remote.Offset, rdmamgr.ErrMisaligned)
+		}
+		return nil
+	}
+	return fmt.Errorf("%s: op %d: %w", name, wr.Op, backend.ErrProtocol)
+}
+
+func validate(name string, wr *backend.WorkRequest) error {
 	n := uint64(len(wr.Local))
 	if n == 0 || n != wr.Remote.Length {
 		return fmt.Errorf("%s: local %d bytes, remote %d: %w", name, n, wr.Remote.Length, backend.ErrProtocol)
-	}
-	if wr.Op != backend.OpWrite && wr.Op != backend.OpRead {
-		return fmt.Errorf("%s: op %d: %w", name, wr.Op, backend.ErrProtocol)
 	}
 	if wr.Remote.Offset+n < wr.Remote.Offset {
 		return fmt.Errorf("%s: remote offset %d + %d bytes overflows: %w", name, wr.Remote.Offset, n, buffer.ErrOutOfRange)

@@ -1,0 +1,154 @@
+package actor
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
+)
+
+// Message is a Send that landed in a receive buffer this manager posted
+// (PostRecv), or, with Err set, one that was refused: none posted
+// (ErrNoReceive) or larger than the buffer posted next
+// (ErrReceiveTooSmall; that buffer stays posted). The sender saw the same
+// error.
+type Message struct {
+	Peer   uint64        // the sending manager
+	Buffer buffer.Buffer // the posted buffer, sliced to the message; zero when refused
+	Length uint64        // the message's length
+	Imm    uint32
+	HasImm bool
+	Err    error
+}
+
+// inbox is the manager's backend.Inbox: PutWithImm events and Send
+// messages for the subscribers. Bounded: a full queue refuses (the
+// initiator's operation fails with ErrLimit), nothing is dropped silently.
+type inbox struct {
+	reg *memreg.Registry
+
+	mu sync.Mutex // guards the fields below
+	// events and msgs are the subscribers' queues (nil: nobody subscribed).
+	events chan backend.Event
+	msgs   chan Message
+	// reserved counts message slots promised to landings in progress, so
+	// that a message whose bytes landed is always delivered.
+	reserved int
+	// posted are the receive buffers, in order, with their references.
+	posted []postedRecv
+	// refused counts events and messages refused for a full queue or no
+	// receiver.
+	refused uint64
+}
+
+type postedRecv struct {
+	h   buffer.Buffer
+	ref memreg.Ref
+}
+
+// Event implements backend.Inbox.
+func (in *inbox) Event(ev backend.Event) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.events == nil {
+		in.refused++
+		return fmt.Errorf("event %d from %016x: no event subscriber: %w", ev.Imm, ev.Peer, ErrNoReceive)
+	}
+	select {
+	case in.events <- ev:
+		return nil
+	default:
+		in.refused++
+		return fmt.Errorf("event %d from %016x: the subscriber's queue of %d is full: %w", ev.Imm, ev.Peer, cap(in.events), backend.ErrLimit)
+	}
+}
+
+// Recv implements backend.Inbox.
+func (in *inbox) Recv(peer uint64, n uint64) (backend.Landing, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	var err error
+	switch {
+	case in.msgs == nil:
+		in.refused++
+		return nil, fmt.Errorf("message of %d bytes from %016x: no message subscriber: %w", n, peer, ErrNoReceive)
+	case len(in.msgs)+in.reserved >= cap(in.msgs):
+		in.refused++
+		return nil, fmt.Errorf("message of %d bytes from %016x: the subscriber's queue of %d is full: %w", n, peer, cap(in.msgs), backend.ErrLimit)
+	case len(in.posted) == 0:
+		err = fmt.Errorf("message of %d bytes from %016x: no receive buffer posted: %w", n, peer, ErrNoReceive)
+	case in.posted[0].h.Length < n:
+		err = fmt.Errorf("message of %d bytes from %016x, receive buffer of %d: %w", n, peer, in.posted[0].h.Length, ErrReceiveTooSmall)
+	}
+	if err != nil {
+		in.refused++
+		in.msgs <- Message{Peer: peer, Length: n, Err: err} // room checked above
+		return nil, err
+	}
+	p := in.posted[0]
+	in.posted = in.posted[1:]
+	in.reserved++
+	return &landing{in: in, p: p, peer: peer}, nil
+}
+
+// landing is a receive buffer taken for one message.
+type landing struct {
+	in   *inbox
+	p    postedRecv
+	peer uint64
+	once sync.Once
+}
+
+func (l *landing) Mem() []byte { return l.p.ref.Bytes() }
+
+func (l *landing) Done(n int, imm uint32, hasImm bool, err error) {
+	l.once.Do(func() {
+		in := l.in
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		in.reserved--
+		if err != nil || n < 0 || uint64(n) > l.p.h.Length {
+			if in.msgs == nil { // unsubscribed meanwhile: unposted
+				l.p.ref.Release()
+				return
+			}
+			in.posted = append([]postedRecv{l.p}, in.posted...) // back to the front
+			return
+		}
+		h, _ := l.p.h.Slice(0, uint64(n))
+		l.p.ref.Release()
+		msg := Message{Peer: l.peer, Buffer: h, Length: uint64(n), Imm: imm, HasImm: hasImm}
+		if in.msgs == nil { // unsubscribed meanwhile: nobody to tell
+			return
+		}
+		in.msgs <- msg // a slot was reserved
+	})
+}
+
+// closeAll ends both subscriptions and gives the posted buffers back.
+func (in *inbox) closeAll() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.closeEventsLocked()
+	in.closeMessagesLocked()
+}
+
+func (in *inbox) closeEventsLocked() {
+	if in.events != nil {
+		close(in.events)
+		in.events = nil
+	}
+}
+
+func (in *inbox) closeMessagesLocked() {
+	if in.msgs != nil {
+		close(in.msgs)
+		in.msgs = nil
+	}
+	for _, p := range in.posted {
+		p.ref.Release()
+	}
+	in.posted = nil
+}

@@ -1,0 +1,72 @@
+package queuepair
+
+import (
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
+
+// operands are what an operation carries beyond its buffers.
+type operands struct {
+	imm           uint32
+	hasImm        bool
+	compare, swap uint64
+}
+
+// PutWithImm is Put followed, once the bytes are in place at the peer, by
+// an event for the peer's subscriber (actor.Manager.SubscribeEvents)
+// naming the buffer, offset, length, imm and us. The remote buffer must
+// grant AccessWrite and AccessNotify. The operation fails with
+// ErrNoReceive when the peer has no subscriber, and with ErrLimit when
+// its queue is full (the bytes did land in either case).
+func (q *QueuePair) PutWithImm(local, remote buffer.Buffer, imm uint32) *WorkRequest {
+	w := new(WorkRequest)
+	q.arm(w, backend.OpWriteImm, local, remote, time.Now().Add(q.timeout), nil, operands{imm: imm})
+	return w
+}
+
+// Send moves local's bytes into the receive buffer the peer posted next
+// (actor.Manager.PostRecv), in order per queue pair's route. It fails with
+// ErrNoReceive when none is posted and with ErrReceiveTooSmall when the
+// next one is smaller than the message; the peer's subscriber is told of
+// either too.
+func (q *QueuePair) Send(local buffer.Buffer) *WorkRequest {
+	w := new(WorkRequest)
+	q.arm(w, backend.OpSend, local, buffer.Buffer{}, time.Now().Add(q.timeout), nil, operands{})
+	return w
+}
+
+// SendWithImm is Send with an immediate value delivered with the message.
+func (q *QueuePair) SendWithImm(local buffer.Buffer, imm uint32) *WorkRequest {
+	w := new(WorkRequest)
+	q.arm(w, backend.OpSend, local, buffer.Buffer{}, time.Now().Add(q.timeout), nil, operands{imm: imm, hasImm: true})
+	return w
+}
+
+// CompareAndSwap sets the 8-byte word remote names (Length 8, Offset a
+// multiple of 8, the buffer granting AccessAtomic) to swap if it equals
+// compare, atomically with respect to the owner's sync/atomic and every
+// peer; Value returns the word's old value once it completed.
+func (q *QueuePair) CompareAndSwap(remote buffer.Buffer, compare, swap uint64) *WorkRequest {
+	w := new(WorkRequest)
+	q.arm(w, backend.OpCompareSwap, buffer.Buffer{}, remote, time.Now().Add(q.timeout), nil, operands{compare: compare, swap: swap})
+	return w
+}
+
+// FetchAdd adds add to the 8-byte word remote names (as CompareAndSwap);
+// Value returns the word's old value once it completed.
+func (q *QueuePair) FetchAdd(remote buffer.Buffer, add uint64) *WorkRequest {
+	w := new(WorkRequest)
+	q.arm(w, backend.OpFetchAdd, buffer.Buffer{}, remote, time.Now().Add(q.timeout), nil, operands{swap: add})
+	return w
+}
+
+// Value returns the old value of an atomic's word once it completed
+// without error (0 otherwise, and for other operations).
+func (w *WorkRequest) Value() uint64 {
+	if w.state.Load() != stateDone || w.err != nil {
+		return 0
+	}
+	return w.wr.Result
+}
