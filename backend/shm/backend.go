@@ -37,7 +37,8 @@ type Backend struct {
 	uid  int
 
 	authFail atomic.Uint64
-	wg       sync.WaitGroup // the accept loop and the connections
+	inbox    atomic.Pointer[inboxRef] // SetInbox
+	wg       sync.WaitGroup           // the accept loop and the connections
 
 	mu sync.Mutex // guards the fields below
 	// started and closed: Start ran; Close ran.

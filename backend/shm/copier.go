@@ -73,6 +73,9 @@ func (r *route) run(wr *backend.WorkRequest) (err error, handed bool) {
 		return r.st.Err(), false
 	}
 	defer r.gate.Leave()
+	if wr.Op == backend.OpSend {
+		return r.sendMessage(wr), false
+	}
 	e := r.cache.get(wr.Remote.Region, wr.Remote.Key)
 	if e == nil {
 		if e, err = r.mapRegion(wr); err != nil {
@@ -87,6 +90,15 @@ func (r *route) run(wr *backend.WorkRequest) (err error, handed bool) {
 			return err, false
 		}
 		return nil, true
+	}
+	switch wr.Op {
+	case backend.OpCompareSwap, backend.OpFetchAdd:
+		return r.atomic(e, wr), false
+	case backend.OpWriteImm:
+		if err := r.copy(e, wr, true); err != nil {
+			return err, false
+		}
+		return r.notify(e, wr), false
 	}
 	return r.copy(e, wr, true), false
 }
@@ -110,12 +122,7 @@ func (r *route) ended(wr *backend.WorkRequest) error {
 // answer: a mapping, or a note that the region goes to the fallback. The
 // entry comes with a reference.
 func (r *route) mapRegion(wr *backend.WorkRequest) (*entry, error) {
-	ch := make(chan mapReply, 1)
-	r.mu.Lock()
-	r.nextReq++
-	req := r.nextReq
-	r.replies[req] = ch
-	r.mu.Unlock()
+	req, ch := r.newRequest()
 	msg := mapMsg{req: req, region: wr.Remote.Region, key: wr.Remote.Key, need: wr.Op.Need()}
 	if err := writePacket(r.conn, msg.encode(), -1); err != nil {
 		r.forget(req, ch)

@@ -56,7 +56,7 @@ func (r *route) copy(e *entry, wr *backend.WorkRequest, chunked bool) error {
 		return err
 	}
 	hdr.word(0, wOps).Add(1)
-	if wr.Op == backend.OpWrite {
+	if wr.Op != backend.OpRead {
 		hdr.word(0, wBytesIn).Add(n)
 	} else {
 		hdr.word(0, wBytesOut).Add(n)
@@ -119,7 +119,7 @@ func guardedCopy(op backend.Op, local, remote []byte, step int) (err error) {
 		}
 	}()
 	dst, src := local, remote
-	if op == backend.OpWrite {
+	if op != backend.OpRead {
 		dst, src = remote, local
 	}
 	for len(src) > step {

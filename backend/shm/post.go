@@ -16,7 +16,7 @@ import (
 // goes to the route's copier, or to the fallback route for a region that
 // is not memfd-backed.
 func (r *route) Post(wr *backend.WorkRequest) error {
-	if err := routestate.Validate("shm", wr); err != nil {
+	if err := routestate.ValidateAll("shm", wr); err != nil {
 		return err
 	}
 	if err := r.st.Err(); err != nil {
@@ -31,13 +31,24 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 	if !r.gate.Enter() {
 		return fmt.Errorf("shm: route: %w", backend.ErrClosed)
 	}
+	if wr.Op == backend.OpSend { // through the owner, in order with the other queued operations
+		r.gate.Leave()
+		return r.enqueue(wr)
+	}
 	e := r.cache.get(wr.Remote.Region, wr.Remote.Key)
 	switch {
 	case e != nil && e.fallback:
 		r.cache.unref(e)
 		r.gate.Leave()
 		return r.postFallback(wr)
-	case e != nil && len(wr.Local) <= r.b.cfg.InlineMax:
+	case e != nil && wr.Op.Atomic():
+		r.st.Begin()
+		err := r.atomic(e, wr)
+		r.cache.unref(e)
+		r.gate.Leave()
+		r.finish(wr, err)
+		return nil
+	case e != nil && wr.Op != backend.OpWriteImm && len(wr.Local) <= r.b.cfg.InlineMax:
 		r.st.Begin()
 		err := r.copy(e, wr, false)
 		r.cache.unref(e)

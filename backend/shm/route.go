@@ -161,6 +161,19 @@ func (r *route) dispatch(p packet) error {
 		}
 		ch <- mapReply{m: m, fd: p.fd} // capacity 1, one reply per request
 		return nil
+	case msgAck:
+		req, code := d.u64(), d.u32()
+		p.close()
+		if err := d.end(); err != nil {
+			return err
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if ch := r.replies[req]; ch != nil {
+			delete(r.replies, req)
+			ch <- mapReply{m: mappedMsg{req: req, code: code}, fd: -1}
+		}
+		return nil
 	case msgGone:
 		slot, id := d.u32(), d.u64()
 		p.close()

@@ -59,7 +59,8 @@ func (c *serverConn) serve() {
 		c.b.log.Warn("shm connection refused", "err", err)
 		return
 	}
-	buf, oob := make([]byte, maxPacket), make([]byte, oobSize)
+	buf, oob := make([]byte, maxPacket+fragMax), make([]byte, oobSize)
+	defer c.abandonSend()
 	for {
 		p, err := readPacket(c.conn, buf, oob)
 		if err != nil {
@@ -164,6 +165,16 @@ func (c *serverConn) handle(p []byte) error {
 		}
 		c.unmap(slot, id)
 		return nil
+	case msgEvent:
+		m := decodeEvent(&d)
+		if err := d.end(); err != nil {
+			return err
+		}
+		return c.event(m)
+	case msgSend:
+		return c.sendStart(&d)
+	case msgSendMore:
+		return c.sendMore(&d)
 	default:
 		return fmt.Errorf("shm: message type %d: %w", typ, backend.ErrProtocol)
 	}
@@ -218,4 +229,7 @@ type serverConn struct {
 	next     uint32             // slots 1..next-1 were handed out once
 	rejected uint64             // map requests refused
 	deadAt   time.Time
+
+	// send is the message arriving, if any (the serving goroutine's only).
+	send *inSend
 }

@@ -16,13 +16,24 @@ const protoVersion = 1
 
 // Socket messages (one SOCK_SEQPACKET packet each; little endian).
 const (
-	msgHello   = 1 // owner → initiator: version, nonce
-	msgAuth    = 2 // initiator → owner: token, MAC
-	msgWelcome = 3 // owner → initiator: code, slots; the state table's fd
-	msgMap     = 4 // initiator → owner: req, region, key, need
-	msgMapped  = 5 // owner → initiator: req, code, slot, offset, length, access; the memfd
-	msgUnmap   = 6 // initiator → owner: slot, region (no longer mapped)
-	msgGone    = 7 // owner → initiator: slot, region (cut and drained: unmap it)
+	msgHello    = 1  // owner → initiator: version, nonce
+	msgAuth     = 2  // initiator → owner: token, MAC
+	msgWelcome  = 3  // owner → initiator: code, slots; the state table's fd
+	msgMap      = 4  // initiator → owner: req, region, key, need
+	msgMapped   = 5  // owner → initiator: req, code, slot, offset, length, access; the memfd
+	msgUnmap    = 6  // initiator → owner: slot, region (no longer mapped)
+	msgGone     = 7  // owner → initiator: slot, region (cut and drained: unmap it)
+	msgEvent    = 8  // initiator → owner: req, slot, region, offset, length, imm (after the bytes)
+	msgSend     = 9  // initiator → owner: req, length, imm, has-imm; the message's first bytes
+	msgSendMore = 10 // initiator → owner: req; the message's next bytes
+	msgAck      = 11 // owner → initiator: req, code (of an event or a message)
+)
+
+// fragMax is how many bytes of a message one packet carries; maxSend
+// bounds a message.
+const (
+	fragMax = 60 << 10
+	maxSend = 64 << 20
 )
 
 // maxPacket bounds a socket message; maxFallbackInfo the fallback's
@@ -216,4 +227,56 @@ func slotMsg(typ byte, slot uint32, region uint64) []byte {
 	b := []byte{typ}
 	b = binary.LittleEndian.AppendUint32(b, slot)
 	return binary.LittleEndian.AppendUint64(b, region)
+}
+
+// eventMsg is msgEvent.
+type eventMsg struct {
+	req         uint64
+	slot        uint32
+	region, off uint64
+	n           uint64
+	imm         uint32
+}
+
+func (m *eventMsg) encode() []byte {
+	b := []byte{msgEvent}
+	b = binary.LittleEndian.AppendUint64(b, m.req)
+	b = binary.LittleEndian.AppendUint32(b, m.slot)
+	b = binary.LittleEndian.AppendUint64(b, m.region)
+	b = binary.LittleEndian.AppendUint64(b, m.off)
+	b = binary.LittleEndian.AppendUint64(b, m.n)
+	return binary.LittleEndian.AppendUint32(b, m.imm)
+}
+
+func decodeEvent(d *decoder) eventMsg {
+	var m eventMsg
+	m.req, m.slot = d.u64(), d.u32()
+	m.region, m.off, m.n = d.u64(), d.u64(), d.u64()
+	m.imm = d.u32()
+	return m
+}
+
+// sendHeader starts a msgSend packet: the message's first bytes follow.
+func sendHeader(b []byte, req, n uint64, imm uint32, hasImm bool) []byte {
+	b = append(b[:0], msgSend)
+	b = binary.LittleEndian.AppendUint64(b, req)
+	b = binary.LittleEndian.AppendUint64(b, n)
+	b = binary.LittleEndian.AppendUint32(b, imm)
+	h := byte(0)
+	if hasImm {
+		h = 1
+	}
+	return append(b, h)
+}
+
+// sendMoreHeader starts a msgSendMore packet.
+func sendMoreHeader(b []byte, req uint64) []byte {
+	b = append(b[:0], msgSendMore)
+	return binary.LittleEndian.AppendUint64(b, req)
+}
+
+func ackMsg(req uint64, code uint32) []byte {
+	b := []byte{msgAck}
+	b = binary.LittleEndian.AppendUint64(b, req)
+	return binary.LittleEndian.AppendUint32(b, code)
 }

@@ -1,0 +1,133 @@
+//go:build linux
+
+package shm
+
+import (
+	"fmt"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	rdmapb "github.com/rdmamgr/rdmamgr/proto"
+)
+
+// inboxRef holds the manager's inbox (an interface in an atomic pointer).
+type inboxRef struct{ in backend.Inbox }
+
+// SetInbox implements backend.InboxUser.
+func (b *Backend) SetInbox(in backend.Inbox) { b.inbox.Store(&inboxRef{in: in}) }
+
+// Supports implements backend.Capabilities: every operation.
+func (b *Backend) Supports(op backend.Op) bool {
+	return op >= backend.OpWrite && op <= backend.OpFetchAdd
+}
+
+func (b *Backend) theInbox() backend.Inbox {
+	if p := b.inbox.Load(); p != nil {
+		return p.in
+	}
+	return nil
+}
+
+// inSend is a message arriving in fragments.
+type inSend struct {
+	req     uint64
+	n, got  uint64
+	imm     uint32
+	hasImm  bool
+	landing backend.Landing // nil when refused (the rest is drained)
+	err     error
+}
+
+// event delivers a PutWithImm's event: the initiator copied the bytes into
+// a region it mapped through this connection, and says so.
+func (c *serverConn) event(m eventMsg) error {
+	err := c.checkEvent(m)
+	if err == nil {
+		if in := c.b.theInbox(); in == nil {
+			err = fmt.Errorf("no inbox: %w", rdmamgr.ErrNoReceive)
+		} else {
+			err = in.Event(backend.Event{Peer: c.peerID, Region: m.region, Offset: m.off, Length: m.n, Imm: m.imm})
+		}
+	}
+	return writePacket(c.conn, ackMsg(m.req, uint32(backend.RemoteCode(err))), -1)
+}
+
+// checkEvent checks an event against what the connection exported: the
+// region, mapped in that slot, alive, granting write and notify, the range
+// inside it.
+func (c *serverConn) checkEvent(m eventMsg) error {
+	c.mu.Lock()
+	e := c.exports[m.region]
+	c.mu.Unlock()
+	if e == nil || e.slot != m.slot {
+		return rdmamgr.ErrReleased
+	}
+	r := e.ref.Region()
+	if !r.Access().Allows(buffer.AccessWrite | buffer.AccessNotify) {
+		return rdmamgr.ErrAccess
+	}
+	if err := buffer.CheckRange(uint64(r.Len()), m.off, m.n); err != nil || m.n == 0 {
+		return rdmamgr.ErrOutOfRange
+	}
+	return c.b.reg.RemoteErr(r)
+}
+
+// sendStart takes the first packet of a message.
+func (c *serverConn) sendStart(d *decoder) error {
+	if c.send != nil {
+		return fmt.Errorf("shm: a message started inside another: %w", backend.ErrProtocol)
+	}
+	s := &inSend{req: d.u64(), n: d.u64(), imm: d.u32(), hasImm: d.u8() == 1}
+	data := d.b
+	if d.err != nil || s.n == 0 || s.n > maxSend || uint64(len(data)) > s.n {
+		return fmt.Errorf("shm: message header (%d bytes, %v): %w", s.n, d.err, backend.ErrProtocol)
+	}
+	if in := c.b.theInbox(); in == nil {
+		s.err = fmt.Errorf("no inbox: %w", rdmamgr.ErrNoReceive)
+	} else if s.landing, s.err = in.Recv(c.peerID, s.n); s.err == nil && uint64(len(s.landing.Mem())) < s.n {
+		s.landing.Done(0, 0, false, rdmamgr.ErrReceiveTooSmall)
+		s.landing, s.err = nil, rdmamgr.ErrReceiveTooSmall
+	}
+	c.send = s
+	return c.sendData(data)
+}
+
+// sendMore takes a later packet of the message in progress.
+func (c *serverConn) sendMore(d *decoder) error {
+	req := d.u64()
+	if d.err != nil || c.send == nil || req != c.send.req || uint64(len(d.b)) > c.send.n-c.send.got || len(d.b) == 0 {
+		return fmt.Errorf("shm: message fragment out of place: %w", backend.ErrProtocol)
+	}
+	return c.sendData(d.b)
+}
+
+// sendData lands data and, once the message is whole, delivers it and
+// answers.
+func (c *serverConn) sendData(data []byte) error {
+	s := c.send
+	if s.landing != nil {
+		copy(s.landing.Mem()[s.got:], data)
+	}
+	s.got += uint64(len(data))
+	if s.got < s.n {
+		return nil
+	}
+	c.send = nil
+	if s.landing != nil {
+		s.landing.Done(int(s.n), s.imm, s.hasImm, nil)
+	}
+	code := uint32(rdmapb.Code_OK)
+	if s.err != nil {
+		code = uint32(backend.RemoteCode(s.err))
+	}
+	return writePacket(c.conn, ackMsg(s.req, code), -1)
+}
+
+// abandonSend gives back the landing of a message the connection ended in.
+func (c *serverConn) abandonSend() {
+	if s := c.send; s != nil && s.landing != nil {
+		s.landing.Done(0, 0, false, rdmamgr.ErrPeerGone)
+	}
+	c.send = nil
+}
