@@ -53,3 +53,22 @@ func EncodeMap(req, region uint64, key [16]byte, need byte) []byte {
 const LabelConn = labelConn
 
 func bufferAccess(b byte) buffer.Access { return buffer.Access(b) }
+
+// Verbs messages for the hostile tests.
+const (
+	MsgEvent    = msgEvent
+	MsgSend     = msgSend
+	MsgSendMore = msgSendMore
+	MsgAck      = msgAck
+)
+
+// EncodeEvent builds an event message.
+func EncodeEvent(req uint64, slot uint32, region, off, n uint64, imm uint32) []byte {
+	m := eventMsg{req: req, slot: slot, region: region, off: off, n: n, imm: imm}
+	return m.encode()
+}
+
+// EncodeSend builds the first packet of a message of n bytes carrying data.
+func EncodeSend(req, n uint64, data []byte) []byte {
+	return append(sendHeader(nil, req, n, 0, false), data...)
+}
