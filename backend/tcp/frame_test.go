@@ -135,7 +135,7 @@ func TestRespHeaderDecodeRejects(t *testing.T) {
 		{"empty", nil},
 		{"short", validResp(opWrite, 0, 0)[:respHeaderSize-1]},
 		{"response flag missing", func() []byte { b := validResp(opWrite, 0, 0); b[0] &^= respFlag; return b }()},
-		{"bad op", func() []byte { b := validResp(opWrite, 0, 0); b[0] = respFlag | 4; return b }()},
+		{"bad op", func() []byte { b := validResp(opWrite, 0, 0); b[0] = respFlag | 8; return b }()},
 		{"op zero", func() []byte { b := validResp(opWrite, 0, 0); b[0] = respFlag; return b }()},
 		{"reserved byte 2", func() []byte { b := validResp(opRead, 0, 0); b[2] = 1; return b }()},
 		{"reserved byte 3", func() []byte { b := validResp(opRead, 0, 0); b[3] = 1; return b }()},

@@ -34,6 +34,7 @@ type serverConn struct {
 	b       *Backend
 	c       net.Conn
 	peer    *peerCounters // the peer manager's counters (peers.go)
+	peerID  uint64        // the peer manager (events and messages name it)
 	out     []byte        // response headers of the batch
 	segs    []respSeg     // the batch, in order
 	payload int           // READ payload bytes in the batch
@@ -89,7 +90,7 @@ const (
 func (s *serverConn) serve() error {
 	defer s.release()
 	br := newReader(s.c, serverReadBuf)
-	var hdr [reqHeaderSize]byte
+	var hdr [reqMaxSize]byte
 	var h reqHeader
 	maxLen := uint32(s.b.cfg.MaxFrameLen)
 	for {
@@ -98,56 +99,74 @@ func (s *serverConn) serve() error {
 				return err
 			}
 		}
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+		if _, err := io.ReadFull(br, hdr[:reqHeaderSize]); err != nil {
 			return err
 		}
-		if err := h.decode(hdr[:], maxLen); err != nil {
-			s.rejected()
-			return err
-		}
-		if h.op == opPing {
-			s.appendResp(respHeader{op: opPing, wrid: h.wrid}, memreg.Ref{})
-			continue
-		}
-		need := backend.Op(h.op).Need()
-		ref, verr := s.b.reg.AcquireRemote(h.region, h.key, h.offset, uint64(h.length), need)
-		if verr != nil {
-			s.rejected()
-			if h.op == opWrite {
-				// Keep the stream in step: drop the payload, touch nothing.
-				if err := s.discard(br, int64(h.length), time.Now().Add(s.b.cfg.FrameTimeout)); err != nil {
-					return err
-				}
-			}
-			s.appendResp(respHeader{op: h.op, code: byte(backend.RemoteCode(verr)), wrid: h.wrid}, memreg.Ref{})
-			continue
-		}
-		switch h.op {
-		case opWrite:
-			code, err := s.write(br, ref)
-			if err != nil {
+		n := reqSize(hdr[0])
+		if n > reqHeaderSize {
+			if _, err := io.ReadFull(br, hdr[reqHeaderSize:n]); err != nil {
 				return err
 			}
-			if code != 0 {
-				s.appendResp(respHeader{op: h.op, code: code, wrid: h.wrid}, memreg.Ref{})
-				continue
-			}
-			s.servedIn(uint64(h.length))
-			s.appendResp(respHeader{op: h.op, wrid: h.wrid}, memreg.Ref{})
-		case opRead:
-			s.appendResp(respHeader{op: h.op, length: h.length, wrid: h.wrid}, ref)
+		}
+		if err := h.decode(hdr[:n], maxLen); err != nil {
+			s.rejected()
+			return err
+		}
+		var err error
+		switch h.op {
+		case opPing:
+			s.appendResp(respHeader{op: opPing, wrid: h.wrid}, memreg.Ref{})
+		case opWrite, opRead:
+			err = s.serveRW(br, &h)
+		case opWriteImm:
+			err = s.serveWriteImm(br, &h) // server_verbs.go
+		case opSend:
+			err = s.serveSend(br, &h)
+		default:
+			s.serveAtomic(&h)
+		}
+		if err != nil {
+			return err
 		}
 	}
 }
 
-// write reads a WRITE's payload into the memory ref admitted for it, and
+// serveRW serves a WRITE or a READ. An error is the connection's.
+func (s *serverConn) serveRW(br *bufio.Reader, h *reqHeader) error {
+	ref, verr := s.b.reg.AcquireRemote(h.region, h.key, h.offset, uint64(h.length), opOf(h.op).Need())
+	if verr != nil {
+		s.rejected()
+		if h.op == opWrite {
+			// Keep the stream in step: drop the payload, touch nothing.
+			if err := s.discard(br, int64(h.length), time.Now().Add(s.b.cfg.FrameTimeout)); err != nil {
+				return err
+			}
+		}
+		s.appendResp(respHeader{op: h.op, code: byte(backend.RemoteCode(verr)), wrid: h.wrid}, memreg.Ref{})
+		return nil
+	}
+	if h.op == opRead {
+		s.appendResp(respHeader{op: h.op, length: h.length, wrid: h.wrid}, ref)
+		return nil
+	}
+	code, err := s.write(br, ref, ref.Bytes())
+	if err != nil {
+		return err
+	}
+	if code == 0 {
+		s.servedIn(uint64(h.length))
+	}
+	s.appendResp(respHeader{op: h.op, code: code, wrid: h.wrid}, memreg.Ref{})
+	return nil
+}
+
+// write reads a WRITE's payload into mem, memory ref admitted for it, and
 // releases ref (write takes it over). It returns a non-zero code when
 // remote access to the region was cut while the payload arrived (revoked, released, lease
 // run out): from then on the payload went to a sink, not the region. An
 // error is a failure of the connection (frame timeout, I/O).
-func (s *serverConn) write(br *bufio.Reader, ref memreg.Ref) (byte, error) {
+func (s *serverConn) write(br *bufio.Reader, ref memreg.Ref, mem []byte) (byte, error) {
 	defer ref.Release()
-	mem := ref.Bytes()
 	if br.Buffered() >= len(mem) {
 		// All there already: no wait, nothing to cut.
 		_, err := io.ReadFull(br, mem)
@@ -234,7 +253,7 @@ func (s *serverConn) discard(br *bufio.Reader, n int64, deadline time.Time) erro
 // payload and is released once the batch is written.
 func (s *serverConn) appendResp(h respHeader, ref memreg.Ref) {
 	n := len(s.out)
-	s.out = append(s.out, make([]byte, respHeaderSize)...)
+	s.out = append(s.out, make([]byte, h.size())...)
 	h.encode(s.out[n:])
 	s.segs = append(s.segs, respSeg{hdrEnd: len(s.out), ref: ref})
 	s.payload += len(ref.Bytes())
