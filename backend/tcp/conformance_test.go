@@ -31,5 +31,6 @@ func TestConformance(t *testing.T) {
 		OutOfRangeErr:            buffer.ErrOutOfRange,
 		RevokedErr:               buffer.ErrRevoked,
 		RouteSurvivesRemoteError: true,
+		Verbs:                    true,
 	})
 }
