@@ -62,18 +62,7 @@ type Factory struct {
 
 // Run runs the suite.
 func Run(t *testing.T, f Factory) {
-	if f.NewBackend == nil {
-		t.Fatal("backendtest: Factory.NewBackend is nil")
-	}
-	if f.MaxSize == 0 {
-		f.MaxSize = 16 << 20
-	}
-	if f.Timeout == 0 {
-		f.Timeout = 2 * time.Minute
-	}
-	f.NotifyDeniedErr = cmp.Or(f.NotifyDeniedErr, buffer.ErrAccess)
-	f.AtomicDeniedErr = cmp.Or(f.AtomicDeniedErr, buffer.ErrAccess)
-	f.MisalignedBaseErr = cmp.Or(f.MisalignedBaseErr, rdmamgr.ErrMisaligned)
+	f = f.withDefaults(t)
 	for _, tc := range []struct {
 		name string
 		fn   func(*testing.T, Factory)
@@ -97,6 +86,23 @@ func Run(t *testing.T, f Factory) {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
 	}
 	if f.Verbs {
-		t.Run("Verbs", func(t *testing.T) { runVerbs(t, f) }) // verbs.go
+		t.Run("Verbs", func(t *testing.T) { RunVerbs(t, f) }) // verbs.go
 	}
+}
+
+// withDefaults fills the zero fields of f.
+func (f Factory) withDefaults(t *testing.T) Factory {
+	if f.NewBackend == nil {
+		t.Fatal("backendtest: Factory.NewBackend is nil")
+	}
+	if f.MaxSize == 0 {
+		f.MaxSize = 16 << 20
+	}
+	if f.Timeout == 0 {
+		f.Timeout = 2 * time.Minute
+	}
+	f.NotifyDeniedErr = cmp.Or(f.NotifyDeniedErr, buffer.ErrAccess)
+	f.AtomicDeniedErr = cmp.Or(f.AtomicDeniedErr, buffer.ErrAccess)
+	f.MisalignedBaseErr = cmp.Or(f.MisalignedBaseErr, rdmamgr.ErrMisaligned)
+	return f
 }

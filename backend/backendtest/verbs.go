@@ -14,7 +14,10 @@ import (
 // (verbs_send.go), CompareAndSwap and FetchAdd (verbs_atomic.go). B's
 // side is an Inbox (inbox.go) set before any route, as a manager does.
 
-func runVerbs(t *testing.T, f Factory) {
+// RunVerbs runs the verbs suite alone (Run does when Factory.Verbs is
+// set), e.g. for a backend configured another way.
+func RunVerbs(t *testing.T, f Factory) {
+	f = f.withDefaults(t)
 	for _, tc := range []struct {
 		name string
 		fn   func(*testing.T, Factory)
