@@ -67,14 +67,15 @@
 // a bounded buffer so that cancellation can still interrupt a stalled write
 // (tls_writer.go).
 //
-// Files, by role (as yamux): frame.go is the data frame codec and
-// handshake.go the wire forms of route setup (route info, hello); tokens.go
-// hands out the route tokens; the server side is server_accept.go (accept
-// loop, pending caps), server_conn.go (hello, one connection) and
-// server_frames.go (serving frames, batched responses), server_verbs.go
-// (write-imm, send, atomics) and verbs.go (the inbox); the client side is
-// client_handshake.go (dial and hello), route.go (route state, striping,
-// watchdog), op.go (the op/chunk state machine), client.go,
+// Files, by role (as yamux): frame.go is the data frame codec (frame_ops.go
+// the wire ops and their sizes) and handshake.go the wire forms of route
+// setup (route info, hello); tokens.go hands out the route tokens; the
+// server side is server_accept.go (accept loop, pending caps),
+// server_conn.go (hello, one connection), server_frames.go (serving
+// frames, batched responses), server_write.go (WRITE and READ),
+// server_verbs.go (write-imm, send, atomics) and verbs.go (the inbox); the
+// client side is client_handshake.go (dial and hello), route.go (route
+// state, striping, the lane, watchdog), op.go (the op/chunk state machine), client.go,
 // client_write.go and client_read.go (a connection's writer and reader)
 // and cancel.go (ending one chunk early). Done, Err, Stats and work-request
 // validation are shared with the other backends (backend/internal/routestate).
