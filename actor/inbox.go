@@ -33,8 +33,10 @@ type inbox struct {
 	// events and msgs are the subscribers' queues (nil: nobody subscribed).
 	events chan backend.Event
 	msgs   chan Message
-	// reserved counts message slots promised to landings in progress, so
-	// that a message whose bytes landed is always delivered.
+	// reserved counts the slots of msgs promised to landings in progress,
+	// so that a message whose bytes landed is always delivered. A new
+	// subscription starts at 0: a landing of an ended one reserved
+	// nothing in it.
 	reserved int
 	// posted are the receive buffers, in order, with their references.
 	posted []postedRecv
@@ -90,7 +92,7 @@ func (in *inbox) Recv(peer uint64, n uint64) (backend.Landing, error) {
 	p := in.posted[0]
 	in.posted = in.posted[1:]
 	in.reserved++
-	return &landing{in: in, p: p, peer: peer}, nil
+	return &landing{in: in, p: p, peer: peer, ch: in.msgs}, nil
 }
 
 // landing is a receive buffer taken for one message.
@@ -98,6 +100,7 @@ type landing struct {
 	in   *inbox
 	p    postedRecv
 	peer uint64
+	ch   chan Message // the subscription it reserved a slot of
 	once sync.Once
 }
 
@@ -108,22 +111,21 @@ func (l *landing) Done(n int, imm uint32, hasImm bool, err error) {
 		in := l.in
 		in.mu.Lock()
 		defer in.mu.Unlock()
+		if in.msgs != l.ch {
+			// Its subscription ended meanwhile (and took its posted
+			// buffers back): nobody to tell, and no slot of a new
+			// subscription was reserved for it.
+			l.p.ref.Release()
+			return
+		}
 		in.reserved--
 		if err != nil || n < 0 || uint64(n) > l.p.h.Length {
-			if in.msgs == nil { // unsubscribed meanwhile: unposted
-				l.p.ref.Release()
-				return
-			}
 			in.posted = append([]postedRecv{l.p}, in.posted...) // back to the front
 			return
 		}
 		h, _ := l.p.h.Slice(0, uint64(n))
 		l.p.ref.Release()
-		msg := Message{Peer: l.peer, Buffer: h, Length: uint64(n), Imm: imm, HasImm: hasImm}
-		if in.msgs == nil { // unsubscribed meanwhile: nobody to tell
-			return
-		}
-		in.msgs <- msg // a slot was reserved
+		in.msgs <- Message{Peer: l.peer, Buffer: h, Length: uint64(n), Imm: imm, HasImm: hasImm} // a slot was reserved
 	})
 }
 
@@ -147,6 +149,7 @@ func (in *inbox) closeMessagesLocked() {
 		close(in.msgs)
 		in.msgs = nil
 	}
+	in.reserved = 0 // landings in progress see their subscription ended
 	for _, p := range in.posted {
 		p.ref.Release()
 	}

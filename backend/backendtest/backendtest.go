@@ -1,10 +1,13 @@
 package backendtest
 
 import (
+	"cmp"
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
@@ -40,6 +43,17 @@ type Factory struct {
 	// refused an operation (TCP). An RDMA RC queue pair goes to the error
 	// state instead: the route fails and the manager builds a new one.
 	RouteSurvivesRemoteError bool
+	// Verbs runs the suite of PutWithImm, Send and the atomics too
+	// (verbs.go): B must implement backend.InboxUser; an operation that
+	// A's backend.Capabilities says its routes do not carry is skipped.
+	Verbs bool
+	// NotifyDeniedErr is what a PutWithImm to a buffer without
+	// AccessNotify (or AccessWrite) fails with; AtomicDeniedErr an atomic
+	// on a buffer without AccessAtomic; MisalignedBaseErr an atomic at an
+	// aligned offset of a region registered at an address that is not
+	// 8-byte aligned. Nil: buffer.ErrAccess, buffer.ErrAccess,
+	// rdmamgr.ErrMisaligned.
+	NotifyDeniedErr, AtomicDeniedErr, MisalignedBaseErr error
 	// MaxSize is the largest operation the suite moves (16 MiB if 0).
 	MaxSize int
 	// Timeout bounds every wait (hang guard, not an assertion; 2 min if 0).
@@ -48,15 +62,7 @@ type Factory struct {
 
 // Run runs the suite.
 func Run(t *testing.T, f Factory) {
-	if f.NewBackend == nil {
-		t.Fatal("backendtest: Factory.NewBackend is nil")
-	}
-	if f.MaxSize == 0 {
-		f.MaxSize = 16 << 20
-	}
-	if f.Timeout == 0 {
-		f.Timeout = 2 * time.Minute
-	}
+	f = f.withDefaults(t)
 	for _, tc := range []struct {
 		name string
 		fn   func(*testing.T, Factory)
@@ -79,4 +85,24 @@ func Run(t *testing.T, f Factory) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
 	}
+	if f.Verbs {
+		t.Run("Verbs", func(t *testing.T) { RunVerbs(t, f) }) // verbs.go
+	}
+}
+
+// withDefaults fills the zero fields of f.
+func (f Factory) withDefaults(t *testing.T) Factory {
+	if f.NewBackend == nil {
+		t.Fatal("backendtest: Factory.NewBackend is nil")
+	}
+	if f.MaxSize == 0 {
+		f.MaxSize = 16 << 20
+	}
+	if f.Timeout == 0 {
+		f.Timeout = 2 * time.Minute
+	}
+	f.NotifyDeniedErr = cmp.Or(f.NotifyDeniedErr, buffer.ErrAccess)
+	f.AtomicDeniedErr = cmp.Or(f.AtomicDeniedErr, buffer.ErrAccess)
+	f.MisalignedBaseErr = cmp.Or(f.MisalignedBaseErr, rdmamgr.ErrMisaligned)
+	return f
 }

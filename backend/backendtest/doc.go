@@ -21,4 +21,14 @@
 // owner must refuse changes nothing), lifecycle.go (closing), cancel.go
 // (cancellation and deadlines), and stress.go (CancelStress, run through
 // queue pairs by the backends' and the multi-process tests).
+//
+// With Factory.Verbs the suite also checks PutWithImm, Send and the
+// atomics (verbs.go, RunVerbs): B gets an Inbox (inbox.go: bounded queues
+// of events and messages, receive buffers posted from B's registry, a
+// record of refusals and of faults such as an event seen before its
+// bytes) before any route, as a manager gives its own; the cases are in
+// verbs_events.go, verbs_flood.go, verbs_send.go and verbs_atomic.go.
+// Where backends legitimately differ the Factory says so
+// (NotifyDeniedErr, AtomicDeniedErr, MisalignedBaseErr), and an
+// operation A's backend.Capabilities does not carry is skipped.
 package backendtest

@@ -30,6 +30,9 @@ type Backend struct {
 		noHello, refused, acceptErr, closed logSampler
 	}
 	done chan struct{} // closed by Close: ends the accept loop's backoff
+	// inbox takes the PutWithImm events and Send messages served
+	// (SetInbox; nil: both are refused with ErrNoReceive).
+	inbox atomic.Pointer[inboxRef]
 
 	mu sync.Mutex // guards the fields below
 	// ln is the data listener, set by Start.

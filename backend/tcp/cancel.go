@@ -133,6 +133,9 @@ func (cc *clientConn) unloan() bool {
 				cc.iov[i] = zeros(len(b))
 			}
 		}
+		// A write-imm or send cut short must deliver nothing: its trailer
+		// (in iov still, unless it went out already) says so.
+		c.trailer[0] = trailerAbort
 		if c.state == stAnswered {
 			delete(cc.slots, c.id) // its response came already
 		} // else its response is still to come and be dropped

@@ -49,7 +49,7 @@ type clientConn struct {
 	failing bool
 
 	// writer-owned scratch
-	hdrs   [maxWriteBatch][reqHeaderSize]byte
+	hdrs   [maxWriteBatch][reqMaxSize]byte
 	iov    net.Buffers // the batch; WriteTo consumes it
 	iovBuf net.Buffers // iov's backing array, kept across batches
 	// sending holds the WRITE chunks of the batch being written. They stay

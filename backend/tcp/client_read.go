@@ -17,10 +17,11 @@ func (cc *clientConn) readLoop() {
 	defer cc.r.b.wg.Done()
 	defer cc.r.ioWG.Done()
 	br := newReader(cc.c, clientReadBuf)
-	var hb [respHeaderSize]byte
+	var hb [respMaxSize]byte
 	var h respHeader
 	for {
-		if _, err := io.ReadFull(br, hb[:]); err != nil {
+		n, err := readRespHeader(br, &hb)
+		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				cc.r.fail(fmt.Errorf("tcp: connection closed: %w", backend.ErrClosed))
 			} else {
@@ -28,7 +29,7 @@ func (cc *clientConn) readLoop() {
 			}
 			return
 		}
-		if err := h.decode(hb[:]); err != nil {
+		if err := h.decode(hb[:n]); err != nil {
 			cc.r.fail(err)
 			return
 		}
@@ -38,6 +39,21 @@ func (cc *clientConn) readLoop() {
 			return
 		}
 	}
+}
+
+// readRespHeader reads a response header into hb (the fixed part, then
+// an atomic's old value) and returns its size.
+func readRespHeader(br *bufio.Reader, hb *[respMaxSize]byte) (int, error) {
+	if _, err := io.ReadFull(br, hb[:respHeaderSize]); err != nil {
+		return 0, err
+	}
+	n := respSize(hb[0] &^ respFlag)
+	if n > respHeaderSize {
+		if _, err := io.ReadFull(br, hb[respHeaderSize:n]); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
 }
 
 // onResponse handles one decoded response header (and its payload). An
@@ -53,13 +69,13 @@ func (cc *clientConn) onResponse(br *bufio.Reader, h *respHeader) error {
 	c := cc.slots[h.wrid]
 	// A response for a request not yet sent (queued) or already
 	// answered cannot be genuine.
-	if c == nil || c.state == stQueued || c.state == stAnswered || byte(c.op.wr.Op) != h.op ||
+	if c == nil || c.state == stQueued || c.state == stAnswered || c.wop != h.op ||
 		(h.length != 0 && h.length != uint32(len(c.local))) ||
 		(h.op == opRead && h.code == 0 && h.length == 0) {
 		cc.mu.Unlock()
 		return fmt.Errorf("tcp: response for wrid %d does not match: %w", h.wrid, backend.ErrProtocol)
 	}
-	if c.state == stSending && h.op == opWrite {
+	if c.state == stSending && hasPayload(h.op) {
 		// The writer may still be reading c.local (a peer can answer
 		// before it read the payload): it completes the chunk in
 		// markSent once its write returned.
@@ -88,6 +104,10 @@ func (cc *clientConn) onResponse(br *bufio.Reader, h *respHeader) error {
 	var err error
 	if h.code != 0 {
 		err = codeErr(h.op, h.code)
+	} else if h.size() > respHeaderSize {
+		// c is out of slots: no cancel can end it (and let its work
+		// request be reused) before finish.
+		c.op.wr.Result = h.value
 	}
 	c.finish(err)
 	return nil

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
 // writeLoop gathers queued frames (headers and WRITE payloads straight from
@@ -49,17 +50,22 @@ func (cc *clientConn) gather(c *chunk) int {
 	for {
 		if c == pingChunk {
 			h := reqHeader{op: opPing}
-			h.encode(cc.hdrs[nh][:])
-			cc.iov = append(cc.iov, cc.hdrs[nh][:])
+			h.encode(cc.hdrs[nh][:reqHeaderSize])
+			cc.iov = append(cc.iov, cc.hdrs[nh][:reqHeaderSize])
 			nh++
 		} else if h, ok := cc.claim(c); ok {
-			h.encode(cc.hdrs[nh][:])
-			cc.iov = append(cc.iov, cc.hdrs[nh][:])
+			hb := cc.hdrs[nh][:h.size()]
+			h.encode(hb)
+			cc.iov = append(cc.iov, hb)
 			nh++
-			if h.op == opWrite {
+			if hasPayload(h.op) {
 				cc.iov = append(cc.iov, c.local)
 				bytes += len(c.local)
 				cc.sending = append(cc.sending, c)
+			}
+			if hasTrailer(h.op) {
+				c.trailer[0] = trailerCommit
+				cc.iov = append(cc.iov, c.trailer[:])
 			}
 		}
 		if nh == maxWriteBatch || bytes >= maxBatchBytes {
@@ -89,17 +95,31 @@ func (cc *clientConn) writeBatch() error {
 }
 
 // claim takes a queued chunk for writing and returns its header; an
-// abandoned one is skipped. A WRITE becomes sending (the writer reads its
-// memory until markSent); a READ becomes sent at once, since writing its
-// header touches no local memory.
+// abandoned one is skipped. A chunk with payload becomes sending (the
+// writer reads its memory until markSent); any other becomes sent at
+// once, since writing its header touches no local memory.
 func (cc *clientConn) claim(c *chunk) (reqHeader, bool) {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	if c.state != stQueued {
 		return reqHeader{}, false
 	}
-	h := reqHeader{op: byte(c.op.wr.Op), length: uint32(len(c.local)), wrid: c.id, region: c.region, offset: c.offset, key: c.op.wr.Remote.Key}
-	if h.op == opWrite {
+	wr := c.op.wr
+	h := reqHeader{op: c.wop, length: uint32(len(c.local)), wrid: c.id, region: c.region, offset: c.offset, key: wr.Remote.Key}
+	switch c.wop {
+	case opWriteImm:
+		h.imm, h.total = wr.Imm, uint64(len(wr.Local))
+	case opSend:
+		h.key, h.hasImm = buffer.Key{}, wr.HasImm
+		if wr.HasImm {
+			h.imm = wr.Imm
+		}
+	case opCompareSwap:
+		h.length, h.compare, h.swap = 8, wr.Compare, wr.Swap
+	case opFetchAdd:
+		h.length, h.swap = 8, wr.Swap
+	}
+	if hasPayload(h.op) {
 		c.state = stSending
 	} else {
 		c.state = stSent

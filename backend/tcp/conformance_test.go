@@ -31,5 +31,27 @@ func TestConformance(t *testing.T) {
 		OutOfRangeErr:            buffer.ErrOutOfRange,
 		RevokedErr:               buffer.ErrRevoked,
 		RouteSurvivesRemoteError: true,
+		Verbs:                    true,
+	})
+}
+
+// TestVerbsSmallChunks runs the verbs suite with 4 KiB chunks over four
+// connections: a write-imm is many frames on the lane, every other
+// operation is striped.
+func TestVerbsSmallChunks(t *testing.T) {
+	backendtest.RunVerbs(t, backendtest.Factory{
+		NewBackend: func(t testing.TB, owner uint64) (backend.Backend, *memreg.Registry) {
+			t.Helper()
+			reg := memreg.NewRegistry(owner, buffer.Limits{})
+			b, err := tcp.New(tcp.Config{ChunkSize: 4096, ConnsPerRoute: 4}, reg, nil)
+			if err != nil {
+				t.Fatalf("tcp.New: %v", err)
+			}
+			if err := b.Start(context.Background()); err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			return b, reg
+		},
+		RouteSurvivesRemoteError: true,
 	})
 }

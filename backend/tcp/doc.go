@@ -1,5 +1,6 @@
 // Package tcp is the pure-Go data plane: one-sided WRITE and READ between
-// registered regions of two managers over plain TCP.
+// registered regions of two managers over plain TCP, and PutWithImm, Send
+// and the atomics.
 //
 // Each manager runs one data listener. A route is set up by the actors'
 // handshake: the responder hands the initiator its data address and one
@@ -8,14 +9,43 @@
 // connections; operations larger than the chunk size are split and striped
 // over them and complete when the last chunk lands.
 //
-// Wire format (frame.go): a fixed 48-byte request header, followed for WRITE
-// by its payload; a fixed 16-byte response header, followed for a successful
-// READ by its payload. WRITE payload is read from the socket straight into
+// Wire format (frame.go): a fixed 48-byte request header (64 bytes for the
+// operations with operands: write-imm, send, compare-swap, fetch-add),
+// followed for WRITE, write-imm and send by its payload (and, for the
+// last two, a trailer byte); a fixed 16-byte response header (24 for an
+// atomic, with the word's old value), followed for a successful READ by
+// its payload. WRITE payload is read from the socket straight into
 // the target region; READ payload is written from the region straight to the
 // socket with writev and read straight into the requester's memory. Every
 // header field is validated: a malformed header closes the connection, a
 // request that fails the key, access or bounds check is answered with its
 // error code and changes nothing.
+//
+// PutWithImm, Send and the atomics (verbs.go, server_verbs.go). The owner
+// writes a write-imm's bytes as a WRITE's and then, once they are in
+// place, hands the event to the manager's inbox (backend.InboxUser); the
+// answer carries the inbox's refusal (no subscriber, a full queue), which
+// the initiator's operation fails with. A send takes the receive buffer
+// the inbox hands out (Inbox.Recv), or is refused and drained; its payload
+// is read straight into that buffer, then delivered. A write-imm or send
+// ends with a trailer byte: a payload cut short by a cancel or deadline
+// (sent on as zeros, as for a WRITE) ends with "abort", and the owner then
+// delivers nothing (the buffer of a send goes back to the front of the
+// receive queue). Compare-swap and fetch-add run on the owner's memory
+// with the processor's atomic instructions (internal/word), so the owner's
+// own sync/atomic on the word agrees; a word whose address is not 8-byte
+// aligned is refused with MISALIGNED.
+//
+// Ordering: write-imms and sends of one route go on one connection, the
+// lane (the route's first), in posting order, and the owner serves a
+// connection in order: their events and messages come in posting order.
+// A write-imm larger than a chunk is sent as plain WRITEs on the lane and
+// a last write-imm frame that names the whole range; the event comes after
+// all of it (a cancel of it delivers no event). Plain Puts, Gets and the
+// atomics are striped over the route's connections: a PutWithImm's event
+// does not order Puts posted before it (wait for their completion first,
+// unlike an RDMA RC queue pair). A send is one frame: at most MaxFrameLen
+// bytes (ErrLimit at Post).
 //
 // The listener survives a hostile network (server_accept.go): Accept
 // errors such as EMFILE are retried with a backoff; connections that have
@@ -37,13 +67,15 @@
 // a bounded buffer so that cancellation can still interrupt a stalled write
 // (tls_writer.go).
 //
-// Files, by role (as yamux): frame.go is the data frame codec and
-// handshake.go the wire forms of route setup (route info, hello); tokens.go
-// hands out the route tokens; the server side is server_accept.go (accept
-// loop, pending caps), server_conn.go (hello, one connection) and
-// server_frames.go (serving frames, batched responses); the client side is
-// client_handshake.go (dial and hello), route.go (route state, striping,
-// watchdog), op.go (the op/chunk state machine), client.go,
+// Files, by role (as yamux): frame.go is the data frame codec (frame_ops.go
+// the wire ops and their sizes) and handshake.go the wire forms of route
+// setup (route info, hello); tokens.go hands out the route tokens; the
+// server side is server_accept.go (accept loop, pending caps),
+// server_conn.go (hello, one connection), server_frames.go (serving
+// frames, batched responses), server_write.go (WRITE and READ),
+// server_verbs.go (write-imm, send, atomics) and verbs.go (the inbox); the
+// client side is client_handshake.go (dial and hello), route.go (route
+// state, striping, the lane, watchdog), op.go (the op/chunk state machine), client.go,
 // client_write.go and client_read.go (a connection's writer and reader)
 // and cancel.go (ending one chunk early). Done, Err, Stats and work-request
 // validation are shared with the other backends (backend/internal/routestate).

@@ -150,13 +150,17 @@ func fakeRemote(n uint64) buffer.Buffer {
 }
 
 func (fc *fakeConn) tryReadReq() (reqHeader, error) {
-	var b [reqHeaderSize]byte
+	var b [reqMaxSize]byte
 	var h reqHeader
 	_ = fc.c.SetReadDeadline(time.Now().Add(waitTimeout))
-	if _, err := io.ReadFull(fc.br, b[:]); err != nil {
+	if _, err := io.ReadFull(fc.br, b[:reqHeaderSize]); err != nil {
 		return h, fmt.Errorf("fake server: read request: %w", err)
 	}
-	if err := h.decode(b[:], 1<<30); err != nil {
+	n := reqSize(b[0])
+	if _, err := io.ReadFull(fc.br, b[reqHeaderSize:n]); err != nil {
+		return h, fmt.Errorf("fake server: read request operands: %w", err)
+	}
+	if err := h.decode(b[:n], 1<<30); err != nil {
 		return h, fmt.Errorf("fake server: %w", err)
 	}
 	return h, nil
@@ -193,7 +197,7 @@ func (fc *fakeConn) readPayload(t testing.TB, n int) []byte {
 // may be shorter than h.length to cut a transfer short.
 func (fc *fakeConn) respond(t testing.TB, h respHeader, payload []byte) {
 	t.Helper()
-	b := make([]byte, respHeaderSize, respHeaderSize+len(payload))
+	b := make([]byte, h.size(), h.size()+len(payload))
 	h.encode(b)
 	fc.writeRaw(t, append(b, payload...))
 }

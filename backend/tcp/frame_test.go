@@ -7,6 +7,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
@@ -120,8 +121,8 @@ func TestRespHeaderRoundTrip(t *testing.T) {
 }
 
 func validResp(op, code byte, length uint32) []byte {
-	b := make([]byte, respHeaderSize)
 	h := respHeader{op: op, code: code, length: length, wrid: 12}
+	b := make([]byte, h.size())
 	h.encode(b)
 	return b
 }
@@ -135,7 +136,7 @@ func TestRespHeaderDecodeRejects(t *testing.T) {
 		{"empty", nil},
 		{"short", validResp(opWrite, 0, 0)[:respHeaderSize-1]},
 		{"response flag missing", func() []byte { b := validResp(opWrite, 0, 0); b[0] &^= respFlag; return b }()},
-		{"bad op", func() []byte { b := validResp(opWrite, 0, 0); b[0] = respFlag | 4; return b }()},
+		{"bad op", func() []byte { b := validResp(opWrite, 0, 0); b[0] = respFlag | 8; return b }()},
 		{"op zero", func() []byte { b := validResp(opWrite, 0, 0); b[0] = respFlag; return b }()},
 		{"reserved byte 2", func() []byte { b := validResp(opRead, 0, 0); b[2] = 1; return b }()},
 		{"reserved byte 3", func() []byte { b := validResp(opRead, 0, 0); b[3] = 1; return b }()},
@@ -161,6 +162,9 @@ func FuzzReqHeader(f *testing.F) {
 	f.Add(make([]byte, reqHeaderSize), uint32(16<<20))
 	f.Add(bytes.Repeat([]byte{0xFF}, reqHeaderSize+3), uint32(math.MaxUint32))
 	f.Add([]byte{opRead, 0, 0, 0, 1}, uint32(1))
+	for _, h := range verbHeaders() {
+		f.Add(reqBytes(h), uint32(1<<20))
+	}
 	f.Fuzz(func(t *testing.T, b []byte, maxLen uint32) {
 		var h reqHeader
 		if err := h.decode(b, maxLen); err != nil {
@@ -169,17 +173,14 @@ func FuzzReqHeader(f *testing.F) {
 			}
 			return
 		}
-		ping := h.op == opPing && h.length == 0
-		if !ping && (h.length == 0 || h.length > maxLen || (h.op != opWrite && h.op != opRead)) {
-			t.Fatalf("decode accepted %+v (max %d)", h, maxLen)
-		}
-		var enc [reqHeaderSize]byte
-		h.encode(enc[:])
-		if !bytes.Equal(enc[:], b[:reqHeaderSize]) {
-			t.Fatalf("re-encoding differs:\n got %x\nwant %x", enc, b[:reqHeaderSize])
+		checkReqHeader(t, &h, maxLen)
+		enc := make([]byte, h.size())
+		h.encode(enc)
+		if !bytes.Equal(enc, b[:h.size()]) {
+			t.Fatalf("re-encoding differs:\n got %x\nwant %x", enc, b[:h.size()])
 		}
 		var h2 reqHeader
-		if err := h2.decode(enc[:], maxLen); err != nil || h2 != h {
+		if err := h2.decode(enc, maxLen); err != nil || h2 != h {
 			t.Fatalf("second decode: %+v, %v; want %+v", h2, err, h)
 		}
 	})
@@ -190,6 +191,9 @@ func FuzzRespHeader(f *testing.F) {
 	f.Add(validResp(opRead, 0, 4096))
 	f.Add(validResp(opRead, 2, 0))
 	f.Add(make([]byte, respHeaderSize))
+	f.Add(validResp(opFetchAdd, 0, 0))
+	f.Add(append(validResp(opCompareSwap, 0, 0)[:respHeaderSize], 1, 2, 3, 4, 5, 6, 7, 8))
+	f.Add(validResp(opSend, byte(backend.Code(rdmamgr.ErrNoReceive)), 0))
 	f.Add(bytes.Repeat([]byte{0xFF}, respHeaderSize))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var h respHeader
@@ -199,19 +203,22 @@ func FuzzRespHeader(f *testing.F) {
 			}
 			return
 		}
-		if h.op != opWrite && h.op != opRead && !(h.op == opPing && h.code == 0 && h.length == 0) {
+		if h.op < opWrite || h.op > opFetchAdd || (h.op == opPing && (h.code != 0 || h.length != 0)) {
 			t.Fatalf("decode accepted op %#x", h.op)
 		}
 		if h.length != 0 && (h.op != opRead || h.code != 0) {
 			t.Fatalf("decode accepted payload on %+v", h)
 		}
-		var enc [respHeaderSize]byte
-		h.encode(enc[:])
-		if !bytes.Equal(enc[:], b[:respHeaderSize]) {
-			t.Fatalf("re-encoding differs:\n got %x\nwant %x", enc, b[:respHeaderSize])
+		if h.value != 0 && (h.code != 0 || h.size() == respHeaderSize) {
+			t.Fatalf("decode accepted a value on %+v", h)
+		}
+		enc := make([]byte, h.size())
+		h.encode(enc)
+		if !bytes.Equal(enc, b[:h.size()]) {
+			t.Fatalf("re-encoding differs:\n got %x\nwant %x", enc, b[:h.size()])
 		}
 		var h2 respHeader
-		if err := h2.decode(enc[:]); err != nil || h2 != h {
+		if err := h2.decode(enc); err != nil || h2 != h {
 			t.Fatalf("second decode: %+v, %v; want %+v", h2, err, h)
 		}
 	})

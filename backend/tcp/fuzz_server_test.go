@@ -13,7 +13,8 @@ import (
 
 // FuzzServeConn feeds an authenticated server connection arbitrary bytes:
 // it must never panic or hang, and without the region's key nothing may
-// change the owner's memory.
+// change its memory (a send may land in the receive buffer posted at the
+// inbox, another region).
 func FuzzServeConn(f *testing.F) {
 	w := reqHeader{op: opWrite, length: 8, wrid: 1, region: 1, offset: 0}
 	hb := make([]byte, reqHeaderSize)
@@ -27,18 +28,41 @@ func FuzzServeConn(f *testing.F) {
 	f.Add(bytes.Clone(hb))
 	f.Add(bytes.Repeat([]byte{0xff}, 100))
 	f.Add([]byte{})
+	for _, v := range verbHeaders() {
+		v.region, v.key = 1, buffer.Key{}
+		if v.op == opSend {
+			v.region = 0
+		}
+		if v.length > 64 {
+			v.length = 64
+		}
+		f.Add(verbFrame(v, make([]byte, v.length), trailerCommit))
+		f.Add(verbFrame(v, make([]byte, v.length), trailerAbort))
+	}
 
 	reg := memreg.NewRegistry(backendtest.OwnerB, buffer.Limits{})
-	h, err := reg.Allocate(4096, buffer.AccessReadWrite)
+	h, err := reg.Allocate(4096, accessAll)
 	if err != nil {
 		f.Fatal(err)
 	}
 	mem, _ := reg.Bytes(h)
+	recv, err := reg.Allocate(4096, buffer.AccessReadWrite) // where sends land
+	if err != nil {
+		f.Fatal(err)
+	}
 	b, err := New(Config{MaxFrameLen: 1 << 16, ChunkSize: 1 << 16}, reg, nil)
 	if err != nil {
 		f.Fatal(err)
 	}
+	in := backendtest.NewInbox(reg, 4, 4)
+	b.SetInbox(in)
 	f.Fuzz(func(t *testing.T, data []byte) {
+		drainInbox(in)
+		if in.Posted() == 0 {
+			if err := in.Post(recv); err != nil {
+				t.Fatal(err)
+			}
+		}
 		server, client := net.Pipe()
 		done := make(chan struct{})
 		go func() {
@@ -57,6 +81,18 @@ func FuzzServeConn(f *testing.F) {
 			}
 		}
 	})
+}
+
+// drainInbox empties in's queues.
+func drainInbox(in *backendtest.Inbox) {
+	for {
+		select {
+		case <-in.Events():
+		case <-in.Messages():
+		default:
+			return
+		}
+	}
 }
 
 // FuzzChallenge: the client decodes the server's first bytes; it must

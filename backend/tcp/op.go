@@ -45,6 +45,7 @@ const (
 // chunk is one frame's worth of an op.
 type chunk struct {
 	op       *op
+	wop      byte // the frame's wire op
 	id       uint64
 	local    []byte
 	region   uint64
@@ -52,6 +53,9 @@ type chunk struct {
 	deadline time.Time
 	state    int
 	answer   error // the response's outcome, for stAnswered
+	// trailer ends the frame of a write-imm or send: commit, or abort
+	// once the writer swapped the rest of the payload for zeros (unloan).
+	trailer [trailerSize]byte
 	// cause is why the chunk is being ended early; interrupted says a loop
 	// touching its memory was interrupted (a socket deadline set to now)
 	// and must end it. Both under clientConn.mu; stop mirrors interrupted
@@ -64,8 +68,10 @@ type chunk struct {
 // pingChunk is queued by the watchdog to send a heartbeat.
 var pingChunk = new(chunk)
 
-// newOp takes an op from the pool and splits wr into its count chunks of
-// at most the route's chunk size.
+// newOp takes an op from the pool and splits wr into its count chunks
+// (chunkCount): pieces of at most the route's chunk size; one for a send
+// or an atomic. A write-imm's pieces are plain writes but the last, which
+// carries the immediate value and names the whole range for the event.
 func newOp(r *route, wr *backend.WorkRequest, count int) *op {
 	o := opPool.Get().(*op)
 	o.wr, o.r = wr, r
@@ -77,14 +83,25 @@ func newOp(r *route, wr *backend.WorkRequest, count int) *op {
 		o.chunks = make([]chunk, count)
 	}
 	n := uint64(len(wr.Local))
+	step := r.chunkN
+	if count == 1 {
+		step = max(n, 1)
+	}
+	last := wireOp(wr.Op)
 	for i := range o.chunks {
-		off := uint64(i) * r.chunkN
-		end := min(off+r.chunkN, n)
+		off := uint64(i) * step
+		end := min(off+step, n)
 		c := &o.chunks[i]
-		c.op = o
+		c.op, c.wop = o, last
+		if last == opWriteImm && i < count-1 {
+			c.wop = opWrite
+		}
 		c.local = wr.Local[off:end:end]
 		c.region = wr.Remote.Region
 		c.offset = wr.Remote.Offset + off
+		if last == opSend { // no remote buffer
+			c.region, c.offset = 0, 0
+		}
 		c.deadline = wr.Deadline
 		c.answer, c.cause, c.interrupted = nil, nil, false
 		c.stop.Store(false)

@@ -104,3 +104,11 @@ func (s *serverConn) rejected() {
 		s.peer.rejected.Add(1)
 	}
 }
+
+// servedAtomic counts an atomic served (no bytes moved in bulk).
+func (s *serverConn) servedAtomic() {
+	s.b.served.ops.Add(1)
+	if s.peer != nil {
+		s.peer.ops.Add(1)
+	}
+}

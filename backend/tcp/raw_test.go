@@ -96,19 +96,23 @@ func expectClosed(t *testing.T, c net.Conn) []byte {
 }
 
 func reqBytes(h reqHeader) []byte {
-	b := make([]byte, reqHeaderSize)
+	b := make([]byte, h.size())
 	h.encode(b)
 	return b
 }
 
 func readResp(t *testing.T, c net.Conn) respHeader {
 	t.Helper()
-	var b [respHeaderSize]byte
-	if _, err := io.ReadFull(c, b[:]); err != nil {
+	var b [respMaxSize]byte
+	if _, err := io.ReadFull(c, b[:respHeaderSize]); err != nil {
 		t.Fatalf("read response: %v", err)
 	}
+	n := respSize(b[0] &^ respFlag)
+	if _, err := io.ReadFull(c, b[respHeaderSize:n]); err != nil {
+		t.Fatalf("read response value: %v", err)
+	}
 	var h respHeader
-	if err := h.decode(b[:]); err != nil {
+	if err := h.decode(b[:n]); err != nil {
 		t.Fatalf("decode response: %v", err)
 	}
 	return h

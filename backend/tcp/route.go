@@ -50,24 +50,32 @@ func newRoute(b *Backend, peer uint64) *route {
 	return r
 }
 
-// Post splits wr into chunks and queues them round-robin on the connections.
+// Post splits wr into chunks and queues them: round-robin on the
+// connections, except the chunks of a write-imm or a send, which all go
+// on the lane (the route's first connection), in posting order.
 func (r *route) Post(wr *backend.WorkRequest) error {
-	if err := routestate.Validate("tcp", wr); err != nil {
+	if err := routestate.ValidateAll("tcp", wr); err != nil {
 		return err
 	}
 	if err := r.Err(); err != nil {
 		return err
 	}
-	n := uint64(len(wr.Local))
-	count := (n + r.chunkN - 1) / r.chunkN
-	if count > uint64(cap(r.sem)) {
-		return fmt.Errorf("tcp: %d-byte operation needs %d chunks, limit %d: %w", n, count, cap(r.sem), backend.ErrLimit)
+	count, err := r.chunkCount(wr)
+	if err != nil {
+		return err
 	}
-	if err := r.reserve(int(count), wr); err != nil {
+	if err := r.reserve(count, wr); err != nil {
 		return err
 	}
 	wasIdle := r.Begin()
-	r.stripe(newOp(r, wr, int(count)))
+	o := newOp(r, wr, count)
+	if wr.Op == backend.OpWriteImm || wr.Op == backend.OpSend {
+		for i := range o.chunks {
+			r.conns[0].enqueue(&o.chunks[i])
+		}
+	} else {
+		r.stripe(o)
+	}
 	if wr.CancelCause() != nil { // cancelled while it was being queued
 		r.Cancel(wr)
 	}
@@ -78,6 +86,27 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 		}
 	}
 	return nil
+}
+
+// chunkCount returns the number of frames wr takes: one for an atomic
+// and for a send (at most MaxFrameLen bytes), else one per chunk size, at
+// most the in-flight limit.
+func (r *route) chunkCount(wr *backend.WorkRequest) (int, error) {
+	n := uint64(len(wr.Local))
+	switch {
+	case wr.Op.Atomic():
+		return 1, nil
+	case wr.Op == backend.OpSend:
+		if n > uint64(r.b.cfg.MaxFrameLen) {
+			return 0, fmt.Errorf("tcp: send of %d bytes, frame limit %d: %w", n, r.b.cfg.MaxFrameLen, backend.ErrLimit)
+		}
+		return 1, nil
+	}
+	count := (n + r.chunkN - 1) / r.chunkN
+	if count > uint64(cap(r.sem)) {
+		return 0, fmt.Errorf("tcp: %d-byte operation needs %d chunks, limit %d: %w", n, count, cap(r.sem), backend.ErrLimit)
+	}
+	return int(count), nil
 }
 
 // reserve takes count slots of the in-flight semaphore, all of them before

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -236,7 +237,7 @@ func TestMixedPutGetInFlight(t *testing.T) {
 }
 
 func TestPostErrors(t *testing.T) {
-	p := newPair(t, Config{ConnsPerRoute: 1, ChunkSize: 4096, MaxInFlight: 4}, Config{})
+	p := newPair(t, Config{ConnsPerRoute: 1, ChunkSize: 4096, MaxInFlight: 4, MaxFrameLen: 64 << 10}, Config{})
 	hr, remote := backendtest.Alloc(t, p.regB, 1<<20, buffer.AccessReadWrite)
 	_, local := backendtest.Alloc(t, p.regA, 1<<20, buffer.AccessReadWrite)
 	backendtest.Random(t, remote)
@@ -254,7 +255,12 @@ func TestPostErrors(t *testing.T) {
 		{"local longer than remote", post(backend.OpRead, local[:101], backendtest.Slice(t, hr, 0, 100)), backend.ErrProtocol},
 		{"zero length", post(backend.OpWrite, local[:0], backendtest.Slice(t, hr, 0, 0)), backend.ErrProtocol},
 		{"nil local", post(backend.OpRead, nil, backendtest.Slice(t, hr, 0, 0)), backend.ErrProtocol},
-		{"unknown op", post(backend.Op(3), local[:10], backendtest.Slice(t, hr, 0, 10)), backend.ErrProtocol},
+		{"unknown op", post(backend.Op(99), local[:10], backendtest.Slice(t, hr, 0, 10)), backend.ErrProtocol},
+		{"send over the frame limit", post(backend.OpSend, local[:1<<20], buffer.Buffer{}), backend.ErrLimit},
+		{"send of nothing", post(backend.OpSend, nil, buffer.Buffer{}), backend.ErrProtocol},
+		{"atomic at an odd offset", post(backend.OpFetchAdd, nil, backendtest.Slice(t, hr, 4, 8)), rdmamgr.ErrMisaligned},
+		{"atomic on 16 bytes", post(backend.OpCompareSwap, nil, backendtest.Slice(t, hr, 0, 16)), rdmamgr.ErrMisaligned},
+		{"atomic with local memory", post(backend.OpFetchAdd, local[:8], backendtest.Slice(t, hr, 0, 8)), rdmamgr.ErrMisaligned},
 		{"op zero", post(backend.Op(0), local[:10], backendtest.Slice(t, hr, 0, 10)), backend.ErrProtocol},
 		// 5 chunks of 4 KiB can never be in flight on a route of 4.
 		{"more chunks than MaxInFlight", post(backend.OpWrite, local[:5*4096], backendtest.Slice(t, hr, 0, 5*4096)), backend.ErrLimit},

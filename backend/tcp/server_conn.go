@@ -26,7 +26,7 @@ func (b *Backend) serveConn(c net.Conn, ip netip.Addr) {
 	defer b.authDone()
 	_ = c.SetDeadline(time.Time{})
 	setSockopts(c, b.cfg.SocketBuffer)
-	s := &serverConn{b: b, c: c, peer: b.peerJoin(peer)}
+	s := &serverConn{b: b, c: c, peer: b.peerJoin(peer), peerID: peer}
 	defer b.peerLeave(s.peer)
 	if !b.trackServer(s) {
 		return

@@ -1,15 +1,11 @@
 package tcp
 
 import (
-	"bufio"
-	"errors"
 	"io"
 	"net"
-	"os"
 	"sync"
 	"time"
 
-	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
@@ -34,6 +30,7 @@ type serverConn struct {
 	b       *Backend
 	c       net.Conn
 	peer    *peerCounters // the peer manager's counters (peers.go)
+	peerID  uint64        // the peer manager (events and messages name it)
 	out     []byte        // response headers of the batch
 	segs    []respSeg     // the batch, in order
 	payload int           // READ payload bytes in the batch
@@ -89,7 +86,7 @@ const (
 func (s *serverConn) serve() error {
 	defer s.release()
 	br := newReader(s.c, serverReadBuf)
-	var hdr [reqHeaderSize]byte
+	var hdr [reqMaxSize]byte
 	var h reqHeader
 	maxLen := uint32(s.b.cfg.MaxFrameLen)
 	for {
@@ -98,143 +95,43 @@ func (s *serverConn) serve() error {
 				return err
 			}
 		}
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+		if _, err := io.ReadFull(br, hdr[:reqHeaderSize]); err != nil {
 			return err
 		}
-		if err := h.decode(hdr[:], maxLen); err != nil {
-			s.rejected()
-			return err
-		}
-		if h.op == opPing {
-			s.appendResp(respHeader{op: opPing, wrid: h.wrid}, memreg.Ref{})
-			continue
-		}
-		need := backend.Op(h.op).Need()
-		ref, verr := s.b.reg.AcquireRemote(h.region, h.key, h.offset, uint64(h.length), need)
-		if verr != nil {
-			s.rejected()
-			if h.op == opWrite {
-				// Keep the stream in step: drop the payload, touch nothing.
-				if err := s.discard(br, int64(h.length), time.Now().Add(s.b.cfg.FrameTimeout)); err != nil {
-					return err
-				}
-			}
-			s.appendResp(respHeader{op: h.op, code: byte(backend.RemoteCode(verr)), wrid: h.wrid}, memreg.Ref{})
-			continue
-		}
-		switch h.op {
-		case opWrite:
-			code, err := s.write(br, ref)
-			if err != nil {
+		n := reqSize(hdr[0])
+		if n > reqHeaderSize {
+			if _, err := io.ReadFull(br, hdr[reqHeaderSize:n]); err != nil {
 				return err
 			}
-			if code != 0 {
-				s.appendResp(respHeader{op: h.op, code: code, wrid: h.wrid}, memreg.Ref{})
-				continue
-			}
-			s.servedIn(uint64(h.length))
-			s.appendResp(respHeader{op: h.op, wrid: h.wrid}, memreg.Ref{})
-		case opRead:
-			s.appendResp(respHeader{op: h.op, length: h.length, wrid: h.wrid}, ref)
 		}
-	}
-}
-
-// write reads a WRITE's payload into the memory ref admitted for it, and
-// releases ref (write takes it over). It returns a non-zero code when
-// remote access to the region was cut while the payload arrived (revoked, released, lease
-// run out): from then on the payload went to a sink, not the region. An
-// error is a failure of the connection (frame timeout, I/O).
-func (s *serverConn) write(br *bufio.Reader, ref memreg.Ref) (byte, error) {
-	defer ref.Release()
-	mem := ref.Bytes()
-	if br.Buffered() >= len(mem) {
-		// All there already: no wait, nothing to cut.
-		_, err := io.ReadFull(br, mem)
-		return 0, err
-	}
-	// The batch's READ references must not wait on this payload.
-	if len(s.segs) > 0 {
-		if err := s.flush(); err != nil {
-			return 0, err
-		}
-	}
-	frameEnd := time.Now().Add(s.b.cfg.FrameTimeout)
-	n, cause, err := s.readInto(br, ref.Region(), mem, frameEnd)
-	ref.Release() // before draining the rest: a cut region is let go now
-	if err == nil && cause != nil {
-		s.rejected()
-		err = s.discard(br, int64(len(mem)-n), frameEnd)
-	}
-	if err != nil {
-		return 0, err
-	}
-	if err := s.c.SetReadDeadline(time.Time{}); err != nil {
-		return 0, err
-	}
-	if cause != nil {
-		return byte(backend.RemoteCode(cause)), nil
-	}
-	return 0, nil
-}
-
-// readInto reads mem from br while remote access to r holds, until
-// frameEnd. It returns the bytes read and, if access was cut first, why.
-func (s *serverConn) readInto(br *bufio.Reader, r *memreg.Region, mem []byte, frameEnd time.Time) (n int, cause, err error) {
-	s.mu.Lock()
-	s.writing = r
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.writing = nil
-		s.mu.Unlock()
-	}()
-	for n < len(mem) {
-		now := time.Now()
-		dl := frameEnd
-		if left, ok := s.b.reg.LeaseLeft(r); ok && now.Add(left).Before(dl) {
-			dl = now.Add(left)
-		}
-		s.mu.Lock()
-		err = s.c.SetReadDeadline(dl)
-		s.mu.Unlock()
-		if err != nil {
-			return n, nil, err
-		}
-		// After the deadline is set: a cut from now on wakes the Read.
-		if cause = s.b.reg.RemoteErr(r); cause != nil {
-			return n, cause, nil
-		}
-		k, rerr := br.Read(mem[n:])
-		n += k
-		if rerr != nil {
-			if errors.Is(rerr, os.ErrDeadlineExceeded) && time.Now().Before(frameEnd) {
-				continue // cut, lease end or renewal: check again
-			}
-			return n, nil, rerr
-		}
-	}
-	return n, nil, nil
-}
-
-// discard drops n payload bytes that must not land, keeping the stream in
-// step, until deadline.
-func (s *serverConn) discard(br *bufio.Reader, n int64, deadline time.Time) error {
-	if int64(br.Buffered()) < n {
-		if err := s.c.SetReadDeadline(deadline); err != nil {
+		if err := h.decode(hdr[:n], maxLen); err != nil {
+			s.rejected()
 			return err
 		}
-		defer s.c.SetReadDeadline(time.Time{})
+		var err error
+		switch h.op {
+		case opPing:
+			s.appendResp(respHeader{op: opPing, wrid: h.wrid}, memreg.Ref{})
+		case opWrite, opRead:
+			err = s.serveRW(br, &h)
+		case opWriteImm:
+			err = s.serveWriteImm(br, &h) // server_verbs.go
+		case opSend:
+			err = s.serveSend(br, &h)
+		default:
+			s.serveAtomic(&h)
+		}
+		if err != nil {
+			return err
+		}
 	}
-	_, err := io.CopyN(io.Discard, br, n)
-	return err
 }
 
 // appendResp adds a response to the batch; ref, for a READ, holds its
 // payload and is released once the batch is written.
 func (s *serverConn) appendResp(h respHeader, ref memreg.Ref) {
 	n := len(s.out)
-	s.out = append(s.out, make([]byte, respHeaderSize)...)
+	s.out = append(s.out, make([]byte, h.size())...)
 	h.encode(s.out[n:])
 	s.segs = append(s.segs, respSeg{hdrEnd: len(s.out), ref: ref})
 	s.payload += len(ref.Bytes())

@@ -68,6 +68,7 @@ func TestConformanceTLS(t *testing.T) {
 		OutOfRangeErr:            buffer.ErrOutOfRange,
 		RevokedErr:               buffer.ErrRevoked,
 		RouteSurvivesRemoteError: true,
+		Verbs:                    true,
 	})
 }
 
