@@ -52,5 +52,6 @@ func TestConformance(t *testing.T) {
 		OutOfRangeErr:            buffer.ErrOutOfRange,
 		RevokedErr:               buffer.ErrRevoked,
 		RouteSurvivesRemoteError: true,
+		Verbs:                    true,
 	})
 }

@@ -14,8 +14,14 @@ import (
 // inboxRef holds the manager's inbox (an interface in an atomic pointer).
 type inboxRef struct{ in backend.Inbox }
 
-// SetInbox implements backend.InboxUser.
-func (b *Backend) SetInbox(in backend.Inbox) { b.inbox.Store(&inboxRef{in: in}) }
+// SetInbox implements backend.InboxUser; the fallback gets the same
+// inbox (the regions that go to it are the owner's too).
+func (b *Backend) SetInbox(in backend.Inbox) {
+	b.inbox.Store(&inboxRef{in: in})
+	if u, ok := b.cfg.Fallback.(backend.InboxUser); ok {
+		u.SetInbox(in)
+	}
+}
 
 // Supports implements backend.Capabilities: every operation.
 func (b *Backend) Supports(op backend.Op) bool {

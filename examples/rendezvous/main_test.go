@@ -33,4 +33,4 @@ func TestRendezvous(t *testing.T) {
 	}
 }
 
-var backends = []string{"shm"}
+var backends = []string{"shm", "tcp"}
