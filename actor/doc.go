@@ -29,6 +29,15 @@
 // process (their memory is local); Put and Get then go from the caller's
 // goroutine to the backend, never through a mailbox.
 //
+// The manager is also the receiving side of PutWithImm and Send (inbox.go,
+// subscribe.go): it gives its backends an inbox (backend.InboxUser), and a
+// program subscribes with SubscribeEvents and SubscribeMessages and posts
+// receive buffers with PostRecv. Queues are bounded: when one is full the
+// initiator's operation is refused with ErrLimit (counted,
+// InboxRefused), never dropped silently; with nobody to receive it is
+// refused with ErrNoReceive, and a message larger than the next posted
+// buffer with ErrReceiveTooSmall, which the message stream reports too.
+//
 // Whether a request is local comes from how it arrived, never from its
 // sender address: the guard in front of protoactor's gRPC endpoint
 // (package remoteguard) stamps every envelope from the network and drops

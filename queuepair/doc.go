@@ -1,5 +1,11 @@
 // Package queuepair provides the QueuePair handle: one route to one peer
-// manager on which Put (RDMA WRITE) and Get (RDMA READ) are posted.
+// manager on which Put (RDMA WRITE) and Get (RDMA READ) are posted, and
+// the verbs beyond them (verbs.go): PutWithImm (a Put whose owner's
+// subscriber then gets an event naming the bytes and an immediate value),
+// Send and SendWithImm (into the peer's next posted receive buffer), and
+// CompareAndSwap and FetchAdd on one 8-byte aligned word (Value returns
+// the old value). Their receiving side is the peer manager's
+// (actor.Manager.SubscribeEvents, SubscribeMessages, PostRecv).
 //
 // Put and Get return at once with a *WorkRequest; Wait(ctx) blocks until it
 // completes, Poll reports without blocking, Done gives a channel. Submit

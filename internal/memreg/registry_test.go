@@ -88,8 +88,8 @@ func TestAllocateInvalid(t *testing.T) {
 	g := newReg(t, buffer.Limits{})
 	_, err := g.Allocate(0, buffer.AccessRead)
 	wantErr(t, "Allocate(0)", err, rdmamgr.ErrInvalid)
-	_, err = g.Allocate(10, buffer.Access(4))
-	wantErr(t, "Allocate with access 4", err, rdmamgr.ErrInvalid)
+	_, err = g.Allocate(10, buffer.Access(16))
+	wantErr(t, "Allocate with access 16", err, rdmamgr.ErrInvalid)
 	_, err = g.Allocate(10, buffer.AccessReadWrite|buffer.Access(1<<31))
 	wantErr(t, "Allocate with high access bit", err, rdmamgr.ErrInvalid)
 	_, err = g.Allocate(math.MaxUint64, buffer.AccessRead)
@@ -98,8 +98,8 @@ func TestAllocateInvalid(t *testing.T) {
 	wantErr(t, "Register(nil)", err, rdmamgr.ErrInvalid)
 	_, err = g.Register([]byte{}, buffer.AccessRead)
 	wantErr(t, "Register(empty)", err, rdmamgr.ErrInvalid)
-	_, err = g.Register(make([]byte, 8), buffer.Access(8))
-	wantErr(t, "Register with access 8", err, rdmamgr.ErrInvalid)
+	_, err = g.Register(make([]byte, 8), buffer.Access(16))
+	wantErr(t, "Register with access 16", err, rdmamgr.ErrInvalid)
 	if st := g.Stats(); !idle(st) {
 		t.Errorf("failed calls left %+v", st)
 	}
