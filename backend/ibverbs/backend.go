@@ -37,9 +37,10 @@ type Backend struct {
 	gidIndex int
 	gid      [16]byte
 	maxMsg   uint64
-	rdAtom   int // RDMA READs we accept in flight (max_dest_rd_atomic)
-	initRd   int // RDMA READs we may have in flight (max_rd_atomic cap)
-	inflight int // per-QP limit (MaxInFlight clamped to the device)
+	rdAtom   int  // RDMA READs we accept in flight (max_dest_rd_atomic)
+	initRd   int  // RDMA READs we may have in flight (max_rd_atomic cap)
+	inflight int  // per-QP limit (MaxInFlight clamped to the device)
+	atomics  bool // the device runs atomics and they are not disabled
 	addr     atomic.Pointer[string]
 	wake     eventFD
 	cqBudget *wsem // work requests in flight on the CQ
@@ -49,15 +50,18 @@ type Backend struct {
 	routes  map[*route]struct{}
 	byQPN   map[uint32]*route
 	pending map[*pendingRoute]struct{}
-	nqp     int // queue pairs alive (routes, accepted, pending)
+	nqp     int     // queue pairs alive (routes, accepted, pending)
+	leaked  []*ring // rings of queue pairs destroyed before they drained
 
 	mrMu  sync.Mutex
 	mrs   map[uint64]*regData // region id -> its memory regions
 	slabs map[uint64]*memReg  // slab id -> the slab's local memory region
 
-	slots slotTable
-	kick  chan struct{} // wakes the watchdog
-	wg    sync.WaitGroup
+	slots   slotTable
+	ringSeq atomic.Uint32
+	inbox   atomic.Pointer[inboxRef] // SetInbox's
+	kick    chan struct{}            // wakes the watchdog
+	wg      sync.WaitGroup
 }
 
 var (
@@ -65,6 +69,9 @@ var (
 	_ memreg.Hooks     = (*Backend)(nil)
 	_ memreg.Revoker   = (*Backend)(nil)
 	_ memreg.SlabHooks = (*Backend)(nil)
+
+	_ backend.InboxUser    = (*Backend)(nil)
+	_ backend.Capabilities = (*Backend)(nil)
 )
 
 // New returns a backend for reg's regions. It does no I/O: Start opens the
@@ -176,6 +183,14 @@ func (b *Backend) freeVerbs() error {
 		delete(b.slabs, id)
 	}
 	b.mrMu.Unlock()
+	b.mu.Lock()
+	for _, g := range b.leaked { // their queue pairs are gone, the poller too
+		if err := g.release(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	b.leaked = nil
+	b.mu.Unlock()
 	if err := b.res.free(); err != nil {
 		errs = append(errs, err)
 	}
