@@ -59,6 +59,7 @@ type Backend struct {
 
 	slots   slotTable
 	ringSeq atomic.Uint32
+	served  struct{ ops, bytesIn, rejected atomic.Uint64 }
 	inbox   atomic.Pointer[inboxRef] // SetInbox's
 	kick    chan struct{}            // wakes the watchdog
 	wg      sync.WaitGroup
@@ -112,9 +113,14 @@ func (b *Backend) Addr() string {
 	return ""
 }
 
-// Served returns zeros: RDMA READ and WRITE are one-sided, the device
-// serves them without the responder's CPU, so nothing is counted.
-func (b *Backend) Served() backend.ServedStats { return backend.ServedStats{} }
+// Served counts the notices (PutWithImm) and Sends the backend served for
+// peers: Ops, BytesIn (a Send's message copied into a receive buffer) and
+// Rejected (refused by the inbox or the checks). RDMA READ, WRITE and the
+// atomics are one-sided: the device serves them without the responder's
+// CPU, so they are not counted.
+func (b *Backend) Served() backend.ServedStats {
+	return backend.ServedStats{Ops: b.served.ops.Load(), BytesIn: b.served.bytesIn.Load(), Rejected: b.served.rejected.Load()}
+}
 
 // Close closes every route (failing in-flight work with ErrClosed once the
 // device no longer touches its memory), deregisters the remaining memory

@@ -85,6 +85,49 @@
 // queue pairs, so that routes to dead peers - and the responder's queue
 // pairs of closed routes - are found and freed.
 //
+// # Two-sided messages
+//
+// PutWithImm and Send need the owner's CPU: its manager's inbox
+// (backend.Inbox, given by SetInbox) delivers the event or takes the
+// receive buffer. They travel as control messages (ctlmsg.go) that a route's
+// queue pairs SEND each other into their rings:
+//
+//   - PutWithImm is the RDMA WRITEs of a Put followed, in the same chain,
+//     by a SEND of a notice (region, offset, length, key, imm). RC executes
+//     a queue pair's requests in order, so when the owner's receive of the
+//     notice completes, the written bytes are in place: the event is never
+//     seen before them. The owner checks the notice against its registry
+//     (key, range, AccessWrite and AccessNotify, lease, revocation), calls
+//     Inbox.Event, and SENDs back an ack carrying the outcome's wire code.
+//   - Send is one SEND of a 16-byte header (imm, has-imm) and the message,
+//     at most the peer's MaxSend bytes (default 4096; larger fails with
+//     backend.ErrLimit before anything is posted). The owner takes the
+//     receive buffer with Inbox.Recv, copies the message into it
+//     (Landing.Done) and acks.
+//
+// The initiator completes the operation when both its work requests and
+// the ack are done, with the ack's code as its error: ErrNoReceive (no
+// inbox, no subscriber, no receive buffer), ErrLimit (the subscriber's
+// queue is full), ErrReceiveTooSmall, ErrAccess, ErrBadKey... The bytes of
+// a refused PutWithImm did land. A refusal is an ack, not a failed
+// completion: the route goes on.
+//
+// Flow control is by credits, so receives never meet an empty ring (no
+// RNR; rnr_retry stays "forever" as a safety net): each queue pair posts
+// Config.RecvSlots receives at creation and tells the peer in the route
+// info; the initiator keeps at most min(both rings) control messages
+// unacked, a Post beyond waits (back-pressure, bounded by the deadline).
+// The owner reposts a slot before it sends the ack that returns the credit,
+// and acks in the order the messages came, so events and messages of one
+// route are delivered in posting order, and the initiator matches acks to
+// its ops by order (and checks their sequence numbers). Acks use cells of
+// the owner's ring (as many as slots); an ack without a free cell waits in
+// order for one. Completion-queue entries are reserved per queue pair: a
+// slot each, and a cell each for the owner's acks. A malformed control
+// message fails the route with backend.ErrProtocol. When a route fails,
+// its ops awaiting acks fail with the route's error after the queue pair is
+// gone.
+//
 // # Failure semantics
 //
 // An RC queue pair cannot cancel one request, and any failed completion puts
@@ -103,8 +146,9 @@
 // Completer.Complete is called on the poller goroutine: it must not block,
 // post, or close the route or backend.
 //
-// Served returns zeros: RDMA READ and WRITE are one-sided, the responder's
-// CPU never sees them.
+// Served counts the notices and Sends served for peers (the owner's CPU
+// handles them); RDMA READ, WRITE and atomics are one-sided, the
+// responder's CPU never sees them.
 //
 // # Files
 //

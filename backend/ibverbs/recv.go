@@ -112,6 +112,11 @@ func (r *route) serveLocked(i int, p []byte) error {
 	} else {
 		res = r.deliver(m, p[ctlHeader:])
 	}
+	if res == nil {
+		r.b.served.ops.Add(1)
+	} else {
+		r.b.served.rejected.Add(1)
+	}
 	if err := r.ring.postRecv(r.qp, i); err != nil { // after the message was copied out
 		return err
 	}
@@ -153,6 +158,7 @@ func (r *route) deliver(m ctlMsg, msg []byte) error {
 	}
 	copy(mem, msg)
 	l.Done(len(msg), m.imm, m.hasImm, nil)
+	r.b.served.bytesIn.Add(uint64(len(msg)))
 	return nil
 }
 
