@@ -99,6 +99,10 @@
 //     seen before them. The owner checks the notice against its registry
 //     (key, range, AccessWrite and AccessNotify, lease, revocation), calls
 //     Inbox.Event, and SENDs back an ack carrying the outcome's wire code.
+//     The device enforces AccessWrite but cannot tell a PutWithImm from a
+//     Put, so a handle without AccessNotify is refused at Post
+//     (buffer.ErrAccess) before any byte moves; a handle forged to claim it
+//     lands its bytes (a Put could) and the owner refuses the event.
 //   - Send is one SEND of a 16-byte header (imm, has-imm) and the message,
 //     at most the peer's MaxSend bytes (default 4096; larger fails with
 //     backend.ErrLimit before anything is posted). The owner takes the

@@ -47,6 +47,12 @@ func (r *route) postRW(wr *backend.WorkRequest) error {
 	}
 	count := int((n + b.maxMsg - 1) / b.maxMsg)
 	notice := wr.Op == backend.OpWriteImm
+	if notice && !wr.Remote.Access.Allows(buffer.AccessNotify) {
+		// The device enforces AccessWrite, not AccessNotify: a handle
+		// without it is refused before its bytes land (a forged one is
+		// refused by the owner, after: it could Put them anyway).
+		return fmt.Errorf("ibverbs: %s to a %s buffer: %w", wr.Op, wr.Remote.Access, buffer.ErrAccess)
+	}
 	wrs := count
 	if notice {
 		wrs++

@@ -137,7 +137,18 @@ func TestPutWithImmRefusals(t *testing.T) {
 		t.Fatalf("event imm %d after the refusal, want 4", e.ev.Imm)
 	}
 
-	noNotify, _ := backendtest.Alloc(t, regB, 4096, buffer.AccessReadWrite)
+	noNotify, lnn := backendtest.Alloc(t, regB, 4096, buffer.AccessReadWrite)
+	backendtest.Random(t, lnn)
+	before := bytes.Clone(lnn)
+	wr, release := backendtest.NewWR(t, regA, backend.OpWriteImm, ha, noNotify, time.Now().Add(waitTimeout), backendtest.NewRecorder(1))
+	defer release()
+	if err := rt.Post(wr); !errors.Is(err, buffer.ErrAccess) {
+		t.Fatalf("PutWithImm with a handle without AccessNotify: %v, want ErrAccess at Post", err)
+	}
+	wr.Done.(*backendtest.Recorder).None(t)
+	if !bytes.Equal(lnn, before) {
+		t.Fatal("a PutWithImm refused at Post changed the buffer")
+	}
 	noNotify.Access |= buffer.AccessNotify // forged: the owner checks
 	if err := putImm(t, rt, regA, ha, noNotify, 5); !errors.Is(err, buffer.ErrAccess) {
 		t.Fatalf("PutWithImm to a buffer without AccessNotify: %v, want ErrAccess", err)
