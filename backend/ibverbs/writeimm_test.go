@@ -95,11 +95,9 @@ func TestPutWithImm(t *testing.T) {
 	}
 }
 
-// TestPutWithImmRefusals: what the owner refuses reaches the initiator's
-// operation (its bytes did land), and the route goes on: no inbox or no
-// subscriber (ErrNoReceive), a full queue (ErrLimit), a buffer without
-// AccessNotify (ErrAccess) or a handle with a wrong key. Without
-// AccessWrite the owner's device refuses the write itself.
+// TestPutWithImmRefusals: what the owner's inbox refuses reaches the
+// initiator's operation (its bytes did land), and the route goes on: no
+// inbox or no subscriber (ErrNoReceive), a full queue (ErrLimit).
 func TestPutWithImmRefusals(t *testing.T) {
 	requireDevices(t)
 	a, regA := started(t, DefaultConfig(), 1)
@@ -136,7 +134,27 @@ func TestPutWithImmRefusals(t *testing.T) {
 	if e := in.nextEvent(t); e.ev.Imm != 4 {
 		t.Fatalf("event imm %d after the refusal, want 4", e.ev.Imm)
 	}
+	if rt.Err() != nil {
+		t.Fatalf("route failed by refusals: %v", rt.Err())
+	}
+	if s := b.Served(); s.Ops != 3 || s.Rejected != 3 {
+		t.Errorf("owner served %+v, want 3 ops and 3 refused", s)
+	}
+}
 
+// TestPutWithImmRights: a handle without AccessNotify is refused at Post
+// (nothing moves); one forged to claim it, or with a wrong key, is refused
+// by the owner (no event; the route goes on); without AccessWrite the
+// owner's device refuses the write itself.
+func TestPutWithImmRights(t *testing.T) {
+	requireDevices(t)
+	a, regA := started(t, DefaultConfig(), 1)
+	b, regB := started(t, DefaultConfig(), 2)
+	in := newTestInbox(regB, 4, 0)
+	b.SetInbox(in)
+	rt := connect(t, a, b)
+	ha, _ := backendtest.Alloc(t, regA, 4096, buffer.AccessReadWrite)
+	hb, _ := backendtest.Alloc(t, regB, 4096, accessNotifyW)
 	noNotify, lnn := backendtest.Alloc(t, regB, 4096, buffer.AccessReadWrite)
 	backendtest.Random(t, lnn)
 	before := bytes.Clone(lnn)
@@ -162,8 +180,8 @@ func TestPutWithImmRefusals(t *testing.T) {
 	if rt.Err() != nil {
 		t.Fatalf("route failed by refusals: %v", rt.Err())
 	}
-	if s := b.Served(); s.Ops != 3 || s.Rejected != 5 {
-		t.Errorf("owner served %+v, want 3 ops and 5 refused", s)
+	if s := b.Served(); s.Ops != 0 || s.Rejected != 2 {
+		t.Errorf("owner served %+v, want 2 refused", s)
 	}
 
 	readOnly, _ := backendtest.Alloc(t, regB, 4096, buffer.AccessRead|buffer.AccessNotify)
