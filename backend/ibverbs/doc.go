@@ -53,6 +53,15 @@
 // value, a notice, a Send's header, an ack). It is freed only after its
 // queue pair is destroyed.
 //
+// One poller goroutine owns the completion queue: it polls in batches of 64
+// (one cgo call), and when the queue is empty it re-arms it and sleeps in
+// poll(2) on the completion channel and an eventfd used for shutdown. An
+// async-event goroutine logs device events and fails the routes of queue
+// pairs that report fatal errors. A watchdog fails routes whose work missed
+// its deadline and sends zero-length RDMA WRITE keep-alive probes on idle
+// queue pairs, so that routes to dead peers - and the responder's queue
+// pairs of closed routes - are found and freed.
+//
 // # Atomics
 //
 // CompareAndSwap and FetchAdd are the verbs atomics
@@ -75,15 +84,6 @@
 // agrees with peers: tested in the VM); devices that answer big-endian
 // (some ConnectX generations report IBV_ATOMIC_HCA_REPLY_BE) would need a
 // swap that is not implemented.
-//
-// One poller goroutine owns the completion queue: it polls in batches of 64
-// (one cgo call), and when the queue is empty it re-arms it and sleeps in
-// poll(2) on the completion channel and an eventfd used for shutdown. An
-// async-event goroutine logs device events and fails the routes of queue
-// pairs that report fatal errors. A watchdog fails routes whose work missed
-// its deadline and sends zero-length RDMA WRITE keep-alive probes on idle
-// queue pairs, so that routes to dead peers - and the responder's queue
-// pairs of closed routes - are found and freed.
 //
 // # Two-sided messages
 //
@@ -127,7 +127,10 @@
 // its ops by order (and checks their sequence numbers). Acks use cells of
 // the owner's ring (as many as slots); an ack without a free cell waits in
 // order for one. Completion-queue entries are reserved per queue pair: a
-// slot each, and a cell each for the owner's acks. A malformed control
+// slot each, and a cell each for the owner's acks (so with the defaults a
+// backend has room for about CQSize/48 routes both ways before
+// PrepareRoute and AcceptRoute fail with backend.ErrLimit); an accepted
+// queue pair's ring holds RecvSlots × (MaxSend+16) bytes. A malformed control
 // message fails the route with backend.ErrProtocol. When a route fails,
 // its ops awaiting acks fail with the route's error after the queue pair is
 // gone.
