@@ -37,9 +37,10 @@ type Backend struct {
 	gidIndex int
 	gid      [16]byte
 	maxMsg   uint64
-	rdAtom   int // RDMA READs we accept in flight (max_dest_rd_atomic)
-	initRd   int // RDMA READs we may have in flight (max_rd_atomic cap)
-	inflight int // per-QP limit (MaxInFlight clamped to the device)
+	rdAtom   int  // RDMA READs we accept in flight (max_dest_rd_atomic)
+	initRd   int  // RDMA READs we may have in flight (max_rd_atomic cap)
+	inflight int  // per-QP limit (MaxInFlight clamped to the device)
+	atomics  bool // the device runs atomics and they are not disabled
 	addr     atomic.Pointer[string]
 	wake     eventFD
 	cqBudget *wsem // work requests in flight on the CQ
@@ -49,15 +50,19 @@ type Backend struct {
 	routes  map[*route]struct{}
 	byQPN   map[uint32]*route
 	pending map[*pendingRoute]struct{}
-	nqp     int // queue pairs alive (routes, accepted, pending)
+	nqp     int     // queue pairs alive (routes, accepted, pending)
+	leaked  []*ring // rings of queue pairs destroyed before they drained
 
 	mrMu  sync.Mutex
 	mrs   map[uint64]*regData // region id -> its memory regions
 	slabs map[uint64]*memReg  // slab id -> the slab's local memory region
 
-	slots slotTable
-	kick  chan struct{} // wakes the watchdog
-	wg    sync.WaitGroup
+	slots   slotTable
+	ringSeq atomic.Uint32
+	served  struct{ ops, bytesIn, rejected atomic.Uint64 }
+	inbox   atomic.Pointer[inboxRef] // SetInbox's
+	kick    chan struct{}            // wakes the watchdog
+	wg      sync.WaitGroup
 }
 
 var (
@@ -65,6 +70,9 @@ var (
 	_ memreg.Hooks     = (*Backend)(nil)
 	_ memreg.Revoker   = (*Backend)(nil)
 	_ memreg.SlabHooks = (*Backend)(nil)
+
+	_ backend.InboxUser    = (*Backend)(nil)
+	_ backend.Capabilities = (*Backend)(nil)
 )
 
 // New returns a backend for reg's regions. It does no I/O: Start opens the
@@ -105,9 +113,14 @@ func (b *Backend) Addr() string {
 	return ""
 }
 
-// Served returns zeros: RDMA READ and WRITE are one-sided, the device
-// serves them without the responder's CPU, so nothing is counted.
-func (b *Backend) Served() backend.ServedStats { return backend.ServedStats{} }
+// Served counts the notices (PutWithImm) and Sends the backend served for
+// peers: Ops, BytesIn (a Send's message copied into a receive buffer) and
+// Rejected (refused by the inbox or the checks). RDMA READ, WRITE and the
+// atomics are one-sided: the device serves them without the responder's
+// CPU, so they are not counted.
+func (b *Backend) Served() backend.ServedStats {
+	return backend.ServedStats{Ops: b.served.ops.Load(), BytesIn: b.served.bytesIn.Load(), Rejected: b.served.rejected.Load()}
+}
 
 // Close closes every route (failing in-flight work with ErrClosed once the
 // device no longer touches its memory), deregisters the remaining memory
@@ -176,6 +189,14 @@ func (b *Backend) freeVerbs() error {
 		delete(b.slabs, id)
 	}
 	b.mrMu.Unlock()
+	b.mu.Lock()
+	for _, g := range b.leaked { // their queue pairs are gone, the poller too
+		if err := g.release(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	b.leaked = nil
+	b.mu.Unlock()
 	if err := b.res.free(); err != nil {
 		errs = append(errs, err)
 	}

@@ -27,6 +27,7 @@ func (r *route) completed(c *chunk, status, vendorErr uint32) {
 		return
 	}
 	o := c.op
+	r.cellDone(c, status)
 	switch status {
 	case wcSuccess:
 	case wcWRFlushErr:
@@ -44,6 +45,17 @@ func (r *route) completed(c *chunk, status, vendorErr uint32) {
 		r.finish(o)
 	}
 	r.wrDone(1)
+}
+
+// acked handles the owner's ack of o (its code: err); it is o's last part
+// unless its work requests are still to complete.
+func (r *route) acked(o *op, err error) {
+	if err != nil {
+		o.firstErr.CompareAndSwap(nil, &err)
+	}
+	if o.remaining.Add(-1) == 0 {
+		r.finish(o)
+	}
 }
 
 // finish reports the outcome of o, exactly once.
@@ -65,6 +77,9 @@ func (r *route) finish(o *op) {
 		if err == nil {
 			err = backend.ErrClosed
 		}
+	}
+	if err == nil && o.wr.Op.Atomic() {
+		o.wr.Result = o.result
 	}
 	r.End(o.wr, err)
 	o.wr.Done.Complete(o.wr, err)

@@ -54,6 +54,23 @@ type Config struct {
 	// while work is in flight before it sleeps on the completion channel
 	// (negative: never spin).
 	Spin time.Duration
+	// RecvSlots is the size of each queue pair's receive ring of control
+	// messages (PutWithImm notices, Sends and their acks): a route carries
+	// at most this many of them unanswered (fewer if the peer's ring is
+	// smaller), a PutWithImm or Send beyond waits (back-pressure). Each
+	// ring takes RecvSlots completion-queue entries, twice that on the
+	// owner's side (its acks).
+	RecvSlots int
+	// MaxSend is the largest Send message the backend receives (bytes, up
+	// to 1 MiB; 0 takes the default, 4096): each slot of an accepted queue pair's ring holds one, so
+	// the ring costs RecvSlots × (MaxSend+16) bytes of registered memory
+	// per route. A larger Send fails with backend.ErrLimit before anything
+	// is posted.
+	MaxSend int
+	// DisableAtomics makes the backend refuse CompareAndSwap and FetchAdd
+	// as a device without atomics does (Supports reports false and routes
+	// do not offer them to peers).
+	DisableAtomics bool
 }
 
 // DefaultConfig returns the defaults.
@@ -69,6 +86,8 @@ func DefaultConfig() Config {
 		DrainTimeout:     5 * time.Second,
 		KeepAlive:        15 * time.Second,
 		Spin:             50 * time.Microsecond,
+		RecvSlots:        16,
+		MaxSend:          4096,
 	}
 }
 
@@ -98,6 +117,12 @@ func (c Config) withDefaults() Config {
 	if c.KeepAlive == 0 {
 		c.KeepAlive = d.KeepAlive
 	}
+	if c.RecvSlots == 0 {
+		c.RecvSlots = d.RecvSlots
+	}
+	if c.MaxSend == 0 {
+		c.MaxSend = d.MaxSend
+	}
 	return c
 }
 
@@ -125,6 +150,10 @@ func (c Config) Verify() error {
 		return fmt.Errorf("ibverbs: RetryCount %d not in 0..7", c.RetryCount)
 	case c.DrainTimeout < 0:
 		return fmt.Errorf("ibverbs: DrainTimeout %v < 0", c.DrainTimeout)
+	case c.RecvSlots < 1 || c.RecvSlots > maxRecvSlots:
+		return fmt.Errorf("ibverbs: RecvSlots %d not in 1..%d", c.RecvSlots, maxRecvSlots)
+	case c.MaxSend < 0 || c.MaxSend > maxSendLimit:
+		return fmt.Errorf("ibverbs: MaxSend %d not in 0..%d", c.MaxSend, maxSendLimit)
 	}
 	return nil
 }

@@ -163,6 +163,7 @@ func (b *Backend) openDevice(name string) (err error) {
 	b.ethernet = pa.linkLayer == linkLayerEthernet
 	b.mtu, b.lid, b.gidIndex, b.gid = pa.activeMTU, pa.lid, gidx, gid
 	b.setLimits(da, pa)
+	b.atomics = da.atomicCap != atomicNone && !b.cfg.DisableAtomics
 	b.cqBudget = newWsem(res.cqCapacity())
 	addr := fmt.Sprintf("%s:%d %s", name, port, gidString(gid))
 	b.addr.Store(&addr)

@@ -16,7 +16,8 @@
 // queue (with a completion channel) shared by all its RC queue pairs. Start
 // registers hooks on the buffer registry: every region is registered with
 // ibv_reg_mr with exactly the access it grants (LOCAL_WRITE always,
-// REMOTE_READ iff buffer.AccessRead, REMOTE_WRITE iff buffer.AccessWrite),
+// REMOTE_READ iff buffer.AccessRead, REMOTE_WRITE iff buffer.AccessWrite,
+// REMOTE_ATOMIC iff buffer.AccessAtomic and the device runs atomics),
 // and the region's BackendData and RDMA {Addr, RKey} are set, so handles carry
 // what peers need. The device itself then enforces key, bounds and access.
 // The owner's own work uses a second, LOCAL_WRITE-only registration of the
@@ -43,6 +44,14 @@
 // by one cgo call; the operation completes once all of them have. Work
 // request ids index a slot table (C never holds Go pointers). Post applies
 // back-pressure per queue pair (Config.MaxInFlight) and per completion queue.
+// Routes carry every operation (routestate.ValidateAll); see "Atomics" and
+// "Two-sided messages" for the verbs beyond Put and Get.
+//
+// Each queue pair has a ring (ring.go): one anonymous mapping registered
+// LOCAL_WRITE-only, the backend's own, holding the receive slots of its
+// control messages and the cells its own work requests use (an atomic's old
+// value, a notice, a Send's header, an ack). It is freed only after its
+// queue pair is destroyed.
 //
 // One poller goroutine owns the completion queue: it polls in batches of 64
 // (one cgo call), and when the queue is empty it re-arms it and sleeps in
@@ -52,6 +61,79 @@
 // its deadline and sends zero-length RDMA WRITE keep-alive probes on idle
 // queue pairs, so that routes to dead peers - and the responder's queue
 // pairs of closed routes - are found and freed.
+//
+// # Atomics
+//
+// CompareAndSwap and FetchAdd are the verbs atomics
+// (IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD) on one 8-byte
+// word at an 8-byte aligned remote address (else rdmamgr.ErrMisaligned
+// before anything is posted). The old value lands in a cell of the
+// initiator's ring and is copied to WorkRequest.Result before Complete.
+// Whether atomics run is negotiated in the route handshake: a device whose
+// atomic_cap is IBV_ATOMIC_NONE (or Config.DisableAtomics) leaves the
+// atomics flag out of its route info and its queue pairs without
+// REMOTE_ATOMIC; Supports reports false for it, and a route with such a
+// device at either end fails an atomic's Post with backend.ErrNotSupported.
+// The queue pairs' max_rd_atomic / max_dest_rd_atomic (the READ depths) bound
+// atomics in flight too. The owner's device checks the rkey: a buffer
+// without AccessAtomic (no REMOTE_ATOMIC on its memory region) fails the
+// atomic with a remote access error (buffer.ErrAccess), which, like every
+// failed completion, ends the route. Byte order: the backend assumes the
+// device operates on the word in host order and returns the old value in
+// host order, as rxe does (the owner's sync/atomic, internal/word, then
+// agrees with peers: tested in the VM); devices that answer big-endian
+// (some ConnectX generations report IBV_ATOMIC_HCA_REPLY_BE) would need a
+// swap that is not implemented.
+//
+// # Two-sided messages
+//
+// PutWithImm and Send need the owner's CPU: its manager's inbox
+// (backend.Inbox, given by SetInbox) delivers the event or takes the
+// receive buffer. They travel as control messages (ctlmsg.go) that a route's
+// queue pairs SEND each other into their rings:
+//
+//   - PutWithImm is the RDMA WRITEs of a Put followed, in the same chain,
+//     by a SEND of a notice (region, offset, length, key, imm). RC executes
+//     a queue pair's requests in order, so when the owner's receive of the
+//     notice completes, the written bytes are in place: the event is never
+//     seen before them. The owner checks the notice against its registry
+//     (key, range, AccessWrite and AccessNotify, lease, revocation), calls
+//     Inbox.Event, and SENDs back an ack carrying the outcome's wire code.
+//     The device enforces AccessWrite but cannot tell a PutWithImm from a
+//     Put, so a handle without AccessNotify is refused at Post
+//     (buffer.ErrAccess) before any byte moves; a handle forged to claim it
+//     lands its bytes (a Put could) and the owner refuses the event.
+//   - Send is one SEND of a 16-byte header (imm, has-imm) and the message,
+//     at most the peer's MaxSend bytes (default 4096; larger fails with
+//     backend.ErrLimit before anything is posted). The owner takes the
+//     receive buffer with Inbox.Recv, copies the message into it
+//     (Landing.Done) and acks.
+//
+// The initiator completes the operation when both its work requests and
+// the ack are done, with the ack's code as its error: ErrNoReceive (no
+// inbox, no subscriber, no receive buffer), ErrLimit (the subscriber's
+// queue is full), ErrReceiveTooSmall, ErrAccess, ErrBadKey... The bytes of
+// a refused PutWithImm did land. A refusal is an ack, not a failed
+// completion: the route goes on.
+//
+// Flow control is by credits, so receives never meet an empty ring (no
+// RNR; rnr_retry stays "forever" as a safety net): each queue pair posts
+// Config.RecvSlots receives at creation and tells the peer in the route
+// info; the initiator keeps at most min(both rings) control messages
+// unacked, a Post beyond waits (back-pressure, bounded by the deadline).
+// The owner reposts a slot before it sends the ack that returns the credit,
+// and acks in the order the messages came, so events and messages of one
+// route are delivered in posting order, and the initiator matches acks to
+// its ops by order (and checks their sequence numbers). Acks use cells of
+// the owner's ring (as many as slots); an ack without a free cell waits in
+// order for one. Completion-queue entries are reserved per queue pair: a
+// slot each, and a cell each for the owner's acks (so with the defaults a
+// backend has room for about CQSize/48 routes both ways before
+// PrepareRoute and AcceptRoute fail with backend.ErrLimit); an accepted
+// queue pair's ring holds RecvSlots × (MaxSend+16) bytes. A malformed control
+// message fails the route with backend.ErrProtocol. When a route fails,
+// its ops awaiting acks fail with the route's error after the queue pair is
+// gone.
 //
 // # Failure semantics
 //
@@ -71,19 +153,23 @@
 // Completer.Complete is called on the poller goroutine: it must not block,
 // post, or close the route or backend.
 //
-// Served returns zeros: RDMA READ and WRITE are one-sided, the responder's
-// CPU never sees them.
+// Served counts the notices and Sends served for peers (the owner's CPU
+// handles them); RDMA READ, WRITE and atomics are one-sided, the
+// responder's CPU never sees them.
 //
 // # Files
 //
-// Plain Go: backend.go (the Backend, Close), device.go (device, port and
-// GID selection, Devices), mr.go (memory registration and revocation),
-// setup.go (route setup: PrepareRoute, AcceptRoute, Complete), route.go
-// (route state and teardown), post.go (the post paths), complete.go
-// (completions and their status), poller.go (completion-queue poller and
-// async events), watchdog.go (deadlines and keep-alive probes), slots.go
-// (work-request ids), sem.go (back-pressure). The cgo fence: verbs.go,
-// verbs_device.go, verbs_cq.go and verbs_qp.go wrap libibverbs and shim.c;
+// Plain Go: backend.go (the Backend, Close), caps.go (Supports, SetInbox),
+// device.go (device, port and GID selection, Devices), mr.go (memory
+// registration and revocation), setup.go (route setup: PrepareRoute,
+// AcceptRoute, Complete), route.go (route state and teardown), ring.go (a
+// queue pair's own registered memory), post.go (the post paths of Put, Get
+// and PutWithImm), ops.go (Send and the atomics), recv.go (control messages
+// received and acked), ctlmsg.go (their layout), complete.go (completions
+// and their status), poller.go (completion-queue poller and async events),
+// watchdog.go (deadlines and keep-alive probes), slots.go (work-request
+// ids), sem.go (back-pressure). The cgo fence: verbs.go, verbs_device.go,
+// verbs_cq.go and verbs_qp.go wrap libibverbs and shim.c / shim_post.c;
 // nothing else imports "C". Every file that needs libibverbs carries the
 // ibverbs build tag; stub.go stands in for them without it. Done, Err,
 // Stats and work-request validation are shared with the other backends

@@ -14,41 +14,62 @@ import (
 //	off size field
 //	  0    1 version (infoVersion)
 //	  1    1 path MTU the sender can do (enum ibv_mtu: 1=256 .. 5=4096)
-//	  2    1 responder resources: RDMA READs the sender accepts in flight
-//	  3    1 flags (none defined: must be 0)
+//	  2    1 responder resources: RDMA READs and atomics the sender
+//	         accepts in flight
+//	  3    1 flags: infoAtomics (the sender's device runs atomics, both
+//	         ways); other bits must be 0
 //	  4    4 queue pair number (24 bits, >= 2)
 //	  8    4 initial packet sequence number (24 bits)
 //	 12    2 LID (InfiniBand; 0 on RoCE)
 //	 14    2 reserved (must be 0)
 //	 16   16 GID (RoCE: the port's GID at the sender's GID index)
+//	 32    2 receive slots: control messages the sender's queue pair
+//	         takes in flight (1..maxRecvSlots; see ctl.go)
+//	 34    2 reserved (must be 0)
+//	 36    4 largest Send message the sender takes, bytes (0..maxSendLimit)
 //
-// A decoder treats every field as hostile: a version other than ours is
-// backend.ErrVersion, anything else malformed is backend.ErrProtocol.
+// Version 1 (32 bytes, no flags, no receive slots) carried Put and Get
+// only. A decoder treats every field as hostile: a version other than ours
+// is backend.ErrVersion, anything else malformed is backend.ErrProtocol.
 const (
-	infoVersion = 1
-	infoSize    = 32
+	infoVersion = 2
+	infoSize    = 40
+
+	infoAtomics = 1
+
+	maxRecvSlots = 4096
+	maxSendLimit = 1 << 20
 )
 
 // routeInfo is the decoded form of the route info.
 type routeInfo struct {
-	mtu     uint8
-	rdAtom  uint8
-	qpn     uint32
-	psn     uint32
-	lid     uint16
-	gid     [16]byte
-	version uint8 // set by decode; encode always writes infoVersion
+	mtu       uint8
+	rdAtom    uint8
+	flags     uint8
+	qpn       uint32
+	psn       uint32
+	lid       uint16
+	gid       [16]byte
+	recvSlots uint16
+	maxSend   uint32
+	version   uint8 // set by decode; encode always writes infoVersion
 }
+
+// atomics reports whether the sender's device runs atomics.
+func (ri *routeInfo) atomics() bool { return ri.flags&infoAtomics != 0 }
 
 func (ri *routeInfo) encode() []byte {
 	b := make([]byte, infoSize)
 	b[0] = infoVersion
 	b[1] = ri.mtu
 	b[2] = ri.rdAtom
+	b[3] = ri.flags
 	binary.BigEndian.PutUint32(b[4:], ri.qpn)
 	binary.BigEndian.PutUint32(b[8:], ri.psn)
 	binary.BigEndian.PutUint16(b[12:], ri.lid)
 	copy(b[16:], ri.gid[:])
+	binary.BigEndian.PutUint16(b[32:], ri.recvSlots)
+	binary.BigEndian.PutUint32(b[36:], ri.maxSend)
 	return b
 }
 
@@ -66,14 +87,17 @@ func decodeRouteInfo(b []byte) (routeInfo, error) {
 	ri.version = b[0]
 	ri.mtu = b[1]
 	ri.rdAtom = b[2]
+	ri.flags = b[3]
 	ri.qpn = binary.BigEndian.Uint32(b[4:])
 	ri.psn = binary.BigEndian.Uint32(b[8:])
 	ri.lid = binary.BigEndian.Uint16(b[12:])
-	copy(ri.gid[:], b[16:])
+	copy(ri.gid[:], b[16:32])
+	ri.recvSlots = binary.BigEndian.Uint16(b[32:])
+	ri.maxSend = binary.BigEndian.Uint32(b[36:])
 	switch {
-	case b[3] != 0:
+	case b[3]&^infoAtomics != 0:
 		return ri, fmt.Errorf("ibverbs: route info flags %#x: %w", b[3], backend.ErrProtocol)
-	case b[14] != 0 || b[15] != 0:
+	case b[14] != 0 || b[15] != 0 || b[34] != 0 || b[35] != 0:
 		return ri, fmt.Errorf("ibverbs: route info reserved bytes set: %w", backend.ErrProtocol)
 	case ri.mtu < 1 || ri.mtu > 5:
 		return ri, fmt.Errorf("ibverbs: route info path MTU %d not in 1..5: %w", ri.mtu, backend.ErrProtocol)
@@ -83,6 +107,10 @@ func decodeRouteInfo(b []byte) (routeInfo, error) {
 		return ri, fmt.Errorf("ibverbs: route info queue pair number %#x: %w", ri.qpn, backend.ErrProtocol)
 	case ri.psn > 0xFFFFFF:
 		return ri, fmt.Errorf("ibverbs: route info PSN %#x exceeds 24 bits: %w", ri.psn, backend.ErrProtocol)
+	case ri.recvSlots == 0 || ri.recvSlots > maxRecvSlots:
+		return ri, fmt.Errorf("ibverbs: route info with %d receive slots: %w", ri.recvSlots, backend.ErrProtocol)
+	case ri.maxSend > maxSendLimit:
+		return ri, fmt.Errorf("ibverbs: route info with a largest message of %d bytes: %w", ri.maxSend, backend.ErrProtocol)
 	}
 	return ri, nil
 }

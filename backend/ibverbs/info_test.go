@@ -9,7 +9,7 @@ import (
 )
 
 func goodInfo() routeInfo {
-	ri := routeInfo{mtu: 3, rdAtom: 16, qpn: 0x1234, psn: 0xABCDEF, lid: 0}
+	ri := routeInfo{mtu: 3, rdAtom: 16, flags: infoAtomics, qpn: 0x1234, psn: 0xABCDEF, lid: 0, recvSlots: 16, maxSend: 4096}
 	copy(ri.gid[:], []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 1})
 	return ri
 }
@@ -20,8 +20,9 @@ func TestRouteInfoRoundTrip(t *testing.T) {
 	if len(b) != infoSize {
 		t.Fatalf("encoded %d bytes, want %d", len(b), infoSize)
 	}
-	want := []byte{1, 3, 16, 0, 0, 0, 0x12, 0x34, 0, 0xAB, 0xCD, 0xEF, 0, 0, 0, 0,
-		0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 1}
+	want := []byte{2, 3, 16, 1, 0, 0, 0x12, 0x34, 0, 0xAB, 0xCD, 0xEF, 0, 0, 0, 0,
+		0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 1,
+		0, 16, 0, 0, 0, 0, 0x10, 0}
 	if !bytes.Equal(b, want) {
 		t.Fatalf("layout\n got %x\nwant %x", b, want)
 	}
@@ -51,22 +52,27 @@ func TestRouteInfoHostile(t *testing.T) {
 		{"nil", nil, backend.ErrProtocol},
 		{"empty", []byte{}, backend.ErrProtocol},
 		{"version 0", mod(func(b []byte) []byte { b[0] = 0; return b }), backend.ErrVersion},
-		{"version 2", mod(func(b []byte) []byte { b[0] = 2; return b }), backend.ErrVersion},
-		{"version 2 longer", mod(func(b []byte) []byte { b[0] = 2; return append(b, 1, 2, 3) }), backend.ErrVersion},
+		{"version 1", mod(func(b []byte) []byte { b[0] = 1; return b[:32] }), backend.ErrVersion},
+		{"version 3", mod(func(b []byte) []byte { b[0] = 3; return b }), backend.ErrVersion},
+		{"version 3 longer", mod(func(b []byte) []byte { b[0] = 3; return append(b, 1, 2, 3) }), backend.ErrVersion},
 		{"short", mod(func(b []byte) []byte { return b[:infoSize-1] }), backend.ErrProtocol},
 		{"long", mod(func(b []byte) []byte { return append(b, 0) }), backend.ErrProtocol},
-		{"version only", []byte{1}, backend.ErrProtocol},
+		{"version only", []byte{infoVersion}, backend.ErrProtocol},
 		{"mtu 0", mod(func(b []byte) []byte { b[1] = 0; return b }), backend.ErrProtocol},
 		{"mtu 6", mod(func(b []byte) []byte { b[1] = 6; return b }), backend.ErrProtocol},
 		{"mtu 255", mod(func(b []byte) []byte { b[1] = 255; return b }), backend.ErrProtocol},
 		{"no responder resources", mod(func(b []byte) []byte { b[2] = 0; return b }), backend.ErrProtocol},
-		{"flags", mod(func(b []byte) []byte { b[3] = 1; return b }), backend.ErrProtocol},
+		{"unknown flag", mod(func(b []byte) []byte { b[3] = 2; return b }), backend.ErrProtocol},
 		{"qpn 0", mod(func(b []byte) []byte { copy(b[4:], []byte{0, 0, 0, 0}); return b }), backend.ErrProtocol},
 		{"qpn 1 (GSI)", mod(func(b []byte) []byte { copy(b[4:], []byte{0, 0, 0, 1}); return b }), backend.ErrProtocol},
 		{"qpn 25 bits", mod(func(b []byte) []byte { copy(b[4:], []byte{1, 0, 0, 2}); return b }), backend.ErrProtocol},
 		{"psn 25 bits", mod(func(b []byte) []byte { copy(b[8:], []byte{1, 0, 0, 0}); return b }), backend.ErrProtocol},
 		{"psn all ones", mod(func(b []byte) []byte { copy(b[8:], []byte{0xff, 0xff, 0xff, 0xff}); return b }), backend.ErrProtocol},
 		{"reserved", mod(func(b []byte) []byte { b[15] = 1; return b }), backend.ErrProtocol},
+		{"reserved after slots", mod(func(b []byte) []byte { b[35] = 1; return b }), backend.ErrProtocol},
+		{"no receive slots", mod(func(b []byte) []byte { b[32], b[33] = 0, 0; return b }), backend.ErrProtocol},
+		{"too many receive slots", mod(func(b []byte) []byte { b[32], b[33] = 0x10, 1; return b }), backend.ErrProtocol},
+		{"huge messages", mod(func(b []byte) []byte { b[36], b[37] = 0, 0x10; b[39] = 1; return b }), backend.ErrProtocol},
 	} {
 		_, err := decodeRouteInfo(tc.b)
 		if !errors.Is(err, tc.want) {
@@ -102,6 +108,7 @@ func FuzzDecodeRouteInfo(f *testing.F) {
 	f.Add(ri.encode())
 	f.Add([]byte{})
 	f.Add([]byte{1})
+	f.Add([]byte{infoVersion})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := decodeRouteInfo(b)
 		if err != nil {
@@ -111,7 +118,8 @@ func FuzzDecodeRouteInfo(f *testing.F) {
 			return
 		}
 		// Whatever decodes is in range and encodes back to the same bytes.
-		if got.mtu < 1 || got.mtu > 5 || got.qpn < 2 || got.qpn > 0xFFFFFF || got.psn > 0xFFFFFF || got.rdAtom == 0 {
+		if got.mtu < 1 || got.mtu > 5 || got.qpn < 2 || got.qpn > 0xFFFFFF || got.psn > 0xFFFFFF || got.rdAtom == 0 ||
+			got.recvSlots == 0 || got.recvSlots > maxRecvSlots || got.maxSend > maxSendLimit {
 			t.Fatalf("accepted out-of-range info %+v", got)
 		}
 		if !bytes.Equal(got.encode(), b) {

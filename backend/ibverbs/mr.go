@@ -32,7 +32,8 @@ type regData struct {
 
 // RegisterRegion registers r with the device: LOCAL_WRITE always,
 // REMOTE_READ iff the region allows reads, REMOTE_WRITE iff it allows
-// writes. It sets r.BackendData and r.RDMA.
+// writes, REMOTE_ATOMIC iff it allows atomics (and the device runs them).
+// It sets r.BackendData and r.RDMA.
 func (b *Backend) RegisterRegion(r *memreg.Region) error {
 	b.life.RLock()
 	defer b.life.RUnlock()
@@ -61,6 +62,9 @@ func (b *Backend) registerLocked(r *memreg.Region) error {
 	}
 	if r.Access().Allows(buffer.AccessWrite) {
 		access |= accessRemoteWrite
+	}
+	if r.Access().Allows(buffer.AccessAtomic) && b.atomics {
+		access |= accessRemoteAtomic
 	}
 	local, shared, err := b.localMRLocked(r)
 	if err != nil {

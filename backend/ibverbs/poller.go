@@ -96,6 +96,10 @@ func (b *Backend) sleep() bool {
 
 // complete dispatches one work completion.
 func (b *Backend) complete(w wc) {
+	if w.wrID&ctlBit != 0 {
+		b.ctlComplete(w)
+		return
+	}
 	c := b.slots.take(w.wrID)
 	if c == nil {
 		b.log.Debug("completion of an unknown work request", "wr_id", w.wrID, "qp", w.qpn, "status", wcStatusStr(w.status))

@@ -4,6 +4,7 @@ package ibverbs
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"time"
 	"unsafe"
@@ -13,11 +14,30 @@ import (
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
-// Post splits wr into work requests of at most the device's message size
-// and posts them as one chain.
+// Post posts wr: a Put or Get (with a notice: PutWithImm) as RDMA WRITE or
+// READ work requests of at most the device's message size in one chain; a
+// Send or an atomic as one work request (ops.go).
 func (r *route) Post(wr *backend.WorkRequest) error {
+	if err := routestate.ValidateAll("ibverbs", wr); err != nil {
+		return err
+	}
+	if r.accepted {
+		return fmt.Errorf("ibverbs: post on an accepted queue pair: %w", backend.ErrProtocol)
+	}
+	switch wr.Op {
+	case backend.OpSend:
+		return r.postSend(wr)
+	case backend.OpCompareSwap, backend.OpFetchAdd:
+		return r.postAtomic(wr)
+	}
+	return r.postRW(wr)
+}
+
+// postRW posts a Put, Get or PutWithImm.
+func (r *route) postRW(wr *backend.WorkRequest) error {
 	b := r.b
-	raddr, err := r.check(wr)
+	n := uint64(len(wr.Local))
+	raddr, err := r.remoteAddr(wr, n)
 	if err != nil {
 		return err
 	}
@@ -25,52 +45,83 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 	if err != nil {
 		return err
 	}
-	n := uint64(len(wr.Local))
 	count := int((n + b.maxMsg - 1) / b.maxMsg)
-	if count > b.inflight {
-		return fmt.Errorf("ibverbs: %d-byte operation needs %d work requests of at most %d bytes, limit %d: %w",
-			n, count, b.maxMsg, b.inflight, backend.ErrLimit)
+	notice := wr.Op == backend.OpWriteImm
+	if notice && !wr.Remote.Access.Allows(buffer.AccessNotify) {
+		// The device enforces AccessWrite, not AccessNotify: a handle
+		// without it is refused before its bytes land (a forged one is
+		// refused by the owner, after: it could Put them anyway).
+		return fmt.Errorf("ibverbs: %s to a %s buffer: %w", wr.Op, wr.Remote.Access, buffer.ErrAccess)
 	}
-	if err := r.Err(); err != nil {
+	wrs := count
+	if notice {
+		wrs++
+	}
+	if wrs > b.inflight {
+		return fmt.Errorf("ibverbs: %d-byte operation needs %d work requests of at most %d bytes, limit %d: %w",
+			n, wrs, b.maxMsg, b.inflight, backend.ErrLimit)
+	}
+	if err := r.ready(wr); err != nil {
 		return err
 	}
-	if !wr.Deadline.IsZero() && time.Now().After(wr.Deadline) {
-		return fmt.Errorf("ibverbs: %s of %d bytes posted after its deadline: %w", wr.Op, n, backend.ErrDeadline)
-	}
-	if err := r.reserve(count, wr); err != nil {
+	if err := r.reserve(wrs, notice, wr); err != nil {
 		return err
 	}
 	opcode := wrRDMARead
-	if wr.Op == backend.OpWrite {
+	if wr.Op != backend.OpRead {
 		opcode = wrRDMAWrite
 	}
-	o := &op{wr: wr, r: r, chunks: make([]chunk, count)}
-	o.remaining.Store(int32(count))
-	batch := make(wrBuf, 0, count)
-	ids := make([]uint64, count)
+	o := r.newOp(wr, wrs, notice)
+	batch := make(wrBuf, 0, wrs)
+	ids := make([]uint64, wrs)
 	for i := range count {
 		off := uint64(i) * b.maxMsg
 		ln := min(b.maxMsg, n-off)
-		o.chunks[i] = chunk{r: r, op: o}
 		ids[i] = b.slots.alloc(&o.chunks[i])
 		batch.add(ids[i], laddr+off, raddr+off, uint32(ln), lkey, wr.Remote.RDMA.RKey, opcode)
+	}
+	if notice { // after the writes: RC delivers it once their bytes are in place
+		cell := r.takeCell()
+		o.chunks[count].cell, o.ctlCell = cell+1, cell
+		m := ctlMsg{kind: ctlNotice, imm: wr.Imm, region: wr.Remote.Region, offset: wr.Remote.Offset, length: n, key: wr.Remote.Key}
+		m.putNotice(r.ring.cell(cell))
+		ids[count] = b.slots.alloc(&o.chunks[count])
+		batch.addSend(ids[count], r.ring.cellAddr(cell), ctlNoticeSize, r.ring.mr.lkey, 0, 0, 0)
 	}
 	return r.submit(o, batch, ids)
 }
 
-// check validates wr for this route (routestate.Validate and what RDMA
-// adds) and returns the remote address of its first byte.
-func (r *route) check(wr *backend.WorkRequest) (raddr uint64, err error) {
-	if err := routestate.Validate("ibverbs", wr); err != nil {
-		return 0, err
+// newOp returns the op of wr with wrs chunks; with ack it awaits the
+// owner's ack too.
+func (r *route) newOp(wr *backend.WorkRequest, wrs int, ack bool) *op {
+	o := &op{wr: wr, r: r, chunks: make([]chunk, wrs), ack: ack}
+	for i := range o.chunks {
+		o.chunks[i] = chunk{r: r, op: o}
 	}
-	if r.accepted {
-		return 0, fmt.Errorf("ibverbs: post on an accepted queue pair: %w", backend.ErrProtocol)
+	rem := int32(wrs)
+	if ack {
+		rem++
 	}
+	o.remaining.Store(rem)
+	return o
+}
+
+// ready fails wr if the route has failed or wr's deadline has passed.
+func (r *route) ready(wr *backend.WorkRequest) error {
+	if err := r.Err(); err != nil {
+		return err
+	}
+	if !wr.Deadline.IsZero() && time.Now().After(wr.Deadline) {
+		return fmt.Errorf("ibverbs: %s of %d bytes posted after its deadline: %w", wr.Op, len(wr.Local), backend.ErrDeadline)
+	}
+	return nil
+}
+
+// remoteAddr returns the remote address of the first of n bytes of wr.
+func (r *route) remoteAddr(wr *backend.WorkRequest, n uint64) (raddr uint64, err error) {
 	if wr.Remote.RDMA == (buffer.RDMAKey{}) {
 		return 0, fmt.Errorf("ibverbs: %v has no RDMA key (its owner has no RDMA backend): %w", wr.Remote, backend.ErrNotSupported)
 	}
-	n := uint64(len(wr.Local))
 	raddr = wr.Remote.RDMA.Addr + wr.Remote.Offset
 	if raddr < wr.Remote.RDMA.Addr || raddr+n < raddr {
 		return 0, fmt.Errorf("ibverbs: remote address %#x + %d + %d overflows: %w", wr.Remote.RDMA.Addr, wr.Remote.Offset, n, buffer.ErrOutOfRange)
@@ -78,44 +129,65 @@ func (r *route) check(wr *backend.WorkRequest) (raddr uint64, err error) {
 	return raddr, nil
 }
 
-// reserve waits for room for count work requests (back-pressure): on the
+// reserve waits for room for count work requests (back-pressure): for a
+// control message (ctl) a credit of the peer's ring, then room on the
 // queue pair, then on the completion queue, until wr's deadline, the
 // route's end or the poster's cancel.
-func (r *route) reserve(count int, wr *backend.WorkRequest) error {
-	switch r.sem.acquire(count, wr.Deadline, r.Done(), wr.Cancel) {
-	case semTimeout:
-		return fmt.Errorf("ibverbs: waiting for room in flight: %w", backend.ErrDeadline)
-	case semDone:
-		return r.Err()
-	case semCanceled:
-		return fmt.Errorf("ibverbs: waiting for room in flight: %w", context.Canceled)
+func (r *route) reserve(count int, ctl bool, wr *backend.WorkRequest) error {
+	if ctl {
+		if err := semErr(r.credits.acquire(1, wr.Deadline, r.Done(), wr.Cancel), r, "a slot of the peer's ring"); err != nil {
+			return err
+		}
 	}
-	switch r.b.cqBudget.acquire(count, wr.Deadline, r.Done(), wr.Cancel) {
-	case semTimeout:
+	if err := semErr(r.sem.acquire(count, wr.Deadline, r.Done(), wr.Cancel), r, "room in flight"); err != nil {
+		if ctl {
+			r.credits.release(1)
+		}
+		return err
+	}
+	if err := semErr(r.b.cqBudget.acquire(count, wr.Deadline, r.Done(), wr.Cancel), r, "room on the completion queue"); err != nil {
 		r.sem.release(count)
-		return fmt.Errorf("ibverbs: waiting for room on the completion queue: %w", backend.ErrDeadline)
-	case semDone:
-		r.sem.release(count)
-		return r.Err()
-	case semCanceled:
-		r.sem.release(count)
-		return fmt.Errorf("ibverbs: waiting for room on the completion queue: %w", context.Canceled)
+		if ctl {
+			r.credits.release(1)
+		}
+		return err
 	}
 	return nil
 }
 
+// semErr is the error of a wait for what that ended with res.
+func semErr(res int, r *route, what string) error {
+	switch res {
+	case semTimeout:
+		return fmt.Errorf("ibverbs: waiting for %s: %w", what, backend.ErrDeadline)
+	case semDone:
+		return r.Err()
+	case semCanceled:
+		return fmt.Errorf("ibverbs: waiting for %s: %w", what, context.Canceled)
+	}
+	return nil
+}
+
+// takeCell takes a cell of the initiator's ring for one work request; it
+// has room in flight (r.sem), and there are as many cells as that.
+func (r *route) takeCell() int {
+	c, ok := r.ring.allocCell()
+	if !ok {
+		panic("ibverbs: no free cell with room in flight")
+	}
+	return c
+}
+
 // submit posts o's batch, unless the route is failing; ids are the slots
-// of its work requests, whose room reserve took.
+// of its work requests, whose room reserve took. An op awaiting an ack
+// gets its sequence number and its place in the queue of acks here, in
+// posting order.
 func (r *route) submit(o *op, batch wrBuf, ids []uint64) error {
 	b, wr, count := r.b, o.wr, len(ids)
 	r.postMu.Lock()
 	if r.failing {
 		r.postMu.Unlock()
-		for _, id := range ids {
-			b.slots.take(id)
-		}
-		r.sem.release(count)
-		b.cqBudget.release(count)
+		r.unpost(o, ids)
 		return r.Err()
 	}
 	r.opsMu.Lock()
@@ -124,7 +196,20 @@ func (r *route) submit(o *op, batch wrBuf, ids []uint64) error {
 	r.Begin()
 	r.outstanding.Add(int64(count))
 	r.lastActive.Store(time.Now().UnixNano())
+	if o.ack {
+		o.seq = r.seq
+		r.seq++
+		binary.BigEndian.PutUint32(r.ring.cell(o.ctlCell)[4:], o.seq)
+		r.ackMu.Lock()
+		r.acks = append(r.acks, o)
+		r.ackMu.Unlock()
+	}
 	posted, perr := r.qp.post(batch)
+	if perr != nil && o.ack && posted < count { // its control message was not posted: no ack comes
+		r.ackMu.Lock()
+		r.acks = r.acks[:len(r.acks)-1]
+		r.ackMu.Unlock()
+	}
 	r.postMu.Unlock()
 	if perr != nil {
 		return r.postFailed(o, ids, posted, perr)
@@ -136,19 +221,29 @@ func (r *route) submit(o *op, batch wrBuf, ids []uint64) error {
 	return nil
 }
 
+// unpost gives back what reserve took for o, whose work requests ids were
+// never posted.
+func (r *route) unpost(o *op, ids []uint64) {
+	for _, id := range ids {
+		if c := r.b.slots.take(id); c != nil && c.cell != 0 {
+			r.ring.freeCell(c.cell - 1)
+		}
+	}
+	r.sem.release(len(ids))
+	r.b.cqBudget.release(len(ids))
+	if o.ack {
+		r.credits.release(1)
+	}
+}
+
 // postFailed handles a post of which the device took only the first
 // posted work requests: the others were never seen by it. The queue pair
 // is in trouble; the route fails so that what was posted is flushed. With
 // nothing posted, Post fails (o is never reported); else o is reported
 // once its posted work requests are flushed.
 func (r *route) postFailed(o *op, ids []uint64, posted int, perr error) error {
-	b := r.b
 	left := len(ids) - posted
-	for _, id := range ids[posted:] {
-		b.slots.take(id)
-	}
-	r.sem.release(left)
-	b.cqBudget.release(left)
+	r.unpost(o, ids[posted:])
 	r.fail(fmt.Errorf("ibverbs: route failed: %w: %w", perr, backend.ErrClosed))
 	if posted == 0 {
 		r.opsMu.Lock()
@@ -160,7 +255,11 @@ func (r *route) postFailed(o *op, ids []uint64, posted int, perr error) error {
 	}
 	e := fmt.Errorf("%w: %w", perr, backend.ErrClosed)
 	o.firstErr.CompareAndSwap(nil, &e)
-	if o.remaining.Add(-int32(left)) == 0 {
+	k := int32(left)
+	if o.ack { // its control message is last: it was not posted
+		k++
+	}
+	if o.remaining.Add(-k) == 0 {
 		r.finish(o)
 	}
 	r.wrDone(int64(left))

@@ -27,13 +27,26 @@ type route struct {
 	b        *Backend
 	peer     uint64
 	qp       *queuePair
+	ring     *ring // the control ring and cells (ring.go)
 	accepted bool
 	sem      *wsem // work requests in flight on the queue pair
+	// credits bounds the initiator's control messages (notices and
+	// Sends) not yet acked: no more than the smaller of both rings.
+	credits *wsem
+	atomics bool // both devices run atomics
+	maxSend int  // the largest Send the peer takes
 
 	// postMu orders posts against fail: once failing is set no work
-	// request is posted, so the flush that follows covers every one.
+	// request is posted, so the flush that follows covers every one. The
+	// poller holds it while it reads the ring, so teardown frees the ring
+	// only once no one does.
 	postMu  sync.Mutex
 	failing bool
+	seq     uint32   // under postMu: the next control message's number
+	backlog []ackMsg // under postMu: the owner's acks waiting for a cell
+
+	ackMu sync.Mutex
+	acks  []*op // under ackMu: the initiator's ops awaiting their ack, in order
 	// outstanding counts work requests posted and not yet completed
 	// (probes included); teardown waits for it to reach zero.
 	outstanding atomic.Int64
@@ -49,11 +62,17 @@ type route struct {
 
 var _ backend.Route = (*route)(nil)
 
-// op is one posted work request, split into chunks of at most maxMsg.
+// op is one posted work request, split into chunks of at most maxMsg (and
+// a notice: OpWriteImm). remaining counts its chunks not yet completed and,
+// with ack, the owner's ack.
 type op struct {
 	wr        *backend.WorkRequest
 	r         *route
 	chunks    []chunk
+	ack       bool   // a notice or Send: the owner acks it
+	seq       uint32 // its control message's number (ack)
+	ctlCell   int    // the cell of its control message (ack)
+	result    uint64 // an atomic's old value
 	remaining atomic.Int32
 	firstErr  atomic.Pointer[error]
 	flushed   atomic.Bool           // a chunk was flushed (the route failed)
@@ -61,18 +80,29 @@ type op struct {
 	canceled  atomic.Pointer[error] // why the poster cancelled it
 }
 
-// chunk is one work request; op is nil for a keep-alive probe.
+// chunk is one work request; op is nil for a keep-alive probe. cell is
+// 1 + the ring cell it uses (0: none).
 type chunk struct {
-	r  *route
-	op *op
+	r    *route
+	op   *op
+	cell int
 }
 
-func newRoute(b *Backend, peer uint64, qp *queuePair, accepted bool) *route {
+// ackMsg is an ack the owner has yet to send.
+type ackMsg struct{ seq, code uint32 }
+
+// newRoute returns the route of qp and g, connected to the peer that sent
+// info.
+func newRoute(b *Backend, peer uint64, qp *queuePair, g *ring, accepted bool, info routeInfo) *route {
 	r := &route{
 		b:         b,
 		peer:      peer,
 		qp:        qp,
+		ring:      g,
 		accepted:  accepted,
+		credits:   newWsem(min(b.cfg.RecvSlots, int(info.recvSlots))),
+		atomics:   b.atomics && info.atomics(),
+		maxSend:   int(info.maxSend),
 		sem:       newWsem(b.inflight),
 		drainKick: make(chan struct{}, 1),
 		ops:       make(map[*op]struct{}),
@@ -134,14 +164,29 @@ wait:
 		delete(b.byQPN, r.qp.qpn)
 	}
 	b.mu.Unlock()
-	b.dropQP(r.qp)
+	b.dropQP(r.qp, r.ring, r.outstanding.Load() == 0)
 	for _, c := range b.slots.takeRoute(r) {
 		r.completed(c, wcWRFlushErr, 0)
+	}
+	for _, o := range r.takeAcks() {
+		o.flushed.Store(true)
+		if o.remaining.Add(-1) == 0 {
+			r.finish(o)
+		}
 	}
 	b.mu.Lock()
 	delete(b.routes, r)
 	b.mu.Unlock()
 	close(r.drained)
+}
+
+// takeAcks empties the queue of ops awaiting their ack.
+func (r *route) takeAcks() []*op {
+	r.ackMu.Lock()
+	defer r.ackMu.Unlock()
+	acks := r.acks
+	r.acks = nil
+	return acks
 }
 
 // Cancel implements backend.Route: the operation completes with its cause

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
 )
@@ -15,38 +16,82 @@ import (
 // Route setup: queue pairs created, exchanged and connected through the
 // managers' handshake (PrepareRoute, AcceptRoute, Complete).
 
-// newQP creates a queue pair in INIT, counting it against MaxRoutes.
-func (b *Backend) newQP() (*queuePair, error) {
+// newQP creates a queue pair in INIT, counting it against MaxRoutes, with
+// its ring (ring.go) posted: an initiator's ring receives acks and its
+// cells serve its notices, Sends and atomics; an accepted one receives
+// notices and Sends and its cells serve its acks. The ring's receives, and
+// an accepted queue pair's acks, have completion-queue entries reserved.
+func (b *Backend) newQP(accepted bool) (*queuePair, *ring, error) {
 	b.mu.Lock()
 	if b.nqp >= b.cfg.MaxRoutes {
 		n := b.nqp
 		b.mu.Unlock()
-		return nil, fmt.Errorf("ibverbs: %d queue pairs: %w", n, backend.ErrLimit)
+		return nil, nil, fmt.Errorf("ibverbs: %d queue pairs: %w", n, backend.ErrLimit)
 	}
 	b.nqp++
 	b.mu.Unlock()
-	qp, err := b.res.createQP(b.inflight + 1)
-	if err == nil {
-		if err = qp.toInit(b.port); err != nil {
-			qp.destroy()
-		}
-	}
+	qp, g, err := b.makeQP(accepted)
 	if err != nil {
 		b.mu.Lock()
 		b.nqp--
 		b.mu.Unlock()
-		return nil, err
+		return nil, nil, err
 	}
-	return qp, nil
+	return qp, g, nil
 }
 
-func (b *Backend) dropQP(qp *queuePair) {
+func (b *Backend) makeQP(accepted bool) (qp *queuePair, g *ring, err error) {
+	slots := b.cfg.RecvSlots
+	slotSize, cells, cqRes := cellSize, b.inflight, slots
+	if accepted {
+		slotSize, cells, cqRes = ctlHeader+max(b.cfg.MaxSend, ctlNoticeSize), slots, 2*slots
+	}
+	if b.cqBudget.acquire(cqRes, time.Now().Add(time.Second), nil, nil) != semOK {
+		return nil, nil, fmt.Errorf("ibverbs: no room on the completion queue for %d more entries: %w", cqRes, backend.ErrLimit)
+	}
+	defer func() {
+		if err != nil {
+			b.cqBudget.release(cqRes)
+		}
+	}()
+	if g, err = b.newRing(slots, slotSize, cells); err != nil {
+		return nil, nil, err
+	}
+	g.cqRes = cqRes
+	qp, err = b.res.createQP(b.inflight+1+slots, slots)
+	if err == nil {
+		if err = qp.toInit(b.port, b.atomics); err == nil {
+			err = g.postRecvs(qp)
+		}
+		if err != nil {
+			qp.destroy()
+		}
+	}
+	if err != nil {
+		g.release()
+		return nil, nil, err
+	}
+	return qp, g, nil
+}
+
+// dropQP destroys qp and then frees its ring, or, unless safe (the device
+// may still complete work that reads a cell), keeps it until Close.
+func (b *Backend) dropQP(qp *queuePair, g *ring, safe bool) {
 	if err := qp.destroy(); err != nil {
 		b.log.Warn("destroy queue pair", "err", err)
 	}
+	b.cqBudget.release(g.cqRes)
 	b.mu.Lock()
 	b.nqp--
+	if !safe {
+		b.leaked = append(b.leaked, g)
+	}
 	b.mu.Unlock()
+	if safe {
+		if err := g.release(); err != nil {
+			b.log.Warn("free a queue pair's ring", "err", err)
+		}
+	}
 }
 
 func randomPSN() (uint32, error) {
@@ -58,7 +103,11 @@ func randomPSN() (uint32, error) {
 }
 
 func (b *Backend) localInfo(qp *queuePair, psn uint32) []byte {
-	ri := routeInfo{mtu: uint8(b.mtu), rdAtom: uint8(b.rdAtom), qpn: qp.qpn, psn: psn, lid: b.lid, gid: b.gid}
+	ri := routeInfo{mtu: uint8(b.mtu), rdAtom: uint8(b.rdAtom), qpn: qp.qpn, psn: psn, lid: b.lid, gid: b.gid,
+		recvSlots: uint16(b.cfg.RecvSlots), maxSend: uint32(b.cfg.MaxSend)}
+	if b.atomics {
+		ri.flags |= infoAtomics
+	}
 	return ri.encode()
 }
 
@@ -86,11 +135,11 @@ func (b *Backend) PrepareRoute(ctx context.Context, peerID uint64) (backend.Pend
 	if err != nil {
 		return nil, nil, err
 	}
-	qp, err := b.newQP()
+	qp, g, err := b.newQP(false)
 	if err != nil {
 		return nil, nil, err
 	}
-	p := &pendingRoute{b: b, peer: peerID, qp: qp, psn: psn}
+	p := &pendingRoute{b: b, peer: peerID, qp: qp, ring: g, psn: psn}
 	b.mu.Lock()
 	b.pending[p] = struct{}{}
 	b.mu.Unlock()
@@ -117,15 +166,15 @@ func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, info []byte) (
 	if err != nil {
 		return nil, err
 	}
-	qp, err := b.newQP()
+	qp, g, err := b.newQP(true)
 	if err != nil {
 		return nil, err
 	}
 	if err := b.connect(qp, psn, peer); err != nil {
-		b.dropQP(qp)
+		b.dropQP(qp, g, true)
 		return nil, err
 	}
-	b.addRoute(newRoute(b, peerID, qp, true))
+	b.addRoute(newRoute(b, peerID, qp, g, true, peer))
 	return b.localInfo(qp, psn), nil
 }
 
@@ -144,8 +193,9 @@ type pendingRoute struct {
 	peer uint64
 	psn  uint32
 
-	mu sync.Mutex
-	qp *queuePair // nil once completed or aborted
+	mu   sync.Mutex
+	qp   *queuePair // nil once completed or aborted
+	ring *ring
 }
 
 // Complete moves the queue pair RTR -> RTS towards the responder. On
@@ -172,10 +222,10 @@ func (p *pendingRoute) Complete(ctx context.Context, peerInfo []byte) (backend.R
 		err = b.connect(qp, p.psn, peer)
 	}
 	if err != nil {
-		b.dropQP(qp)
+		b.dropQP(qp, p.ring, true)
 		return nil, err
 	}
-	r := newRoute(b, p.peer, qp, false)
+	r := newRoute(b, p.peer, qp, p.ring, false, peer)
 	b.addRoute(r)
 	return r, nil
 }
@@ -190,6 +240,6 @@ func (p *pendingRoute) Abort() {
 	p.b.mu.Lock()
 	delete(p.b.pending, p)
 	p.b.mu.Unlock()
-	p.b.dropQP(p.qp)
+	p.b.dropQP(p.qp, p.ring, true)
 	p.qp = nil
 }

@@ -21,6 +21,7 @@ int rm_query_device(struct ibv_context *ctx, struct rm_dev *out)
 	out->max_qp_rd_atom = a.max_qp_rd_atom;
 	out->max_qp_init_rd_atom = a.max_qp_init_rd_atom;
 	out->max_qp = a.max_qp;
+	out->atomic_cap = (int32_t)a.atomic_cap;
 	return 0;
 }
 
@@ -80,7 +81,7 @@ struct ibv_mr *rm_reg_mr(struct ibv_pd *pd, uint64_t addr, uint64_t len, int acc
 uint32_t rm_mr_lkey(struct ibv_mr *mr) { return mr->lkey; }
 uint32_t rm_mr_rkey(struct ibv_mr *mr) { return mr->rkey; }
 
-struct ibv_qp *rm_create_qp(struct ibv_pd *pd, struct ibv_cq *cq, int max_send_wr)
+struct ibv_qp *rm_create_qp(struct ibv_pd *pd, struct ibv_cq *cq, int max_send_wr, int max_recv_wr)
 {
 	struct ibv_qp_init_attr a;
 	memset(&a, 0, sizeof a);
@@ -89,15 +90,15 @@ struct ibv_qp *rm_create_qp(struct ibv_pd *pd, struct ibv_cq *cq, int max_send_w
 	a.qp_type = IBV_QPT_RC;
 	a.sq_sig_all = 0;
 	a.cap.max_send_wr = (uint32_t)max_send_wr;
-	a.cap.max_recv_wr = 1; /* nothing is ever received: one-sided only */
-	a.cap.max_send_sge = 1;
+	a.cap.max_recv_wr = (uint32_t)max_recv_wr; /* the control ring (ctl.go) */
+	a.cap.max_send_sge = 2;                    /* a Send: header + message */
 	a.cap.max_recv_sge = 1;
 	return ibv_create_qp(pd, &a);
 }
 
 uint32_t rm_qp_num(struct ibv_qp *qp) { return qp->qp_num; }
 
-int rm_qp_init(struct ibv_qp *qp, int port)
+int rm_qp_init(struct ibv_qp *qp, int port, int atomics)
 {
 	struct ibv_qp_attr a;
 	memset(&a, 0, sizeof a);
@@ -106,6 +107,8 @@ int rm_qp_init(struct ibv_qp *qp, int port)
 	a.port_num = (uint8_t)port;
 	/* What the peer may do through this QP; each MR narrows it further. */
 	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	if (atomics)
+		a.qp_access_flags |= IBV_ACCESS_REMOTE_ATOMIC;
 	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
@@ -152,172 +155,4 @@ int rm_qp_to_err(struct ibv_qp *qp)
 	memset(&a, 0, sizeof a);
 	a.qp_state = IBV_QPS_ERR;
 	return ibv_modify_qp(qp, &a, IBV_QP_STATE);
-}
-
-/* Posts n signalled work requests as chains of up to 64; *nposted tells how
- * many were accepted (all of them on success). Returns 0 or an errno. */
-int rm_post(struct ibv_qp *qp, struct rm_wr *wrs, int n, int *nposted)
-{
-	struct ibv_send_wr w[64];
-	struct ibv_sge s[64];
-	*nposted = 0;
-	while (*nposted < n) {
-		int k = n - *nposted, i;
-		if (k > 64)
-			k = 64;
-		for (i = 0; i < k; i++) {
-			struct rm_wr *r = &wrs[*nposted + i];
-			memset(&w[i], 0, sizeof w[i]);
-			s[i].addr = r->laddr;
-			s[i].length = r->len;
-			s[i].lkey = r->lkey;
-			w[i].wr_id = r->wr_id;
-			w[i].sg_list = &s[i];
-			w[i].num_sge = 1;
-			w[i].opcode = (enum ibv_wr_opcode)r->opcode;
-			w[i].send_flags = IBV_SEND_SIGNALED;
-			w[i].wr.rdma.remote_addr = r->raddr;
-			w[i].wr.rdma.rkey = r->rkey;
-			w[i].next = i + 1 < k ? &w[i + 1] : NULL;
-		}
-		struct ibv_send_wr *bad = NULL;
-		int rc = ibv_post_send(qp, w, &bad);
-		if (rc) {
-			if (bad)
-				*nposted += (int)(bad - w);
-			return rc;
-		}
-		*nposted += k;
-	}
-	return 0;
-}
-
-/* A zero-length signalled RDMA WRITE: no memory is touched on either side
- * and no rkey is checked, but the peer's QP must answer (liveness probe). */
-int rm_post_probe(struct ibv_qp *qp, uint64_t wr_id)
-{
-	struct ibv_send_wr w, *bad = NULL;
-	memset(&w, 0, sizeof w);
-	w.wr_id = wr_id;
-	w.opcode = IBV_WR_RDMA_WRITE;
-	w.send_flags = IBV_SEND_SIGNALED;
-	w.num_sge = 0;
-	return ibv_post_send(qp, &w, &bad);
-}
-
-/* Polls up to n completions into out; returns the count or -1. */
-int rm_poll(struct ibv_cq *cq, struct rm_wc *out, int n)
-{
-	struct ibv_wc wc[32];
-	int total = 0;
-	while (total < n) {
-		int k = n - total, got, i;
-		if (k > 32)
-			k = 32;
-		got = ibv_poll_cq(cq, k, wc);
-		if (got < 0)
-			return total ? total : -1;
-		for (i = 0; i < got; i++) {
-			struct rm_wc *o = &out[total + i];
-			o->wr_id = wc[i].wr_id;
-			o->status = wc[i].status;
-			o->opcode = wc[i].opcode;
-			o->vendor_err = wc[i].vendor_err;
-			o->qp_num = wc[i].qp_num;
-			o->byte_len = wc[i].byte_len;
-			o->pad = 0;
-		}
-		total += got;
-		if (got < k)
-			break;
-	}
-	return total;
-}
-
-int rm_arm(struct ibv_cq *cq) { return ibv_req_notify_cq(cq, 0); }
-
-/* Blocks until the completion channel has an event (consumed and acked:
- * returns 1) or wakefd is readable (returns 0). -errno on failure. The
- * channel's fd must be non-blocking. */
-int rm_wait_cq(struct ibv_comp_channel *ch, int wakefd)
-{
-	for (;;) {
-		struct pollfd p[2] = { { .fd = ch->fd, .events = POLLIN }, { .fd = wakefd, .events = POLLIN } };
-		int r = poll(p, 2, -1);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (p[1].revents)
-			return 0;
-		if (p[0].revents & POLLIN) {
-			struct ibv_cq *cq;
-			void *cq_ctx;
-			if (ibv_get_cq_event(ch, &cq, &cq_ctx)) {
-				if (errno == EAGAIN || errno == EINTR)
-					continue;
-				return -errno;
-			}
-			ibv_ack_cq_events(cq, 1);
-			return 1;
-		}
-		if (p[0].revents & (POLLERR | POLLHUP | POLLNVAL))
-			return -EIO;
-	}
-}
-
-/* Blocks until an async event arrives (copied to ev, acked: returns 1) or
- * wakefd is readable (returns 0). -errno on failure. The context's
- * async_fd must be non-blocking. */
-int rm_wait_async(struct ibv_context *ctx, int wakefd, struct rm_async *ev)
-{
-	for (;;) {
-		struct pollfd p[2] = { { .fd = ctx->async_fd, .events = POLLIN }, { .fd = wakefd, .events = POLLIN } };
-		int r = poll(p, 2, -1);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (p[1].revents)
-			return 0;
-		if (p[0].revents & POLLIN) {
-			struct ibv_async_event e;
-			if (ibv_get_async_event(ctx, &e)) {
-				if (errno == EAGAIN || errno == EINTR)
-					continue;
-				return -errno;
-			}
-			memset(ev, 0, sizeof *ev);
-			ev->type = e.event_type;
-			switch (e.event_type) {
-			case IBV_EVENT_QP_FATAL:
-			case IBV_EVENT_QP_REQ_ERR:
-			case IBV_EVENT_QP_ACCESS_ERR:
-			case IBV_EVENT_COMM_EST:
-			case IBV_EVENT_SQ_DRAINED:
-			case IBV_EVENT_PATH_MIG:
-			case IBV_EVENT_PATH_MIG_ERR:
-			case IBV_EVENT_QP_LAST_WQE_REACHED:
-				ev->qp_num = e.element.qp ? e.element.qp->qp_num : 0;
-				break;
-			case IBV_EVENT_PORT_ACTIVE:
-			case IBV_EVENT_PORT_ERR:
-			case IBV_EVENT_LID_CHANGE:
-			case IBV_EVENT_PKEY_CHANGE:
-			case IBV_EVENT_SM_CHANGE:
-			case IBV_EVENT_CLIENT_REREGISTER:
-			case IBV_EVENT_GID_CHANGE:
-				ev->port = e.element.port_num;
-				break;
-			default:
-				break;
-			}
-			ibv_ack_async_event(&e);
-			return 1;
-		}
-		if (p[0].revents & (POLLERR | POLLHUP | POLLNVAL))
-			return -EIO;
-	}
 }

@@ -7,15 +7,23 @@
 #include <infiniband/verbs.h>
 #include <stdint.h>
 
-// One RDMA WRITE or READ work request (a single SGE).
+// One signalled work request: an RDMA WRITE or READ (one SGE), an atomic
+// (one 8-byte SGE for the old value; compare_add is the compare value of a
+// compare-and-swap or the addend of a fetch-and-add) or a SEND (one SGE, or
+// two when len2 > 0).
 struct rm_wr {
 	uint64_t wr_id;
 	uint64_t laddr;
 	uint64_t raddr;
+	uint64_t laddr2;
+	uint64_t compare_add;
+	uint64_t swap;
 	uint32_t len;
 	uint32_t lkey;
 	uint32_t rkey;
-	uint32_t opcode; // IBV_WR_RDMA_WRITE or IBV_WR_RDMA_READ
+	uint32_t opcode; // enum ibv_wr_opcode
+	uint32_t len2;
+	uint32_t lkey2;
 };
 
 // The fields of a work completion the backend uses.
@@ -55,6 +63,8 @@ struct rm_dev {
 	int32_t max_qp_rd_atom;
 	int32_t max_qp_init_rd_atom;
 	int32_t max_qp;
+	int32_t atomic_cap; // enum ibv_atomic_cap
+	int32_t pad;
 };
 
 struct rm_gid {
@@ -72,9 +82,9 @@ struct ibv_mr *rm_reg_mr(struct ibv_pd *pd, uint64_t addr, uint64_t len, int acc
 uint32_t rm_mr_lkey(struct ibv_mr *mr);
 uint32_t rm_mr_rkey(struct ibv_mr *mr);
 
-struct ibv_qp *rm_create_qp(struct ibv_pd *pd, struct ibv_cq *cq, int max_send_wr);
+struct ibv_qp *rm_create_qp(struct ibv_pd *pd, struct ibv_cq *cq, int max_send_wr, int max_recv_wr);
 uint32_t rm_qp_num(struct ibv_qp *qp);
-int rm_qp_init(struct ibv_qp *qp, int port);
+int rm_qp_init(struct ibv_qp *qp, int port, int atomics);
 int rm_qp_rtr(struct ibv_qp *qp, int port, uint32_t dqpn, uint32_t rq_psn, int mtu,
 	      int is_global, uint16_t dlid, const uint8_t *dgid, int sgid_idx, int max_dest_rd);
 int rm_qp_rts(struct ibv_qp *qp, uint32_t sq_psn, int timeout, int retry, int max_rd);
@@ -82,6 +92,7 @@ int rm_qp_to_err(struct ibv_qp *qp);
 
 int rm_post(struct ibv_qp *qp, struct rm_wr *wrs, int n, int *nposted);
 int rm_post_probe(struct ibv_qp *qp, uint64_t wr_id);
+int rm_post_recv(struct ibv_qp *qp, uint64_t wr_id, uint64_t addr, uint32_t len, uint32_t lkey);
 int rm_poll(struct ibv_cq *cq, struct rm_wc *out, int n);
 int rm_arm(struct ibv_cq *cq);
 int rm_wait_cq(struct ibv_comp_channel *ch, int wakefd);

@@ -8,12 +8,15 @@ import (
 
 // slotTable maps work-request ids to chunks: C never holds Go pointers.
 // An id is the slot index in the low 32 bits and the slot's generation in
-// the high 32, so a stale completion never matches a reused slot.
+// the 31 bits above, so a stale completion never matches a reused slot (the
+// top bit is never set: it marks control work, see ring.go).
 type slotTable struct {
 	mu      sync.Mutex
 	entries []slotEntry
 	free    []uint32
 }
+
+const genMask = 1<<31 - 1
 
 type slotEntry struct {
 	gen uint32
@@ -57,7 +60,7 @@ func (t *slotTable) take(id uint64) *chunk {
 	}
 	c := e.c
 	e.c = nil
-	e.gen++
+	e.gen = (e.gen + 1) & genMask
 	t.free = append(t.free, i)
 	return c
 }
@@ -72,7 +75,7 @@ func (t *slotTable) takeRoute(r *route) []*chunk {
 		if e.c != nil && e.c.r == r {
 			out = append(out, e.c)
 			e.c = nil
-			e.gen++
+			e.gen = (e.gen + 1) & genMask
 			t.free = append(t.free, uint32(i))
 		}
 	}

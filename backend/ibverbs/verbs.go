@@ -32,10 +32,16 @@ const (
 
 	wrRDMAWrite = C.IBV_WR_RDMA_WRITE
 	wrRDMARead  = C.IBV_WR_RDMA_READ
+	wrSend      = C.IBV_WR_SEND
+	wrAtomicCAS = C.IBV_WR_ATOMIC_CMP_AND_SWP
+	wrAtomicFAA = C.IBV_WR_ATOMIC_FETCH_AND_ADD
 
-	accessLocalWrite  = C.IBV_ACCESS_LOCAL_WRITE
-	accessRemoteWrite = C.IBV_ACCESS_REMOTE_WRITE
-	accessRemoteRead  = C.IBV_ACCESS_REMOTE_READ
+	accessLocalWrite   = C.IBV_ACCESS_LOCAL_WRITE
+	accessRemoteWrite  = C.IBV_ACCESS_REMOTE_WRITE
+	accessRemoteRead   = C.IBV_ACCESS_REMOTE_READ
+	accessRemoteAtomic = C.IBV_ACCESS_REMOTE_ATOMIC
+
+	atomicNone = C.IBV_ATOMIC_NONE
 
 	wcSuccess      = C.IBV_WC_SUCCESS
 	wcLocLenErr    = C.IBV_WC_LOC_LEN_ERR

@@ -83,6 +83,7 @@ type wc struct {
 	status    uint32
 	vendorErr uint32
 	qpn       uint32
+	byteLen   uint32 // bytes received (receive completions)
 }
 
 // poll fills out with up to len(out) completions.
@@ -117,7 +118,8 @@ func newWCBuf(n int) wcBuf { return make(wcBuf, n) }
 
 func (b wcBuf) at(i int) wc {
 	w := &b[i]
-	return wc{wrID: uint64(w.wr_id), status: uint32(w.status), vendorErr: uint32(w.vendor_err), qpn: uint32(w.qp_num)}
+	return wc{wrID: uint64(w.wr_id), status: uint32(w.status), vendorErr: uint32(w.vendor_err), qpn: uint32(w.qp_num),
+		byteLen: uint32(w.byte_len)}
 }
 
 // eventFD is an eventfd used to wake the poller and the async goroutine.

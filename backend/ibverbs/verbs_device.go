@@ -28,6 +28,7 @@ type portAttr struct {
 
 type devAttr struct {
 	ports, maxCQE, maxQPWR, maxQPRdAtom, maxQPInitRdAtom int
+	atomicCap                                            int // enum ibv_atomic_cap
 }
 
 type gidEntry struct {
@@ -106,6 +107,7 @@ func (d *devContext) query() (devAttr, error) {
 	return devAttr{
 		ports: int(a.phys_port_cnt), maxCQE: int(a.max_cqe), maxQPWR: int(a.max_qp_wr),
 		maxQPRdAtom: int(a.max_qp_rd_atom), maxQPInitRdAtom: int(a.max_qp_init_rd_atom),
+		atomicCap: int(a.atomic_cap),
 	}, nil
 }
 

@@ -52,16 +52,21 @@ type queuePair struct {
 	qpn uint32
 }
 
-func (r *verbsRes) createQP(maxSendWR int) (*queuePair, error) {
-	qp, err := C.rm_create_qp(r.pd, r.cq, C.int(maxSendWR))
+func (r *verbsRes) createQP(maxSendWR, maxRecvWR int) (*queuePair, error) {
+	qp, err := C.rm_create_qp(r.pd, r.cq, C.int(maxSendWR), C.int(maxRecvWR))
 	if qp == nil {
 		return nil, fmt.Errorf("ibverbs: ibv_create_qp: %w", cerr(err))
 	}
 	return &queuePair{qp: qp, qpn: uint32(C.rm_qp_num(qp))}, nil
 }
 
-func (q *queuePair) toInit(port int) error {
-	if rc := C.rm_qp_init(q.qp, C.int(port)); rc != 0 {
+// toInit moves q to INIT; with atomics, peers may run atomics through it.
+func (q *queuePair) toInit(port int, atomics bool) error {
+	a := C.int(0)
+	if atomics {
+		a = 1
+	}
+	if rc := C.rm_qp_init(q.qp, C.int(port), a); rc != 0 {
 		return fmt.Errorf("ibverbs: qp %d to INIT: %w", q.qpn, errnoErr(rc))
 	}
 	return nil
@@ -115,9 +120,27 @@ func (q *queuePair) destroy() error {
 // wrBuf is a batch of work requests in C layout (Go memory, no pointers).
 type wrBuf []C.struct_rm_wr
 
+// add appends an RDMA WRITE or READ.
 func (b *wrBuf) add(wrID, laddr, raddr uint64, n, lkey, rkey uint32, opcode int) {
 	*b = append(*b, C.struct_rm_wr{wr_id: C.uint64_t(wrID), laddr: C.uint64_t(laddr), raddr: C.uint64_t(raddr),
 		len: C.uint32_t(n), lkey: C.uint32_t(lkey), rkey: C.uint32_t(rkey), opcode: C.uint32_t(opcode)})
+}
+
+// addAtomic appends an atomic on the word at raddr whose old value lands
+// in the 8 bytes at laddr; compareAdd is the compare value of
+// wrAtomicCAS, the addend of wrAtomicFAA.
+func (b *wrBuf) addAtomic(wrID, laddr uint64, lkey uint32, raddr uint64, rkey uint32, opcode int, compareAdd, swap uint64) {
+	*b = append(*b, C.struct_rm_wr{wr_id: C.uint64_t(wrID), laddr: C.uint64_t(laddr), raddr: C.uint64_t(raddr),
+		len: 8, lkey: C.uint32_t(lkey), rkey: C.uint32_t(rkey), opcode: C.uint32_t(opcode),
+		compare_add: C.uint64_t(compareAdd), swap: C.uint64_t(swap)})
+}
+
+// addSend appends a SEND of n bytes at laddr followed by n2 bytes at
+// laddr2 (none if n2 is 0).
+func (b *wrBuf) addSend(wrID, laddr uint64, n, lkey uint32, laddr2 uint64, n2, lkey2 uint32) {
+	*b = append(*b, C.struct_rm_wr{wr_id: C.uint64_t(wrID), laddr: C.uint64_t(laddr), len: C.uint32_t(n),
+		lkey: C.uint32_t(lkey), laddr2: C.uint64_t(laddr2), len2: C.uint32_t(n2), lkey2: C.uint32_t(lkey2),
+		opcode: C.uint32_t(wrSend)})
 }
 
 // post posts the batch; it returns how many were accepted and the error.
@@ -130,6 +153,14 @@ func (q *queuePair) post(b wrBuf) (int, error) {
 		return int(posted), fmt.Errorf("ibverbs: ibv_post_send on qp %d: %w", q.qpn, errnoErr(rc))
 	}
 	return int(posted), nil
+}
+
+// postRecv posts one receive of n bytes at addr.
+func (q *queuePair) postRecv(wrID, addr uint64, n, lkey uint32) error {
+	if rc := C.rm_post_recv(q.qp, C.uint64_t(wrID), C.uint64_t(addr), C.uint32_t(n), C.uint32_t(lkey)); rc != 0 {
+		return fmt.Errorf("ibverbs: ibv_post_recv on qp %d: %w", q.qpn, errnoErr(rc))
+	}
+	return nil
 }
 
 func (q *queuePair) postProbe(wrID uint64) error {

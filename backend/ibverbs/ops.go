@@ -1,0 +1,95 @@
+//go:build ibverbs
+
+package ibverbs
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
+)
+
+// The post paths of Send and the atomics (Put, Get and PutWithImm are in
+// post.go).
+
+// postSend posts a Send: one SEND of a header (a cell of the ring) and the
+// message, into the owner's ring; the owner copies it into the receive
+// buffer its manager posted and acks.
+func (r *route) postSend(wr *backend.WorkRequest) error {
+	n := len(wr.Local)
+	if n > r.maxSend {
+		return fmt.Errorf("ibverbs: send of %d bytes, the peer takes at most %d (its MaxSend): %w", n, r.maxSend, backend.ErrLimit)
+	}
+	lkey, laddr, err := r.localKey(wr)
+	if err != nil {
+		return err
+	}
+	if err := r.ready(wr); err != nil {
+		return err
+	}
+	if err := r.reserve(1, true, wr); err != nil {
+		return err
+	}
+	o := r.newOp(wr, 1, true)
+	cell := r.takeCell()
+	o.chunks[0].cell, o.ctlCell = cell+1, cell
+	m := ctlMsg{kind: ctlSend, hasImm: wr.HasImm, imm: wr.Imm}
+	m.putHeader(r.ring.cell(cell))
+	id := r.b.slots.alloc(&o.chunks[0])
+	batch := make(wrBuf, 0, 1)
+	batch.addSend(id, r.ring.cellAddr(cell), ctlHeader, r.ring.mr.lkey, laddr, uint32(n), lkey)
+	return r.submit(o, batch, []uint64{id})
+}
+
+// postAtomic posts a CompareAndSwap or FetchAdd: one atomic work request
+// whose old value the device writes into a cell of the ring; completed
+// copies it to wr.Result.
+func (r *route) postAtomic(wr *backend.WorkRequest) error {
+	if !r.atomics {
+		why := "the peer's device does not run atomics"
+		if !r.b.atomics {
+			why = "this device does not run atomics"
+		}
+		return fmt.Errorf("ibverbs: %s: %s: %w", wr.Op, why, backend.ErrNotSupported)
+	}
+	raddr, err := r.remoteAddr(wr, 8)
+	if err != nil {
+		return err
+	}
+	if raddr%8 != 0 {
+		return fmt.Errorf("ibverbs: %s on remote address %#x: %w", wr.Op, raddr, rdmamgr.ErrMisaligned)
+	}
+	if err := r.ready(wr); err != nil {
+		return err
+	}
+	if err := r.reserve(1, false, wr); err != nil {
+		return err
+	}
+	o := r.newOp(wr, 1, false)
+	cell := r.takeCell()
+	o.chunks[0].cell = cell + 1
+	opcode, compareAdd := wrAtomicCAS, wr.Compare
+	if wr.Op == backend.OpFetchAdd {
+		opcode, compareAdd = wrAtomicFAA, wr.Swap
+	}
+	id := r.b.slots.alloc(&o.chunks[0])
+	batch := make(wrBuf, 0, 1)
+	batch.addAtomic(id, r.ring.cellAddr(cell), r.ring.mr.lkey, raddr, wr.Remote.RDMA.RKey, opcode, compareAdd, wr.Swap)
+	return r.submit(o, batch, []uint64{id})
+}
+
+// cellDone releases the cell of c, first reading an atomic's old value
+// from it if the work request succeeded.
+func (r *route) cellDone(c *chunk, status uint32) {
+	if c.cell == 0 {
+		return
+	}
+	if status == wcSuccess && c.op.wr.Op.Atomic() {
+		// The device wrote the word in host order (as rxe does; see the
+		// package doc on byte order).
+		c.op.result = binary.NativeEndian.Uint64(r.ring.cell(c.cell - 1))
+	}
+	r.ring.freeCell(c.cell - 1)
+	c.cell = 0
+}

@@ -1,0 +1,211 @@
+//go:build ibverbs
+
+package ibverbs
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
+
+// The poller's side of the control messages: the owner serves notices and
+// Sends and acks them; the initiator completes its ops on their acks.
+
+// ctlComplete handles a completion of control work: a receive into a ring
+// slot, or the send of an ack.
+func (b *Backend) ctlComplete(w wc) {
+	ringID, ack, i := splitCtlID(w.wrID)
+	b.mu.Lock()
+	r := b.byQPN[w.qpn]
+	b.mu.Unlock()
+	if r == nil || r.ring.id != ringID {
+		b.log.Debug("completion of an unknown control work request", "wr_id", w.wrID, "qp", w.qpn, "status", wcStatusStr(w.status))
+		return
+	}
+	if ack {
+		r.ackSent(i, w.status)
+		return
+	}
+	r.received(i, w)
+}
+
+// received handles the message received into slot i of the ring. The ring
+// is read under postMu and only while the route is not failing: teardown
+// frees it after.
+func (r *route) received(i int, w wc) {
+	if w.status != wcSuccess {
+		if w.status != wcWRFlushErr {
+			r.fail(routeError(r.qp.qpn, w.status))
+		}
+		return
+	}
+	var (
+		o        *op
+		opErr    error
+		routeErr error
+	)
+	r.postMu.Lock()
+	switch {
+	case r.failing:
+	case int(w.byteLen) > r.ring.slotSize:
+		routeErr = fmt.Errorf("ibverbs: control message of %d bytes: %w", w.byteLen, backend.ErrProtocol)
+	case r.accepted:
+		routeErr = r.serveLocked(i, r.ring.slot(i)[:w.byteLen])
+	default:
+		o, opErr, routeErr = r.ackedLocked(i, r.ring.slot(i)[:w.byteLen])
+	}
+	r.postMu.Unlock()
+	r.lastActive.Store(time.Now().UnixNano())
+	if routeErr != nil {
+		r.fail(fmt.Errorf("ibverbs: queue pair %d: %w", r.qp.qpn, routeErr))
+		return
+	}
+	if o != nil {
+		r.acked(o, opErr)
+	}
+}
+
+// ackedLocked takes the initiator's op that the ack p answers (the oldest
+// awaiting one: the owner acks in order) and its outcome, and reposts the
+// slot. The caller holds postMu.
+func (r *route) ackedLocked(i int, p []byte) (o *op, opErr, routeErr error) {
+	m, err := decodeCtl(p)
+	if err == nil && m.kind != ctlAck {
+		err = fmt.Errorf("ibverbs: control message kind %d sent to the initiator: %w", m.kind, backend.ErrProtocol)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := r.ring.postRecv(r.qp, i); err != nil {
+		return nil, nil, err
+	}
+	r.ackMu.Lock()
+	if len(r.acks) > 0 && r.acks[0].seq == m.seq {
+		o = r.acks[0]
+		r.acks[0] = nil
+		r.acks = r.acks[1:]
+	}
+	r.ackMu.Unlock()
+	if o == nil {
+		return nil, nil, fmt.Errorf("ibverbs: ack %d answers no message awaiting one: %w", m.seq, backend.ErrProtocol)
+	}
+	r.credits.release(1) // its slot at the owner was reposted before the ack
+	return o, ackErr(o.wr.Op, m.imm), nil
+}
+
+// serveLocked serves the notice or Send p received into slot i, reposts
+// the slot and acks it with the outcome's code. The caller holds postMu.
+func (r *route) serveLocked(i int, p []byte) error {
+	m, err := decodeCtl(p)
+	if err == nil && m.kind == ctlAck {
+		err = fmt.Errorf("ibverbs: ack sent to the owner: %w", backend.ErrProtocol)
+	}
+	if err != nil {
+		return err
+	}
+	var res error
+	if m.kind == ctlNotice {
+		res = r.notify(m)
+	} else {
+		res = r.deliver(m, p[ctlHeader:])
+	}
+	if res == nil {
+		r.b.served.ops.Add(1)
+	} else {
+		r.b.served.rejected.Add(1)
+	}
+	if err := r.ring.postRecv(r.qp, i); err != nil { // after the message was copied out
+		return err
+	}
+	return r.ackLocked(ackMsg{seq: m.seq, code: uint32(backend.RemoteCode(res))})
+}
+
+// notify hands the owner's inbox the event of a PutWithImm whose bytes
+// are in place (the notice came after the RDMA WRITE on the same queue
+// pair), once the handle's key, range and rights are checked.
+func (r *route) notify(m ctlMsg) error {
+	in := r.b.inboxOf()
+	if in == nil {
+		return fmt.Errorf("ibverbs: event %d: no inbox: %w", m.imm, rdmamgr.ErrNoReceive)
+	}
+	ref, err := r.b.reg.AcquireRemote(m.region, m.key, m.offset, m.length, buffer.AccessWrite|buffer.AccessNotify)
+	if err != nil {
+		return err
+	}
+	ref.Release()
+	return in.Event(backend.Event{Peer: r.peer, Region: m.region, Offset: m.offset, Length: m.length, Imm: m.imm})
+}
+
+// deliver copies the Send message msg into the receive buffer the owner's
+// manager posted next.
+func (r *route) deliver(m ctlMsg, msg []byte) error {
+	in := r.b.inboxOf()
+	if in == nil {
+		return fmt.Errorf("ibverbs: message of %d bytes: no inbox: %w", len(msg), rdmamgr.ErrNoReceive)
+	}
+	l, err := in.Recv(r.peer, uint64(len(msg)))
+	if err != nil {
+		return err
+	}
+	mem := l.Mem()
+	if len(mem) < len(msg) {
+		err := fmt.Errorf("ibverbs: message of %d bytes, receive buffer of %d: %w", len(msg), len(mem), rdmamgr.ErrReceiveTooSmall)
+		l.Done(0, 0, false, err)
+		return err
+	}
+	copy(mem, msg)
+	l.Done(len(msg), m.imm, m.hasImm, nil)
+	r.b.served.bytesIn.Add(uint64(len(msg)))
+	return nil
+}
+
+// ackLocked sends a, in order: at once if a cell is free and no ack
+// waits, else after those waiting (ackSent). The caller holds postMu.
+func (r *route) ackLocked(a ackMsg) error {
+	if len(r.backlog) == 0 {
+		if cell, ok := r.ring.allocCell(); ok {
+			return r.postAckLocked(cell, a)
+		}
+	}
+	r.backlog = append(r.backlog, a)
+	return nil
+}
+
+func (r *route) postAckLocked(cell int, a ackMsg) error {
+	m := ctlMsg{kind: ctlAck, seq: a.seq, imm: a.code}
+	m.putHeader(r.ring.cell(cell))
+	batch := make(wrBuf, 0, 1)
+	batch.addSend(r.ring.ackID(cell), r.ring.cellAddr(cell), ctlHeader, r.ring.mr.lkey, 0, 0, 0)
+	r.outstanding.Add(1)
+	if _, err := r.qp.post(batch); err != nil {
+		r.ring.freeCell(cell)
+		r.wrDone(1)
+		return fmt.Errorf("ack %d: %w: %w", a.seq, err, backend.ErrClosed)
+	}
+	return nil
+}
+
+// ackSent handles the completion of the ack that used cell: the cell
+// serves the next ack waiting, if any.
+func (r *route) ackSent(cell int, status uint32) {
+	var err error
+	r.postMu.Lock()
+	r.ring.freeCell(cell)
+	if status == wcSuccess && !r.failing && len(r.backlog) > 0 {
+		a := r.backlog[0]
+		r.backlog = r.backlog[1:]
+		c, _ := r.ring.allocCell() // the one just freed, at least
+		err = r.postAckLocked(c, a)
+	}
+	r.postMu.Unlock()
+	switch {
+	case status != wcSuccess && status != wcWRFlushErr:
+		r.fail(routeError(r.qp.qpn, status))
+	case err != nil:
+		r.fail(fmt.Errorf("ibverbs: queue pair %d: %w", r.qp.qpn, err))
+	}
+	r.wrDone(1)
+}
