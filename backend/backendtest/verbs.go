@@ -133,6 +133,32 @@ func DoVerb(t testing.TB, timeout time.Duration, rt backend.Route, reg *memreg.R
 	return wr.Result, err
 }
 
+// verbRefused runs op like DoVerb and returns its error and whether Post
+// itself refused it (nothing reached the peer).
+func (p *Pair) verbRefused(t testing.TB, rt backend.Route, op backend.Op, local, remote buffer.Buffer, o Operands) (err error, atPost bool) {
+	t.Helper()
+	wr, release := VerbWR(t, p.RegA, op, local, remote, o, time.Now().Add(p.f.Timeout), nil)
+	defer release()
+	rec := NewRecorder(1)
+	wr.Done = rec
+	if err := rt.Post(wr); err != nil {
+		rec.None(t)
+		return err, true
+	}
+	return rec.Wait(t, p.f.Timeout+10*time.Second).Err, false
+}
+
+// afterDenied is afterRemoteError for an operation the peer refused,
+// unless the backend refused it at Post (then the route must still work).
+func (p *Pair) afterDenied(t *testing.T, rt backend.Route, atPost bool) {
+	t.Helper()
+	if atPost {
+		CheckRoute(t, p.f.Timeout, rt, p.RegA, p.RegB)
+		return
+	}
+	p.afterRemoteError(t, rt)
+}
+
 // putImm is a PutWithImm from A's local to B's remote on rt.
 func (p *Pair) putImm(t testing.TB, rt backend.Route, local, remote buffer.Buffer, imm uint32) error {
 	t.Helper()

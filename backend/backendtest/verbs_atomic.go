@@ -168,11 +168,12 @@ func testAtomicMisaligned(t *testing.T, f Factory) {
 		if i > 0 {
 			rt = p.NewRoute(t)
 		}
-		if _, err := p.atomic(t, rt, op, Slice(t, odd, 8, 8), 0, 1); !errors.Is(err, f.MisalignedBaseErr) {
+		err, atPost := p.verbRefused(t, rt, op, buffer.Buffer{}, Slice(t, odd, 8, 8), Operands{Swap: 1})
+		if !errors.Is(err, f.MisalignedBaseErr) {
 			t.Fatalf("%s on a word at an odd address: %v, want %v", op, err, f.MisalignedBaseErr)
 		}
 		AssertSame(t, "odd memory after a refused atomic", mem, before)
-		p.afterRemoteError(t, rt)
+		p.afterDenied(t, rt, atPost) // an RDMA backend knows the address and may refuse at Post
 	}
 }
 

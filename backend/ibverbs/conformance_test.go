@@ -26,6 +26,7 @@ func factory(cfg Config) backendtest.Factory {
 		OutOfRangeErr:            buffer.ErrAccess,
 		RevokedErr:               buffer.ErrAccess,
 		RouteSurvivesRemoteError: false,
+		Verbs:                    true,
 	}
 }
 
