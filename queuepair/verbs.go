@@ -70,3 +70,26 @@ func (w *WorkRequest) Value() uint64 {
 	}
 	return w.wr.Result
 }
+
+// PostPutWithImm is PutWithImm into a caller-owned, reusable WorkRequest
+// (see PostPut): the steady-state data path then allocates nothing.
+func (q *QueuePair) PostPutWithImm(w *WorkRequest, local, remote buffer.Buffer, imm uint32) {
+	q.arm(w, backend.OpWriteImm, local, remote, time.Now().Add(q.timeout), nil, operands{imm: imm})
+}
+
+// PostSend is Send (with hasImm, SendWithImm) into a caller-owned,
+// reusable WorkRequest.
+func (q *QueuePair) PostSend(w *WorkRequest, local buffer.Buffer, imm uint32, hasImm bool) {
+	q.arm(w, backend.OpSend, local, buffer.Buffer{}, time.Now().Add(q.timeout), nil, operands{imm: imm, hasImm: hasImm})
+}
+
+// PostCompareAndSwap is CompareAndSwap into a caller-owned, reusable
+// WorkRequest; Value gives the old value once it completed.
+func (q *QueuePair) PostCompareAndSwap(w *WorkRequest, remote buffer.Buffer, compare, swap uint64) {
+	q.arm(w, backend.OpCompareSwap, buffer.Buffer{}, remote, time.Now().Add(q.timeout), nil, operands{compare: compare, swap: swap})
+}
+
+// PostFetchAdd is FetchAdd into a caller-owned, reusable WorkRequest.
+func (q *QueuePair) PostFetchAdd(w *WorkRequest, remote buffer.Buffer, add uint64) {
+	q.arm(w, backend.OpFetchAdd, buffer.Buffer{}, remote, time.Now().Add(q.timeout), nil, operands{swap: add})
+}
