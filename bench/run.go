@@ -24,8 +24,13 @@ type Config struct {
 	Size        uint64 // bytes per operation
 	Count       int    // timed operations
 	Concurrency int    // operations in flight, each on its own slot of the buffers
-	Warmup      int    // untimed operations first
-	Verify      bool   // check every byte of every operation
+	// Ring: one goroutine keeps Concurrency operations in flight, posting
+	// the next on a slot as soon as that slot's operation completed (a
+	// ring of reusable work requests, waited for oldest first), instead
+	// of one goroutine per slot that posts and waits.
+	Ring   bool
+	Warmup int  // untimed operations first
+	Verify bool // check every byte of every operation
 	// MaxErrors stops the run once more operations than this failed.
 	MaxErrors int
 	// Progress, when not nil, is called about every ProgressEvery (default
@@ -176,6 +181,12 @@ func (b *benchRun) phase(ctx context.Context, n int, progress func(uint64, uint6
 	t0 := time.Now()
 	for s := 0; s < b.cfg.Concurrency; s++ {
 		b.latencies[s] = make([]time.Duration, 0, n/b.cfg.Concurrency+1)
+	}
+	if b.cfg.Ring {
+		wg.Add(1)
+		go func() { defer wg.Done(); b.ring(rctx, int64(n)) }()
+	}
+	for s := 0; s < b.cfg.Concurrency && !b.cfg.Ring; s++ {
 		wg.Add(1)
 		go func() { defer wg.Done(); b.worker(rctx, s, int64(n)) }()
 	}
@@ -215,18 +226,14 @@ func (b *benchRun) worker(ctx context.Context, slot int, limit int64) {
 	off := uint64(slot) * cfg.Size
 	l, _ := b.local.Slice(off, cfg.Size)
 	r, _ := b.remote.Slice(off, cfg.Size)
-	lm := b.localMem[off : off+cfg.Size]
 	var wr queuepair.WorkRequest // reused: the data path allocates nothing
 	for ctx.Err() == nil {
 		i := b.next.Add(1) - 1
 		if i >= limit {
 			return
 		}
-		if cfg.Verify && cfg.Op == "put" {
-			stamp(lm, uint64(i))
-		}
-		if cfg.Verify && cfg.Op == "get" {
-			clear(lm)
+		if cfg.Verify {
+			b.prepareSlot(off, uint64(i))
 		}
 		t0 := time.Now()
 		if cfg.Op == "put" {
@@ -235,18 +242,34 @@ func (b *benchRun) worker(ctx context.Context, slot int, limit int64) {
 			b.qp.PostGet(&wr, l, r)
 		}
 		err := wr.Wait(ctx)
-		d := time.Since(t0)
-		if err != nil {
-			if ctx.Err() == nil {
-				b.fail(err)
-			}
-			continue
+		b.done(ctx, slot, off, time.Since(t0), err)
+	}
+}
+
+// prepareSlot readies a slot's local memory for a verified operation:
+// stamped with the op number for a put, cleared for a get.
+func (b *benchRun) prepareSlot(off, seq uint64) {
+	lm := b.localMem[off : off+b.cfg.Size]
+	if b.cfg.Op == "put" {
+		stamp(lm, seq)
+	} else {
+		clear(lm)
+	}
+}
+
+// done counts an operation of slot that completed with err after d.
+// Operations ended by the stop count neither as done nor as failed.
+func (b *benchRun) done(ctx context.Context, slot int, off uint64, d time.Duration, err error) {
+	if err != nil {
+		if ctx.Err() == nil {
+			b.fail(err)
 		}
-		b.latencies[slot] = append(b.latencies[slot], d)
-		b.ops.Add(1)
-		if cfg.Verify {
-			b.verifyOp(ctx, slot, off)
-		}
+		return
+	}
+	b.latencies[slot] = append(b.latencies[slot], d)
+	b.ops.Add(1)
+	if b.cfg.Verify {
+		b.verifyOp(ctx, slot, off)
 	}
 }
 

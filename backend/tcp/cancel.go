@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -87,7 +86,7 @@ func (cc *clientConn) endChunks(why func(*chunk) error) {
 // readPayload reads a READ response's payload into c.local, or, once c is
 // interrupted, the rest of it into a sink; it ends c either way. A non-nil
 // error is the connection's (c is then left receiving, for drain).
-func (cc *clientConn) readPayload(br *bufio.Reader, c *chunk) error {
+func (cc *clientConn) readPayload(br *connReader, c *chunk) error {
 	got := 0
 	for got < len(c.local) && !c.stop.Load() {
 		n, err := br.Read(c.local[got:])

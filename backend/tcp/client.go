@@ -28,8 +28,6 @@ const (
 	// sendQueue bounds a connection's queue of frames; a full queue is
 	// back-pressure on Post (the route's semaphore bounds the total anyway).
 	sendQueue = 128
-
-	clientReadBuf = 4 << 10
 )
 
 // clientConn is one connection of a route: a writer and a reader goroutine.

@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +15,8 @@ import (
 func (cc *clientConn) readLoop() {
 	defer cc.r.b.wg.Done()
 	defer cc.r.ioWG.Done()
-	br := newReader(cc.c, clientReadBuf)
+	br := newConnReader(cc.c)
+	defer br.close()
 	var hb [respMaxSize]byte
 	var h respHeader
 	for {
@@ -43,7 +43,7 @@ func (cc *clientConn) readLoop() {
 
 // readRespHeader reads a response header into hb (the fixed part, then
 // an atomic's old value) and returns its size.
-func readRespHeader(br *bufio.Reader, hb *[respMaxSize]byte) (int, error) {
+func readRespHeader(br *connReader, hb *[respMaxSize]byte) (int, error) {
 	if _, err := io.ReadFull(br, hb[:respHeaderSize]); err != nil {
 		return 0, err
 	}
@@ -58,7 +58,7 @@ func readRespHeader(br *bufio.Reader, hb *[respMaxSize]byte) (int, error) {
 
 // onResponse handles one decoded response header (and its payload). An
 // error is the route's: a response that does not match, or a failed read.
-func (cc *clientConn) onResponse(br *bufio.Reader, h *respHeader) error {
+func (cc *clientConn) onResponse(br *connReader, h *respHeader) error {
 	if h.op == opPing {
 		if h.length != 0 || h.code != 0 {
 			return fmt.Errorf("tcp: malformed ping response: %w", backend.ErrProtocol)
@@ -115,7 +115,7 @@ func (cc *clientConn) onResponse(br *bufio.Reader, h *respHeader) error {
 
 // onPayload reads a READ response's n payload bytes into c's memory (and
 // ends c), or into a sink when c was abandoned.
-func (cc *clientConn) onPayload(br *bufio.Reader, c *chunk, n uint32, abandoned bool) error {
+func (cc *clientConn) onPayload(br *connReader, c *chunk, n uint32, abandoned bool) error {
 	var err error
 	if abandoned {
 		_, err = io.CopyN(io.Discard, br, int64(n))

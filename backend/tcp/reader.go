@@ -1,10 +1,135 @@
 package tcp
 
 import (
-	"bufio"
 	"io"
+	"sync"
 )
 
-// newReader buffers small headers; large payload reads bypass the buffer
-// (bufio reads straight into a destination larger than its buffer).
-func newReader(r io.Reader, size int) *bufio.Reader { return bufio.NewReaderSize(r, size) }
+// Read buffers. A connection reads through a small buffer while its
+// traffic is light and through a large one, borrowed from a pool, while
+// frames arrive faster than it serves them: one read then takes in a whole
+// batch of small frames (and their answers go out together), where the
+// small buffer would cost a read per frame. An idle connection holds only
+// the small buffer, so a thousand idle routes stay cheap. A read at least
+// as large as the buffer, into an empty buffer, bypasses it (a payload
+// lands straight in its memory).
+const (
+	smallReadBuf = 4 << 10
+	largeReadBuf = 64 << 10
+	// quietReads is how many reads in a row that each returned less than
+	// the small buffer end a burst.
+	quietReads = 64
+)
+
+var largeBufs = sync.Pool{New: func() any { return new([largeReadBuf]byte) }}
+
+// connReader is a connection's buffered reader (as bufio.Reader, with a
+// buffer that grows for a burst and shrinks after it). Used by the one
+// goroutine that reads the connection.
+type connReader struct {
+	src   io.Reader
+	small []byte
+	large *[largeReadBuf]byte // borrowed while the connection is busy
+	buf   []byte              // small or large[:]
+	r, w  int                 // buf[r:w] is buffered
+	quiet int                 // reads in a row that returned less than smallReadBuf
+}
+
+func newConnReader(src io.Reader) *connReader {
+	cr := &connReader{src: src, small: make([]byte, smallReadBuf), quiet: quietReads}
+	cr.buf = cr.small
+	return cr
+}
+
+// Buffered is the number of bytes that can be read without a read from the
+// connection.
+func (cr *connReader) Buffered() int { return cr.w - cr.r }
+
+// Read reads into p: from the buffer when it holds anything, else straight
+// from the connection when p is at least as large as the buffer, else
+// through one fill of the buffer.
+func (cr *connReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if cr.r == cr.w {
+		if len(p) >= len(cr.buf) {
+			n, err := cr.src.Read(p)
+			cr.note(n)
+			return n, err
+		}
+		if err := cr.fill(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, cr.buf[cr.r:cr.w])
+	cr.r += n
+	return n, nil
+}
+
+// fill reads once into the empty buffer, after choosing its size.
+func (cr *connReader) fill() error {
+	cr.r, cr.w = 0, 0
+	cr.resize()
+	n, err := cr.src.Read(cr.buf)
+	cr.note(n)
+	cr.w = n
+	if n > 0 {
+		return nil
+	}
+	if err == nil {
+		err = io.ErrNoProgress
+	}
+	return err
+}
+
+// note records a read of n bytes from the connection.
+func (cr *connReader) note(n int) {
+	if n >= smallReadBuf {
+		cr.quiet = 0
+	} else {
+		cr.quiet++
+	}
+}
+
+// resize picks the empty buffer's size: large once a read filled the small
+// one (more was waiting), small again after quietReads reads in a row that
+// would each have fit it (the burst is over).
+func (cr *connReader) resize() {
+	switch {
+	case cr.large == nil && cr.quiet == 0:
+		cr.large = largeBufs.Get().(*[largeReadBuf]byte)
+		cr.buf = cr.large[:]
+	case cr.large != nil && cr.quiet >= quietReads:
+		cr.release()
+	}
+}
+
+// release returns the borrowed buffer, which is empty, and goes on with
+// the small one.
+func (cr *connReader) release() {
+	largeBufs.Put(cr.large)
+	cr.large = nil
+	cr.buf = cr.small
+}
+
+// close returns a borrowed buffer, whatever it holds; the reader must not
+// be used after.
+func (cr *connReader) close() {
+	if cr.large != nil {
+		cr.r, cr.w = 0, 0
+		cr.release()
+	}
+}
+
+// ReadByte reads one byte.
+func (cr *connReader) ReadByte() (byte, error) {
+	if cr.r == cr.w {
+		if err := cr.fill(); err != nil {
+			return 0, err
+		}
+	}
+	c := cr.buf[cr.r]
+	cr.r++
+	return c, nil
+}

@@ -78,14 +78,14 @@ type respSeg struct {
 }
 
 const (
-	serverReadBuf   = 4 << 10
 	maxBatchSegs    = 64
 	maxBatchPayload = 1 << 20
 )
 
 func (s *serverConn) serve() error {
 	defer s.release()
-	br := newReader(s.c, serverReadBuf)
+	br := newConnReader(s.c)
+	defer br.close()
 	var hdr [reqMaxSize]byte
 	var h reqHeader
 	maxLen := uint32(s.b.cfg.MaxFrameLen)

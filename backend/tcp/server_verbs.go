@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -32,7 +31,7 @@ var errAborted = errors.New("tcp: message cut short by its sender")
 // the inbox; the answer carries the inbox's refusal, if any. The event
 // covers the total bytes that end with this frame's; the peer must be
 // allowed to write and notify all of them. An error is the connection's.
-func (s *serverConn) serveWriteImm(br *bufio.Reader, h *reqHeader) error {
+func (s *serverConn) serveWriteImm(br *connReader, h *reqHeader) error {
 	frameEnd := time.Now().Add(s.b.cfg.FrameTimeout)
 	end := h.offset + uint64(h.length)
 	var ref memreg.Ref
@@ -76,7 +75,7 @@ func (s *serverConn) serveWriteImm(br *bufio.Reader, h *reqHeader) error {
 // trailer commits. A refusal (none posted, too small, a full queue)
 // drains the payload. An error is the connection's; the landing is then
 // given back.
-func (s *serverConn) serveSend(br *bufio.Reader, h *reqHeader) error {
+func (s *serverConn) serveSend(br *connReader, h *reqHeader) error {
 	frameEnd := time.Now().Add(s.b.cfg.FrameTimeout)
 	n := int(h.length)
 	l, rerr := s.b.recv(s.peerID, uint64(n))
@@ -118,7 +117,7 @@ func (s *serverConn) serveSend(br *bufio.Reader, h *reqHeader) error {
 // readMessage reads a send's payload into mem until deadline. A receive
 // buffer is the owner's own memory, held by the inbox: no revocation or
 // lease cuts it.
-func (s *serverConn) readMessage(br *bufio.Reader, mem []byte, deadline time.Time) error {
+func (s *serverConn) readMessage(br *connReader, mem []byte, deadline time.Time) error {
 	if br.Buffered() >= len(mem) {
 		_, err := io.ReadFull(br, mem)
 		return err
@@ -139,7 +138,7 @@ func (s *serverConn) readMessage(br *bufio.Reader, mem []byte, deadline time.Tim
 
 // readTrailer reads the byte that ends a write-imm or a send: commit or
 // abort; anything else breaks the protocol.
-func (s *serverConn) readTrailer(br *bufio.Reader, deadline time.Time) (commit bool, err error) {
+func (s *serverConn) readTrailer(br *connReader, deadline time.Time) (commit bool, err error) {
 	if br.Buffered() < trailerSize {
 		if err := s.c.SetReadDeadline(deadline); err != nil {
 			return false, err

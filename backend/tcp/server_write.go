@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"bufio"
 	"errors"
 	"io"
 	"os"
@@ -15,7 +14,7 @@ import (
 // remote access to it holds (a cut wakes it: server_frames.go).
 
 // serveRW serves a WRITE or a READ. An error is the connection's.
-func (s *serverConn) serveRW(br *bufio.Reader, h *reqHeader) error {
+func (s *serverConn) serveRW(br *connReader, h *reqHeader) error {
 	ref, verr := s.b.reg.AcquireRemote(h.region, h.key, h.offset, uint64(h.length), opOf(h.op).Need())
 	if verr != nil {
 		s.rejected()
@@ -48,15 +47,18 @@ func (s *serverConn) serveRW(br *bufio.Reader, h *reqHeader) error {
 // remote access to the region was cut while the payload arrived (revoked, released, lease
 // run out): from then on the payload went to a sink, not the region. An
 // error is a failure of the connection (frame timeout, I/O).
-func (s *serverConn) write(br *bufio.Reader, ref memreg.Ref, mem []byte) (byte, error) {
+func (s *serverConn) write(br *connReader, ref memreg.Ref, mem []byte) (byte, error) {
 	defer ref.Release()
 	if br.Buffered() >= len(mem) {
 		// All there already: no wait, nothing to cut.
 		_, err := io.ReadFull(br, mem)
 		return 0, err
 	}
-	// The batch's READ references must not wait on this payload.
-	if len(s.segs) > 0 {
+	// The batch's READ references must not wait on this payload (a
+	// revocation waits for them), nor its answers on a large one; the
+	// answers wait for the rest of a small one, which is on its way: they
+	// go out together, a send saved.
+	if s.payload > 0 || (len(s.segs) > 0 && len(mem) > largeReadBuf) {
 		if err := s.flush(); err != nil {
 			return 0, err
 		}
@@ -82,7 +84,7 @@ func (s *serverConn) write(br *bufio.Reader, ref memreg.Ref, mem []byte) (byte, 
 
 // readInto reads mem from br while remote access to r holds, until
 // frameEnd. It returns the bytes read and, if access was cut first, why.
-func (s *serverConn) readInto(br *bufio.Reader, r *memreg.Region, mem []byte, frameEnd time.Time) (n int, cause, err error) {
+func (s *serverConn) readInto(br *connReader, r *memreg.Region, mem []byte, frameEnd time.Time) (n int, cause, err error) {
 	s.mu.Lock()
 	s.writing = r
 	s.mu.Unlock()
@@ -121,7 +123,7 @@ func (s *serverConn) readInto(br *bufio.Reader, r *memreg.Region, mem []byte, fr
 
 // discard drops n payload bytes that must not land, keeping the stream in
 // step, until deadline.
-func (s *serverConn) discard(br *bufio.Reader, n int64, deadline time.Time) error {
+func (s *serverConn) discard(br *connReader, n int64, deadline time.Time) error {
 	if int64(br.Buffered()) < n {
 		if err := s.c.SetReadDeadline(deadline); err != nil {
 			return err

@@ -59,7 +59,7 @@ func TestStallMidPayload(t *testing.T) {
 		t.Fatalf("stalled read completed with %v, want ErrDeadline", res.Err)
 	}
 	for _, g := range strings.Split(rec.stacks, "\n\n") {
-		if strings.Contains(g, "(*clientConn).readPayload") && strings.Contains(g, "bufio.(*Reader).Read(") {
+		if strings.Contains(g, "(*clientConn).readPayload") && strings.Contains(g, "(*connReader).Read(") {
 			t.Fatalf("op completed while the reader was still reading into its memory:\n%s", g)
 		}
 	}

@@ -217,7 +217,7 @@ func (r *runner) latency(ctx context.Context) error {
 func (r *runner) pipeline(ctx context.Context) error {
 	c := r.cfg
 	warm := max(c.Warmup, c.PipeDepth)
-	res, err := r.measure(ctx, bench.Config{Op: "put", Size: PipeSize, Count: c.PipeCount, Concurrency: c.PipeDepth, Warmup: warm, Verify: c.Verify})
+	res, err := r.measure(ctx, bench.Config{Op: "put", Size: PipeSize, Count: c.PipeCount, Concurrency: c.PipeDepth, Ring: true, Warmup: warm, Verify: c.Verify})
 	if err != nil {
 		return err
 	}

@@ -46,7 +46,7 @@ type benchArgs struct {
 	op, size               string
 	count, concurrency     int
 	warmup, maxErrors      int
-	verify                 bool
+	verify, ring           bool
 	timeout                time.Duration
 	cpuProfile, memProfile string
 	jsonPath               string
@@ -87,6 +87,7 @@ func (a *benchArgs) register(fs *flag.FlagSet) {
 	fs.IntVar(&a.warmup, "warmup", 10, "untimed operations first")
 	fs.IntVar(&a.maxErrors, "max-errors", 0, "stop after more than this many failed operations")
 	fs.BoolVar(&a.verify, "verify", false, "check every byte of every operation")
+	fs.BoolVar(&a.ring, "ring", false, "one goroutine keeps --concurrency operations in flight with a ring of reusable work requests (default: one goroutine per operation in flight)")
 	fs.DurationVar(&a.timeout, "timeout", 10*time.Minute, "bound on the whole run")
 	fs.StringVar(&a.jsonPath, "json", "", "also write the figures as JSON to this `file` (\"-\": stdout, instead of the text)")
 	fs.StringVar(&a.metricsListen, "metrics-listen", "", "serve /metrics of this run's manager on `HOST:PORT` (default: none)")
@@ -121,7 +122,7 @@ func (a *benchArgs) config() (bench.Config, error) {
 	case size*uint64(a.concurrency) > 8<<30:
 		return bench.Config{}, usagef("--size × --concurrency over 8 GiB")
 	}
-	return bench.Config{Op: a.op, Size: size, Count: a.count, Concurrency: a.concurrency,
+	return bench.Config{Op: a.op, Size: size, Count: a.count, Concurrency: a.concurrency, Ring: a.ring,
 		Warmup: a.warmup, Verify: a.verify, MaxErrors: a.maxErrors, ProgressEvery: progressEvery}, nil
 }
 
