@@ -9,12 +9,15 @@
 // its context ends, when the peer is gone (ErrPeerGone) or when more than
 // Config.MaxErrors operations failed (ErrTooManyErrors), and says why in
 // Result.Stop. The data path allocates nothing per operation: each worker
-// reuses one work request on its own slot of the buffers.
+// reuses one work request on its own slot of the buffers. With
+// Config.Ring one goroutine keeps the operations in flight with a ring of
+// reusable work requests (ring.go), as a program pipelining many does.
 //
 // stats.go has the figures both bench and bench/baseline print: MiB/s,
 // operations per second, percentiles and microseconds.
 //
-// The scripts beside the package print the README's tables: compare.sh
+// The scripts beside the package print the README's tables: repeat.sh
+// (the median ratio of several `rdmamgr bench --baseline` runs), compare.sh
 // (ours against plain TCP and UCX's tcp transport), samehost.sh with
 // samehost-table.sh (ours against a single-thread memcpy and UCX's shared
 // memory transports, on one host) and ucx.sh (ucx_perftest at our sizes, over

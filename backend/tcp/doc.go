@@ -16,7 +16,10 @@
 // atomic, with the word's old value), followed for a successful READ by
 // its payload. WRITE payload is read from the socket straight into
 // the target region; READ payload is written from the region straight to the
-// socket with writev and read straight into the requester's memory. Every
+// socket with writev and read straight into the requester's memory. Each
+// side reads a connection through a 4 KiB buffer that grows to 64 KiB
+// for a burst (reader.go): one read then takes in a batch of small frames,
+// and the owner answers the batch with one writev. Every
 // header field is validated: a malformed header closes the connection, a
 // request that fails the key, access or bounds check is answered with its
 // error code and changes nothing.

@@ -15,13 +15,17 @@ import (
 
 // Load is what a client does: Count timed operations of Size bytes after
 // Warmup untimed ones, over Conns connections (Stream, Pipeline) with
-// Depth in flight (Pipeline).
+// Depth in flight (Pipeline). A Stream's operations cycle through Slots
+// distinct buffers of Size bytes on each end (spread over the
+// connections; at least one each): the memory ours moves with Slots
+// operations in flight.
 type Load struct {
 	Size   uint64
 	Count  int
 	Warmup int
 	Conns  int
 	Depth  int
+	Slots  int
 }
 
 // clientConns are a client's connections to a server, closed when ctx ends
@@ -112,11 +116,13 @@ func Stream(ctx context.Context, addr, op string, l Load) (time.Duration, error)
 		mode = modeGet
 	}
 	bufs := make([][]byte, len(b.conns))
+	slots := make([]int, len(b.conns))
 	for i := range bufs {
-		bufs[i] = make([]byte, l.Size)
+		slots[i] = int(min(uint64(max(share(l.Slots, len(b.conns), i), 1)), MaxSize/max(l.Size, 1)))
+		bufs[i] = make([]byte, l.Size*uint64(slots[i]))
 		rand.Read(bufs[i])
 	}
-	exchange := func(i int, c net.Conn, k int) error { return streamConn(c, mode, bufs[i], k) }
+	exchange := func(i int, c net.Conn, k int) error { return streamConn(c, mode, bufs[i], l.Size, slots[i], k) }
 	if l.Warmup > 0 {
 		if _, err := b.phase(ctx, l.Warmup, exchange); err != nil {
 			return 0, fmt.Errorf("baseline %s stream warm-up: %w", op, err)
@@ -129,13 +135,15 @@ func Stream(ctx context.Context, addr, op string, l Load) (time.Duration, error)
 	return d, nil
 }
 
-func streamConn(c net.Conn, mode byte, p []byte, n int) error {
-	if _, err := c.Write(header{mode: mode, size: uint64(len(p)), count: uint64(n)}.encode()); err != nil {
+// streamConn moves n operations of size bytes on c, from (put) or into
+// (get) the slots of p in turn; the server uses as many slots.
+func streamConn(c net.Conn, mode byte, p []byte, size uint64, slots, n int) error {
+	if _, err := c.Write(header{mode: mode, slots: uint16(slots), size: size, count: uint64(n)}.encode()); err != nil {
 		return err
 	}
 	if mode == modePut {
-		for range n {
-			if _, err := c.Write(p); err != nil {
+		for i := range n {
+			if _, err := c.Write(slot(p, size, uint64(i))); err != nil {
 				return err
 			}
 		}
@@ -143,8 +151,8 @@ func streamConn(c net.Conn, mode byte, p []byte, n int) error {
 		_, err := io.ReadFull(c, ack[:])
 		return err
 	}
-	for range n {
-		if _, err := io.ReadFull(c, p); err != nil {
+	for i := range n {
+		if _, err := io.ReadFull(c, slot(p, size, uint64(i))); err != nil {
 			return err
 		}
 	}

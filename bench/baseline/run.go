@@ -169,7 +169,7 @@ func (r *runner) throughput(ctx context.Context, op string, sz uint64) error {
 		base = &row.Memcpy
 		d, err = r.memcpy(ctx, sz, count)
 	} else {
-		d, err = Stream(ctx, c.ServerAddr, op, Load{Size: sz, Count: count, Warmup: c.Warmup, Conns: c.Conns})
+		d, err = Stream(ctx, c.ServerAddr, op, Load{Size: sz, Count: count, Warmup: c.Warmup, Conns: c.Conns, Slots: c.Concurrency})
 	}
 	if err != nil {
 		return err

@@ -94,17 +94,18 @@ func serveConn(c net.Conn) {
 		if err != nil {
 			return
 		}
-		if uint64(cap(sc.buf)) < h.size {
-			sc.buf = make([]byte, h.size)
+		total := h.size * h.nslots()
+		if uint64(cap(sc.buf)) < total {
+			sc.buf = make([]byte, total)
 		}
-		p := sc.buf[:h.size]
+		p := sc.buf[:total]
 		switch h.mode {
 		case modePut:
-			err = sc.put(p, h.count)
+			err = sc.put(p, h.size, h.count)
 		case modeGet:
-			err = sc.get(p, h.count)
+			err = sc.get(p, h.size, h.count)
 		case modeRR:
-			err = sc.requestResponse(p, h.count)
+			err = sc.requestResponse(p[:h.size], h.count)
 		}
 		if err != nil {
 			return
@@ -112,10 +113,17 @@ func serveConn(c net.Conn) {
 	}
 }
 
-// put reads count operations into p and acknowledges them with one byte.
-func (sc *conn) put(p []byte, count uint64) error {
-	for range count {
-		if _, err := io.ReadFull(sc.br, p); err != nil {
+// slot is the i-th operation's size bytes of the slots in p, in turn.
+func slot(p []byte, size, i uint64) []byte {
+	off := i % (uint64(len(p)) / size) * size
+	return p[off : off+size]
+}
+
+// put reads count operations into the slots of p, in turn, and
+// acknowledges them with one byte.
+func (sc *conn) put(p []byte, size, count uint64) error {
+	for i := range count {
+		if _, err := io.ReadFull(sc.br, slot(p, size, i)); err != nil {
 			return err
 		}
 	}
@@ -123,10 +131,10 @@ func (sc *conn) put(p []byte, count uint64) error {
 	return err
 }
 
-// get writes count operations from p.
-func (sc *conn) get(p []byte, count uint64) error {
-	for range count {
-		if _, err := sc.c.Write(p); err != nil {
+// get writes count operations from the slots of p, in turn.
+func (sc *conn) get(p []byte, size, count uint64) error {
+	for i := range count {
+		if _, err := sc.c.Write(slot(p, size, i)); err != nil {
 			return err
 		}
 	}

@@ -21,7 +21,7 @@ import (
 // --placement says); package bench/baseline measures and prints.
 
 // baselineDefaultConc is --concurrency with --baseline when not given.
-const baselineDefaultConc = 4
+const baselineDefaultConc = 16
 
 // benchBaseline runs bench --baseline; set holds the names of the flags
 // given on the command line.

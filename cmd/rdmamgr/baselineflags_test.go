@@ -45,12 +45,12 @@ func TestBaselineAgainstConfig(t *testing.T) {
 		sizes                  []uint64
 		conc                   int
 	}{
-		{nil, "tcp", "tcp", "tcp", tcpSizes, 4},
+		{nil, "tcp", "tcp", "tcp", tcpSizes, baselineDefaultConc},
 		{[]string{"--backend", "shm"}, "memcpy", "shm", "shm", sameHost, 1},
-		{[]string{"--backend", "shm", "--against", "tcp"}, "tcp", "shm", "shm", tcpSizes, 4},
+		{[]string{"--backend", "shm", "--against", "tcp"}, "tcp", "shm", "shm", tcpSizes, baselineDefaultConc},
 		{[]string{"--against", "memcpy"}, "memcpy", "auto", "", sameHost, 1},
 		{[]string{"--against", "memcpy", "--backend", "tcp", "--sizes", "1MiB", "--concurrency", "3"}, "memcpy", "tcp", "tcp", []uint64{1 << 20}, 3},
-		{[]string{"--backend", "ibverbs"}, "tcp", "ibverbs", "ibverbs", tcpSizes, 4},
+		{[]string{"--backend", "ibverbs"}, "tcp", "ibverbs", "ibverbs", tcpSizes, baselineDefaultConc},
 	} {
 		cfg, err := parseBaseline(t, tc.args...)
 		if err != nil {

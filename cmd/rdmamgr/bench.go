@@ -83,7 +83,7 @@ func (a *benchArgs) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.op, "op", "put", "`op`: put or get")
 	fs.StringVar(&a.size, "size", "1MiB", "bytes per operation (`size`: KiB, MiB, GiB; kB, MB, GB)")
 	fs.IntVar(&a.count, "count", 1000, "operations to time (with --baseline, per size: default enough for about 2 GiB, 100 to 50000)")
-	fs.IntVar(&a.concurrency, "concurrency", 1, "operations in flight (with --baseline: default 4)")
+	fs.IntVar(&a.concurrency, "concurrency", 1, "operations in flight (with --baseline: default 16)")
 	fs.IntVar(&a.warmup, "warmup", 10, "untimed operations first")
 	fs.IntVar(&a.maxErrors, "max-errors", 0, "stop after more than this many failed operations")
 	fs.BoolVar(&a.verify, "verify", false, "check every byte of every operation")
