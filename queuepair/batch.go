@@ -80,7 +80,7 @@ func (b *Batch) Requests() []*WorkRequest { return b.wrs }
 func (b *Batch) Wait(ctx context.Context) error {
 	var errs []error
 	for i, w := range b.wrs {
-		if w.state.Load() != stateDone && ctx.Err() != nil {
+		if w.settled() != stateDone && ctx.Err() != nil {
 			cause := ctxCause(ctx)
 			for _, rest := range b.wrs[i:] {
 				rest.cancel(cause)

@@ -65,7 +65,7 @@ func (q *QueuePair) FetchAdd(remote buffer.Buffer, add uint64) *WorkRequest {
 // Value returns the old value of an atomic's word once it completed
 // without error (0 otherwise, and for other operations).
 func (w *WorkRequest) Value() uint64 {
-	if w.state.Load() != stateDone || w.err != nil {
+	if w.settled() != stateDone || w.err != nil {
 		return 0
 	}
 	return w.wr.Result

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -32,7 +33,26 @@ const (
 	stateIdle uint32 = iota
 	statePending
 	stateDone
+	// stateReporting: finish is reporting the outcome (done in a moment).
+	// Poll, Wait and re-arming wait it out, so nothing sees the operation
+	// done before its signal was sent: a signal sent after a re-arm would
+	// end the next Wait early.
+	stateReporting
 )
+
+// settled returns w's state once no outcome is being reported.
+func (w *WorkRequest) settled() uint32 {
+	for {
+		if s := w.state.Load(); s != stateReporting {
+			return s
+		}
+		runtime.Gosched()
+	}
+}
+
+// testHookFinishing, when set by a test, runs while an outcome is being
+// reported: it widens the window a waiter must not slip through.
+var testHookFinishing func()
 
 // completer is the backend's view of a WorkRequest: the backend completes
 // the operation through it (backend.Completer), and a program, which sees
@@ -44,6 +64,7 @@ func (c *completer) Complete(_ *backend.WorkRequest, err error) { (*WorkRequest)
 
 // reset makes w pending for a new operation; it panics if w is pending.
 func (w *WorkRequest) reset(op backend.Op, remote buffer.Buffer, deadline time.Time, ctx context.Context) {
+	w.settled()
 	if !w.state.CompareAndSwap(stateIdle, statePending) && !w.state.CompareAndSwap(stateDone, statePending) {
 		panic("queuepair: WorkRequest reused while pending")
 	}
@@ -67,7 +88,7 @@ func (w *WorkRequest) reset(op backend.Op, remote buffer.Buffer, deadline time.T
 
 // finish reports the outcome once: the first call after reset wins.
 func (w *WorkRequest) finish(err error) {
-	if w.state.Load() != statePending {
+	if !w.state.CompareAndSwap(statePending, stateReporting) {
 		return
 	}
 	w.qp.observe(w, err) // first: it adds nothing between the release and done below
@@ -76,16 +97,20 @@ func (w *WorkRequest) finish(err error) {
 	w.ref = memreg.Ref{}
 	q := w.qp // read before done: the owner may re-arm w right after
 	w.qp = nil
+	b := w.batch
 	w.err = err
-	w.state.Store(stateDone)
 	select {
 	case w.sig <- struct{}{}:
 	default:
 	}
+	if testHookFinishing != nil {
+		testHookFinishing()
+	}
+	w.state.Store(stateDone) // last: w is the owner's again
 	// The local region is let go only once the outcome is reported: whoever
 	// waits for its references (Release) then finds the operation done.
 	ref.Release()
-	if b := w.batch; b != nil && b.left.Add(-1) == 0 {
+	if b != nil && b.left.Add(-1) == 0 {
 		b.unwatch()
 	}
 	if q != nil {
@@ -114,7 +139,7 @@ func (w *WorkRequest) Done() <-chan struct{} { return w.sig }
 
 // Poll reports whether the operation completed, and its error if so.
 func (w *WorkRequest) Poll() (bool, error) {
-	if w.state.Load() == stateDone {
+	if w.settled() == stateDone {
 		return true, w.err
 	}
 	return false, nil
@@ -133,16 +158,18 @@ func (w *WorkRequest) Err() error {
 // way, when Wait returns the memory is the caller's again, and Err returns
 // the same outcome.
 func (w *WorkRequest) Wait(ctx context.Context) error {
-	if w.state.Load() == stateDone {
+	if w.settled() == stateDone {
 		return w.err
 	}
 	select {
 	case <-w.sig:
+		w.settled()
 		return w.err
 	case <-ctx.Done():
 	}
 	w.cancel(ctxCause(ctx))
 	<-w.sig
+	w.settled()
 	return w.err
 }
 
@@ -150,11 +177,12 @@ func (w *WorkRequest) Wait(ctx context.Context) error {
 // backend can no longer touch its local memory and returns its outcome
 // (nil if it completed first). Use either Cancel or Wait, not both.
 func (w *WorkRequest) Cancel() error {
-	if w.state.Load() == stateDone {
+	if w.settled() == stateDone {
 		return w.err
 	}
 	w.cancel(fmt.Errorf("queuepair: %w", context.Canceled))
 	<-w.sig
+	w.settled()
 	return w.err
 }
 

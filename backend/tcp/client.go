@@ -28,6 +28,11 @@ const (
 	// sendQueue bounds a connection's queue of frames; a full queue is
 	// back-pressure on Post (the route's semaphore bounds the total anyway).
 	sendQueue = 128
+
+	// inlineMax is the largest chunk a poster writes itself when the
+	// connection has nothing queued (client_write.go): a larger one goes
+	// to the writer goroutine, so Post does not wait for its bytes.
+	inlineMax = 64 << 10
 )
 
 // clientConn is one connection of a route: a writer and a reader goroutine.
@@ -46,7 +51,17 @@ type clientConn struct {
 	nextID  uint64
 	failing bool
 
-	// writer-owned scratch
+	// wmu is held by whoever writes: the writer goroutine, or a poster
+	// writing its own small frame (client_write.go). It guards the
+	// writer scratch below.
+	wmu sync.Mutex
+	// queued counts the chunks put in sendq and not yet taken by a writer
+	// under wmu: a poster writes its frame itself only when it is 0, so
+	// frames keep their posting order.
+	queued  atomic.Int32
+	inlined atomic.Uint64 // frames written by their poster (tests read it)
+
+	// writer scratch, under wmu
 	hdrs   [maxWriteBatch][reqMaxSize]byte
 	iov    net.Buffers // the batch; WriteTo consumes it
 	iovBuf net.Buffers // iov's backing array, kept across batches
@@ -74,10 +89,33 @@ func (cc *clientConn) enqueue(c *chunk) {
 	c.state = stQueued
 	cc.slots[c.id] = c
 	cc.mu.Unlock()
+	if cc.writeInline(c) {
+		return
+	}
+	cc.queued.Add(1)
+	select {
+	case cc.sendq <- c: // the common case, without a select's cost
+		return
+	default:
+	}
 	select {
 	case cc.sendq <- c:
 	case <-cc.r.Done():
 		// The writer is gone; the chunk is in slots and drain fails it.
+		cc.queued.Add(-1)
+	}
+}
+
+// push queues a frame for the writer unless the queue is full, and
+// reports whether it did.
+func (cc *clientConn) push(c *chunk) bool {
+	cc.queued.Add(1)
+	select {
+	case cc.sendq <- c:
+		return true
+	default:
+		cc.queued.Add(-1)
+		return false
 	}
 }
 

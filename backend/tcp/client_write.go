@@ -29,14 +29,59 @@ func (cc *clientConn) writeLoop() {
 			// this returns at once.
 			runtime.Gosched()
 		}
-		if cc.gather(c) == 0 {
-			continue
-		}
-		if err := cc.writeBatch(); err != nil {
-			cc.r.fail(fmt.Errorf("tcp: write: %w: %w", backend.ErrPeerGone, err))
+		cc.wmu.Lock()
+		cc.queued.Add(-1)
+		answered, ok := cc.send(c)
+		cc.wmu.Unlock()
+		finishAll(answered)
+		if !ok {
 			return
 		}
-		cc.markSent()
+	}
+}
+
+// writeInline writes c's frame from the poster's goroutine when c is
+// small, its operation is the only one in flight on the route, nothing is
+// queued and no other writer is at work: a one-at-a-time operation then
+// costs no hand-off to the writer goroutine, whose wake-up can cost a
+// cross-core round trip. With more in flight the writer goroutine gathers
+// the frames of many posters into one writev instead. It reports whether
+// it wrote c. Like the writer, it waits while the socket's buffer is full;
+// a cancel or the chunk's deadline interrupts that wait as it does the
+// writer's.
+func (cc *clientConn) writeInline(c *chunk) bool {
+	if len(c.local) > inlineMax || cc.r.InFlight() > 1 || cc.queued.Load() != 0 || !cc.wmu.TryLock() {
+		return false
+	}
+	if cc.queued.Load() != 0 || cc.r.Err() != nil {
+		cc.wmu.Unlock()
+		return false
+	}
+	answered, _ := cc.send(c)
+	cc.wmu.Unlock()
+	cc.inlined.Add(1)
+	finishAll(answered)
+	return true
+}
+
+// send writes c and what is queued behind it as one batch; called with
+// wmu held. It returns the chunks that were answered while being sent, to
+// be finished once wmu is let go (a completion may post again), and false
+// once the route failed.
+func (cc *clientConn) send(c *chunk) ([]*chunk, bool) {
+	if cc.gather(c) == 0 {
+		return nil, true
+	}
+	if err := cc.writeBatch(); err != nil {
+		cc.r.fail(fmt.Errorf("tcp: write: %w: %w", backend.ErrPeerGone, err))
+		return nil, false
+	}
+	return cc.markSent(), true
+}
+
+func finishAll(cs []*chunk) {
+	for _, c := range cs {
+		c.finish(c.answer)
 	}
 }
 
@@ -73,6 +118,7 @@ func (cc *clientConn) gather(c *chunk) int {
 		}
 		select {
 		case c = <-cc.sendq:
+			cc.queued.Add(-1)
 			continue
 		default:
 		}
@@ -128,8 +174,9 @@ func (cc *clientConn) claim(c *chunk) (reqHeader, bool) {
 }
 
 // markSent moves the batch's WRITE chunks on once their payload is out:
-// to sent, or, when already answered or interrupted, to finished.
-func (cc *clientConn) markSent() {
+// to sent, or, when already answered or interrupted, to finished: it
+// returns those, for the caller to finish once it let go of wmu.
+func (cc *clientConn) markSent() []*chunk {
 	var answered []*chunk
 	reset := false
 	cc.mu.Lock()
@@ -159,7 +206,5 @@ func (cc *clientConn) markSent() {
 	}
 	cc.mu.Unlock()
 	clear(cc.sending)
-	for _, c := range answered {
-		c.finish(c.answer)
-	}
+	return answered
 }

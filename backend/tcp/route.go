@@ -243,10 +243,8 @@ func (r *route) heartbeat(now time.Time) {
 			return
 		}
 		if silent >= cfg.HeartbeatInterval {
-			select {
-			case cc.sendq <- pingChunk:
-			default: // the queue is busy: the writer is alive and so is the traffic
-			}
+			// A full queue: the writer is alive and so is the traffic.
+			_ = cc.push(pingChunk)
 		}
 	}
 }
