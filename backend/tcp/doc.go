@@ -19,7 +19,11 @@
 // socket with writev and read straight into the requester's memory. Each
 // side reads a connection through a 4 KiB buffer that grows to 64 KiB
 // for a burst (reader.go): one read then takes in a batch of small frames,
-// and the owner answers the batch with one writev. Every
+// and the owner answers the batch with one writev. A connection's frames
+// are written by its writer goroutine, which gathers what many posters
+// queued into one writev; an operation alone in flight, of at most 64 KiB,
+// is written by its poster instead (client_write.go), in posting order
+// still. Every
 // header field is validated: a malformed header closes the connection, a
 // request that fails the key, access or bounds check is answered with its
 // error code and changes nothing.
