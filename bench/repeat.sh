@@ -44,21 +44,21 @@ done
 first="$dir/run-1.json"
 echo "placement: $(jq -r .placement "$first"); backend $(jq -r .backend "$first"); conns $(jq -r .conns "$first"); concurrency $(jq -r .concurrency "$first"); GOMAXPROCS $(jq -r .gomaxprocs "$first"); $runs runs"
 echo
-echo "| size | op | ours MiB/s (median) | plain TCP MiB/s (median) | ratio: median (min–max) |"
-echo "|---|---|---|---|---|"
-jq -s -r '
+# median, and numbers with two or one decimals, for both tables below
+defs='
   def med: sort | if length % 2 == 1 then .[length/2|floor] else (.[length/2-1] + .[length/2]) / 2 end;
   def f2: . * 100 | round / 100 | tostring | if test("\\.") then (if test("\\.[0-9]$") then . + "0" else . end) else . + ".00" end;
   def f1: . * 10 | round / 10 | tostring | if test("\\.") then . else . + ".0" end;
+'
+echo "| size | op | ours MiB/s (median) | plain TCP MiB/s (median) | ratio: median (min–max) |"
+echo "|---|---|---|---|---|"
+jq -s -r "$defs"'
   (.[0].throughput | map({size, op})) as $rows
   | $rows[] as $r
   | [ .[] | .throughput[] | select(.size == $r.size and .op == $r.op) ] as $m
   | "| \($r.size) | \($r.op) | \($m | map(.ours_mib_s) | med | f1) | \($m | map(.tcp_mib_s) | med | f1) | **\($m | map(.ratio) | med | f2)** (\($m | map(.ratio) | min | f2)–\($m | map(.ratio) | max | f2)) |"
 ' "$dir"/run-*.json
-jq -s -r '
-  def med: sort | if length % 2 == 1 then .[length/2|floor] else (.[length/2-1] + .[length/2]) / 2 end;
-  def f2: . * 100 | round / 100 | tostring | if test("\\.") then (if test("\\.[0-9]$") then . + "0" else . end) else . + ".00" end;
-  def f1: . * 10 | round / 10 | tostring | if test("\\.") then . else . + ".0" end;
+jq -s -r "$defs"'
   (if .[0].latency then
     "| 8B get p50, 1 in flight | latency | \(map(.latency.ours_p50_us) | med | f1) µs | \(map(.latency.tcp_p50_us) | med | f1) µs (ping-pong) | **\(map(.latency.ratio_p50) | med | f2)** (\(map(.latency.ratio_p50) | min | f2)–\(map(.latency.ratio_p50) | max | f2)) |"
    else empty end),
