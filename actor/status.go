@@ -16,19 +16,12 @@ const maxStatusBuffers = 1024
 // status builds the status reply.
 func (m *Manager) status() *rdmapb.StatusResponse {
 	st := m.reg.Stats()
-	sv := m.Served()
 	resp := &rdmapb.StatusResponse{
-		ManagerId:       m.id,
-		Address:         m.sys.Address(),
-		Backend:         m.kinds(),
-		DataAddr:        m.dataAddr(),
-		RegisteredBytes: st.Bytes,
-		ServedOps:       sv.Ops,
-		ServedBytesIn:   sv.BytesIn,
-		ServedBytesOut:  sv.BytesOut,
-		RejectedOps:     sv.Rejected,
-		AuthFailures:    sv.AuthFail + m.authFailures.Load(),
-
+		ManagerId:          m.id,
+		Address:            m.sys.Address(),
+		Backend:            m.kinds(),
+		DataAddr:           m.dataAddr(),
+		RegisteredBytes:    st.Bytes,
 		Refusals:           m.book.Snapshot(),
 		Goroutines:         uint64(runtime.NumGoroutine()),
 		MaxRegisteredBytes: m.cfg.Limits.MaxBytes,
@@ -57,6 +50,12 @@ func (m *Manager) status() *rdmapb.StatusResponse {
 		resp.Routes = append(resp.Routes, routeStatus(e, refs[i]))
 	}
 	m.statusOps(resp)
+	// The totals are read after the per-peer counters of the inbound
+	// routes (statusOps): both only grow, so no peer's count exceeds the
+	// total in one reply, however fast the peers go.
+	sv := m.Served()
+	resp.ServedOps, resp.ServedBytesIn, resp.ServedBytesOut = sv.Ops, sv.BytesIn, sv.BytesOut
+	resp.RejectedOps, resp.AuthFailures = sv.Rejected, sv.AuthFail+m.authFailures.Load()
 	return resp
 }
 
