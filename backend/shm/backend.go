@@ -147,16 +147,19 @@ func (b *Backend) ServedByPeer() map[uint64]backend.PeerServedStats {
 	defer b.mu.Unlock()
 	out := make(map[uint64]backend.PeerServedStats)
 	for c := range b.conns {
-		if c.peerID == 0 {
+		c.mu.Lock() // authenticate sets peerID under it
+		peer := c.peerID
+		c.mu.Unlock()
+		if peer == 0 {
 			continue
 		}
-		cs, p := c.served(), out[c.peerID]
+		cs, p := c.served(), out[peer]
 		p.Ops += cs.Ops
 		p.BytesIn += cs.BytesIn
 		p.BytesOut += cs.BytesOut
 		p.Rejected += cs.Rejected
 		p.Conns++
-		out[c.peerID] = p
+		out[peer] = p
 	}
 	return out
 }
