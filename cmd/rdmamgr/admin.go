@@ -17,10 +17,6 @@ import (
 	"github.com/rdmamgr/rdmamgr/node"
 )
 
-// defaultMetricsListen is the admin listener of serve: loopback only, next
-// to the default actor port 8090.
-const defaultMetricsListen = "127.0.0.1:8091"
-
 // adminServer serves /metrics, /healthz, /readyz and /debug/pprof/ for
 // one manager.
 type adminServer struct {

@@ -29,8 +29,11 @@ type common struct {
 	chunk    string
 	limits   limitFlags
 	rdma     ibverbs.Config
+	shmUIDs  uidList        // --shm-allow-uid
 	metrics  *actor.Metrics // given to the manager startNode builds
 	net      netFlags       // hosts.go: TLS, --advertise, --data-tls, etcd
+	// dataListen is serve --data-listen ("": next to the actor system).
+	dataListen string
 }
 
 // registerLog adds --log-level (default def, as the command uses it) and
@@ -44,20 +47,22 @@ func (c *common) registerLog(fs *flag.FlagSet, def string) {
 // registerManager adds the flags of a command that runs a manager.
 func (c *common) registerManager(fs *flag.FlagSet) {
 	fs.StringVar(&c.backend, "backend", "auto", "data planes, chosen per peer: auto (shm for a peer on this host, else ibverbs where usable, else tcp), shm (shm, else tcp), ibverbs (ibverbs, else tcp) or tcp; status and the log say which each route uses and why")
-	fs.StringVar(&c.secret, "secret-file", "", "`file` holding the deployment's shared secret (≥16 bytes); routes and data connections prove it. Without it, managers bind to loopback only")
+	fs.StringVar(&c.secret, "secret-file", "", "`file` holding the deployment's shared secret (≥16 bytes); routes and data connections prove it. It does not replace TLS: without --tls-* a daemon serves loopback only, with or without a secret")
 	c.rdma = ibverbs.DefaultConfig()
 	fs.StringVar(&c.rdma.Device, "rdma-device", "", "RDMA `device` (default: the first with an active port)")
 	fs.IntVar(&c.rdma.Port, "rdma-port", 0, "RDMA `port` (default: the first active one)")
 	fs.IntVar(&c.rdma.GIDIndex, "rdma-gid-index", -1, "GID `index` (-1: the first RoCE v2 GID with an IPv4 address, else 0)")
 	fs.StringVar(&c.chunk, "chunk", "", "TCP: operations larger than this `size` are split and striped over the route's connections (default 1MiB)")
 	fs.StringVar(&c.sockbuf, "sockbuf", "", "TCP socket send/receive buffer `size` for data connections (e.g. 4MiB; default: the kernel's autotuning)")
+	fs.Var(&c.shmUIDs, "shm-allow-uid", "shm: user `ids` or names (comma separated) whose processes may map this manager's memory, besides its own uid; others get TCP (anyone allowed can read all of its pooled memory)")
 	fs.IntVar(&c.conns, "conns", tcp.DefaultConfig().ConnsPerRoute, "TCP connections per route")
 	c.registerMaxMsg(fs)
 	c.net.register(fs)
 }
 
 func (c *common) registerMaxMsg(fs *flag.FlagSet) {
-	fs.IntVar(&c.maxMsg, "max-message-size", actor.DefaultMaxMessageSize, "largest control message in `bytes` (gRPC limit on both sides)")
+	c.maxMsg = actor.DefaultMaxMessageSize
+	fs.Var(sizeInt{&c.maxMsg, 1 << 30}, "max-message-size", "largest control message, a `size` (gRPC limit on both sides)")
 }
 
 // logLevel is a flag.Value that accepts only zerolog's level names.

@@ -27,16 +27,21 @@ type limitFlags struct {
 	maxRoutes         int
 	handshakesPerPeer int
 	remote            remoteguard.Config
+	// defaults of the size flags as printed by -h: a flag left at its
+	// default is not passed on, so that the library derives it (a smaller
+	// --max-registered clamps --max-region and --max-remote).
+	defRegion, defRemote, defRegistered string
 }
 
 func (l *limitFlags) register(fs *flag.FlagSet) {
 	d := actor.DefaultLimits()
-	fs.StringVar(&l.maxRegistered, "max-registered", fmtSize(d.MaxBytes),
+	l.defRegistered, l.defRegion, l.defRemote = fmtSize(d.MaxBytes), fmtSize(d.MaxRegion), fmtSize(actor.DefaultMaxRemoteBytes())
+	fs.StringVar(&l.maxRegistered, "max-registered", l.defRegistered,
 		fmt.Sprintf("most bytes the manager registers in all (%d%% of physical memory)", actor.DefaultRegisteredShare))
-	fs.StringVar(&l.maxRegion, "max-region", fmtSize(d.MaxRegion), "largest single buffer (a quarter of physical memory)")
+	fs.StringVar(&l.maxRegion, "max-region", l.defRegion, "largest single buffer (a quarter of physical memory, at most --max-registered)")
 	fs.IntVar(&l.maxRegions, "max-regions", d.MaxRegions, "most registered regions (16384, or a quarter of vm.max_map_count if lower)")
-	fs.StringVar(&l.maxRemote, "max-remote", fmtSize(actor.DefaultMaxRemoteBytes()),
-		"most bytes remote peers may hold through request_buffer at once (a quarter of physical memory)")
+	fs.StringVar(&l.maxRemote, "max-remote", l.defRemote,
+		"most bytes remote peers may hold through request_buffer at once (a quarter of physical memory, at most --max-registered)")
 	fs.IntVar(&l.maxRemotePerPeer, "max-remote-buffers", actor.DefaultMaxRemoteBuffersPerPeer, "most buffers one remote peer may hold")
 	fs.DurationVar(&l.remoteLease, "remote-lease", actor.DefaultRemoteLease, "lease given to buffers remote peers request without one (0: none)")
 	fs.IntVar(&l.maxRoutes, "max-routes", actor.DefaultMaxRoutes, "most routes to peers")
@@ -50,12 +55,12 @@ func (l *limitFlags) register(fs *flag.FlagSet) {
 
 func (l *limitFlags) apply(cfg *actor.Config) error {
 	for _, f := range []struct {
-		name, v string
-		dst     *uint64
-	}{{"max-registered", l.maxRegistered, &cfg.Limits.MaxBytes}, {"max-region", l.maxRegion, &cfg.Limits.MaxRegion},
-		{"max-remote", l.maxRemote, &cfg.MaxRemoteBytes}} {
-		if f.v == "" {
-			continue
+		name, v, def string
+		dst          *uint64
+	}{{"max-registered", l.maxRegistered, l.defRegistered, &cfg.Limits.MaxBytes}, {"max-region", l.maxRegion, l.defRegion, &cfg.Limits.MaxRegion},
+		{"max-remote", l.maxRemote, l.defRemote, &cfg.MaxRemoteBytes}} {
+		if f.v == "" || f.v == f.def {
+			continue // the library's default, clamped to --max-registered
 		}
 		n, err := parseSize(f.v)
 		if err != nil {

@@ -61,9 +61,11 @@ func (c *common) nodeConfig(listen string, slogger *slog.Logger, name string, wi
 		return node.Config{}, usagef("--backend %q: want auto, shm, ibverbs or tcp", c.backend)
 	}
 	cfg.Backend, cfg.IBVerbs = backend.Kind(c.backend), c.rdma
+	cfg.SHM.AllowUIDs = c.shmUIDs
 	if err := c.tcpConfig(&cfg.TCP); err != nil {
 		return node.Config{}, err
 	}
+	cfg.TCP.ListenAddr = c.dataListen
 	cfg.Manager = actor.Config{Name: name, Secret: secret, MaxMessageSize: c.maxMsg, Logger: slogger, Metrics: c.metrics}
 	if err := c.limits.apply(&cfg.Manager); err != nil {
 		return node.Config{}, err
@@ -102,12 +104,39 @@ func loopbackOnly(listen string, nf *netFlags, log *slog.Logger) string {
 	if err != nil {
 		return listen
 	}
-	if ip := net.ParseIP(strings.Trim(host, "[]")); ((ip != nil && ip.IsLoopback()) || host == "localhost") && nf.advertise == "" {
+	if isLoopbackHost(host) && nf.advertise == "" {
 		return listen
 	}
 	log.Warn("no --tls-ca/--tls-cert/--tls-key: binding to loopback only; make credentials with 'rdmamgr certs' to serve other hosts", "asked", listen, "advertise", nf.advertise)
 	nf.advertise = ""
 	return net.JoinHostPort("127.0.0.1", port)
+}
+
+// isLoopbackHost reports whether host (of HOST:PORT, maybe bracketed) is a
+// loopback address or "localhost".
+func isLoopbackHost(host string) bool {
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return (ip != nil && ip.IsLoopback()) || host == "localhost"
+}
+
+// checkServeReach refuses a daemon asked to serve other hosts without TLS
+// credentials: it could only bind loopback, and a unit that reports ready
+// yet no other host can reach is worse than one that does not start.
+func checkServeReach(flagName, listen string, nf *netFlags) error {
+	if nf.tlsCA != "" || nf.tlsCert != "" || nf.tlsKey != "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil // normalizeListen said so already
+	}
+	if !isLoopbackHost(host) {
+		return refusef("--%s %s serves other hosts, which needs --tls-ca, --tls-cert and --tls-key (make them with 'rdmamgr certs'); without them listen on loopback (127.0.0.1:PORT)", flagName, listen)
+	}
+	if nf.advertise != "" {
+		return refusef("--advertise %s needs --tls-ca, --tls-cert and --tls-key (make them with 'rdmamgr certs'); without them a daemon serves this host only", nf.advertise)
+	}
+	return nil
 }
 
 func peerPID(addr, name string) (*protoactor.PID, error) {

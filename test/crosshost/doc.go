@@ -11,7 +11,7 @@
 //     every pair of hosts, and with --data-tls.
 //   - TestHostileAcrossHosts: a peer without credentials, or with a
 //     certificate from another CA, gets no buffer, queue pair or status; a
-//     manager without credentials binds loopback only; a loopback reply
+//     daemon without credentials refuses a wildcard bind; a loopback reply
 //     address toward another host is refused at once.
 //   - TestKillRestartAcrossHosts and TestSoakAcrossHosts: SIGKILL and
 //     restart at the same address; bounded verified load from two hosts.

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr/internal/proc"
+)
+
+// refusal is a daemon that refuses its flags: exit 2, one line, nothing on
+// stdout (issue 23).
+func refusal(args []string, msg ...string) cliCase {
+	return cliCase{args: args, code: 2, stderrHas: msg, stderrNot: []string{"Run 'rdmamgr help"}, stderrMax: 1, stdoutNone: true}
+}
+
+// Issue 23, point by point: flags a daemon cannot honour are refused at
+// once; env values and flag values mean what the README says.
+func TestDeployFlags(t *testing.T) {
+	cases := map[string]cliCase{
+		// 1: a non-loopback --listen without TLS bound 127.0.0.1 quietly.
+		"serve_wildcard_without_tls":  refusal([]string{"serve", "--listen", "0.0.0.0:0"}, "--listen 0.0.0.0:0", "--tls-ca"),
+		"serve_port_only_without_tls": refusal([]string{"serve", "--listen", ":0"}, "--tls-ca"),
+		"serve_advertise_without_tls": refusal([]string{"serve", "--listen", "127.0.0.1:0", "--advertise", "10.0.0.1"}, "--advertise 10.0.0.1"),
+		"serve_secret_is_not_tls": refusal([]string{"serve", "--listen", "0.0.0.0:0", "--secret-file", "/nonexistent"},
+			"--tls-ca"),
+		"secret_help_says_no_tls": {args: []string{"help", "serve"}, stdoutHas: []string{"It does not replace TLS"},
+			stdoutNot: []string{"Without it, managers bind to loopback only"}},
+		// 3: --data-listen; a wildcard one needs TLS as --listen does.
+		"serve_data_listen_wildcard_without_tls": refusal([]string{"serve", "--data-listen", "0.0.0.0:0"}, "--data-listen"),
+		"serve_data_listen_bad":                  usageErr([]string{"serve", "--data-listen", "nope"}, `--data-listen "nope"`),
+		// 2: --shm-allow-uid takes ids and names.
+		"shm_allow_uid_bad": usageErr([]string{"serve", "--shm-allow-uid", "no-such-user-xyz"}, "no such user"),
+		// 10: sizes, bare seconds, yes/no.
+		"max_message_size_takes_sizes": usageErr([]string{"serve", "--max-message-size", "2GiB"}, "want a size from 1B to 1GiB"),
+		"watch_bare_seconds":           usageErr([]string{"status", "--watch", "-2", "--peer", "127.0.0.1:1"}, "--watch -2s"),
+		"data_tls_yes_from_env": {args: []string{"serve"}, env: map[string]string{"RDMAMGR_DATA_TLS": "yes"}, code: 2,
+			stderrHas: []string{"--data-tls needs --tls-ca"}, stderrNot: []string{"parse error"}},
+		"data_tls_bad_from_env": {args: []string{"serve"}, env: map[string]string{"RDMAMGR_DATA_TLS": "maybe"}, code: 2,
+			stderrHas: []string{"RDMAMGR_DATA_TLS", "yes/no"}},
+	}
+	for name, c := range cases {
+		t.Run(name, c.run)
+	}
+}
+
+// An empty RDMAMGR_* variable sets its flag to "" (RDMAMGR_METRICS_LISTEN=
+// turns the admin listener off; ff skipped empty values), and is ignored
+// for a flag that takes a number; a flag on the command line wins.
+func TestEmptyEnvMeansEmpty(t *testing.T) {
+	t.Setenv("RDMAMGR_METRICS_LISTEN", "")
+	t.Setenv("RDMAMGR_CONNS", "")
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	ml := fs.String("metrics-listen", "auto", "")
+	conns := fs.Int("conns", 4, "")
+	emptyEnv(fs)
+	if *ml != "" || *conns != 4 {
+		t.Errorf("RDMAMGR_METRICS_LISTEN= RDMAMGR_CONNS=: --metrics-listen %q --conns %d, want \"\" and 4", *ml, *conns)
+	}
+	fs = flag.NewFlagSet("serve", flag.ContinueOnError)
+	ml = fs.String("metrics-listen", "auto", "")
+	if err := fs.Parse([]string{"--metrics-listen", "127.0.0.1:0"}); err != nil {
+		t.Fatal(err)
+	}
+	emptyEnv(fs)
+	if *ml != "127.0.0.1:0" {
+		t.Errorf("flag lost to an empty variable: %q", *ml)
+	}
+}
+
+// --max-registered clamps --max-region and --max-remote left at their
+// defaults: the CLI does not pass its own defaults over the library's
+// clamp.
+func TestMaxRegisteredClamps(t *testing.T) {
+	var l limitFlags
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	l.register(fs)
+	if err := fs.Parse([]string{"--max-registered", "64MiB"}); err != nil {
+		t.Fatal(err)
+	}
+	var cfg actor.Config
+	if err := l.apply(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Limits.MaxBytes != 64<<20 || cfg.Limits.MaxRegion != 0 || cfg.MaxRemoteBytes != 0 {
+		t.Errorf("--max-registered 64MiB: registered %d region %d remote %d; want 64MiB and both left to the library (0)",
+			cfg.Limits.MaxBytes, cfg.Limits.MaxRegion, cfg.MaxRemoteBytes)
+	}
+	fs = flag.NewFlagSet("serve", flag.ContinueOnError)
+	l = limitFlags{}
+	l.register(fs)
+	if err := fs.Parse([]string{"--max-registered", "64MiB", "--max-region", "1MiB"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg = actor.Config{}
+	if err := l.apply(&cfg); err != nil || cfg.Limits.MaxRegion != 1<<20 {
+		t.Errorf("--max-region 1MiB: %d, %v", cfg.Limits.MaxRegion, err)
+	}
+}
+
+// The admin listener's default never stops a second daemon: the --listen
+// port + 1, or a free port for port 0.
+func TestAdminFor(t *testing.T) {
+	for listen, want := range map[string]string{
+		"127.0.0.1:8090": "127.0.0.1:8091", "0.0.0.0:9000": "127.0.0.1:9001", "[::]:7000": "127.0.0.1:7001",
+		"127.0.0.1:0": "127.0.0.1:0", "127.0.0.1:65535": "127.0.0.1:0",
+	} {
+		if got := adminFor(listen); got != want {
+			t.Errorf("adminFor(%s) = %s, want %s", listen, got, want)
+		}
+	}
+}
+
+// Daemons with the default admin listener (no --metrics-listen): one at
+// port P serves it at P+1; one whose P+1 is taken, and two at port 0, all
+// start (a second daemon used to fail on 127.0.0.1:8091).
+func TestSecondDaemonStartsWithDefaultAdmin(t *testing.T) {
+	env := []string{"RDMAMGR_METRICS_LISTEN=auto"}
+	serveAuto := func(listen string) *daemon {
+		t.Helper()
+		args := []string{"serve", "--listen", listen, "--log-level", "info"}
+		d := &daemon{stderr: &proc.Buffer{}}
+		p, err := proc.Start(context.Background(), proc.Spec{Name: "serve", Path: testBinary(t), Args: args, Env: env, Stderr: d.stderr})
+		if err != nil {
+			t.Fatalf("serve %v: %v\nstderr:\n%s", args, err, d.stderr)
+		}
+		d.Proc, d.addr = p, p.Addr
+		t.Cleanup(func() { d.stop(t) })
+		waitFor(t, "the serving line", func() bool { return metricsRE.MatchString(d.stderr.String()) })
+		d.metrics = metricsRE.FindStringSubmatch(d.stderr.String())[1]
+		return d
+	}
+	a, b := serveAuto("127.0.0.1:0"), serveAuto("127.0.0.1:0")
+	if a.metrics == b.metrics {
+		t.Fatalf("two daemons at port 0 share admin %s", a.metrics)
+	}
+	// A port P with P+1 free: admin at P+1. Then P+1 held by us: a free one.
+	var held net.Listener
+	var port int
+	for range 50 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port = ln.Addr().(*net.TCPAddr).Port
+		probe, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port-1))
+		if err == nil {
+			probe.Close()
+			held = ln
+			break
+		}
+		ln.Close()
+	}
+	if held == nil {
+		t.Skip("no two adjacent free ports")
+	}
+	defer held.Close()
+	c := serveAuto("127.0.0.1:" + strconv.Itoa(port-1))
+	if c.metrics == "" || c.metrics == held.Addr().String() {
+		t.Errorf("daemon next to a taken admin port: metrics %q\n%s", c.metrics, c.stderr)
+	}
+	if !strings.Contains(c.stderr.String(), "admin port taken") {
+		t.Errorf("no warning naming the taken admin port:\n%s", c.stderr)
+	}
+	held.Close()
+	_ = c.Stop(20 * time.Second)
+	d := serveAuto("127.0.0.1:" + strconv.Itoa(port-1))
+	if want := "127.0.0.1:" + strconv.Itoa(port); d.metrics != want {
+		t.Errorf("--listen 127.0.0.1:%d: admin %s, want %s", port-1, d.metrics, want)
+	}
+}
+
+// TestSystemdUnitDeploys: contrib/rdmamgr.service loads its TLS credentials and secret with
+// LoadCredential=, names the uids shm serves, scores ≤ 3.0 in
+// systemd-analyze security, and its ExecStart line starts a daemon.
+func TestSystemdUnitDeploys(t *testing.T) {
+	unit, err := os.ReadFile(filepath.Join(repoRoot, "contrib/rdmamgr.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := string(unit)
+	for _, want := range []string{"LoadCredential=ca.crt:", "LoadCredential=host.crt:", "LoadCredential=host.key:", "LoadCredential=secret:",
+		"RDMAMGR_SHM_ALLOW_UID", "Type=notify"} {
+		if !strings.Contains(u, want) {
+			t.Errorf("unit lacks %s", want)
+		}
+	}
+	exec1 := regexp.MustCompile(`(?m)^ExecStart=(\S+) (.*)$`).FindStringSubmatch(u)
+	if exec1 == nil {
+		t.Fatal("unit has no ExecStart=")
+	}
+	args := strings.Fields(exec1[2])
+	for _, f := range []string{"--tls-ca", "--tls-cert", "--tls-key", "--secret-file"} {
+		if v := lastValue(args, f); !strings.HasPrefix(v, "${CREDENTIALS_DIRECTORY}/") {
+			t.Errorf("ExecStart %s %q: want a file under ${CREDENTIALS_DIRECTORY}", f, v)
+		}
+	}
+	listen := lastValue(args, "--listen")
+	if host, _, _ := strings.Cut(listen, ":"); host != "0.0.0.0" && host != "" {
+		t.Errorf("ExecStart --listen %s: the unit serves other hosts", listen)
+	}
+
+	if path, err := exec.LookPath("systemd-analyze"); err != nil {
+		t.Log("no systemd-analyze: exposure not checked")
+	} else {
+		out, _ := exec.Command(path, "security", "--offline=yes", "--no-pager", filepath.Join(repoRoot, "contrib/rdmamgr.service")).CombinedOutput()
+		m := regexp.MustCompile(`Overall exposure level for \S+: ([0-9.]+)`).FindSubmatch(out)
+		if m == nil {
+			t.Fatalf("systemd-analyze security: no score:\n%s", out)
+		}
+		if score, _ := strconv.ParseFloat(string(m[1]), 64); score > 3.0 {
+			t.Errorf("systemd-analyze security rates the unit %.1f, want ≤ 3.0:\n%s", score, out)
+		}
+	}
+
+	// The ExecStart line, with the credentials systemd would hand it and
+	// on a free loopback port, starts a daemon.
+	creds := t.TempDir()
+	var so, se bytes.Buffer
+	if code := runCtx(context.Background(), []string{"certs", "--dir", creds, "--host", "host=127.0.0.1"}, &env{stdout: &so, stderr: &se}); code != 0 {
+		t.Fatalf("certs: %d %s", code, se.String())
+	}
+	if err := os.WriteFile(filepath.Join(creds, "secret"), []byte("a unit test secret of enough bytes\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var run []string
+	for i := 1; i < len(args); i++ { // args[0] is "serve"
+		if args[i] == "--listen" {
+			i++
+			continue
+		}
+		run = append(run, strings.ReplaceAll(args[i], "${CREDENTIALS_DIRECTORY}", creds))
+	}
+	d := startDaemonEnv(t, []string{"RDMAMGR_SHM_ALLOW_UID="}, run...)
+	if !strings.Contains(d.stderr.String(), `"serving"`) {
+		t.Errorf("unit's daemon did not log serving:\n%s", d.stderr)
+	}
+}
