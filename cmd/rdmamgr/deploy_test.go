@@ -246,3 +246,54 @@ func TestSystemdUnitDeploys(t *testing.T) {
 		t.Errorf("unit's daemon did not log serving:\n%s", d.stderr)
 	}
 }
+
+// makeTestCerts makes a CA and a certificate for 127.0.0.1 and returns the
+// --tls-* flags.
+func makeTestCerts(t *testing.T) []string {
+	t.Helper()
+	dir := t.TempDir()
+	var so, se bytes.Buffer
+	if code := runCtx(context.Background(), []string{"certs", "--dir", dir, "--host", "h=127.0.0.1"}, &env{stdout: &so, stderr: &se}); code != 0 {
+		t.Fatalf("certs: %d %s", code, se.String())
+	}
+	return []string{"--tls-ca", filepath.Join(dir, "ca.crt"), "--tls-cert", filepath.Join(dir, "h.crt"), "--tls-key", filepath.Join(dir, "h.key")}
+}
+
+// The client says what went wrong, at once, and a healthy TLS server
+// counts no refusal for the CLI's probe (issue 23 points 4 and 5: each
+// printed "no answer within --timeout", and every status or bench counted
+// a "tls" refusal).
+func TestClientSaysWhatWentWrong(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mine, other := makeTestCerts(t), makeTestCerts(t)
+	d := startDaemon(t, mine...)
+	plain := startDaemon(t)
+	st := func(peer string, extra ...string) (string, string, int) {
+		return runBin(t, ctx, append([]string{"status", "--peer", peer, "--timeout", "30s"}, extra...)...)
+	}
+	for range 2 {
+		if out, errOut, code := st(d.addr, mine...); code != 0 {
+			t.Fatalf("status with the right credentials: exit %d\n%s%s", code, out, errOut)
+		}
+	}
+	out, _, _ := st(d.addr, mine...)
+	if strings.Contains(out, " tls ") || regexp.MustCompile(`(?m)^\s+tls\s+\d`).MatchString(out) {
+		t.Errorf("status counted TLS refusals for the CLI's own probes:\n%s", out)
+	}
+	for name, c := range map[string]struct {
+		peer  string
+		flags []string
+		want  string
+	}{
+		"no credentials":     {d.addr, nil, "requires TLS"},
+		"another CA":         {d.addr, other, "not signed by --tls-ca"},
+		"TLS to a plain one": {plain.addr, mine, "does not speak TLS"},
+		"nothing listening":  {"127.0.0.1:1", nil, "connection refused"},
+	} {
+		_, errOut, code := st(c.peer, c.flags...)
+		if code != 1 || !strings.Contains(errOut, c.want) || strings.Contains(errOut, "no answer within") {
+			t.Errorf("%s: exit %d, want 1 and %q:\n%s", name, code, c.want, errOut)
+		}
+	}
+}

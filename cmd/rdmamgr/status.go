@@ -7,9 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/actor"
@@ -71,7 +69,7 @@ func status(ctx context.Context, e *env, a *statusArgs) error {
 	qctx, cancel := context.WithTimeout(ctx, a.timeout)
 	pid, lis, err := a.c.net.peerAndListen(qctx, a.peer, a.peerName, a.listen, sl)
 	if err == nil {
-		err = probe(qctx, pid.Address)
+		err = probe(qctx, pid.Address, &a.c.net)
 	}
 	cancel()
 	if err != nil {
@@ -113,23 +111,6 @@ func (a *statusArgs) query(ctx context.Context, e *env, client *actor.Client) er
 			fmt.Fprintln(e.stdout)
 		}
 	}
-}
-
-// probe connects to the manager's address once, so that a refused or
-// unreachable address is reported as such at once instead of as a
-// timeout of the request.
-func probe(ctx context.Context, addr string) error {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
-	switch {
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("%s: connection refused (is a manager serving there?)", addr)
-	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%s: no connection within --timeout", addr)
-	case err != nil:
-		return fmt.Errorf("%s: %w", addr, err)
-	}
-	return c.Close()
 }
 
 func printStatus(e *env, st *rdmapb.StatusResponse, asJSON bool) error {
