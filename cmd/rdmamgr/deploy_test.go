@@ -297,3 +297,67 @@ func TestClientSaysWhatWentWrong(t *testing.T) {
 		}
 	}
 }
+
+// certs refuses a Go package directory or a git work tree without --force
+// (the README had it write ca.key into the package certs/), and writes
+// keys 0600, also over an existing file of a wider mode.
+func TestCertsKeepsKeysOutOfRepositories(t *testing.T) {
+	root := t.TempDir()
+	pkg := filepath.Join(root, "pkg")
+	repo := filepath.Join(root, "repo")
+	for _, d := range []string{pkg, filepath.Join(repo, ".git")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(pkg, "x.go"), []byte("package pkg\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	usageErr([]string{"certs", "--dir", pkg, "--host", "h"}, "a Go package directory").run(t)
+	usageErr([]string{"certs", "--dir", filepath.Join(repo, "tls"), "--host", "h"}, "git work tree").run(t)
+	usageErr([]string{"certs", "--host", "h"}, "--dir is required").run(t)
+	if _, err := os.Stat(filepath.Join(pkg, "ca.key")); err == nil {
+		t.Fatal("refused certs wrote ca.key")
+	}
+	out := filepath.Join(root, "tls")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(out, "h.key"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cliCase{args: []string{"certs", "--dir", out, "--host", "h"}, stdoutHas: []string{"h.key"}}.run(t)
+	cliCase{args: []string{"certs", "--dir", filepath.Join(repo, "tls"), "--host", "h", "--force"}, stdoutHas: []string{"h.key"}}.run(t)
+	for _, f := range []string{filepath.Join(out, "ca.key"), filepath.Join(out, "h.key"), filepath.Join(repo, "tls", "h.key")} {
+		st, err := os.Stat(f)
+		if err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v, mode %v; want 0600", f, err, st.Mode().Perm())
+		}
+	}
+	ign, err := os.ReadFile(filepath.Join(repoRoot, ".gitignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/secret", "*.key", "/tls/"} {
+		if !strings.Contains(string(ign), p+"\n") {
+			t.Errorf(".gitignore lacks %s", p)
+		}
+	}
+}
+
+// serve warns on a secret or key its group or others can read (the
+// README's recipe made a 0644 secret, silently).
+func TestServeWarnsOnReadableSecret(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("a readable secret of enough bytes\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(secret, 0o644); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	d := startDaemon(t, "--secret-file", secret)
+	waitFor(t, "the serving line", func() bool { return strings.Contains(d.stderr.String(), "serving") })
+	if !strings.Contains(d.stderr.String(), "readable by group or others") {
+		t.Errorf("no warning for a 0644 secret:\n%s", d.stderr)
+	}
+}

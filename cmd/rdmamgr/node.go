@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +42,10 @@ func (c *common) nodeConfig(listen string, slogger *slog.Logger, name string, wi
 	}
 	if err := c.net.load(); err != nil {
 		return node.Config{}, err
+	}
+	if withManager {
+		warnReadable(slogger, "--secret-file", c.secret)
+		warnReadable(slogger, "--tls-key", c.net.tlsKey)
 	}
 	if c.net.creds == nil && withManager {
 		listen = loopbackOnly(listen, &c.net, slogger)
@@ -110,6 +116,19 @@ func loopbackOnly(listen string, nf *netFlags, log *slog.Logger) string {
 	log.Warn("no --tls-ca/--tls-cert/--tls-key: binding to loopback only; make credentials with 'rdmamgr certs' to serve other hosts", "asked", listen, "advertise", nf.advertise)
 	nf.advertise = ""
 	return net.JoinHostPort("127.0.0.1", port)
+}
+
+// warnReadable warns when file (a secret or a private key) is readable by
+// its group or others: anyone who reads it joins the deployment.
+func warnReadable(log *slog.Logger, flagName, file string) {
+	if file == "" {
+		return
+	}
+	st, err := os.Stat(file)
+	if err != nil || st.Mode().Perm()&0o077 == 0 {
+		return
+	}
+	log.Warn(flagName+" file is readable by group or others; chmod 600 it", "file", file, "mode", fmt.Sprintf("%#o", st.Mode().Perm()))
 }
 
 // isLoopbackHost reports whether host (of HOST:PORT, maybe bracketed) is a
