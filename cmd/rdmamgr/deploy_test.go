@@ -46,6 +46,7 @@ func TestDeployFlags(t *testing.T) {
 		"watch_bare_seconds":           usageErr([]string{"status", "--watch", "-2", "--peer", "127.0.0.1:1"}, "--watch -2s"),
 		"data_tls_yes_from_env": {args: []string{"serve"}, env: map[string]string{"RDMAMGR_DATA_TLS": "yes"}, code: 2,
 			stderrHas: []string{"--data-tls needs --tls-ca"}, stderrNot: []string{"parse error"}},
+		"version_revision_and_backends": {args: []string{"version"}, stdoutHas: []string{"backends tcp shm", "\nrevision "}},
 		"data_tls_bad_from_env": {args: []string{"serve"}, env: map[string]string{"RDMAMGR_DATA_TLS": "maybe"}, code: 2,
 			stderrHas: []string{"RDMAMGR_DATA_TLS", "yes/no"}},
 	}
