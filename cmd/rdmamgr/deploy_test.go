@@ -93,6 +93,9 @@ func TestMaxRegisteredClamps(t *testing.T) {
 	if err := l.apply(&cfg); err != nil {
 		t.Fatal(err)
 	}
+	if cfg.RouteLinger != actor.DefaultRouteLinger {
+		t.Errorf("--route-linger default: %v", cfg.RouteLinger)
+	}
 	if cfg.Limits.MaxBytes != 64<<20 || cfg.Limits.MaxRegion != 0 || cfg.MaxRemoteBytes != 0 {
 		t.Errorf("--max-registered 64MiB: registered %d region %d remote %d; want 64MiB and both left to the library (0)",
 			cfg.Limits.MaxBytes, cfg.Limits.MaxRegion, cfg.MaxRemoteBytes)

@@ -26,6 +26,7 @@ type limitFlags struct {
 	remoteLease       time.Duration
 	maxRoutes         int
 	handshakesPerPeer int
+	routeLinger       time.Duration
 	remote            remoteguard.Config
 	// defaults of the size flags as printed by -h: a flag left at its
 	// default is not passed on, so that the library derives it (a smaller
@@ -46,6 +47,7 @@ func (l *limitFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&l.remoteLease, "remote-lease", actor.DefaultRemoteLease, "lease given to buffers remote peers request without one (0: none)")
 	fs.IntVar(&l.maxRoutes, "max-routes", actor.DefaultMaxRoutes, "most routes to peers")
 	fs.IntVar(&l.handshakesPerPeer, "handshakes-per-peer", actor.DefaultHandshakesPerPeer, "most route handshakes accepted from one peer per 30 s")
+	fs.DurationVar(&l.routeLinger, "route-linger", actor.DefaultRouteLinger, "how long a route outlives its last queue pair, for the next one to reuse (0: closes with it)")
 	r := remoteguard.DefaultConfig()
 	fs.IntVar(&l.remote.MaxConns, "grpc-max-conns", r.MaxConns, "most control (gRPC) connections served at once")
 	fs.IntVar(&l.remote.MaxConnsPerIP, "grpc-max-conns-per-ip", r.MaxConnsPerIP, "most control connections from one address")
@@ -85,5 +87,9 @@ func (l *limitFlags) apply(cfg *actor.Config) error {
 	}
 	cfg.MaxRoutes = l.maxRoutes
 	cfg.HandshakesPerPeer = l.handshakesPerPeer
+	cfg.RouteLinger = l.routeLinger
+	if l.routeLinger <= 0 {
+		cfg.RouteLinger = -1 // asked for none
+	}
 	return nil
 }
