@@ -59,4 +59,14 @@
 // Start panics); a wildcard bind advertises a routable address of this
 // host, never the wildcard (addr.go). Package node wires this package,
 // the manager and the backends together; most callers want node.Start.
+//
+// grpc's global logger: protoactor's remote.Start, which Start calls,
+// replaces it (grpclog.SetLoggerV2) with a plain store that grpc's
+// goroutines read unsynchronised. Start therefore orders itself after the
+// previous remote's start (serving.go) and Stop waits for every connection
+// it opened (stop.go): remotes that all start before any gRPC traffic, or
+// run one at a time, do not race. But a Start while any gRPC runs in the
+// process (another remote's connections, the program's own gRPC) is a
+// data race, which only calling remote.Start once per process before any
+// gRPC, or never, avoids (issue 22; package node's doc has the designs).
 package remoteguard
