@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"net"
 	"sync"
 	"testing"
@@ -35,39 +34,78 @@ func TestStartWhileGRPCTalks(t *testing.T) {
 	if !isolated(t) {
 		return
 	}
+	grpcTalk(t, false)
+}
+
+// The way round the race until it is fixed (doc.go): every node of the
+// process starts before any of them, or the program's own gRPC, talks;
+// then they all talk. remoteguard.Start orders the starts among themselves
+// (its probe), and everything that reads grpc's logger starts after the
+// last write. Under -race this reports no data race.
+func TestStartBeforeGRPCTalks(t *testing.T) {
+	if !isolated(t) {
+		return
+	}
+	grpcTalk(t, true)
+}
+
+// grpcTalk starts four nodes, a plain gRPC server (grpc's health service)
+// with clients of the program's own, and has them all talk: each node
+// pings the one before it, one client calls on one connection and one on
+// a new connection per call (connection state changes are what grpc logs
+// most, through channelz). With startFirst every node starts before
+// anything talks; without, the first node starts, the gRPC clients talk,
+// and every later node starts while all before it talk. It returns once
+// every talker has done a few rounds.
+func grpcTalk(t *testing.T, startFirst bool) {
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
-
-	// The first node, then the program's own gRPC server and client.
-	a := startNode(t, Config{Backend: backend.KindTCP})
-	target := healthServer(t)
-	var wg sync.WaitGroup
+	var wg, warm sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
 	talk := func(what string, f func() error) {
 		wg.Add(1)
+		warm.Add(1)
 		go func() {
 			defer wg.Done()
+			rounds := 0
+			defer func() {
+				if rounds < 3 {
+					warm.Done()
+				}
+			}()
 			for ctx.Err() == nil {
 				if err := f(); err != nil && ctx.Err() == nil {
 					t.Errorf("%s: %v", what, err)
 					return
 				}
+				if rounds++; rounds == 3 {
+					warm.Done()
+				}
 			}
 		}()
 	}
+	const count = 4
+	var nodes []*Node
+	start := func() { nodes = append(nodes, startNode(t, Config{Backend: backend.KindTCP})) }
+	start()
+	if startFirst {
+		for len(nodes) < count {
+			start()
+		}
+	}
+
+	target := healthServer(t)
 	cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cc.Close()
+	t.Cleanup(func() { cc.Close() }) // after the talkers end
 	hc := healthpb.NewHealthClient(cc)
 	talk("health check", func() error {
 		_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
 		return err
 	})
-	// A client connection per call: connection state changes are what
-	// grpc logs (channelz) most.
 	talk("health check on a new connection", func() error {
 		c, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -78,25 +116,20 @@ func TestStartWhileGRPCTalks(t *testing.T) {
 		return err
 	})
 
-	// A second node talks with the first; then more nodes start while
-	// they all talk, and each joins in.
-	nodes := []*Node{a}
-	for range 3 {
-		n := startNode(t, Config{Backend: backend.KindTCP})
-		peer := nodes[len(nodes)-1]
+	for i := 1; i < count; i++ {
+		if !startFirst {
+			start()
+		}
+		n, peer := nodes[i], nodes[i-1]
 		talk("ping "+peer.Addr(), func() error {
 			_, err := n.ClientOf(peer.Addr(), "").Ping(ctx)
-			if errors.Is(err, context.Canceled) {
-				return nil
-			}
 			return err
 		})
 		if _, err := peer.ClientOf(n.Addr(), "").Ping(ctx); err != nil {
 			t.Fatal(err)
 		}
-		nodes = append(nodes, n)
 	}
-	cancel()
+	warm.Wait()
 }
 
 // healthServer runs a plain gRPC server (grpc's health service) on a
