@@ -28,9 +28,6 @@ import (
 // grpclog.SetLoggerV2 under remoteguard.Start and grpc's channelz and
 // transport goroutines); it is skipped until the fix (doc.go).
 func TestStartWhileGRPCTalks(t *testing.T) {
-	t.Skip("known data race (issue 22): node.Start calls protoactor's remote.Start, " +
-		"which writes grpc's global logger while other nodes' and the program's own gRPC " +
-		"goroutines read it; fixed only by one remote per process or a transport of our own (node/doc.go)")
 	if !isolated(t) {
 		return
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/remote"
 
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -175,7 +174,7 @@ func (f benchFigures) check(t *testing.T, b *legitBench, phase string) {
 // test's node.
 type attacker struct {
 	sys  *protoactor.ActorSystem
-	r    *remote.Remote
+	r    *remoteguard.Remote
 	addr string
 }
 
