@@ -40,45 +40,11 @@
 // system are shut down. The node's methods hand out typed clients, so a
 // program needs no protoactor import to use the whole stack.
 //
-// Known data race (issue 22), not fixed yet: a Start while gRPC runs in
-// the process. Each Start starts a protoactor remote (remoteguard.Start),
-// and protoactor's remote.Start replaces grpc's global logger
-// (grpclog.SetLoggerV2, remote/server.go:61) with a plain store, on every
-// start, in every release. Every grpc goroutine of the process reads that
-// global when it logs or checks a verbosity (transports, channelz on each
-// connection state change): those of the nodes already talking and those
-// of the program's own gRPC clients and servers. So under the race detector
-// a Start while any of them runs is a data race (TestStartWhileGRPCTalks
-// reports it on every run; it is skipped until the fix). Until then: start
-// the nodes a process needs before they or the program's own gRPC talk, or
-// run one node per process, as the rdmamgr daemon does.
-//
-// No ordering of starts fixes it. The race detector, like the memory
-// model, needs each write ordered before or after every read, and grpc's
-// goroutines read without taking anything a starter could take too. A
-// start is ordered with a goroutine only if it comes before the goroutine
-// is created, or after its end and synchronised with it (remoteguard's
-// start probe and Stop's wait do the latter between one remote's start and
-// the next's: nodes started and closed one after another are clean). "No
-// other remote is live" is not enough either, as the program's own gRPC
-// reads the logger too. What is race-free is one remote.Start per process,
-// before any gRPC of the process starts, or none at all:
-//
-//   - One remote per process (issue 22's suggestion): the first Start
-//     starts a shared actor system and remote, and every later node adds a
-//     manager under a name of its own (DefaultName for the first) to it.
-//     The nodes of a process then share Addr, the listen address, TLS and
-//     the gRPC caps (a Start with different ones fails); peers name a
-//     manager by address and name (ManagerRef carries both; --peer
-//     host:port means DefaultName); nodes of one process reach each other
-//     in-process, as local callers; and Close stops the node's manager but
-//     not the shared remote, since restarting it writes the logger again.
-//     The program's own gRPC must still start after its first node.
-//   - A transport of our own in place of remote.Remote, on protoactor's
-//     exported parts (the Remoting gRPC service, Serialize/Deserialize, the
-//     process registry's address resolver): per-node remotes and this API
-//     stay, and nothing writes the logger, at the cost of re-implementing
-//     protoactor's endpoint manager, writers, reader and watchers.
-//
-// A patched copy of protoactor is not an option (no forks in this tree).
+// Nodes may start and close at any time, any number per process, while
+// other nodes and the program's own gRPC talk: the control plane runs on
+// remoteguard's transport of protoactor's Remoting protocol, which writes
+// no gRPC global. (protoactor's own remote.Start replaces grpc's global
+// logger on every start, a data race with every gRPC goroutine of the
+// process that no start order avoids; TestStartWhileGRPCTalks checks the
+// start-while-talking case under -race.)
 package node

@@ -16,45 +16,23 @@ import (
 
 // Nodes start while other nodes of the process, and a plain gRPC client
 // of the program's own, talk: under -race this must report no data race.
-//
-// protoactor's remote.Start writes grpc's global logger
-// (grpclog.SetLoggerV2, remote/server.go:61) without synchronisation, and
-// every grpc goroutine reads it when it logs: the transports of the nodes
-// already talking and those of the program's own client. A node whose
-// start calls remote.Start while they run is a data race (issue 22). The
-// test fails under -race on every run while node.Start calls remote.Start
-// per node (checked: with the Skip removed, `go test -race -run
-// TestStartWhileGRPCTalks ./node/` reports races between
-// grpclog.SetLoggerV2 under remoteguard.Start and grpc's channelz and
-// transport goroutines); it is skipped until the fix (doc.go).
+// protoactor's remote.Start writes grpc's global logger on every start,
+// which every grpc goroutine reads: with node.Start on protoactor's remote
+// this reported races between grpclog.SetLoggerV2 and grpc's channelz and
+// transport goroutines on every run (issue 22). remoteguard's own transport
+// writes no gRPC global.
 func TestStartWhileGRPCTalks(t *testing.T) {
-	if !isolated(t) {
-		return
-	}
-	grpcTalk(t, false)
-}
-
-// The way round the race until it is fixed (doc.go): every node of the
-// process starts before any of them, or the program's own gRPC, talks;
-// then they all talk. remoteguard.Start orders the starts among themselves
-// (its probe), and everything that reads grpc's logger starts after the
-// last write. Under -race this reports no data race.
-func TestStartBeforeGRPCTalks(t *testing.T) {
-	if !isolated(t) {
-		return
-	}
-	grpcTalk(t, true)
+	grpcTalk(t)
 }
 
 // grpcTalk starts four nodes, a plain gRPC server (grpc's health service)
 // with clients of the program's own, and has them all talk: each node
 // pings the one before it, one client calls on one connection and one on
 // a new connection per call (connection state changes are what grpc logs
-// most, through channelz). With startFirst every node starts before
-// anything talks; without, the first node starts, the gRPC clients talk,
+// most, through channelz). The first node starts, the gRPC clients talk,
 // and every later node starts while all before it talk. It returns once
 // every talker has done a few rounds.
-func grpcTalk(t *testing.T, startFirst bool) {
+func grpcTalk(t *testing.T) {
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
 	var wg, warm sync.WaitGroup
@@ -86,11 +64,6 @@ func grpcTalk(t *testing.T, startFirst bool) {
 	var nodes []*Node
 	start := func() { nodes = append(nodes, startNode(t, Config{Backend: backend.KindTCP})) }
 	start()
-	if startFirst {
-		for len(nodes) < count {
-			start()
-		}
-	}
 
 	target := healthServer(t)
 	cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -114,9 +87,7 @@ func grpcTalk(t *testing.T, startFirst bool) {
 	})
 
 	for i := 1; i < count; i++ {
-		if !startFirst {
-			start()
-		}
+		start()
 		n, peer := nodes[i], nodes[i-1]
 		talk("ping "+peer.Addr(), func() error {
 			_, err := n.ClientOf(peer.Addr(), "").Ping(ctx)

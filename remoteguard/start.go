@@ -43,9 +43,8 @@ func Start(sys *protoactor.ActorSystem, addr string, cfg Config, opts ...Option)
 	if err != nil {
 		return nil, "", err
 	}
-	probe := newProber()
 	r = newRemote(sys,
-		append(cfg.serverOptions(book, o.serverCredentials(book), probe), g.serverOptions()...),
+		append(cfg.serverOptions(book, o.serverCredentials(book)), g.serverOptions()...),
 		cfg.dialOptions(o.dialCredentials(), streamsOf(sys)),
 		endpointBatch)
 	advertised, err = r.serve(net.JoinHostPort(strings.Trim(host, "[]"), strconv.Itoa(port)), adv)
@@ -54,11 +53,6 @@ func Start(sys *protoactor.ActorSystem, addr string, cfg Config, opts ...Option)
 		streamSets.Delete(sys) // stop.go
 		return nil, "", err
 	}
-	if port == 0 {
-		_, p, _ := net.SplitHostPort(advertised)
-		port, _ = strconv.Atoi(p)
-	}
-	probe.await(host, port) // serving.go
 	return r, advertised, nil
 }
 

@@ -180,11 +180,7 @@ type attacker struct {
 
 // theAttacker is the test process's one attacker, which TestMain starts
 // right after the test's node, before any test talks, and the attack tests
-// share (each attacks a victim of its own). protoactor's remote.Start
-// writes grpc's global logger, which every grpc goroutine reads: an
-// attacker started in a test, while the test's node talks to the victim
-// (beginAttack's legitimate client), was a data race (issue 22; node's
-// doc).
+// share (each attacks a victim of its own).
 var theAttacker *attacker
 
 func startAttacker() (*attacker, error) {
