@@ -8,6 +8,8 @@ import (
 	protoactor "github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 	"google.golang.org/grpc"
+
+	"github.com/rdmamgr/rdmamgr/internal/control"
 )
 
 // Remote is the control transport of one actor system: a gRPC server that
@@ -28,6 +30,7 @@ type Remote struct {
 	batch   int
 	queue   int
 	serveWG sync.WaitGroup // the server's Serve goroutine
+	unreach *control.Unreachable
 
 	mu     sync.Mutex
 	eps    map[string]*endpoint // guarded by mu: live client endpoints by address
@@ -43,7 +46,8 @@ const maxQueued = 1 << 16
 // peers with dialOpts, sending at most batch envelopes per gRPC message.
 // It does no I/O.
 func newRemote(sys *protoactor.ActorSystem, srvOpts []grpc.ServerOption, dialOpts []grpc.DialOption, batch int) *Remote {
-	r := &Remote{sys: sys, dial: dialOpts, batch: batch, queue: maxQueued, eps: make(map[string]*endpoint)}
+	r := &Remote{sys: sys, dial: dialOpts, batch: batch, queue: maxQueued, eps: make(map[string]*endpoint),
+		unreach: control.UnreachableOf(sys)}
 	r.srv = grpc.NewServer(srvOpts...)
 	remote.RegisterRemotingServer(r.srv, &reader{r: r})
 	return r

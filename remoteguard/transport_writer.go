@@ -9,6 +9,7 @@ import (
 	protoactor "github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -157,11 +158,14 @@ func (ep *endpoint) serve() error {
 	defer conn.Close()
 	stream, err := remote.NewRemotingClient(conn).Receive(ep.ctx)
 	if err != nil {
+		ep.r.unreach.Note(ep.addr, whyUnreachable(err))
 		return err
 	}
 	if err := ep.connect(stream); err != nil {
+		ep.r.unreach.Note(ep.addr, whyUnreachable(err))
 		return err
 	}
+	ep.r.unreach.Note(ep.addr, nil)
 	broken := make(chan error, 1)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -255,6 +259,15 @@ func (ep *endpoint) sendBatch(stream remote.Remoting_ReceiveClient, msgs []*outM
 		for _, m := range sent {
 			ep.r.deadLetter(m)
 		}
+	}
+	return err
+}
+
+// whyUnreachable is err as a caller should read it: a gRPC status's
+// message (the dial or handshake error) without the status wrapping.
+func whyUnreachable(err error) error {
+	if s, ok := status.FromError(err); ok && s.Message() != "" {
+		return errors.New(s.Message())
 	}
 	return err
 }
