@@ -22,4 +22,3 @@ func prometheusRegistry(t *testing.T, n *Node) *prometheus.Registry {
 	}
 	return reg
 }
-
