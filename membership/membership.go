@@ -21,6 +21,7 @@ package membership
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +49,10 @@ type Member struct {
 	Manager string `json:"manager"` // actor name of the manager
 	Data    string `json:"data,omitempty"`
 	ID      string `json:"id,omitempty"`
+	// Cert (base64 DER) and Sig (base64) sign the record with the
+	// member's own key (sign.go), when the registry has an Identity.
+	Cert string `json:"cert,omitempty"`
+	Sig  string `json:"sig,omitempty"`
 }
 
 // Config says which etcd and which cluster.
@@ -55,7 +60,16 @@ type Config struct {
 	Endpoints []string // etcd client URLs or host:port
 	Cluster   string   // default "default"
 	TTL       time.Duration
-	TLS       *tls.Config // to etcd; nil for plain gRPC
+	// TLS is for the connection to etcd (nil: plain gRPC). Run etcd with
+	// --client-cert-auth and the deployment CA, and give each member its
+	// own certificate here: then only members can write records.
+	TLS *tls.Config
+	// Identity, when set, signs our records (its certificate's name must
+	// be the member's name). Roots, when set, is the CA records must be
+	// signed under: records that do not verify (sign.go) are ignored by
+	// List, Watch and Follow, and refused by Lookup with ErrForged.
+	Identity *tls.Certificate
+	Roots    *x509.CertPool
 	// DialTimeout bounds connecting to etcd (5 s).
 	DialTimeout time.Duration
 	Logger      *slog.Logger
@@ -119,7 +133,7 @@ func (r *Registry) Lookup(ctx context.Context, name string) (Member, error) {
 	if len(resp.Kvs) == 0 {
 		return Member{}, fmt.Errorf("%q in cluster %q: %w", name, r.cfg.Cluster, ErrNotFound)
 	}
-	return decode(resp.Kvs[0].Value)
+	return r.decode(string(resp.Kvs[0].Key), resp.Kvs[0].Value)
 }
 
 // List returns the members, by name.
@@ -130,18 +144,25 @@ func (r *Registry) List(ctx context.Context) ([]Member, error) {
 	}
 	var ms []Member
 	for _, kv := range resp.Kvs {
-		if m, err := decode(kv.Value); err == nil {
-			ms = append(ms, m)
+		m, err := r.decode(string(kv.Key), kv.Value)
+		if err != nil {
+			r.cfg.Logger.Warn("membership: ignored a record", "key", string(kv.Key), "err", err)
+			continue
 		}
+		ms = append(ms, m)
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
 	return ms, nil
 }
 
-func decode(v []byte) (Member, error) {
+// decode decodes and verifies (sign.go) the record under key.
+func (r *Registry) decode(key string, v []byte) (Member, error) {
 	var m Member
 	if err := json.Unmarshal(v, &m); err != nil {
-		return Member{}, fmt.Errorf("membership: bad record: %w", err)
+		return Member{}, fmt.Errorf("membership: bad record: %v: %w", err, ErrForged)
+	}
+	if err := r.verify(strings.TrimPrefix(key, r.prefix()), m); err != nil {
+		return Member{}, fmt.Errorf("membership: %w", err)
 	}
 	return m, nil
 }
@@ -180,7 +201,7 @@ func (r *Registry) Watch(ctx context.Context, f func(Event)) error {
 			for _, ev := range wr.Events {
 				var prev *Member
 				if ev.PrevKv != nil {
-					if m, err := decode(ev.PrevKv.Value); err == nil {
+					if m, err := r.decode(string(ev.PrevKv.Key), ev.PrevKv.Value); err == nil {
 						prev = &m
 					}
 				}
@@ -190,8 +211,9 @@ func (r *Registry) Watch(ctx context.Context, f func(Event)) error {
 						f(Event{Left: true, Member: *prev})
 					}
 				case clientv3.EventTypePut:
-					m, err := decode(ev.Kv.Value)
+					m, err := r.decode(string(ev.Kv.Key), ev.Kv.Value)
 					if err != nil {
+						r.cfg.Logger.Warn("membership: ignored a record that does not verify", "key", string(ev.Kv.Key), "err", err)
 						continue
 					}
 					if prev != nil && prev.Address != m.Address {
