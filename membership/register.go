@@ -17,7 +17,7 @@ type Registration struct {
 	m      Member
 	life   context.Context // ends at Close: ends the keepalive
 	cancel context.CancelFunc
-	done   chan struct{}   // closed when keep and defend have returned
+	done   chan struct{} // closed when keep and defend have returned
 	wg     sync.WaitGroup
 
 	mu       sync.Mutex // guards the fields below

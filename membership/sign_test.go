@@ -57,8 +57,8 @@ func TestSignedRecords(t *testing.T) {
 	base := Config{Endpoints: []string{ep}, Cluster: "t", TTL: 5 * time.Second, DialTimeout: time.Second}
 	withID := func(id *tls.Certificate) Config { c := base; c.Identity, c.Roots = id, roots; return c }
 	ra := openT(t, ctx, withID(idA))
-	rv := openT(t, ctx, withID(nil))  // a follower: verifies, signs nothing
-	attacker := openT(t, ctx, base) // writes what it likes
+	rv := openT(t, ctx, withID(nil)) // a follower: verifies, signs nothing
+	attacker := openT(t, ctx, base)  // writes what it likes
 
 	if _, err := ra.Register(ctx, Member{Name: "b", Address: "10.212.0.1:7000", Manager: "m"}); !errors.Is(err, ErrNotOurName) {
 		t.Fatalf("register b with a's certificate: %v, want ErrNotOurName", err)
