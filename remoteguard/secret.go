@@ -40,7 +40,7 @@ var ErrSecret = fmt.Errorf("control connection did not prove the shared secret (
 // The handshake (sizes fixed, 16-byte nonces, MACs of backend.MACSize):
 //
 //	client → server: secretMagic, client nonce
-//	server → client: server nonce, MAC("control server", cn, sn)
+//	server → client: secretMagic, server nonce, MAC("control server", cn, sn)
 //	client → server: MAC("control client", cn, sn)
 //
 // Each side checks the other's MAC under the secret; the secret itself
@@ -95,7 +95,8 @@ func serverProve(conn net.Conn, s Prover) error {
 	cn := hello[len(secretMagic):]
 	sn := make([]byte, secretNonceLen)
 	_, _ = rand.Read(sn)
-	if _, err := conn.Write(append(sn, s.MAC("control server", cn, sn)...)); err != nil {
+	reply := append(append([]byte(secretMagic), sn...), s.MAC("control server", cn, sn)...)
+	if _, err := conn.Write(reply); err != nil {
 		return fmt.Errorf("secret handshake: %v: %w", err, ErrSecret)
 	}
 	mac := make([]byte, secretMACLen)
@@ -125,13 +126,17 @@ func ProveSecret(ctx context.Context, conn net.Conn, s Prover) error {
 	if _, err := conn.Write(append([]byte(secretMagic), cn...)); err != nil {
 		return fmt.Errorf("secret handshake: %v: %w", err, ErrSecret)
 	}
-	reply := make([]byte, secretNonceLen+secretMACLen)
+	reply := make([]byte, len(secretMagic)+secretNonceLen+secretMACLen)
 	if _, err := io.ReadFull(conn, reply); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return fmt.Errorf("the peer closed the connection (no --secret-file there, or TLS?): %w", ErrSecret)
 		}
 		return fmt.Errorf("secret handshake: %v: %w", err, ErrSecret)
 	}
+	if !bytes.Equal(reply[:len(secretMagic)], []byte(secretMagic)) {
+		return fmt.Errorf("the peer does not speak the secret handshake (no --secret-file there, or TLS?): %w", ErrSecret)
+	}
+	reply = reply[len(secretMagic):]
 	sn := reply[:secretNonceLen]
 	if !s.Verify(reply[secretNonceLen:], "control server", cn, sn) {
 		return fmt.Errorf("the peer does not hold our secret: %w", ErrSecret)
@@ -140,4 +145,25 @@ func ProveSecret(ctx context.Context, conn net.Conn, s Prover) error {
 		return fmt.Errorf("secret handshake: %v: %w", err, ErrSecret)
 	}
 	return conn.SetDeadline(time.Time{})
+}
+
+// Sealed reports whether the control plane on conn (a fresh connection)
+// asks for the secret handshake: it sends our hello without a secret and
+// looks for the sealed server's answer. A plain gRPC server answers with
+// its settings, a TLS server with an alert; an error or no answer within
+// ctx (at most 5 s) counts as not sealed. The CLI runs it to say at once
+// why a sealed daemon will refuse a client without --secret-file.
+func Sealed(ctx context.Context, conn net.Conn) bool {
+	dl := time.Now().Add(5 * time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	_ = conn.SetDeadline(dl)
+	defer conn.SetDeadline(time.Time{})
+	if _, err := conn.Write(append([]byte(secretMagic), make([]byte, secretNonceLen)...)); err != nil {
+		return false
+	}
+	got := make([]byte, len(secretMagic))
+	_, err := io.ReadFull(conn, got)
+	return err == nil && bytes.Equal(got, []byte(secretMagic))
 }

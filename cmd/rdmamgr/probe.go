@@ -30,6 +30,9 @@ func probeAuth(ctx context.Context, c net.Conn, addr string, cm *common) error {
 	}
 	if nf.creds == nil {
 		if cm.secret == "" {
+			if remoteguard.Sealed(ctx, c) {
+				return fmt.Errorf("%s: the peer's control plane is sealed by a shared secret: %w", addr, remoteguard.ErrSecret)
+			}
 			return nil
 		}
 		s, err := backend.LoadSecret(cm.secret)
