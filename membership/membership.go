@@ -9,9 +9,15 @@
 // the registration is made again once etcd is back.
 //
 // The one idea: membership says where a name lives and when it is gone;
-// it grants nothing. The control plane's mutual TLS still decides who may
-// talk, so whoever can write to etcd can point a name elsewhere but cannot
-// pass as a member.
+// it grants nothing. The control plane's mutual TLS decides who may talk. A
+// name is an identity (sign.go): with an Identity a member signs its
+// record with its certificate's key and registers only under the name that
+// certificate carries; with Roots, followers accept only records that
+// verify, so a writer to etcd cannot point a name elsewhere. A member
+// restores its record when another writer overwrites or removes it
+// (defend.go), and followers drop a member's routes only when its record
+// stays gone for LeaveGrace (follow.go). Give etcd TLS with client
+// certificates (Config.TLS) so that only members write at all.
 //
 // It uses go.etcd.io/etcd/client/v3 directly rather than protoactor's
 // cluster (which would bring grains, identity lookup and gossip we do not
