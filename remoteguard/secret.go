@@ -106,7 +106,7 @@ func serverProve(conn net.Conn, s Prover) error {
 	if !s.Verify(mac, "control client", cn, sn) {
 		return fmt.Errorf("wrong MAC: %w", ErrSecret)
 	}
-	return conn.SetDeadline(time.Time{})
+	return nil // gRPC's handshake deadline stays until its preface is read
 }
 
 // ProveSecret runs the client's side of the secret handshake on conn (a
@@ -144,7 +144,8 @@ func ProveSecret(ctx context.Context, conn net.Conn, s Prover) error {
 	if _, err := conn.Write(s.MAC("control client", cn, sn)); err != nil {
 		return fmt.Errorf("secret handshake: %v: %w", err, ErrSecret)
 	}
-	return conn.SetDeadline(time.Time{})
+	_ = conn.SetDeadline(time.Time{})
+	return nil
 }
 
 // Sealed reports whether the control plane on conn (a fresh connection)
