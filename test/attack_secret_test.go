@@ -31,23 +31,23 @@ func TestAttackControlWithoutSecret(t *testing.T) {
 	if st, err := d.client().Status(testCtx(t, 5*time.Second)); err == nil {
 		t.Fatalf("a process without the secret got status: %v", st)
 	}
-	out, err := rdmamgr(t, "status", "--peer", d.addr)
+	out, err := runCLI(t, "status", "--peer", d.addr)
 	if err == nil || !strings.Contains(out, "sealed by a shared secret") || !strings.Contains(out, "--secret-file") {
 		t.Fatalf("status without the secret: %v\n%s", err, out)
 	}
-	out, err = rdmamgr(t, "bench", "--peer", d.addr, "--op", "put", "--size", "64KiB", "--count", "4", "--backend", "tcp",
+	out, err = runCLI(t, "bench", "--peer", d.addr, "--op", "put", "--size", "64KiB", "--count", "4", "--backend", "tcp",
 		"--secret-file", secretFile(t, "somebody else's secret, also long"))
 	if err == nil || !strings.Contains(out, "unauthenticated") {
 		t.Fatalf("bench with a wrong secret: %v\n%s", err, out)
 	}
 
 	// Legitimate: bench and status with the secret; the refusals counted.
-	out, err = rdmamgr(t, "bench", "--peer", d.addr, "--op", "put", "--size", "1MiB", "--count", "32", "--verify",
+	out, err = runCLI(t, "bench", "--peer", d.addr, "--op", "put", "--size", "1MiB", "--count", "32", "--verify",
 		"--backend", "tcp", "--secret-file", good)
 	if err != nil || !strings.Contains(out, "verify: ok") {
 		t.Fatalf("bench with the secret: %v\n%s", err, out)
 	}
-	out, err = rdmamgr(t, "status", "--peer", d.addr, "--secret-file", good, "--json")
+	out, err = runCLI(t, "status", "--peer", d.addr, "--secret-file", good, "--json")
 	if err != nil || !strings.Contains(out, `"secret":`) {
 		t.Fatalf("status with the secret: want refusals under \"secret\": %v\n%s", err, out)
 	}
