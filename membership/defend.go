@@ -18,13 +18,20 @@ import (
 // to handle.
 func (g *Registration) defend(life context.Context) {
 	key := g.r.prefix() + g.m.Name
+	g.mu.Lock()
+	next := g.rev + 1 // nothing between our put and the watch is missed
+	g.mu.Unlock()
 	for life.Err() == nil {
-		wc := g.r.cli.Watch(clientv3.WithRequireLeader(life), key)
+		wc := g.r.cli.Watch(clientv3.WithRequireLeader(life), key, clientv3.WithRev(next))
 		for wr := range wc {
+			if wr.CompactRevision != 0 {
+				next = wr.CompactRevision
+			}
 			if wr.Err() != nil {
 				break
 			}
 			for _, ev := range wr.Events {
+				next = ev.Kv.ModRevision + 1
 				g.mu.Lock()
 				ours := g.value
 				g.mu.Unlock()

@@ -24,6 +24,7 @@ type Registration struct {
 	lease    clientv3.LeaseID
 	value    string // our record as written
 	restored int    // times defend wrote it back
+	rev      int64  // the first registration's revision: defend watches from after it
 }
 
 // Register publishes m under its name with a lease of the registry's TTL
@@ -66,11 +67,15 @@ func (g *Registration) put(ctx context.Context) (<-chan *clientv3.LeaseKeepAlive
 		return nil, fmt.Errorf("membership: lease: %w", err)
 	}
 	v, _ := json.Marshal(g.m)
-	if _, err := r.cli.Put(ctx, r.prefix()+g.m.Name, string(v), clientv3.WithLease(lease.ID)); err != nil {
+	resp, err := r.cli.Put(ctx, r.prefix()+g.m.Name, string(v), clientv3.WithLease(lease.ID))
+	if err != nil {
 		return nil, fmt.Errorf("membership: register %q: %w", g.m.Name, err)
 	}
 	g.mu.Lock()
 	g.lease, g.value = lease.ID, string(v)
+	if g.rev == 0 {
+		g.rev = resp.Header.Revision
+	}
 	g.mu.Unlock()
 	// The keepalive lives as long as the registration, not ctx.
 	return r.cli.KeepAlive(g.life, lease.ID)
