@@ -10,30 +10,6 @@ import (
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
-// The errors of the control plane. They are the module's sentinels
-// (package rdmamgr lists them all) under the names this package has always
-// had.
-var (
-	// ErrUnknownMessage: the manager does not handle the message.
-	ErrUnknownMessage = rdmamgr.ErrUnknownMessage
-	// ErrUnknownPeer: the peer manager could not be reached or named.
-	ErrUnknownPeer = rdmamgr.ErrUnknownPeer
-	// ErrTimeout: no answer from the manager in time.
-	ErrTimeout = rdmamgr.ErrTimeout
-	// ErrNotLocal: the operation needs a manager in this process.
-	ErrNotLocal = rdmamgr.ErrNotLocal
-	// ErrMessageTooLarge: a message over the configured gRPC limit.
-	ErrMessageTooLarge = rdmamgr.ErrMessageTooLarge
-	// ErrClosed: the manager is closed.
-	ErrClosed = rdmamgr.ErrClosed
-	// ErrBadResponse: a reply of the wrong type or shape.
-	ErrBadResponse = rdmamgr.ErrBadResponse
-	// ErrNoReceive: no subscriber or no receive buffer for what a peer sent.
-	ErrNoReceive = rdmamgr.ErrNoReceive
-	// ErrReceiveTooSmall: a message larger than the posted receive buffer.
-	ErrReceiveTooSmall = rdmamgr.ErrReceiveTooSmall
-)
-
 // toError turns a wire Error into a Go error wrapping the matching sentinel
 // (the same one the peer's error wrapped: backend.Sentinel for the data
 // path's codes). Codes that stand for several sentinels wrap all of them,

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
@@ -100,7 +101,7 @@ func TestLandingsPerPeerCapped(t *testing.T) {
 		}
 		stalled = append(stalled, l)
 	}
-	if _, err := m.inbox.Recv(7, 10); !errors.Is(err, backend.ErrLimit) {
+	if _, err := m.inbox.Recv(7, 10); !errors.Is(err, rdmamgr.ErrLimit) {
 		t.Fatalf("landing past the per-peer cap: %v, want ErrLimit", err)
 	}
 	other, err := m.inbox.Recv(8, 10)

@@ -38,9 +38,6 @@ import (
 // DefaultTTL is a member's lease.
 const DefaultTTL = 5 * time.Second
 
-// ErrNotFound means no member has the name. It is rdmamgr.ErrUnknownPeer.
-var ErrNotFound = rdmamgr.ErrUnknownPeer
-
 // Member is what a manager publishes about itself.
 type Member struct {
 	Name    string `json:"name"`
@@ -117,7 +114,7 @@ func (r *Registry) Lookup(ctx context.Context, name string) (Member, error) {
 		return Member{}, fmt.Errorf("membership: lookup %q: %w", name, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return Member{}, fmt.Errorf("%q in cluster %q: %w", name, r.cfg.Cluster, ErrNotFound)
+		return Member{}, fmt.Errorf("%q in cluster %q: %w", name, r.cfg.Cluster, rdmamgr.ErrUnknownPeer)
 	}
 	return decode(resp.Kvs[0].Value)
 }

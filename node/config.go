@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
@@ -75,7 +76,7 @@ func (c Config) withDefaults() (Config, error) {
 	switch c.Backend {
 	case backend.KindTCP, backend.KindIBVerbs, backend.KindSHM, KindAuto:
 	default:
-		return c, fmt.Errorf("backend %q (want auto, shm, ibverbs or tcp): %w", c.Backend, backend.ErrNotSupported)
+		return c, fmt.Errorf("backend %q (want auto, shm, ibverbs or tcp): %w", c.Backend, rdmamgr.ErrNotSupported)
 	}
 	if c.IBVerbs == (ibverbs.Config{}) {
 		c.IBVerbs = ibverbs.DefaultConfig() // GID index auto, not 0

@@ -17,13 +17,13 @@
 //     sentinel, that the daemon's memory is unchanged and that the daemon
 //     still serves puts, gets and status.
 //   - TestPeerKilled takes a daemon away (SIGKILL, SIGTERM) while 4 MiB
-//     transfers are in flight: operations fail with backend.ErrPeerGone (or
+//     transfers are in flight: operations fail with rdmamgr.ErrPeerGone (or
 //     ErrDeadline) and none hangs; a new daemon then works.
 //   - TestPeerStopped freezes a daemon (SIGSTOP) under short deadlines:
-//     operations fail with backend.ErrDeadline, late answers do not touch
+//     operations fail with rdmamgr.ErrDeadline, late answers do not touch
 //     the memory of failed requests, and the daemon is usable once resumed.
 //   - TestDetectHungPeer measures how long a frozen (SIGSTOP) or killed
-//     daemon takes to be found dead (backend.ErrPeerGone) and checks a new
+//     daemon takes to be found dead (rdmamgr.ErrPeerGone) and checks a new
 //     queue pair reaches it again.
 //   - TestSoak runs workers doing random verified puts and gets against
 //     several daemons while one is SIGKILLed and restarted at the same

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
@@ -40,7 +40,7 @@ func TestTokensPerPeer(t *testing.T) {
 		}
 		heavyToks = append(heavyToks, toks...)
 	}
-	if _, err := tokensFor(t, b, heavy, 2); !errors.Is(err, backend.ErrLimit) {
+	if _, err := tokensFor(t, b, heavy, 2); !errors.Is(err, rdmamgr.ErrLimit) {
 		t.Fatalf("tokens past MaxTokensPerPeer: %v, want ErrLimit", err)
 	}
 	if _, err := tokensFor(t, b, light, 2); err != nil {
@@ -60,7 +60,7 @@ func TestTokensPerPeer(t *testing.T) {
 	}
 	// Now heavy 4, light 2, late 2: no one holds more than late would
 	// with two more.
-	if _, err := tokensFor(t, b, late, 2); !errors.Is(err, backend.ErrLimit) {
+	if _, err := tokensFor(t, b, late, 2); !errors.Is(err, rdmamgr.ErrLimit) {
 		t.Fatalf("tokens in a table shared evenly: %v, want ErrLimit", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 )
 
@@ -29,10 +30,10 @@ func (b *Backend) PrepareRoute(ctx context.Context, peerID uint64) (backend.Pend
 	started, closed := b.ln != nil, b.closed
 	b.mu.Unlock()
 	if closed {
-		return nil, nil, backend.ErrClosed
+		return nil, nil, rdmamgr.ErrClosed
 	}
 	if !started {
-		return nil, nil, ErrNotStarted
+		return nil, nil, rdmamgr.ErrNotStarted
 	}
 	return &pendingRoute{b: b, peer: peerID}, encodeInitiatorInfo(b.cfg.ConnsPerRoute), nil
 }
@@ -47,10 +48,10 @@ func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, info []byte) (
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return nil, backend.ErrClosed
+		return nil, rdmamgr.ErrClosed
 	}
 	if b.ln == nil {
-		return nil, ErrNotStarted
+		return nil, rdmamgr.ErrNotStarted
 	}
 	if b.lnErr != nil {
 		return nil, fmt.Errorf("%w: %w", ErrListenerDown, b.lnErr)
@@ -62,10 +63,10 @@ func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, info []byte) (
 	}
 	if held := b.tokensByPeer[peerID]; held+n > b.cfg.MaxTokensPerPeer {
 		return nil, fmt.Errorf("tcp: %d route tokens pending for peer %016x (MaxTokensPerPeer %d): %w",
-			held, peerID, b.cfg.MaxTokensPerPeer, backend.ErrLimit)
+			held, peerID, b.cfg.MaxTokensPerPeer, rdmamgr.ErrLimit)
 	}
 	if len(b.tokens)+n > b.cfg.MaxPendingTokens && !b.evictTokensLocked(peerID, n, len(b.tokens)+n-b.cfg.MaxPendingTokens) {
-		return nil, fmt.Errorf("tcp: %d route tokens pending: %w", len(b.tokens), backend.ErrLimit)
+		return nil, fmt.Errorf("tcp: %d route tokens pending: %w", len(b.tokens), rdmamgr.ErrLimit)
 	}
 	tokens := make([][tokenSize]byte, n)
 	for i := range tokens {

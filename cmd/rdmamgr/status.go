@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
@@ -92,7 +93,7 @@ func (a *statusArgs) query(ctx context.Context, e *env, client *actor.Client) er
 		qctx, cancel := context.WithTimeout(ctx, a.timeout)
 		st, err := client.Status(qctx)
 		cancel()
-		if err != nil && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, actor.ErrTimeout)) {
+		if err != nil && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rdmamgr.ErrTimeout)) {
 			return fmt.Errorf("%s: no answer within --timeout %v", a.peer, a.timeout)
 		}
 		if err != nil {
