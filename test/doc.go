@@ -35,6 +35,10 @@
 //     -soak.duration runs it longer (default 40 s).
 //   - TestSharedSecret and TestRemoteCap check --secret-file and
 //     --max-remote across processes.
+//   - TestAttackControlWithoutSecret (issue 24 row 6): a process without the
+//     secret gets no buffer and no status from a --secret-file daemon, the
+//     CLI says the daemon is sealed, a bench with the secret verifies, and a
+//     daemon with neither secret nor TLS warns that it is open.
 //
 // Every test checks that the test's manager holds no route and no memory
 // afterwards; TestMain closes the manager after the tests and fails the run
