@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
@@ -23,7 +24,7 @@ func (b *Backend) serveConn(c net.Conn, ip netip.Addr) {
 	if !ok {
 		return
 	}
-	defer b.authDone()
+	defer b.authDone(peer)
 	_ = c.SetDeadline(time.Time{})
 	setSockopts(c, b.cfg.SocketBuffer)
 	s := &serverConn{b: b, c: c, peer: b.peerJoin(peer), peerID: peer}
@@ -48,7 +49,7 @@ func (b *Backend) serverHello(c net.Conn, ip netip.Addr) (peer uint64, ok bool) 
 	pending := true
 	defer func() {
 		if pending {
-			b.helloDone(ip, false)
+			b.helloDone(ip, 0, false)
 		}
 	}()
 	_ = c.SetDeadline(time.Now().Add(b.cfg.HelloTimeout))
@@ -70,8 +71,8 @@ func (b *Backend) serverHello(c net.Conn, ip netip.Addr) (peer uint64, ok bool) 
 	peer, err := b.checkHello(hello[:], nonce)
 	if err == nil {
 		pending = false
-		if !b.helloDone(ip, true) {
-			err = fmt.Errorf("%d data connections served: %w", b.cfg.MaxServerConns, backend.ErrLimit)
+		if !b.helloDone(ip, peer, true) {
+			err = fmt.Errorf("%d data connections served (at most %d per peer): %w", b.cfg.MaxServerConns, b.cfg.MaxConnsPerPeer, rdmamgr.ErrLimit)
 		}
 	}
 	var ack [helloAckSize]byte
@@ -86,7 +87,7 @@ func (b *Backend) serverHello(c net.Conn, ip netip.Addr) (peer uint64, ok bool) 
 	}
 	encodeHelloAck(ack[:], 0)
 	if _, err := c.Write(ack[:]); err != nil {
-		b.authDone()
+		b.authDone(peer)
 		return 0, false
 	}
 	return peer, true
@@ -102,19 +103,24 @@ func (b *Backend) checkHello(hello []byte, nonce [16]byte) (uint64, error) {
 	if b.cfg.Secret.Enabled() {
 		want := helloMAC(b.cfg.Secret, nonce, tok)
 		if !hmac.Equal(mac[:], want[:]) {
-			return 0, fmt.Errorf("hello does not prove the secret: %w", backend.ErrUnauthenticated)
+			return 0, fmt.Errorf("hello does not prove the secret: %w", rdmamgr.ErrUnauthenticated)
 		}
 	}
 	peer, ok := b.takeToken(tok)
 	if !ok {
-		return 0, fmt.Errorf("unknown, used or expired token: %w", backend.ErrUnauthenticated)
+		return 0, fmt.Errorf("unknown, used or expired token: %w", rdmamgr.ErrUnauthenticated)
 	}
 	return peer, nil
 }
 
-func (b *Backend) authDone() {
+func (b *Backend) authDone(peer uint64) {
 	b.mu.Lock()
 	b.authed--
+	if k := b.authByPeer[peer] - 1; k > 0 {
+		b.authByPeer[peer] = k
+	} else {
+		delete(b.authByPeer, peer)
+	}
 	b.mu.Unlock()
 }
 

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
@@ -44,6 +44,9 @@ type serverConn struct {
 	// flushing: the batch is being written (the write deadline is set
 	// under mu while it is).
 	flushing bool
+	// evicted: closed to make room for another peer (guarded by
+	// Backend.mu; makeRoomLocked).
+	evicted bool
 }
 
 // cut wakes the connection's goroutine if it is blocked in r's memory.
@@ -60,7 +63,7 @@ func (s *serverConn) cut(r *memreg.Region) {
 	// region was revoked or is being released may not wait long for a
 	// peer that stopped reading: a peer that reads gets the rest within
 	// cutGrace, else the write fails and the connection closes.
-	if e := s.b.reg.RemoteErr(r); s.flushing && e != nil && e != buffer.ErrExpired {
+	if e := s.b.reg.RemoteErr(r); s.flushing && e != nil && e != rdmamgr.ErrExpired {
 		for _, g := range s.segs {
 			if g.ref.Region() == r {
 				_ = s.c.SetWriteDeadline(time.Now().Add(cutGrace))
@@ -92,6 +95,15 @@ func (s *serverConn) serve() error {
 	for {
 		if len(s.segs) > 0 && (br.Buffered() == 0 || len(s.segs) >= maxBatchSegs || s.payload >= maxBatchPayload) {
 			if err := s.flush(); err != nil {
+				return err
+			}
+		}
+		if br.Buffered() < reqMaxSize {
+			// Reading the header may wait on the peer: a peer pings an
+			// idle connection every heartbeat, so one silent for
+			// IdleTimeout is gone or hostile, and gives its slot back.
+			// (Payload reads set deadlines of their own.)
+			if err := s.c.SetReadDeadline(time.Now().Add(s.b.cfg.IdleTimeout)); err != nil {
 				return err
 			}
 		}
@@ -190,7 +202,7 @@ func (s *serverConn) cutBeforeFlush() error {
 		if !g.ref.Held() {
 			continue
 		}
-		if e := s.b.reg.RemoteErr(g.ref.Region()); e != nil && e != buffer.ErrExpired {
+		if e := s.b.reg.RemoteErr(g.ref.Region()); e != nil && e != rdmamgr.ErrExpired {
 			return e
 		}
 	}

@@ -6,102 +6,86 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"syscall"
+	"net/netip"
+	"os"
+	"strings"
 	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/certs"
+	"github.com/rdmamgr/rdmamgr/remoteguard"
 )
 
-// probe connects to the manager's control port once, speaking what the
-// manager speaks, so that a mistake is reported at once and by name
-// instead of as a timeout of the request:
-//
-//   - with --tls-*: a full TLS handshake with our credentials (a healthy
-//     TLS server counts no refusal: a bare connect did, as reason "tls"),
-//     telling apart a server without TLS, another deployment's CA and a
-//     certificate that does not name the address;
-//   - without: the HTTP/2 preface, which a plain server answers with its
-//     SETTINGS and a TLS server does not (it requires TLS).
-//
-// A refused or unreachable address fails in the time a connect takes.
-func probe(ctx context.Context, addr string, nf *netFlags) error {
+// probeAuth runs, on the probe's connection c to the peer's control
+// plane, what the control plane will ask of us, so that a refusal is said
+// at once and why, rather than as a request that times out: with TLS, that
+// our certificate names the address we reach the peer from, the TLS
+// handshake (the peer's certificate, and the member's name with --peer
+// NAME), and the peer's verdict on our certificate; without TLS and with
+// --secret-file, the secret handshake.
+func probeAuth(ctx context.Context, c net.Conn, addr string, cm *common) error {
+	nf := &cm.net
 	if err := nf.load(); err != nil {
 		return err
 	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
-	switch {
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("%s: connection refused (is a manager serving there?)", addr)
-	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%s: no connection within --timeout", addr)
-	case err != nil:
-		return fmt.Errorf("%s: %w", addr, err)
-	}
-	defer c.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
-	}
-	_ = c.SetDeadline(deadline)
-	if nf.creds != nil {
-		return probeTLS(c, addr, nf)
-	}
-	return probePlain(c, addr)
-}
-
-// h2Preface is HTTP/2's client connection preface and an empty SETTINGS
-// frame.
-var h2Preface = append([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), 0, 0, 0, 4, 0, 0, 0, 0, 0)
-
-func probePlain(c net.Conn, addr string) error {
-	if _, err := c.Write(h2Preface); err != nil {
-		return fmt.Errorf("%s: %w", addr, err)
-	}
-	var hdr [9]byte
-	_, err := io.ReadFull(c, hdr[:])
-	var ne net.Error
-	switch {
-	case err == nil && hdr[3] == 4: // a SETTINGS frame: plain gRPC
+	if nf.creds == nil {
+		if cm.secret == "" {
+			if remoteguard.Sealed(ctx, c) {
+				return fmt.Errorf("%s: the peer's control plane is sealed by a shared secret: %w", addr, remoteguard.ErrSecret)
+			}
+			return nil
+		}
+		s, err := backend.LoadSecret(cm.secret)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		if err := remoteguard.ProveSecret(ctx, c, s); err != nil {
+			return fmt.Errorf("%s: %w", addr, err)
+		}
 		return nil
-	case err == nil && hdr[0] == 0x15: // a TLS alert record
-		return tlsRequired(addr)
-	case errors.As(err, &ne) && ne.Timeout():
-		return nil // slow, not wrong: the request's own timeout decides
-	case err != nil:
-		return tlsRequired(addr) // closed on our plain-text preface
+	}
+	if ap, err := netip.ParseAddrPort(c.LocalAddr().String()); err == nil && !certs.NamesAddr(nf.creds.Leaf, ap.Addr()) {
+		return fmt.Errorf("%s: %s: %w", addr, certs.HostHint(nf.creds.Leaf, ap.Addr().Unmap()), certs.ErrCertHost)
+	}
+	cfg := nf.clientTLS().Clone()
+	cfg.ServerName, _, _ = net.SplitHostPort(addr)
+	cfg.NextProtos = []string{"h2"}
+	tc := tls.Client(c, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return tlsProbeError(addr, nf.tlsCA, err)
+	}
+	// In TLS 1.3 the server judges our certificate after our side of the
+	// handshake is done: its verdict is its first bytes (gRPC's settings)
+	// or an alert.
+	dl := time.Now().Add(2 * time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	_ = tc.SetReadDeadline(dl)
+	_, err := tc.Read(make([]byte, 1))
+	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && strings.Contains(err.Error(), "remote error") {
+		return fmt.Errorf("%s refused our certificate %q (%v): does it name the address we reach the peer from?", addr, certs.Name(nf.creds.Leaf), err)
 	}
 	return nil
 }
 
-func tlsRequired(addr string) error {
-	return fmt.Errorf("%s requires TLS: give --tls-ca, --tls-cert and --tls-key (rdmamgr certs makes them)", addr)
-}
-
-func probeTLS(c net.Conn, addr string, nf *netFlags) error {
-	cfg := nf.creds.Client.Clone()
-	if cfg.ServerName == "" {
-		host, _, _ := net.SplitHostPort(addr)
-		cfg.ServerName = host
-	}
-	cfg.NextProtos = []string{"h2"}
-	tc := tls.Client(c, cfg)
-	err := tc.Handshake()
-	if err == nil {
-		return nil
-	}
+// tlsProbeError says what a failed TLS handshake with the peer means: a
+// certificate of another deployment's CA, one that does not name the
+// address dialled, or a peer without TLS.
+func tlsProbeError(addr, ca string, err error) error {
 	var ua x509.UnknownAuthorityError
 	var he x509.HostnameError
 	var rh tls.RecordHeaderError
 	switch {
 	case errors.As(err, &ua):
-		return fmt.Errorf("%s: its certificate is not signed by --tls-ca %s (another deployment's CA?)", addr, nf.tlsCA)
+		return fmt.Errorf("%s: its certificate is not signed by --tls-ca %s (another deployment's CA?): %w", addr, ca, err)
 	case errors.As(err, &he):
-		return fmt.Errorf("%s: its certificate is not for this address (it is for %s): use the address the daemon answers at", addr, certNames(he.Certificate))
+		return fmt.Errorf("%s: its certificate is not for this address (it is for %s): use the address the daemon answers at: %w", addr, certNames(he.Certificate), err)
 	case errors.As(err, &rh):
 		return fmt.Errorf("%s does not speak TLS (a daemon without --tls-*): drop --tls-ca, --tls-cert and --tls-key, or give them to the daemon", addr)
 	}
-	return fmt.Errorf("%s: TLS handshake failed (the daemon refused our certificate?): %w", addr, err)
+	return fmt.Errorf("%s: TLS: %w", addr, err)
 }
 
 // certNames lists the names and addresses a certificate is valid for.
@@ -109,13 +93,9 @@ func certNames(c *x509.Certificate) string {
 	if c == nil {
 		return "?"
 	}
-	var s []string
-	s = append(s, c.DNSNames...)
+	s := append([]string(nil), c.DNSNames...)
 	for _, ip := range c.IPAddresses {
 		s = append(s, ip.String())
 	}
-	if len(s) == 0 {
-		return c.Subject.CommonName
-	}
-	return fmt.Sprint(s)
+	return strings.Join(s, ", ")
 }

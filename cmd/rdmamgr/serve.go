@@ -21,12 +21,13 @@ func serveCommand() *command {
 		short:    "run a manager daemon",
 		long: `Runs a manager daemon: the manager actor on --listen, its data listener on the
 same host (a free port, or --data-listen), and an admin listener with /metrics
-(Prometheus), /healthz, /readyz and /debug/pprof/ on 127.0.0.1 at the --listen
-port + 1 (a free port when that one is taken or --listen's port is 0; the
-"serving" line names it; --metrics-listen sets it). Prints "ready ADDR" on
-stdout once peers can reach it and, under systemd Type=notify, sends READY=1.
-SIGINT or SIGTERM stops it (exit 0). A --listen other than loopback needs
---tls-ca, --tls-cert and --tls-key: without them serve refuses to start (exit 2).`,
+(Prometheus), /healthz, /readyz and, with --pprof, /debug/pprof/ on 127.0.0.1
+at the --listen port + 1 (a free port when that one is taken or --listen's
+port is 0; the "serving" line names it; --metrics-listen sets it, an address
+beyond loopback is warned about on stderr). Prints "ready ADDR" on stdout once
+peers can reach it and, under systemd Type=notify, sends READY=1. SIGINT or
+SIGTERM stops it (exit 0). A --listen other than loopback needs --tls-ca,
+--tls-cert and --tls-key: without them serve refuses to start (exit 2).`,
 		interruptOK: true,
 		setup:       serveFlags,
 	}
@@ -34,9 +35,10 @@ SIGINT or SIGTERM stops it (exit 0). A --listen other than loopback needs
 
 func serveFlags(fs *flag.FlagSet) runFunc {
 	listen := fs.String("listen", "127.0.0.1:8090", "actor-system address `HOST:PORT`, :PORT or [::]:PORT (port 0 picks one); the data listener binds the same host")
-	member := fs.String("member", "", "with --etcd: our member `name` in the cluster (default: the host name)")
+	member := fs.String("member", "", "with --etcd: our member `name` in the cluster (default: the name --tls-cert carries, which it must then be; else the host name)")
 	name := fs.String("name", actor.DefaultName, "manager actor `name`")
-	metricsListen := fs.String("metrics-listen", autoMetricsListen, "admin listener `HOST:PORT` for /metrics, /healthz, /readyz, /debug/pprof/ (\"\" or off: none; auto: 127.0.0.1 at the --listen port + 1, or a free port)")
+	metricsListen := fs.String("metrics-listen", autoMetricsListen, "admin listener `HOST:PORT` for /metrics, /healthz, /readyz (\"\" or off: none; auto: 127.0.0.1 at the --listen port + 1, or a free port; beyond loopback: warned)")
+	pprofOn := fs.Bool("pprof", false, "also serve /debug/pprof/ (command line, goroutines, heap, profiles) on the admin listener")
 	dataListen := fs.String("data-listen", "", "data listener `HOST:PORT` (TCP backend; default: the --listen host, a free port); a wildcard host is advertised as --listen's")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the daemon's life to this `file`")
 	var c common
@@ -68,6 +70,7 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 				return usagef("--metrics-listen %q: want HOST:PORT, or \"\" for none", *metricsListen)
 			}
 		}
+		c.pprof = *pprofOn
 		return serve(ctx, e, &c, *listen, *name, *member, *metricsListen, *cpuProfile)
 	}
 }
@@ -88,6 +91,9 @@ func serve(ctx context.Context, e *env, c *common, listen, name, member, metrics
 		return err
 	}
 	defer n.Close()
+	if c.secret == "" && c.net.creds == nil {
+		sl.Warn("no --secret-file and no --tls-*: the control plane is open: any local process may use this daemon (take buffers, queue pairs, status)")
+	}
 	leave, err := c.net.joinCluster(ctx, n, member, sl)
 	if err != nil {
 		return err
@@ -96,9 +102,17 @@ func serve(ctx context.Context, e *env, c *common, listen, name, member, metrics
 	admin := "off"
 	if metricsListen != "" {
 		a := newAdminServer(n.Manager(), metricsRegistry(n, c.metrics))
+		if c.pprof {
+			a.servePprof()
+		}
 		if err := listenAdmin(a, metricsListen, listen, zl); err != nil {
 			return err
 		}
+		asked := metricsListen
+		if asked == autoMetricsListen {
+			asked = a.Addr() // loopback
+		}
+		warnAdminExposure(e.stderr, &zl, asked, a.Addr(), c.pprof)
 		defer a.close() // first: /readyz fails before the manager closes
 		admin = "http://" + a.Addr() + "/metrics"
 	}
