@@ -365,3 +365,23 @@ func TestServeWarnsOnReadableSecret(t *testing.T) {
 		t.Errorf("no warning for a 0644 secret:\n%s", d.stderr)
 	}
 }
+
+// Console log lines carry the date, JSON ones sub-second time (issue 23
+// point 10: "15:04:05" alone, and whole seconds).
+func TestLogTimestamps(t *testing.T) {
+	for _, c := range []struct {
+		json bool
+		re   string
+	}{{false, `^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} `}, {true, `"time":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}`}} {
+		var buf bytes.Buffer
+		cm := common{logLevel: "info", logJSON: c.json}
+		zl, _, err := cm.logger(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zl.Info().Msg("hello")
+		if !regexp.MustCompile(c.re).MatchString(buf.String()) {
+			t.Errorf("json=%v: %q does not match %s", c.json, buf.String(), c.re)
+		}
+	}
+}

@@ -88,6 +88,13 @@ func (l *logLevel) Set(s string) error {
 	return fmt.Errorf("want one of %s", strings.Join(logLevels, ", "))
 }
 
+// Log timestamps: console lines carry the date and milliseconds, JSON
+// lines RFC 3339 with sub-second digits (zerolog's default is seconds).
+const (
+	consoleTime = "2006-01-02 15:04:05.000"
+	jsonTime    = "2006-01-02T15:04:05.000000Z07:00"
+)
+
 // logger returns a zerolog logger on stderr and a slog view of it for the
 // library packages.
 func (c *common) logger(stderr io.Writer) (zerolog.Logger, *slog.Logger, error) {
@@ -97,8 +104,9 @@ func (c *common) logger(stderr io.Writer) (zerolog.Logger, *slog.Logger, error) 
 	}
 	var w io.Writer = stderr
 	if !c.logJSON {
-		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly, NoColor: true}
+		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: consoleTime, NoColor: true}
 	}
+	zerolog.TimeFieldFormat = jsonTime // the CLI's own process: set once per command
 	// Warnings are sampled as a backstop (100 a second): a flood of bad
 	// input must not become a flood of log lines. The refusals themselves
 	// are counted in status, and the manager samples its own lines.
