@@ -40,7 +40,7 @@ const (
 	opCompareSwap = byte(6)
 	opFetchAdd    = byte(7)
 
-	flagImm   = 1 // opSend: the imm field carries an immediate value
+	flagImm = 1 // opSend: the imm field carries an immediate value
 	// flagFirst marks the first frame of a write, read or write-imm split
 	// into chunks: the server counts served operations by it, not frames.
 	flagFirst = 2
