@@ -290,7 +290,7 @@ func TestClientSaysWhatWentWrong(t *testing.T) {
 		flags []string
 		want  string
 	}{
-		"no credentials":     {d.addr, nil, "127.0.0.1"},
+		"no credentials":     {d.addr, nil, "requires TLS"},
 		"another CA":         {d.addr, other, "not signed by --tls-ca"},
 		"TLS to a plain one": {plain.addr, mine, "does not speak TLS"},
 		"nothing listening":  {"127.0.0.1:1", nil, "connection refused"},

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/certs"
 	"github.com/rdmamgr/rdmamgr/remoteguard"
@@ -31,8 +32,12 @@ func probeAuth(ctx context.Context, c net.Conn, addr string, cm *common) error {
 	}
 	if nf.creds == nil {
 		if cm.secret == "" {
-			if remoteguard.Sealed(ctx, c) {
+			sealed, silent := remoteguard.Greet(ctx, c)
+			if sealed {
 				return fmt.Errorf("%s: the peer's control plane is sealed by a shared secret: %w", addr, remoteguard.ErrSecret)
+			}
+			if silent {
+				return fmt.Errorf("%s closed the connection without a word: it requires TLS (give --tls-ca, --tls-cert and --tls-key; rdmamgr certs makes them): %w", addr, rdmamgr.ErrUnauthenticated)
 			}
 			return nil
 		}
