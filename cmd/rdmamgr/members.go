@@ -129,7 +129,7 @@ address, manager, data address and id. 'serve --etcd ... --member NAME'
 registers a member with a lease; '--peer NAME' finds one.`,
 		setup: func(fs *flag.FlagSet) runFunc {
 			var nf netFlags
-			nf.register(fs)
+			nf.registerClient(fs)
 			return func(ctx context.Context, e *env) error {
 				if nf.etcd == "" {
 					return usagef("--etcd is required")

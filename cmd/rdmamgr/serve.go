@@ -44,6 +44,7 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 	var c common
 	c.registerLog(fs, "info")
 	c.registerManager(fs)
+	c.net.registerLease(fs)
 	c.limits.register(fs)
 	return func(ctx context.Context, e *env) error {
 		var err error
