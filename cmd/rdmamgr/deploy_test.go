@@ -383,5 +383,13 @@ func TestLogTimestamps(t *testing.T) {
 		if !regexp.MustCompile(c.re).MatchString(buf.String()) {
 			t.Errorf("json=%v: %q does not match %s", c.json, buf.String(), c.re)
 		}
+		// Durations carry their unit (they were bare milliseconds), through
+		// the slog view the library logs with too.
+		buf.Reset()
+		_, sl, _ := cm.logger(&buf)
+		sl.Info("waited", "took", 1500*time.Millisecond)
+		if !strings.Contains(buf.String(), "1.5s") {
+			t.Errorf("json=%v: a duration without its unit: %q", c.json, buf.String())
+		}
 	}
 }

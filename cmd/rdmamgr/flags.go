@@ -107,6 +107,9 @@ func (c *common) logger(stderr io.Writer) (zerolog.Logger, *slog.Logger, error) 
 		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: consoleTime, NoColor: true}
 	}
 	zerolog.TimeFieldFormat = jsonTime // the CLI's own process: set once per command
+	// Durations with their unit ("1.5s", "250ms"), not a bare number of
+	// milliseconds.
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString
 	// Warnings are sampled as a backstop (100 a second): a flood of bad
 	// input must not become a flood of log lines. The refusals themselves
 	// are counted in status, and the manager samples its own lines.
