@@ -36,9 +36,11 @@ type Backend struct {
 	host [hostIDSize]byte
 	uid  int
 
-	authFail atomic.Uint64
-	inbox    atomic.Pointer[inboxRef] // SetInbox
-	wg       sync.WaitGroup           // the accept loop and the connections
+	authFail      atomic.Uint64
+	refusedAccept atomic.Uint64 // connections refused at accept (caps, users)
+	logs          logs
+	inbox         atomic.Pointer[inboxRef] // SetInbox
+	wg            sync.WaitGroup           // the accept loop and the connections
 
 	mu sync.Mutex // guards the fields below
 	// started and closed: Start ran; Close ran.
@@ -47,7 +49,13 @@ type Backend struct {
 	name            string // abstract socket name, without '@'
 	tokens          map[[tokenSize]byte]token
 	conns           map[*serverConn]struct{}
-	routes          map[*route]struct{} // routes we initiated, until closed
+	// preAuth counts connections in their handshake, preAuthUID per user;
+	// authed those authenticated, authedPeer per peer manager (admit.go).
+	preAuth    int
+	preAuthUID map[uint32]int
+	authed     int
+	authedPeer map[uint64]int
+	routes     map[*route]struct{} // routes we initiated, until closed
 	// gone sums the counters of connections that ended.
 	gone backend.ServedStats
 }
@@ -70,7 +78,7 @@ func New(cfg Config, reg *memreg.Registry, log *slog.Logger) (*Backend, error) {
 	}
 	return &Backend{cfg: cfg.withDefaults(), reg: reg, log: log.With("backend", "shm"), uid: os.Getuid(),
 		tokens: make(map[[tokenSize]byte]token), conns: make(map[*serverConn]struct{}),
-		routes: make(map[*route]struct{})}, nil
+		routes: make(map[*route]struct{}), preAuthUID: make(map[uint32]int), authedPeer: make(map[uint64]int)}, nil
 }
 
 // Kind implements backend.Backend.
@@ -232,6 +240,9 @@ func (b *Backend) newToken(peerID uint64, info *routeInfo) ([tokenSize]byte, err
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if n := b.routesOf(peerID); n >= maxRoutesPerPeer {
+		return tok, fmt.Errorf("shm: peer %016x holds %d routes and tokens, the most allowed: %w", peerID, n, backend.ErrLimit)
+	}
 	if len(b.tokens) >= maxTokens {
 		for k, t := range b.tokens {
 			if now.After(t.expires) {
@@ -246,13 +257,49 @@ func (b *Backend) newToken(peerID uint64, info *routeInfo) ([tokenSize]byte, err
 	return tok, nil
 }
 
-// takeToken removes and returns a live token.
-func (b *Backend) takeToken(tok [tokenSize]byte) (token, bool) {
+// peekToken returns a live token, leaving it in place: a connection that
+// fails to prove it (wrong MAC, process or user) does not use it up, so
+// whoever learnt a token cannot burn the route it was issued for.
+func (b *Backend) peekToken(tok [tokenSize]byte) (token, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	t, ok := b.tokens[tok]
+	if ok && !time.Now().Before(t.expires) {
+		delete(b.tokens, tok)
+		return t, false
+	}
+	return t, ok
+}
+
+// takeToken uses up a token a connection proved, and takes an
+// authenticated slot for its connection; false if the token went
+// meanwhile or the caps are full (the error says which).
+func (b *Backend) takeToken(tok [tokenSize]byte) (token, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.tokens[tok]
+	if !ok {
+		return t, fmt.Errorf("route token already used: %w", backend.ErrUnauthenticated)
+	}
 	delete(b.tokens, tok)
-	return t, ok && time.Now().Before(t.expires)
+	if b.authed >= maxConns {
+		return t, fmt.Errorf("shm: %d connections served, the most allowed: %w", b.authed, backend.ErrLimit)
+	}
+	b.authed++
+	b.authedPeer[t.peerID]++
+	return t, nil
+}
+
+// authedDone gives back an authenticated connection's slot.
+func (b *Backend) authedDone(peer uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.authed--
+	if n := b.authedPeer[peer] - 1; n > 0 {
+		b.authedPeer[peer] = n
+	} else {
+		delete(b.authedPeer, peer)
+	}
 }
 
 func (b *Backend) dropToken(tok [tokenSize]byte) {

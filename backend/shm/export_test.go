@@ -72,3 +72,9 @@ func EncodeEvent(req uint64, slot uint32, region, off, n uint64, imm uint32) []b
 func EncodeSend(req, n uint64, data []byte) []byte {
 	return append(sendHeader(nil, req, n, 0, false), data...)
 }
+
+// Socket caps (admit.go).
+const (
+	MaxPreAuthPerUID = maxPreAuthPerUID
+	MaxRoutesPerPeer = maxRoutesPerPeer
+)
