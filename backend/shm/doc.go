@@ -59,6 +59,15 @@
 // never drop, so its drain is bounded (100 ms: a dead process copies
 // nothing).
 //
+// No peer holds a cut for long: a live peer's count that has not dropped
+// 2 s after the cut (a peer stopped mid-copy, by SIGSTOP or a debugger, or
+// one that writes its table to look busy) ends that peer's connection and
+// lets the reference go. So Revoke and Release return within about 2 s
+// whatever a peer does. The region is then quarantined (memreg): its
+// memory, which the stopped peer may still write when it resumes, is
+// never handed to another buffer. Lease expiry is likewise bounded per
+// region: the manager's reaper releases each expired buffer on its own.
+//
 // # An owner that dies or shrinks its memory cannot crash the initiator
 //
 // Every memfd a peer passes is checked before it is mapped: a regular

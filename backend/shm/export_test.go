@@ -78,3 +78,27 @@ const (
 	MaxPreAuthPerUID = maxPreAuthPerUID
 	MaxRoutesPerPeer = maxRoutesPerPeer
 )
+
+// SetStuckBound sets how long a cut waits for a live peer's copies and
+// returns a func that restores it.
+func SetStuckBound(d time.Duration) func() {
+	old := stuckBound
+	stuckBound = d
+	return func() { stuckBound = old }
+}
+
+// InFlight sums the copies the peers count in flight in the regions they
+// mapped from b (their state tables).
+func (b *Backend) InFlight() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var n uint64
+	for c := range b.conns {
+		c.mu.Lock()
+		for _, e := range c.exports {
+			n += c.table.word(e.slot, wInFlight).Load()
+		}
+		c.mu.Unlock()
+	}
+	return n
+}

@@ -36,6 +36,9 @@ type Region struct {
 	slab     *Slab
 	mapping  []byte
 	exported atomic.Bool // Memfd was called: the fd may have left the process
+	// quarantined: a peer may still write the memory after the region is
+	// freed (Quarantine); it is never handed to another region.
+	quarantined atomic.Bool
 
 	// holds counts the Registers that share this region through the
 	// registration cache (KindUser; 1 otherwise). Guarded by Registry.mu.
@@ -103,6 +106,15 @@ func (r *Region) Memfd() (fd int, off uint64, ok bool) {
 	r.exported.Store(true)
 	return r.fd, r.fdOff, true
 }
+
+// Quarantine marks a region whose memory another process may still write
+// after its release (a peer stopped or hostile mid-copy, that a backend
+// gave up waiting for): when the region is freed, its memory is never
+// given to another region. A pooled region's slot stays taken (its slab
+// stays mapped); a region with a memfd of its own that was exported is
+// never reused anyway. It costs the slot's memory for the life of the
+// process.
+func (r *Region) Quarantine() { r.quarantined.Store(true) }
 
 // Slab returns the slab a pooled region was carved from (nil otherwise).
 func (r *Region) Slab() *Slab { return r.slab }

@@ -252,6 +252,9 @@ func (g *Registry) free(r *Region) {
 		_ = h.DeregisterRegion(r)
 	}
 	switch {
+	case r.slab != nil && r.quarantined.Load():
+		// Another process may still write the slot: it stays taken, and the
+		// slab mapped, until the registry closes.
 	case r.slab != nil:
 		clear(r.mem) // no previous owner's byte in a reused slot
 		if s := g.pool.put(r.slab, r.fdOff); s != nil {
@@ -259,6 +262,8 @@ func (g *Registry) free(r *Region) {
 		}
 	case r.kind == KindAllocated && r.exported.Load():
 		memfdUnmap(r.fd, r.mapping) // another process may hold the fd: never reuse it
+	case r.kind == KindAllocated && r.quarantined.Load():
+		memfdUnmap(r.fd, r.mapping)
 	case r.kind == KindAllocated:
 		g.owned.put(ownedMap{fd: r.fd, mem: r.mapping})
 	case r.kind == KindUser:
