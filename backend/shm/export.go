@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -42,9 +44,11 @@ type export struct {
 
 func u32(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
 
-// mapRegion answers a map request: the region's memfd and its place in
-// it, after the same checks as any remote request (region, key, access,
-// revocation, lease). It returns the reply and the fd to pass (-1: none).
+// mapRegion answers a map request: a memfd holding the region's pages
+// only (memreg's Ref.ExportFD: read-only for a read-only region) and the
+// region's place in it, after the same checks as any remote request
+// (region, key, access, revocation, lease). It returns the reply and the
+// fd to pass (-1: none), which the caller closes once passed.
 func (c *serverConn) mapRegion(m mapMsg) (mappedMsg, int) {
 	rep := mappedMsg{req: m.req}
 	refuse := func(err error) (mappedMsg, int) {
@@ -62,11 +66,18 @@ func (c *serverConn) mapRegion(m mapMsg) (mappedMsg, int) {
 		return refuse(err)
 	}
 	r := ref.Region()
-	fd, off, ok := r.Memfd()
-	if !ok {
+	// Only the region's own pages, with the region's access (memreg).
+	fd, off, err := ref.ExportFD(c.b.reg)
+	if err != nil {
 		ref.Release()
-		return refuse(fmt.Errorf("caller memory: %w", rdmamgr.ErrNotSupported))
+		return refuse(err)
 	}
+	passed := false
+	defer func() {
+		if !passed {
+			unix.Close(fd)
+		}
+	}()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.exports[r.ID()]; e != nil { // mapped again (the peer evicted it): same slot
@@ -94,6 +105,7 @@ func (c *serverConn) mapRegion(m mapMsg) (mappedMsg, int) {
 		rep.slot = slot
 	}
 	rep.off, rep.len, rep.access = off, uint64(r.Len()), r.Access()
+	passed = true
 	return rep, fd
 }
 

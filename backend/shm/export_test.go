@@ -23,6 +23,7 @@ const (
 	MsgWelcome = msgWelcome
 	MsgMap     = msgMap
 	MsgMapped  = msgMapped
+	MsgGone    = msgGone
 	TokenSize  = tokenSize
 )
 

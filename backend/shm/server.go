@@ -177,7 +177,11 @@ func (c *serverConn) handle(p []byte) error {
 			return err
 		}
 		rep, fd := c.mapRegion(m)
-		return writePacket(c.conn, rep.encode(), fd)
+		err := writePacket(c.conn, rep.encode(), fd)
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return err
 	case msgUnmap:
 		slot, id := d.u32(), d.u64()
 		if err := d.end(); err != nil {

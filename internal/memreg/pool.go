@@ -19,7 +19,7 @@ import (
 //     beside the data it holds, zeroing a slot on reuse would cost as much as
 //     the fresh pages the kernel gives, and a 1 MiB slab still holds 16 slots.
 const (
-	minClassShift = 6  // 64 B
+	minClassShift = 12 // 4 KiB: a page
 	maxClassShift = 16 // 64 KiB
 	numClasses    = maxClassShift - minClassShift + 1
 

@@ -3,6 +3,7 @@ package memreg
 import (
 	"runtime"
 	"sync/atomic"
+	"time"
 
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/refgate"
@@ -39,6 +40,10 @@ type Region struct {
 	// quarantined: a peer may still write the memory after the region is
 	// freed (Quarantine); it is never handed to another region.
 	quarantined atomic.Bool
+	// exp is the private memfd of an exported region (export.go); moving
+	// is set while its pages move (new references wait).
+	exp    exportState
+	moving atomic.Bool
 
 	// holds counts the Registers that share this region through the
 	// registration cache (KindUser; 1 otherwise). Guarded by Registry.mu.
@@ -115,6 +120,26 @@ func (r *Region) Memfd() (fd int, off uint64, ok bool) {
 // never reused anyway. It costs the slot's memory for the life of the
 // process.
 func (r *Region) Quarantine() { r.quarantined.Store(true) }
+
+// enter takes a reference unless the region's release started; while the
+// region's pages move (export.go) it waits. The reference is counted
+// before moving is read, and the mover sets moving before it counts the
+// references (both sequentially consistent): either this sees the move or
+// the mover sees the reference and waits for it.
+func (r *Region) enter() bool {
+	for {
+		if !r.refs.Enter() {
+			return false
+		}
+		if !r.moving.Load() {
+			return true
+		}
+		r.refs.Leave()
+		for r.moving.Load() {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+}
 
 // Slab returns the slab a pooled region was carved from (nil otherwise).
 func (r *Region) Slab() *Slab { return r.slab }

@@ -252,7 +252,7 @@ func (g *Registry) free(r *Region) {
 		_ = h.DeregisterRegion(r)
 	}
 	switch {
-	case r.slab != nil && r.quarantined.Load():
+	case r.slab != nil && (r.quarantined.Load() || !g.freeExported(r)):
 		// Another process may still write the slot: it stays taken, and the
 		// slab mapped, until the registry closes.
 	case r.slab != nil:
