@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
@@ -102,6 +104,13 @@ func (b *Backend) Start(ctx context.Context) error {
 	if b.closed || b.started {
 		ln.Close()
 		return fmt.Errorf("shm: Start after Start or Close: %w", backend.ErrClosed)
+	}
+	// Processes of our user must not reach our memfds behind the socket's
+	// back (/proc/PID/fd/N, /proc/PID/mem): only root may, once we are not
+	// dumpable. Process-wide: no core dumps either.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		ln.Close()
+		return fmt.Errorf("shm: prctl(PR_SET_DUMPABLE, 0): %w", err)
 	}
 	b.host, b.ln, b.name, b.started = host, ln, name, true
 	b.reg.AddCutter(b)
