@@ -133,12 +133,24 @@ func (g *Registry) move(r *Region, mem []byte, bound time.Duration, ctx context.
 		}
 		time.Sleep(d)
 	}
-	fd, tmp, err := memfdMapOpen("rdmamgr-region", len(mem))
+	fd, err := unix.MemfdCreate("rdmamgr-region", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
-		return -1, err
+		return -1, fmt.Errorf("memfd_create: %w", err)
 	}
-	copy(tmp, mem)
-	_ = unix.Munmap(tmp)
+	// pwrite: the kernel allocates and fills the pages in one call (no
+	// page faults of a mapping to copy through).
+	for done := 0; err == nil && done < len(mem); {
+		var n int
+		n, err = unix.Pwrite(fd, mem[done:], int64(done))
+		done += n
+	}
+	if err == nil {
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("copy region %d into a memfd: %w", r.id, err)
+	}
 	if _, err := unix.MmapPtr(fd, 0, unsafe.Pointer(&mem[0]), uintptr(len(mem)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED); err != nil {
 		unix.Close(fd)
 		return -1, fmt.Errorf("map region %d's pages anew: %w", r.id, err)
