@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
@@ -90,7 +91,7 @@ func (b *Backend) Kind() backend.Kind { return backend.KindSHM }
 func (b *Backend) Start(ctx context.Context) error {
 	host, err := hostID()
 	if err != nil {
-		return fmt.Errorf("%w: %w", err, backend.ErrNotSupported)
+		return fmt.Errorf("%w: %w", err, rdmamgr.ErrNotSupported)
 	}
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
@@ -103,7 +104,7 @@ func (b *Backend) Start(ctx context.Context) error {
 	defer b.mu.Unlock()
 	if b.closed || b.started {
 		ln.Close()
-		return fmt.Errorf("shm: Start after Start or Close: %w", backend.ErrClosed)
+		return fmt.Errorf("shm: Start after Start or Close: %w", rdmamgr.ErrClosed)
 	}
 	// Processes of our user must not reach our memfds behind the socket's
 	// back (/proc/PID/fd/N, /proc/PID/mem): only root may, once we are not
@@ -135,9 +136,9 @@ func (b *Backend) ready() error {
 	defer b.mu.Unlock()
 	switch {
 	case b.closed:
-		return fmt.Errorf("shm: %w", backend.ErrClosed)
+		return fmt.Errorf("shm: %w", rdmamgr.ErrClosed)
 	case !b.started:
-		return fmt.Errorf("shm: not started: %w", backend.ErrNotSupported)
+		return fmt.Errorf("shm: not started: %w", rdmamgr.ErrNotSupported)
 	}
 	return nil
 }
@@ -230,7 +231,7 @@ func (b *Backend) addRoute(r *route) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return fmt.Errorf("shm: %w", backend.ErrClosed)
+		return fmt.Errorf("shm: %w", rdmamgr.ErrClosed)
 	}
 	b.routes[r] = struct{}{}
 	return nil
@@ -250,7 +251,7 @@ func (b *Backend) newToken(peerID uint64, info *routeInfo) ([tokenSize]byte, err
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if n := b.routesOf(peerID); n >= maxRoutesPerPeer {
-		return tok, fmt.Errorf("shm: peer %016x holds %d routes and tokens, the most allowed: %w", peerID, n, backend.ErrLimit)
+		return tok, fmt.Errorf("shm: peer %016x holds %d routes and tokens, the most allowed: %w", peerID, n, rdmamgr.ErrLimit)
 	}
 	if len(b.tokens) >= maxTokens {
 		for k, t := range b.tokens {
@@ -259,7 +260,7 @@ func (b *Backend) newToken(peerID uint64, info *routeInfo) ([tokenSize]byte, err
 			}
 		}
 		if len(b.tokens) >= maxTokens {
-			return tok, fmt.Errorf("shm: %d routes awaiting their connection: %w", len(b.tokens), backend.ErrLimit)
+			return tok, fmt.Errorf("shm: %d routes awaiting their connection: %w", len(b.tokens), rdmamgr.ErrLimit)
 		}
 	}
 	b.tokens[tok] = token{peerID: peerID, pid: info.pid, uid: info.uid, expires: now.Add(tokenTTL)}
@@ -288,11 +289,11 @@ func (b *Backend) takeToken(tok [tokenSize]byte) (token, error) {
 	defer b.mu.Unlock()
 	t, ok := b.tokens[tok]
 	if !ok {
-		return t, fmt.Errorf("route token already used: %w", backend.ErrUnauthenticated)
+		return t, fmt.Errorf("route token already used: %w", rdmamgr.ErrUnauthenticated)
 	}
 	delete(b.tokens, tok)
 	if b.authed >= maxConns {
-		return t, fmt.Errorf("shm: %d connections served, the most allowed: %w", b.authed, backend.ErrLimit)
+		return t, fmt.Errorf("shm: %d connections served, the most allowed: %w", b.authed, rdmamgr.ErrLimit)
 	}
 	b.authed++
 	b.authedPeer[t.peerID]++

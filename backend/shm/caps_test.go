@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/backend/shm"
@@ -56,7 +57,7 @@ func TestCapsRoutesPerPeer(t *testing.T) {
 	n := 0
 	for ; n < 10*shm.MaxRoutesPerPeer; n++ {
 		if _, err := p.b.AcceptRoute(context.Background(), 0xBAD, info); err != nil {
-			if !errors.Is(err, backend.ErrLimit) {
+			if !errors.Is(err, rdmamgr.ErrLimit) {
 				t.Fatalf("route %d: %v, want ErrLimit", n, err)
 			}
 			break
