@@ -115,10 +115,10 @@ func (r *Region) Memfd() (fd int, off uint64, ok bool) {
 // Quarantine marks a region whose memory another process may still write
 // after its release (a peer stopped or hostile mid-copy, that a backend
 // gave up waiting for): when the region is freed, its memory is never
-// given to another region. A pooled region's slot stays taken (its slab
-// stays mapped); a region with a memfd of its own that was exported is
-// never reused anyway. It costs the slot's memory for the life of the
-// process.
+// given to another region. A region exported with Ref.ExportFD needs no
+// more (its pages left the slab, and its memfd is never reused); any
+// other pooled region's slot stays taken (its slab stays mapped) for the
+// life of the process.
 func (r *Region) Quarantine() { r.quarantined.Store(true) }
 
 // enter takes a reference unless the region's release started; while the

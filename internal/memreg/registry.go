@@ -252,10 +252,12 @@ func (g *Registry) free(r *Region) {
 		_ = h.DeregisterRegion(r)
 	}
 	switch {
-	case r.slab != nil && (r.quarantined.Load() || !g.freeExported(r)):
-		// Another process may still write the slot: it stays taken, and the
-		// slab mapped, until the registry closes.
-	case r.slab != nil:
+	case r.slab != nil && r.exp.mem != nil && !g.freeExported(r):
+		// The slot could not be mapped back onto its slab: it stays taken.
+	case r.slab != nil && r.quarantined.Load() && !r.exported.Load():
+		// Another process may still write the slot (it was never moved to
+		// a memfd of its own): it stays taken, and the slab mapped.
+	case r.slab != nil: // an exported slot was mapped back onto fresh pages
 		clear(r.mem) // no previous owner's byte in a reused slot
 		if s := g.pool.put(r.slab, r.fdOff); s != nil {
 			g.freeSlab(s)
