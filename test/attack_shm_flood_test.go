@@ -28,7 +28,7 @@ func TestAttackSHMSocketFlood(t *testing.T) {
 	base := v.baseline(t)
 	start := time.Now()
 
-	a := startAttacker(t, "shm-flood", sock)
+	a := startHostileProc(t, "shm-flood", sock)
 	var last string
 	deadline := time.Now().Add(atkSettle)
 	for held := 0; held < 3000; {

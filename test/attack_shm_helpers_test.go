@@ -94,9 +94,9 @@ type hostileProc struct {
 	lines chan string
 }
 
-// startAttacker runs this test binary as uid (and gid) nobody doing attack
+// startHostileProc runs this test binary as uid (and gid) nobody doing attack
 // what with arg; it is stopped when the test ends.
-func startAttacker(t *testing.T, what, arg string) *hostileProc {
+func startHostileProc(t *testing.T, what, arg string) *hostileProc {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
