@@ -44,7 +44,7 @@ func Example() {
 
 	mem, _ := a.Bytes(local)
 	copy(mem, "hello, remote memory")
-	if err := qp.Put(local, remote).Wait(ctx); err != nil {
+	if err := qp.Put(ctx, local, remote).Wait(ctx); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -55,7 +55,7 @@ func Example() {
 	clear(mem)
 	head, _ := local.Slice(0, 5)
 	rhead, _ := remote.Slice(0, 5)
-	qp.PostGet(&w, head, rhead)
+	qp.PostGet(ctx, &w, head, rhead)
 	if err := w.Wait(ctx); err != nil {
 		fmt.Println(err)
 		return

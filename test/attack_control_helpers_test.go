@@ -83,10 +83,10 @@ func startLegitBench(t *testing.T, d *daemon) *legitBench {
 			}
 			off := uint64(r.IntN(16)) * legitOpSize
 			fill(r, srcMem)
-			err := wait(qp.Put(src, slice(rb, off, legitOpSize)))
+			err := wait(qp.Put(context.Background(), src, slice(rb, off, legitOpSize)))
 			if err == nil {
 				clear(dstMem)
-				err = wait(qp.Get(dst, slice(rb, off, legitOpSize)))
+				err = wait(qp.Get(context.Background(), dst, slice(rb, off, legitOpSize)))
 			}
 			if err == nil && !bytes.Equal(srcMem, dstMem) {
 				err = fmt.Errorf("get after put: %s", firstDiff(srcMem, dstMem))

@@ -82,7 +82,7 @@ func TestAttackDataStalledWriteRevoke(t *testing.T) {
 			t.Fatalf("stalled write after %s: %v, want %v", tc.name, err, tc.want)
 		}
 		// Nothing is granted on the buffer any more.
-		if err := wait(l.qp.Get(l.dst, slice(b, 0, atkOpSize))); !errors.Is(err, tc.want) {
+		if err := wait(l.qp.Get(ctx, l.dst, slice(b, 0, atkOpSize))); !errors.Is(err, tc.want) {
 			t.Fatalf("get after %s: %v, want %v", tc.name, err, tc.want)
 		}
 	}

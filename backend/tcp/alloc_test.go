@@ -28,9 +28,9 @@ func TestSteadyStateAllocs(t *testing.T) {
 		for _, op := range []string{"put", "get"} {
 			run := func() {
 				if op == "put" {
-					qp.PostPut(&w, local, remote)
+					qp.PostPut(ctx, &w, local, remote)
 				} else {
-					qp.PostGet(&w, local, remote)
+					qp.PostGet(ctx, &w, local, remote)
 				}
 				if err := w.Wait(ctx); err != nil {
 					t.Fatal(err)
