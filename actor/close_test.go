@@ -63,10 +63,10 @@ func TestClose(t *testing.T) {
 	if err := qp.Put(ctx, local, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrClosed) && !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("put after close: %v", err)
 	}
-	if st := a.Registry().Stats(); st.Regions != 0 || st.Bytes != 0 {
+	if st := a.reg.Stats(); st.Regions != 0 || st.Bytes != 0 {
 		t.Fatalf("registry after close %+v", st)
 	}
-	if _, err := a.Registry().Allocate(1, buffer.AccessRead); !errors.Is(err, rdmamgr.ErrClosed) {
+	if _, err := a.reg.Allocate(1, buffer.AccessRead); !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("allocate after close: %v", err)
 	}
 	if err := startTCP(ctx, a); err == nil {

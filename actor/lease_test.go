@@ -99,7 +99,7 @@ func TestLeaseExpiresAndRenews(t *testing.T) {
 	defer cancel()
 	owner := NewClient(a.sys, b.PID())
 	const lease = 300 * time.Millisecond
-	remote, err := owner.RequestLeasedBuffer(ctx, 512, buffer.AccessReadWrite, lease)
+	remote, err := owner.RequestBuffer(ctx, 512, buffer.AccessReadWrite, WithLease(lease))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestLeaseReaperReleases(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	owner := NewClient(a.sys, b.PID())
-	if _, err := owner.RequestLeasedBuffer(ctx, 1<<20, buffer.AccessReadWrite, 50*time.Millisecond); err != nil {
+	if _, err := owner.RequestBuffer(ctx, 1<<20, buffer.AccessReadWrite, WithLease(50*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	for b.reg.Stats().Regions != 0 {

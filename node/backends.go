@@ -13,6 +13,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend/shm"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
 
 // order is the backends cfg.Backend selects, in order of preference; TCP,
@@ -35,10 +36,11 @@ func order(k backend.Kind) []backend.Kind {
 // backend; on error it closes what it made.
 func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised string) ([]actor.Choice, *tcp.Backend, error) {
 	log := m.Logger()
+	reg := wiring.ManagerRegistry(m)
 	tcfg := cfg.TCP
 	tcfg.Secret = cfg.Manager.Secret
 	placeData(&tcfg, cfg.Listen, advertised)
-	t, err := tcp.New(tcfg, m.Registry(), log)
+	t, err := tcp.New(tcfg, reg, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -63,9 +65,9 @@ func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised
 		case backend.KindTCP:
 			b = t
 		case backend.KindSHM:
-			b, err = startSHM(ctx, cfg, t, m.Registry(), log)
+			b, err = startSHM(ctx, cfg, t, reg, log)
 		case backend.KindIBVerbs:
-			b, err = startIBVerbs(ctx, cfg.IBVerbs, m.Registry(), log)
+			b, err = startIBVerbs(ctx, cfg.IBVerbs, reg, log)
 		}
 		if err != nil && cfg.Backend != KindAuto {
 			return fail(err)

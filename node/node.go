@@ -60,7 +60,7 @@ func (n *Node) startManager(ctx context.Context, cfg Config) error {
 	}
 	cs, t, err := startBackends(ctx, cfg, m, n.addr)
 	if err == nil {
-		err = m.StartChoices(ctx, cs) // m owns the backends now, also when it fails
+		err = m.Start(ctx, cs...) // m owns the backends now, also when it fails
 	}
 	if err != nil {
 		m.Close()

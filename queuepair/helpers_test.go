@@ -151,7 +151,7 @@ func newEnv(t *testing.T, opt qpbind.Options) *env {
 			user()
 		}
 	}
-	e.qp = New(7, peerID, e.route, e.local, opt)
+	e.qp = newQueuePair(7, peerID, e.route, e.local, opt)
 	t.Cleanup(func() {
 		// Like a closing route: fail what a failed test left pending.
 		for _, wr := range e.route.accepted() {

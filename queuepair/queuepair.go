@@ -12,6 +12,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/qpbind"
 	"github.com/rdmamgr/rdmamgr/internal/refgate"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
 
 // DefaultTimeout is an operation's deadline when the manager sets none
@@ -37,10 +38,16 @@ type QueuePair struct {
 	ops refgate.Gate
 }
 
-// New binds a QueuePair to route; it does no I/O. It is the manager's
-// (its Resolver and Options are internal to this module): programs get
-// queue pairs from actor.Client.RequestQueuePair.
-func New(id, peerID uint64, route backend.Route, local qpbind.Resolver, opt qpbind.Options) *QueuePair {
+func init() {
+	wiring.NewQueuePair = func(id, peerID uint64, route backend.Route, local qpbind.Resolver, opt qpbind.Options) any {
+		return newQueuePair(id, peerID, route, local, opt)
+	}
+}
+
+// newQueuePair binds a QueuePair to route; it does no I/O. It is the
+// manager's (internal/wiring.NewQueuePair): programs get queue pairs from
+// actor.Client.RequestQueuePair.
+func newQueuePair(id, peerID uint64, route backend.Route, local qpbind.Resolver, opt qpbind.Options) *QueuePair {
 	if opt.Timeout <= 0 {
 		opt.Timeout = DefaultTimeout
 	}

@@ -105,7 +105,7 @@ func TestReusedWorkRequestAllocs(t *testing.T) {
 		t.Skip("allocation count is not meaningful under -race")
 	}
 	e := newEnv(t, qpbind.Options{})
-	qp := New(1, peerID, &syncRoute{}, e.local, qpbind.Options{})
+	qp := newQueuePair(1, peerID, &syncRoute{}, e.local, qpbind.Options{})
 	local := alloc(t, e.local, 4096, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 4096, buffer.AccessReadWrite)
 	var w WorkRequest

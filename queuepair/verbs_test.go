@@ -36,7 +36,7 @@ func (r *verbRoute) Close() error                { return nil }
 func TestPostVerbs(t *testing.T) {
 	e := newEnv(t, qpbind.Options{})
 	rt := &verbRoute{}
-	qp := New(1, peerID, rt, e.local, qpbind.Options{})
+	qp := newQueuePair(1, peerID, rt, e.local, qpbind.Options{})
 	defer qp.Release()
 	local := alloc(t, e.local, 64, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 64, buffer.AccessReadWrite|buffer.AccessAtomic|buffer.AccessNotify)

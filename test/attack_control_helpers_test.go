@@ -64,7 +64,7 @@ func startLegitBench(t *testing.T, d *daemon) *legitBench {
 	t.Helper()
 	qp := queuePair(t, d)
 	// Its own lease: a test may give remote buffers a short default one.
-	rb, err := d.client().RequestLeasedBuffer(testCtx(t, 30*time.Second), 1<<20, buffer.AccessReadWrite, time.Hour)
+	rb, err := d.client().RequestBuffer(testCtx(t, 30*time.Second), 1<<20, buffer.AccessReadWrite, actor.WithLease(time.Hour))
 	if err != nil {
 		t.Fatalf("%s: legit buffer: %v", d.name, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
@@ -107,7 +108,7 @@ func TestAttackDataStalledWriteLease(t *testing.T) {
 	benchDone := make(chan struct{})
 	go func() { defer close(benchDone); l.bench(ctx, 100000) }()
 
-	b, err := v.d.client().RequestLeasedBuffer(testCtx(t, 30*time.Second), atkStallSize, buffer.AccessReadWrite, lease)
+	b, err := v.d.client().RequestBuffer(testCtx(t, 30*time.Second), atkStallSize, buffer.AccessReadWrite, actor.WithLease(lease))
 	if err != nil {
 		t.Fatalf("leased buffer: %v", err)
 	}
