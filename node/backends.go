@@ -19,11 +19,10 @@ import (
 // order is the backends cfg.Backend selects, in order of preference; TCP,
 // which every peer reaches, is always last.
 func order(k backend.Kind) []backend.Kind {
-	switch k {
-	case KindAuto:
-		return []backend.Kind{backend.KindSHM, backend.KindIBVerbs, backend.KindTCP}
-	case backend.KindSHM, backend.KindIBVerbs:
-		return []backend.Kind{k, backend.KindTCP}
+	for _, s := range selections {
+		if s.kind == k {
+			return s.order
+		}
 	}
 	return []backend.Kind{backend.KindTCP}
 }

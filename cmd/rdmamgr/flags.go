@@ -13,6 +13,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
+	"github.com/rdmamgr/rdmamgr/node"
 )
 
 // common flags of commands that run a manager or talk to one. registerLog
@@ -43,7 +44,7 @@ func (c *common) registerLog(fs *flag.FlagSet, def string) {
 
 // registerManager adds the flags of a command that runs a manager.
 func (c *common) registerManager(fs *flag.FlagSet) {
-	fs.StringVar(&c.backend, "backend", "auto", "data planes, chosen per peer: auto (shm for a peer on this host, else ibverbs where usable, else tcp), shm (shm, else tcp), ibverbs (ibverbs, else tcp) or tcp; status and the log say which each route uses and why")
+	fs.StringVar(&c.backend, "backend", "auto", "data planes, chosen per peer: "+node.Backends()+"; status and the log say which each route uses and why")
 	fs.StringVar(&c.secret, "secret-file", "", "`file` holding the deployment's shared secret (≥16 bytes); routes and data connections prove it. Without it, managers bind to loopback only")
 	c.rdma = ibverbs.DefaultConfig()
 	fs.StringVar(&c.rdma.Device, "rdma-device", "", "RDMA `device` (default: the first with an active port)")
