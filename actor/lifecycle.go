@@ -17,7 +17,8 @@ import (
 )
 
 // New builds a manager on sys: its id and registry. It does no I/O: Start
-// does. Build the backends over Registry() between the two.
+// does. Package node builds the backends over its registry between the
+// two.
 func New(sys *protoactor.ActorSystem, cfg Config) (*Manager, error) {
 	cfg = cfg.withDefaults()
 	var idb [8]byte

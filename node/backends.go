@@ -31,7 +31,7 @@ func order(k backend.Kind) []backend.Kind {
 // the order of preference cfg.Backend selects (doc.go). Under "auto" a
 // backend that cannot start here is left out, with a log line and a
 // Choice that says why (routes' reasons name it); a backend selected by
-// name must start. It returns the choices for m.StartChoices and the TCP
+// name must start. It returns the choices for m.Start and the TCP
 // backend; on error it closes what it made.
 func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised string) ([]actor.Choice, *tcp.Backend, error) {
 	log := m.Logger()

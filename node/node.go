@@ -28,7 +28,11 @@ type Node struct {
 	closeErr  error
 }
 
-// Start builds and starts a node from cfg (config.go).
+// Start builds and starts a node from cfg: the actor system and its remote
+// on cfg.Listen, then (unless cfg.NoManager) the manager and the backends
+// cfg.Backend selects (package doc). It does all the I/O; on error it
+// returns with everything it had started closed again. ctx bounds the
+// start only, not the node's life: Close ends it.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {

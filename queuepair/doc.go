@@ -81,8 +81,7 @@
 // errors.Is(err, rdmamgr.ErrDeadline) both hold (whichever layer noticed
 // the deadline: the caller's ctx or the backend), or
 // errors.Is(err, context.Canceled) for a cancellation. Other failures wrap
-// the module's sentinel that names their cause (package rdmamgr; the same
-// values as the buffer, backend and queuepair names): ErrBadKey,
+// the module's sentinel that names their cause (package rdmamgr): ErrBadKey,
 // ErrOutOfRange, ErrAccess, ErrReleased, ErrRevoked, ErrExpired for the
 // buffers; ErrPeerGone, ErrClosed for the route; ErrWrongPeer,
 // ErrLengthMismatch, ErrNotLocal, ErrReleased (of the queue pair) for what
