@@ -190,7 +190,7 @@ func (m *Manager) acceptRoute(hs *rdmapb.RouteHandshake) *rdmapb.RouteHandshakeR
 		defer cancel()
 		info, err := b.AcceptRoute(ctx, hs.InitiatorId, hs.Endpoint)
 		if err != nil {
-			resp.Error = fromError(err)
+			resp.Error = m.replyError(true, "route_handshake", err)
 		} else {
 			resp.Endpoint = info
 			m.inboundUp(hs)

@@ -66,7 +66,7 @@ func (m *Manager) onRequestBuffer(ctx protoactor.Context, msg *rdmapb.RequestBuf
 		if errors.Is(err, rdmamgr.ErrLimit) {
 			m.book.Refuse(RefusedLimit, "request_buffer refused", "size", msg.Size, "remote", remote, "peer", peer, "err", err)
 		}
-		ctx.Respond(&rdmapb.RequestBufferResponse{Error: fromError(err)})
+		ctx.Respond(&rdmapb.RequestBufferResponse{Error: m.replyError(remote, "request_buffer", err)})
 		return
 	}
 	ctx.Respond(&rdmapb.RequestBufferResponse{Buffer: b.Proto()})
@@ -79,7 +79,7 @@ func (m *Manager) onReleaseBuffer(ctx protoactor.Context, msg *rdmapb.ReleaseBuf
 		err = fmt.Errorf("buffer owned by %016x: %w", b.OwnerID, rdmamgr.ErrReleased)
 	}
 	if err != nil {
-		ctx.Respond(&rdmapb.ReleaseBufferResponse{Error: fromErrorFor(remote, err)})
+		ctx.Respond(&rdmapb.ReleaseBufferResponse{Error: m.replyError(remote, "release_buffer", err)})
 		return
 	}
 	// Release waits for in-flight work: do it off the mailbox.
@@ -90,7 +90,7 @@ func (m *Manager) onReleaseBuffer(ctx protoactor.Context, msg *rdmapb.ReleaseBuf
 		if err == nil {
 			m.forgetRemote(b.Region)
 		}
-		return &rdmapb.ReleaseBufferResponse{Error: fromErrorFor(remote, err)}
+		return &rdmapb.ReleaseBufferResponse{Error: m.replyError(remote, "release_buffer", err)}
 	})
 }
 
@@ -104,7 +104,7 @@ func (m *Manager) onRenewLease(ctx protoactor.Context, msg *rdmapb.RenewLease) {
 		err = m.reg.SetLease(b, d)
 	}
 	if err != nil {
-		ctx.Respond(&rdmapb.RenewLeaseResponse{Error: fromErrorFor(isRemote(ctx), err)})
+		ctx.Respond(&rdmapb.RenewLeaseResponse{Error: m.replyError(isRemote(ctx), "renew_lease", err)})
 		return
 	}
 	ctx.Respond(&rdmapb.RenewLeaseResponse{LeaseMs: uint64(d / time.Millisecond)})
@@ -114,13 +114,13 @@ func (m *Manager) onRevokeBuffer(ctx protoactor.Context, msg *rdmapb.RevokeBuffe
 	remote := isRemote(ctx)
 	b, err := buffer.FromProto(msg.Buffer)
 	if err != nil {
-		ctx.Respond(&rdmapb.RevokeBufferResponse{Error: fromErrorFor(remote, err)})
+		ctx.Respond(&rdmapb.RevokeBufferResponse{Error: m.replyError(remote, "revoke_buffer", err)})
 		return
 	}
 	m.goReply(ctx.Sender(), func() any {
 		rctx, cancel := context.WithTimeout(context.Background(), m.cfg.OpTimeout)
 		defer cancel()
-		return &rdmapb.RevokeBufferResponse{Error: fromErrorFor(remote, m.reg.Revoke(rctx, b))}
+		return &rdmapb.RevokeBufferResponse{Error: m.replyError(remote, "revoke_buffer", m.reg.Revoke(rctx, b))}
 	})
 }
 

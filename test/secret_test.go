@@ -60,7 +60,7 @@ func TestSharedSecret(t *testing.T) {
 			t.Fatalf("bench with %s: want an authentication error, got:\n%s", name, out)
 		}
 	}
-	out, err = runCLI(t, "status", "--peer", addr)
+	out, err = runCLI(t, "status", "--peer", addr, "--secret-file", good)
 	if err != nil {
 		t.Fatalf("status: %v\n%s", err, out)
 	}

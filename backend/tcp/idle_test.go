@@ -19,7 +19,7 @@ func TestThousandIdleRoutes(t *testing.T) {
 	const n = 1000
 	cfg := Config{HeartbeatInterval: 200 * time.Millisecond, PeerTimeout: 2 * time.Second}
 	a, regA := newBackend(t, cfg, backendtest.OwnerA)
-	b, regB := newBackend(t, Config{}, backendtest.OwnerB)
+	b, regB := newBackend(t, Config{MaxConnsPerPeer: 2 * n * DefaultConfig().ConnsPerRoute}, backendtest.OwnerB)
 	before := memInUse()
 	routes := make([]backend.Route, 0, n)
 	for range n {

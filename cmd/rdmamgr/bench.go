@@ -141,7 +141,7 @@ func benchPeer(ctx context.Context, e *env, a *benchArgs, cfg bench.Config) erro
 	if err != nil {
 		return err
 	}
-	if err := probe(ctx, pid.Address); err != nil {
+	if err := probe(ctx, pid.Address, &a.c); err != nil {
 		return err
 	}
 	if a.metricsListen != "" {
