@@ -29,7 +29,7 @@ type Client struct {
 
 // NewClient returns a client of the manager at pid, sending from sys.
 func NewClient(sys *protoactor.ActorSystem, pid *protoactor.PID) *Client {
-	return &Client{sys: sys, pid: pid, timeout: 10 * time.Second, maxMsg: DefaultMaxMessageSize}
+	return &Client{sys: sys, pid: pid, timeout: 10 * time.Second, maxMsg: control.DefaultMaxMessageSize}
 }
 
 // PID returns the manager's PID.

@@ -64,7 +64,7 @@ func (c *common) registerSecret(fs *flag.FlagSet) {
 }
 
 func (c *common) registerMaxMsg(fs *flag.FlagSet) {
-	fs.IntVar(&c.maxMsg, "max-message-size", actor.DefaultMaxMessageSize, "largest control message in `bytes` (gRPC limit on both sides)")
+	fs.IntVar(&c.maxMsg, "max-message-size", actor.DefaultConfig().MaxMessageSize, "largest control message in `bytes` (gRPC limit on both sides)")
 }
 
 // logLevel is a flag.Value that accepts only zerolog's level names.
