@@ -43,6 +43,10 @@ type Config struct {
 	MaxRoutes int
 	// RouteTimeout bounds a route setup (10 s).
 	RouteTimeout time.Duration
+	// RouteLinger keeps a route whose last queue pair was released for
+	// this long (30 s; negative: none), so that queue-pair
+	// churn to a peer reuses its route rather than a handshake each time.
+	RouteLinger time.Duration
 	// OpTimeout is the default deadline of Put and Get (30 s).
 	OpTimeout time.Duration
 	// RequestTimeout bounds actor request round trips (10 s).
@@ -83,6 +87,7 @@ func DefaultConfig() Config {
 		ReapInterval:            time.Second,
 		MaxRoutes:               4096,
 		RouteTimeout:            10 * time.Second,
+		RouteLinger:             30 * time.Second,
 		OpTimeout:               queuepair.DefaultTimeout,
 		RequestTimeout:          10 * time.Second,
 		MaxMessageSize:          control.DefaultMaxMessageSize,
@@ -104,6 +109,7 @@ func (c Config) withDefaults() Config {
 	defaults.Set(&c.MaxLease, d.MaxLease)
 	defaults.Set(&c.ReapInterval, d.ReapInterval)
 	defaults.Set(&c.RouteTimeout, d.RouteTimeout)
+	defaults.Set(&c.RouteLinger, d.RouteLinger)
 	defaults.Set(&c.OpTimeout, d.OpTimeout)
 	defaults.Set(&c.RequestTimeout, d.RequestTimeout)
 	defaults.Set(&c.MaxMessageSize, d.MaxMessageSize)

@@ -49,7 +49,7 @@ func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, p []byte) ([]b
 		return nil, ErrNotSameHost
 	}
 	if !b.uidAllowed(info.uid) {
-		return nil, fmt.Errorf("shm: peer runs as uid %d, not allowed: %w", info.uid, ErrNotSameHost)
+		return nil, uidRefused{uid: info.uid}
 	}
 	tok, err := b.newToken(peerID, &info)
 	if err != nil {
