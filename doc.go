@@ -1,19 +1,48 @@
-// Package rdmamgr holds the error sentinels of the rdmamgr module: one per
-// meaning, in one place. Every package of the module reports its failures
-// with these (wrapped with context), and a failure that crossed the wire
-// comes back as the same sentinel, so one errors.Is works whichever side or
-// layer found the fault. It imports nothing of the module.
+// Package rdmamgr is an RDMA resource manager for Go programs: a manager
+// per endpoint hands out Buffers (handles to registered memory that any
+// actor in any process may hold) and QueuePairs to peer managers, over
+// shared memory, RDMA (ibverbs) or TCP. Start with package node: node.Start
+// brings up a whole endpoint (actor system, control plane, data planes,
+// manager) from one node.Config, and its Client requests buffers and queue
+// pairs. This package holds the module's error sentinels, one per meaning.
 //
 // # Where things are
 //
-// A program uses four packages: actor (the manager and its typed client:
-// RequestBuffer, RequestQueuePair, leases, status), buffer (Buffer handles:
-// slice them, send them as protobuf, check them with FromProto), queuepair
-// (Put, Get, Submit and their work requests; its doc states what
-// "reported means finished" promises) and this one for errors. The backend
-// packages (backend, backend/tcp, backend/ibverbs) are the data planes the
-// manager drives; a program meets them only for backend.LoadSecret and
-// their configuration.
+// The packages a program uses:
+//
+//   - node: the entry point; Start assembles an endpoint, Close ends it,
+//     Client and ClientOf give typed clients of managers.
+//   - actor: the manager and its typed Client (RequestBuffer,
+//     RequestQueuePair, leases, revocation, status), the receiving side of
+//     PutWithImm and Send (SubscribeEvents, SubscribeMessages, PostRecv).
+//   - buffer: the Buffer handle (slice it, send it as protobuf, check it
+//     with FromProto) and its access bits.
+//   - queuepair: Put, Get, the other verbs and Submit, their work requests,
+//     and what "reported means finished" promises.
+//   - rdmamgr (this package): the error sentinels.
+//
+// What a program meets for configuration or detail:
+//
+//   - backend: the data-plane interface, backend.LoadSecret, the kinds.
+//   - backend/tcp, backend/shm, backend/ibverbs: the data planes' Config
+//     (node.Config's TCP, SHM and IBVerbs) and their refined errors.
+//   - remoteguard: the hardened gRPC endpoint of the control plane
+//     (node.Config.Remote).
+//   - certs: the deployment's CA and mutual-TLS credentials.
+//   - membership: the cluster's members in etcd, by name.
+//   - proto: the wire messages (a Buffer's Proto form, status).
+//   - backend/backendtest: the conformance suite every backend passes.
+//   - bench, bench/baseline: the engines of `rdmamgr bench` and its
+//     plain-TCP baseline.
+//
+// The command is cmd/rdmamgr (serve, status, bench, certificates); the
+// examples are examples/readme (the README's program) and
+// examples/rendezvous (the verbs beyond Put and Get).
+//
+// Every package of the module reports its failures with the sentinels
+// here (wrapped with context), and a failure that crossed the wire comes
+// back as the same sentinel, so one errors.Is works whichever side or
+// layer found the fault. This package imports nothing of the module.
 //
 // # Errors
 //
@@ -58,11 +87,17 @@
 //   - ErrMessageTooLarge: a message over the gRPC limit.
 //   - ErrBadResponse: a reply of the wrong type or shape.
 //
-// Some packages refine a sentinel with an error of their own that wraps
-// it: backend/tcp.ErrListenerDown is ErrClosed, backend/ibverbs.ErrNotBuilt
-// and ErrNoDevices are ErrNotSupported. The older per-package names
-// (rdmamgr.ErrBadKey, rdmamgr.ErrPeerGone, rdmamgr.ErrWrongPeer,
-// rdmamgr.ErrNotLocal, remoteguard.ErrTooManyConns (ErrLimit),
-// rdmamgr.ErrUnknownPeer (ErrUnknownPeer), ...) are the same values as the
-// ones here and keep working with errors.Is.
+// The receiving side and atomics:
+//
+//   - ErrNoReceive: nobody receives what a peer sent (no receive buffer
+//     posted for a Send, no subscriber for a PutWithImm's event).
+//   - ErrReceiveTooSmall: a Send larger than the receive buffer posted
+//     next.
+//   - ErrMisaligned: an atomic on a word that is not one 8-byte aligned
+//     word.
+//
+// Each sentinel has this one name. Some packages refine one with an error
+// of their own that wraps it: backend/tcp.ErrListenerDown is ErrClosed;
+// backend/shm.ErrNotSameHost and ErrNotBuilt, backend/ibverbs.ErrNotBuilt
+// and ErrNoDevices are ErrNotSupported.
 package rdmamgr

@@ -57,7 +57,7 @@ func TestSecretRoutes(t *testing.T) {
 		t.Fatalf("route between managers sharing a secret: %v", err)
 	}
 	defer qp.Release()
-	if err := qp.Put(local, remote).Wait(ctx); err != nil {
+	if err := qp.Put(ctx, local, remote).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

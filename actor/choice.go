@@ -1,7 +1,6 @@
 package actor
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"time"
@@ -26,18 +25,6 @@ func (c Choice) kind() backend.Kind {
 		return c.Backend.Kind()
 	}
 	return c.Kind
-}
-
-// StartChoices is Start over the started backends of choices, in their
-// order; the left-out ones appear in the reasons of routes set up later.
-func (m *Manager) StartChoices(ctx context.Context, choices []Choice) error {
-	var bs []backend.Backend
-	for _, c := range choices {
-		if c.Backend != nil {
-			bs = append(bs, c.Backend)
-		}
-	}
-	return m.start(ctx, bs, choices)
 }
 
 // Route reasons when no backend was passed over.

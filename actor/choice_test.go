@@ -86,7 +86,7 @@ func startChoices(t *testing.T, sys *protoactor.ActorSystem, name string, choice
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb, err := tcp.New(tcp.Config{}, m.Registry(), m.Logger())
+	tb, err := tcp.New(tcp.Config{}, m.reg, m.Logger())
 	if err == nil {
 		err = tb.Start(testCtx(t))
 	}
@@ -102,7 +102,7 @@ func startChoices(t *testing.T, sys *protoactor.ActorSystem, name string, choice
 	if !placed {
 		choices = append(choices, Choice{Backend: tb})
 	}
-	if err := m.StartChoices(testCtx(t), choices); err != nil {
+	if err := m.Start(testCtx(t), choices...); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -29,7 +29,7 @@ type Client struct {
 
 // NewClient returns a client of the manager at pid, sending from sys.
 func NewClient(sys *protoactor.ActorSystem, pid *protoactor.PID) *Client {
-	return &Client{sys: sys, pid: pid, timeout: 10 * time.Second, maxMsg: DefaultMaxMessageSize}
+	return &Client{sys: sys, pid: pid, timeout: 10 * time.Second, maxMsg: control.DefaultMaxMessageSize}
 }
 
 // PID returns the manager's PID.
@@ -108,9 +108,20 @@ func (c *Client) Ping(ctx context.Context) (uint64, error) {
 }
 
 // RequestBuffer asks the manager for size bytes of registered memory that
-// remote peers may use with access.
-func (c *Client) RequestBuffer(ctx context.Context, size uint64, access buffer.Access) (buffer.Buffer, error) {
-	r, err := request[*rdmapb.RequestBufferResponse](ctx, c, &rdmapb.RequestBuffer{Size: size, Access: uint32(access)})
+// remote peers may use with access. WithLease gives it a lease.
+func (c *Client) RequestBuffer(ctx context.Context, size uint64, access buffer.Access, opts ...BufferOption) (buffer.Buffer, error) {
+	var o bufferOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	req := &rdmapb.RequestBuffer{Size: size, Access: uint32(access)}
+	if o.leased {
+		if o.lease <= 0 {
+			return buffer.Buffer{}, fmt.Errorf("request buffer: lease %v: %w", o.lease, rdmamgr.ErrInvalid)
+		}
+		req.LeaseMs = max(uint64(o.lease/time.Millisecond), 1)
+	}
+	r, err := request[*rdmapb.RequestBufferResponse](ctx, c, req)
 	if err != nil {
 		return buffer.Buffer{}, err
 	}
@@ -122,6 +133,21 @@ func (c *Client) RequestBuffer(ctx context.Context, size uint64, access buffer.A
 		return buffer.Buffer{}, fmt.Errorf("request buffer from %s: reply: %w: %w", PIDString(c.pid), rdmamgr.ErrBadResponse, err)
 	}
 	return b, nil
+}
+
+// A BufferOption refines RequestBuffer.
+type BufferOption func(*bufferOptions)
+
+type bufferOptions struct {
+	leased bool
+	lease  time.Duration
+}
+
+// WithLease gives the buffer a lease (> 0) on the owner's clock, capped by
+// the owner's Config.MaxLease: once it passes without a RenewLease, remote
+// access ends (rdmamgr.ErrExpired) and the owner reclaims the buffer.
+func WithLease(lease time.Duration) BufferOption {
+	return func(o *bufferOptions) { o.leased, o.lease = true, lease }
 }
 
 // ReleaseBuffer releases a buffer at its owner; it returns once no byte of
@@ -173,28 +199,6 @@ func (c *Client) Status(ctx context.Context) (*rdmapb.StatusResponse, error) {
 		return nil, err
 	}
 	return r, toError(r.Error)
-}
-
-// RequestLeasedBuffer is RequestBuffer with a lease: remote access ends,
-// and the owner reclaims the buffer, once lease passes on the owner's clock
-// without a RenewLease.
-func (c *Client) RequestLeasedBuffer(ctx context.Context, size uint64, access buffer.Access, lease time.Duration) (buffer.Buffer, error) {
-	if lease <= 0 {
-		return buffer.Buffer{}, fmt.Errorf("lease %v: %w", lease, rdmamgr.ErrInvalid)
-	}
-	ms := max(uint64(lease/time.Millisecond), 1)
-	r, err := request[*rdmapb.RequestBufferResponse](ctx, c, &rdmapb.RequestBuffer{Size: size, Access: uint32(access), LeaseMs: ms})
-	if err != nil {
-		return buffer.Buffer{}, err
-	}
-	if err := toError(r.Error); err != nil {
-		return buffer.Buffer{}, fmt.Errorf("request buffer of %d bytes from %s: %w", size, PIDString(c.pid), err)
-	}
-	b, err := buffer.FromProto(r.Buffer)
-	if err != nil {
-		return buffer.Buffer{}, fmt.Errorf("request buffer from %s: reply: %w: %w", PIDString(c.pid), rdmamgr.ErrBadResponse, err)
-	}
-	return b, nil
 }
 
 // RenewLease extends b's lease by lease from now on the owner's clock and

@@ -21,7 +21,7 @@ func TestClose(t *testing.T) {
 	local := requestBuf(t, ctx, a.Client(), 4096, buffer.AccessReadWrite)
 	remote := requestBuf(t, ctx, b.Client(), 4096, buffer.AccessReadWrite)
 	qp := requestQP(t, ctx, a, b.PID())
-	if err := qp.Put(local, remote).Wait(ctx); err != nil {
+	if err := qp.Put(ctx, local, remote).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	pid := a.PID()
@@ -60,13 +60,13 @@ func TestClose(t *testing.T) {
 		t.Fatal("requests after close ran into the ctx")
 	}
 	// The queue pair's route was closed and the local memory released.
-	if err := qp.Put(local, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrClosed) && !errors.Is(err, rdmamgr.ErrReleased) {
+	if err := qp.Put(ctx, local, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrClosed) && !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("put after close: %v", err)
 	}
-	if st := a.Registry().Stats(); st.Regions != 0 || st.Bytes != 0 {
+	if st := a.reg.Stats(); st.Regions != 0 || st.Bytes != 0 {
 		t.Fatalf("registry after close %+v", st)
 	}
-	if _, err := a.Registry().Allocate(1, buffer.AccessRead); !errors.Is(err, rdmamgr.ErrClosed) {
+	if _, err := a.reg.Allocate(1, buffer.AccessRead); !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("allocate after close: %v", err)
 	}
 	if err := startTCP(ctx, a); err == nil {
@@ -184,13 +184,13 @@ func TestNoGoroutineLeak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := qp.Put(local, remote).Wait(ctx); err != nil {
+	if err := qp.Put(ctx, local, remote).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := qp2.Put(remote, local).Wait(ctx); err != nil {
+	if err := qp2.Put(ctx, remote, local).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_ = qp.Get(local, remote) // possibly in flight at Close
+	_ = qp.Get(ctx, local, remote) // possibly in flight at Close
 	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
 	if _, err := a.Client().RequestQueuePair(short, protoactor.NewPID(sys.Address(), "nobody")); !errors.Is(err, rdmamgr.ErrUnknownPeer) {
 		t.Fatal(err)

@@ -7,57 +7,54 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/control"
+	"github.com/rdmamgr/rdmamgr/internal/defaults"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
 // DefaultName is the actor name of a manager.
 const DefaultName = "rdma-manager"
 
-// DefaultMaxMessageSize bounds control messages: the client refuses to
-// send a larger one, and the gRPC transport (package remoteguard) enforces
-// the same limit. The largest real one is a status reply (at most
-// maxStatusBuffers buffers listed, a few tens of KiB).
-const DefaultMaxMessageSize = control.DefaultMaxMessageSize
-
-// Config configures a Manager. Zero fields take defaults. The backends are
+// Config configures a Manager. Zero fields take DefaultConfig's values. The backends are
 // not configured here: whoever assembles the manager builds them over its
 // registry and hands them to Start (package node does).
 type Config struct {
 	// Name is the manager's actor name (DefaultName).
 	Name string
-	// Limits bound the registry; zero fields take DefaultLimits' values
-	// (limits.go).
+	// Limits bound the registry (limits.go).
 	Limits buffer.Limits
 	// MaxRemoteBytes caps the bytes that remote peers may hold through
-	// RequestBuffer at once (0: DefaultMaxRemoteBytes).
+	// RequestBuffer at once (a quarter of physical memory).
 	MaxRemoteBytes uint64
 	// MaxRemoteBuffersPerPeer caps the buffers one remote peer holds
-	// (DefaultMaxRemoteBuffersPerPeer).
+	// (1024).
 	MaxRemoteBuffersPerPeer int
 	// RemoteLease is the lease given to buffers remote peers request
-	// without asking for one (0: DefaultRemoteLease; negative: none).
+	// without asking for one (10 min; negative: none).
 	RemoteLease time.Duration
 	// HandshakesPerPeer caps the route handshakes accepted from one peer
-	// per 30 s (DefaultHandshakesPerPeer).
+	// per 30 s (64).
 	HandshakesPerPeer int
 	// MaxLease caps any lease (24 h).
 	MaxLease time.Duration
 	// ReapInterval is how often buffers whose lease ran out are released
 	// (1 s).
 	ReapInterval time.Duration
-	// MaxRoutes bounds the routes to peers (DefaultMaxRoutes).
+	// MaxRoutes bounds the routes to peers (4096).
 	MaxRoutes int
 	// RouteTimeout bounds a route setup (10 s).
 	RouteTimeout time.Duration
 	// RouteLinger keeps a route whose last queue pair was released for
-	// this long (DefaultRouteLinger; negative: none), so that queue-pair
+	// this long (30 s; negative: none), so that queue-pair
 	// churn to a peer reuses its route rather than a handshake each time.
 	RouteLinger time.Duration
 	// OpTimeout is the default deadline of Put and Get (30 s).
 	OpTimeout time.Duration
 	// RequestTimeout bounds actor request round trips (10 s).
 	RequestTimeout time.Duration
-	// MaxMessageSize bounds control messages (DefaultMaxMessageSize).
+	// MaxMessageSize bounds control messages: the client refuses to send
+	// a larger one, and the gRPC transport (package remoteguard) enforces
+	// the same limit (1 MiB: the largest real one, a status reply, is a
+	// few tens of KiB).
 	MaxMessageSize int
 	// Secret is shared by the managers of one deployment: the route
 	// handshake and every data connection prove it (the backends get it
@@ -70,34 +67,54 @@ type Config struct {
 	Metrics *Metrics
 }
 
+// DefaultConfig returns the values the zero fields of a Config take, for
+// this machine (limits.go says why each): the one source of the manager's
+// defaults.
+func DefaultConfig() Config {
+	mem := physicalMemory()
+	regions := maxRegions
+	if n := maxMapCount(); n > 0 && n/4 < regions {
+		regions = max(n/4, 64)
+	}
+	return Config{
+		Name:                    DefaultName,
+		Limits:                  buffer.Limits{MaxBytes: mib(mem / 100 * registeredShare), MaxRegions: regions, MaxRegion: mib(mem / 4)},
+		MaxRemoteBytes:          mib(mem / 4),
+		MaxRemoteBuffersPerPeer: 1024,
+		RemoteLease:             10 * time.Minute,
+		HandshakesPerPeer:       64,
+		MaxLease:                24 * time.Hour,
+		ReapInterval:            time.Second,
+		MaxRoutes:               4096,
+		RouteTimeout:            10 * time.Second,
+		RouteLinger:             30 * time.Second,
+		OpTimeout:               queuepair.DefaultTimeout,
+		RequestTimeout:          10 * time.Second,
+		MaxMessageSize:          control.DefaultMaxMessageSize,
+	}
+}
+
 func (c Config) withDefaults() Config {
-	setIfZero(&c.Name, DefaultName)
-	setIfZero(&c.MaxRoutes, DefaultMaxRoutes)
-	d := DefaultLimits()
-	setIfZero(&c.Limits.MaxBytes, d.MaxBytes)
-	setIfZero(&c.Limits.MaxRegions, d.MaxRegions)
-	setIfZero(&c.Limits.MaxRegion, min(d.MaxRegion, c.Limits.MaxBytes))
-	setIfZero(&c.MaxRemoteBytes, min(DefaultMaxRemoteBytes(), c.Limits.MaxBytes))
-	setIfZero(&c.MaxRemoteBuffersPerPeer, DefaultMaxRemoteBuffersPerPeer)
-	setIfZero(&c.RemoteLease, DefaultRemoteLease)
+	d := DefaultConfig()
+	defaults.Set(&c.Name, d.Name)
+	defaults.Set(&c.MaxRoutes, d.MaxRoutes)
+	defaults.Set(&c.Limits.MaxBytes, d.Limits.MaxBytes)
+	defaults.Set(&c.Limits.MaxRegions, d.Limits.MaxRegions)
+	defaults.Set(&c.Limits.MaxRegion, min(d.Limits.MaxRegion, c.Limits.MaxBytes))
+	defaults.Set(&c.MaxRemoteBytes, min(d.MaxRemoteBytes, c.Limits.MaxBytes))
+	defaults.Set(&c.MaxRemoteBuffersPerPeer, d.MaxRemoteBuffersPerPeer)
+	defaults.Set(&c.RemoteLease, d.RemoteLease)
 	c.RemoteLease = max(c.RemoteLease, 0)
-	setIfZero(&c.HandshakesPerPeer, DefaultHandshakesPerPeer)
-	setIfZero(&c.MaxLease, 24*time.Hour)
-	setIfZero(&c.ReapInterval, time.Second)
-	setIfZero(&c.RouteTimeout, 10*time.Second)
-	setIfZero(&c.RouteLinger, DefaultRouteLinger)
-	setIfZero(&c.OpTimeout, queuepair.DefaultTimeout)
-	setIfZero(&c.RequestTimeout, 10*time.Second)
-	setIfZero(&c.MaxMessageSize, DefaultMaxMessageSize)
+	defaults.Set(&c.HandshakesPerPeer, d.HandshakesPerPeer)
+	defaults.Set(&c.MaxLease, d.MaxLease)
+	defaults.Set(&c.ReapInterval, d.ReapInterval)
+	defaults.Set(&c.RouteTimeout, d.RouteTimeout)
+	defaults.Set(&c.RouteLinger, d.RouteLinger)
+	defaults.Set(&c.OpTimeout, d.OpTimeout)
+	defaults.Set(&c.RequestTimeout, d.RequestTimeout)
+	defaults.Set(&c.MaxMessageSize, d.MaxMessageSize)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
-}
-
-func setIfZero[T comparable](p *T, d T) {
-	var zero T
-	if *p == zero {
-		*p = d
-	}
 }

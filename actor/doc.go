@@ -10,11 +10,11 @@
 // other message gets an ErrorReply with code UNKNOWN_MESSAGE; nothing a
 // peer sends can crash it.
 //
-// The package knows backends only by the backend.Backend interface: whoever
-// assembles a manager builds its backends over Registry() and hands them to
-// Start. Package node is that assembly point (actor system, hardened
-// protoactor remote, backends, manager, and one Close for all of them);
-// most programs want node.Start rather than New and Start here.
+// The package knows backends only by the backend.Backend interface:
+// package node, the one assembler, builds the backends over the manager's
+// registry and hands them to Start as Choices (actor system, hardened
+// protoactor remote, backends, manager, and one Close for all of them).
+// Programs use node.Start, and this package's Client and Manager.
 //
 // One route is cached per peer manager: concurrent RequestQueuePair calls for
 // the same peer share one setup, and a failed route is rebuilt by the next
@@ -24,7 +24,7 @@
 // ErrNotSupported (shm for a peer on another host, one the peer does not
 // run) passes the turn. The route keeps why it runs on its backend (the
 // backends passed over and their reasons, including those the assembler
-// left out: StartChoices), logs it at "route up" and shows it in status;
+// left out: Start's Choices), logs it at "route up" and shows it in status;
 // the responder's inbound route names the handshakes it refused on the
 // way (choice.go). Queue pairs are handed only to callers in the manager's own
 // process (their memory is local); Put and Get then go from the caller's

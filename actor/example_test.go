@@ -7,32 +7,31 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/actor"
-	"github.com/rdmamgr/rdmamgr/backend/tcp"
+	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/node"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
-// Two managers assembled by hand over the TCP backend (here in one process
-// without protoactor remote; package node assembles the whole stack, remote
-// included, in one call), a buffer at each, a queue pair, a put and a get.
+// Two managers (package node assembles each: actor system, remote, TCP
+// data plane and manager), a buffer at each, a queue pair, a put and a get.
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sys := actor.NewActorSystem(nil)
-	defer sys.Shutdown()
-	start := func(name string) *actor.Manager {
-		m, _ := actor.New(sys, actor.Config{Name: name}) // id and registry; no I/O
-		t, _ := tcp.New(tcp.Config{}, m.Registry(), m.Logger())
-		_ = t.Start(ctx)    // the data listener
-		_ = m.Start(ctx, t) // the actor; the manager owns the backend now
-		return m
+	start := func(name string) *node.Node {
+		n, err := node.Start(ctx, node.Config{Backend: backend.KindTCP, Manager: actor.Config{Name: name}})
+		if err != nil {
+			panic(err)
+		}
+		return n
 	}
-	a, b := start("a"), start("b")
-	defer a.Close()
-	defer b.Close()
+	na, nb := start("a"), start("b")
+	defer na.Close()
+	defer nb.Close()
+	a, b := na.Manager(), nb.Manager()
 
 	me := a.Client()
-	peer := actor.NewClient(sys, b.PID())
+	peer := na.ClientOf(nb.Addr(), "b")
 	local, _ := me.RequestBuffer(ctx, 1<<20, buffer.AccessReadWrite)
 	remote, _ := peer.RequestBuffer(ctx, 1<<20, buffer.AccessReadWrite)
 	qp, err := me.RequestQueuePair(ctx, peer.PID())
@@ -44,7 +43,7 @@ func Example() {
 
 	mem, _ := a.Bytes(local)
 	copy(mem, "hello, remote memory")
-	if err := qp.Put(local, remote).Wait(ctx); err != nil {
+	if err := qp.Put(ctx, local, remote).Wait(ctx); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -55,7 +54,7 @@ func Example() {
 	clear(mem)
 	head, _ := local.Slice(0, 5)
 	rhead, _ := remote.Slice(0, 5)
-	qp.PostGet(&w, head, rhead)
+	qp.PostGet(ctx, &w, head, rhead)
 	if err := w.Wait(ctx); err != nil {
 		fmt.Println(err)
 		return

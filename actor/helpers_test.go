@@ -127,7 +127,7 @@ func startTCP(ctx context.Context, m *Manager, tc ...tcp.Config) error {
 		c = tc[0]
 	}
 	c.Secret = m.cfg.Secret
-	b, err := tcp.New(c, m.Registry(), m.Logger())
+	b, err := tcp.New(c, m.reg, m.Logger())
 	if err != nil {
 		return err
 	}
@@ -135,7 +135,7 @@ func startTCP(ctx context.Context, m *Manager, tc ...tcp.Config) error {
 		b.Close()
 		return err
 	}
-	return m.Start(ctx, b)
+	return m.Start(ctx, Choice{Backend: b})
 }
 
 // protoactorTimers are goroutines protoactor leaves behind for a while

@@ -29,7 +29,7 @@ func TestReleaseLocalWithGetsInFlight(t *testing.T) {
 	for i := range uint64(parts) {
 		l, _ := local.Slice(i*n/parts, n/parts)
 		r, _ := remote.Slice(i*n/parts, n/parts)
-		ws = append(ws, qp.Get(l, r))
+		ws = append(ws, qp.Get(ctx, l, r))
 	}
 	if err := a.Release(ctx, local); err != nil {
 		t.Fatalf("release with gets in flight: %v", err)
@@ -43,7 +43,7 @@ func TestReleaseLocalWithGetsInFlight(t *testing.T) {
 	copy(user, pattern)
 	// Traffic on the same route orders behind any late byte.
 	other := requestBuf(t, ctx, a.Client(), n, buffer.AccessReadWrite)
-	if err := qp.Get(other, remote).Wait(ctx); err != nil {
+	if err := qp.Get(ctx, other, remote).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond)
@@ -81,7 +81,7 @@ func TestCloseWithGetsInFlight(t *testing.T) {
 	for i := range uint64(parts) {
 		l, _ := local.Slice(i*n/parts, n/parts)
 		r, _ := remote.Slice(i*n/parts, n/parts)
-		ws = append(ws, qp.Get(l, r))
+		ws = append(ws, qp.Get(ctx, l, r))
 	}
 	if err := a.Close(); err != nil {
 		t.Fatalf("close with gets in flight: %v", err)

@@ -56,7 +56,7 @@ func TestRevokeBuffer(t *testing.T) {
 	defer qp.Release()
 	src, _ := a.Bytes(local)
 	rand.Read(src)
-	if err := qp.Put(local, remote).Wait(ctx); err != nil {
+	if err := qp.Put(ctx, local, remote).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	dst, _ := b.Bytes(remote)
@@ -66,7 +66,7 @@ func TestRevokeBuffer(t *testing.T) {
 	// completes before it or fails with ErrRevoked; none after it.
 	var wrs []interface{ Wait(context.Context) error }
 	for range 64 {
-		wrs = append(wrs, qp.Put(local, remote))
+		wrs = append(wrs, qp.Put(ctx, local, remote))
 	}
 	if err := owner.RevokeBuffer(ctx, remote); err != nil {
 		t.Fatal(err)
@@ -78,10 +78,10 @@ func TestRevokeBuffer(t *testing.T) {
 		}
 	}
 	rand.Read(src)
-	if err := qp.Put(local, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrRevoked) {
+	if err := qp.Put(ctx, local, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrRevoked) {
 		t.Fatalf("put after revoke: %v, want ErrRevoked", err)
 	}
-	if err := qp.Get(local, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrRevoked) {
+	if err := qp.Get(ctx, local, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrRevoked) {
 		t.Fatalf("get after revoke: %v, want ErrRevoked", err)
 	}
 	if !bytes.Equal(dst, after) || !bytes.Equal(dst, want) {
@@ -99,7 +99,7 @@ func TestLeaseExpiresAndRenews(t *testing.T) {
 	defer cancel()
 	owner := NewClient(a.sys, b.PID())
 	const lease = 300 * time.Millisecond
-	remote, err := owner.RequestLeasedBuffer(ctx, 512, buffer.AccessReadWrite, lease)
+	remote, err := owner.RequestBuffer(ctx, 512, buffer.AccessReadWrite, WithLease(lease))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestLeaseExpiresAndRenews(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer qp.Release()
-	if err := qp.Put(local, remote).Wait(ctx); err != nil {
+	if err := qp.Put(ctx, local, remote).Wait(ctx); err != nil {
 		t.Fatalf("put within the lease: %v", err)
 	}
 	// Renewing keeps it alive past the first lease.
@@ -125,14 +125,14 @@ func TestLeaseExpiresAndRenews(t *testing.T) {
 			t.Fatalf("renew: %v", err)
 		}
 	}
-	if err := qp.Get(local, remote).Wait(ctx); err != nil {
+	if err := qp.Get(ctx, local, remote).Wait(ctx); err != nil {
 		t.Fatalf("get within the renewed lease: %v", err)
 	}
 	// Let it lapse: the owner's clock alone decides.
 	dst, _ := b.Bytes(remote)
 	want := bytes.Clone(dst)
 	time.Sleep(lease + lease/2)
-	if err := qp.Put(local, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrExpired) {
+	if err := qp.Put(ctx, local, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrExpired) {
 		t.Fatalf("put after the lease: %v, want ErrExpired", err)
 	}
 	if !bytes.Equal(dst, want) {
@@ -148,7 +148,7 @@ func TestLeaseReaperReleases(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	owner := NewClient(a.sys, b.PID())
-	if _, err := owner.RequestLeasedBuffer(ctx, 1<<20, buffer.AccessReadWrite, 50*time.Millisecond); err != nil {
+	if _, err := owner.RequestBuffer(ctx, 1<<20, buffer.AccessReadWrite, WithLease(50*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	for b.reg.Stats().Regions != 0 {

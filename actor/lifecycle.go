@@ -17,7 +17,8 @@ import (
 )
 
 // New builds a manager on sys: its id and registry. It does no I/O: Start
-// does. Build the backends over Registry() between the two.
+// does. Package node builds the backends over its registry between the
+// two.
 func New(sys *protoactor.ActorSystem, cfg Config) (*Manager, error) {
 	cfg = cfg.withDefaults()
 	var idb [8]byte
@@ -49,18 +50,21 @@ func New(sys *protoactor.ActorSystem, cfg Config) (*Manager, error) {
 	}, nil
 }
 
-// Start spawns the manager actor under its name, serving over backends:
-// started backends over Registry(), in order of preference for new routes
-// (the last should be one every peer reaches, such as TCP). The manager
-// owns them from here: Close closes them, and so does a Start that fails.
-// Start protoactor remote on the system first for peers in other
-// processes. StartChoices (choice.go) also names backends left out.
-func (m *Manager) Start(ctx context.Context, backends ...backend.Backend) error {
-	choices := make([]Choice, len(backends))
-	for i, b := range backends {
-		choices[i] = Choice{Backend: b}
+// Start spawns the manager actor under its name, serving over the started
+// backends of choices (built over the manager's registry by package node),
+// in order of preference for new routes (the last should be one every peer
+// reaches, such as TCP); the left-out ones appear in the reasons of routes
+// set up later. The manager owns the backends from here: Close closes
+// them, and so does a Start that fails. Start protoactor remote on the
+// system first for peers in other processes.
+func (m *Manager) Start(ctx context.Context, choices ...Choice) error {
+	var bs []backend.Backend
+	for _, c := range choices {
+		if c.Backend != nil {
+			bs = append(bs, c.Backend)
+		}
 	}
-	return m.start(ctx, backends, choices)
+	return m.start(ctx, bs, choices)
 }
 
 // start is Start over backends, the started ones among choices.

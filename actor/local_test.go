@@ -44,7 +44,7 @@ func TestQueuePairsOnlyLocal(t *testing.T) {
 	if r, ok := res.(*rdmapb.RequestQueuePairResponse); !ok || !errors.Is(toError(r.Error), rdmamgr.ErrNotLocal) {
 		t.Fatalf("remote request_queue_pair: %v", res)
 	}
-	if err := qp.Put(local, remote).Wait(ctx); err != nil {
+	if err := qp.Put(ctx, local, remote).Wait(ctx); err != nil {
 		t.Fatalf("put after the refused release: %v", err)
 	}
 	st, err := a.Client().Status(ctx)

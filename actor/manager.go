@@ -14,6 +14,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/control"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
 
 // Manager is one endpoint's RDMA manager: registry, backends, routes and
@@ -100,8 +101,9 @@ func (m *Manager) PID() *protoactor.PID {
 // ID returns the manager's random id.
 func (m *Manager) ID() uint64 { return m.id }
 
-// Registry returns the manager's registry.
-func (m *Manager) Registry() *memreg.Registry { return m.reg }
+func init() {
+	wiring.ManagerRegistry = func(m any) *memreg.Registry { return m.(*Manager).reg }
+}
 
 // Logger returns the manager's logger (its lines carry the manager's id).
 func (m *Manager) Logger() *slog.Logger { return m.log }

@@ -98,11 +98,11 @@ func TestMetricsCountOperations(t *testing.T) {
 	qp := requestQP(t, ctx, a, b.PID())
 	defer qp.Release()
 	for i := 0; i < 3; i++ {
-		if err := qp.Get(local, remote).Wait(ctx); err != nil {
+		if err := qp.Get(ctx, local, remote).Wait(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := qp.Put(local, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrAccess) {
+	if err := qp.Put(ctx, local, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrAccess) {
 		t.Fatalf("put to a read-only buffer: %v", err)
 	}
 	for _, c := range []struct {

@@ -29,7 +29,7 @@ func TestPutGetLocal(t *testing.T) {
 	}
 	src := mustBytes(t, a, local)
 	crand.Read(src)
-	if err := qp.Put(local, remote).Wait(ctx); err != nil {
+	if err := qp.Put(ctx, local, remote).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	dst := mustBytes(t, b, remote)
@@ -37,7 +37,7 @@ func TestPutGetLocal(t *testing.T) {
 		t.Fatal("put: bytes differ")
 	}
 	crand.Read(dst)
-	if err := qp.Get(local, remote).Wait(ctx); err != nil {
+	if err := qp.Get(ctx, local, remote).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(src, dst) {
@@ -46,11 +46,11 @@ func TestPutGetLocal(t *testing.T) {
 	// Refused by the peer: wrong key.
 	bad := remote
 	bad.Key[0] ^= 1
-	if err := qp.Put(local, bad).Wait(ctx); !errors.Is(err, rdmamgr.ErrBadKey) {
+	if err := qp.Put(ctx, local, bad).Wait(ctx); !errors.Is(err, rdmamgr.ErrBadKey) {
 		t.Fatalf("bad key: %v", err)
 	}
 	// Refused locally: not the peer's buffer.
-	if err := qp.Put(local, local).Wait(ctx); !errors.Is(err, rdmamgr.ErrWrongPeer) {
+	if err := qp.Put(ctx, local, local).Wait(ctx); !errors.Is(err, rdmamgr.ErrWrongPeer) {
 		t.Fatalf("wrong peer: %v", err)
 	}
 	st, err := b.Client().Status(ctx)
@@ -174,7 +174,7 @@ func TestPutGetRandomOffsets(t *testing.T) {
 	forged := s.remote
 	forged.Offset, forged.Length = rn-10, 20
 	ls, _ := s.local.Slice(0, 20)
-	if err := qp.Put(ls, forged).Wait(ctx); !errors.Is(err, rdmamgr.ErrOutOfRange) {
+	if err := qp.Put(ctx, ls, forged).Wait(ctx); !errors.Is(err, rdmamgr.ErrOutOfRange) {
 		t.Fatalf("put past the remote end: %v", err)
 	}
 	s.check(t, "refused put")
@@ -225,12 +225,12 @@ func (s *shadowed) randomOp(t *testing.T, ctx context.Context, qp *queuepair.Que
 		s.fill(s.lmem[lo : lo+n])
 		copy(s.lshadow[lo:lo+n], s.lmem[lo:lo+n])
 		copy(s.rshadow[ro:ro+n], s.lmem[lo:lo+n])
-		err = qp.Put(ls, rs).Wait(ctx)
+		err = qp.Put(ctx, ls, rs).Wait(ctx)
 	} else {
 		s.fill(s.rmem[ro : ro+n])
 		copy(s.rshadow[ro:ro+n], s.rmem[ro:ro+n])
 		copy(s.lshadow[lo:lo+n], s.rmem[ro:ro+n])
-		err = qp.Get(ls, rs).Wait(ctx)
+		err = qp.Get(ctx, ls, rs).Wait(ctx)
 	}
 	if err != nil {
 		t.Fatalf("op %d (put %v) of %d bytes local@%d remote@%d: %v", i, put, n, lo, ro, err)
@@ -248,10 +248,10 @@ func TestReleaseBufferThenOps(t *testing.T) {
 	qp := requestQP(t, ctx, a, b.PID())
 	lmem := mustBytes(t, a, local)
 	crand.Read(lmem)
-	if err := qp.Put(local, r1).Wait(ctx); err != nil {
+	if err := qp.Put(ctx, local, r1).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := qp.Put(local, r2).Wait(ctx); err != nil {
+	if err := qp.Put(ctx, local, r2).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	want := bytes.Clone(lmem)
@@ -262,11 +262,11 @@ func TestReleaseBufferThenOps(t *testing.T) {
 	}
 	crand.Read(lmem)
 	lwant := bytes.Clone(lmem)
-	if err := qp.Get(local, r1).Wait(ctx); !errors.Is(err, rdmamgr.ErrReleased) {
+	if err := qp.Get(ctx, local, r1).Wait(ctx); !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("get from released buffer: %v", err)
 	}
 	var re *backend.RemoteError
-	if err := qp.Put(local, r1).Wait(ctx); !errors.Is(err, rdmamgr.ErrReleased) || !errors.As(err, &re) {
+	if err := qp.Put(ctx, local, r1).Wait(ctx); !errors.Is(err, rdmamgr.ErrReleased) || !errors.As(err, &re) {
 		t.Fatalf("put to released buffer: %v", err)
 	}
 	if !bytes.Equal(lmem, lwant) {
@@ -282,7 +282,7 @@ func TestReleaseBufferThenOps(t *testing.T) {
 		t.Fatalf("second release: %v", err)
 	}
 	// The other buffer still works both ways.
-	if err := qp.Get(local, r2).Wait(ctx); err != nil || !bytes.Equal(lmem, want) {
+	if err := qp.Get(ctx, local, r2).Wait(ctx); err != nil || !bytes.Equal(lmem, want) {
 		t.Fatalf("get from other buffer: %v", err)
 	}
 	st, _ := b.Client().Status(ctx)
@@ -305,7 +305,7 @@ func TestReleaseQueuePairWithWorkInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := qp.Put(local, remote)
+	w := qp.Put(ctx, local, remote)
 	qp.Release()
 	if err := w.Wait(ctx); err != nil {
 		t.Fatalf("put posted before release: %v", err)
@@ -313,7 +313,7 @@ func TestReleaseQueuePairWithWorkInFlight(t *testing.T) {
 	if !bytes.Equal(mustBytes(t, b, remote), lmem) {
 		t.Fatal("bytes differ")
 	}
-	if err := qp.Put(local, remote).Err(); !errors.Is(err, rdmamgr.ErrReleased) {
+	if err := qp.Put(ctx, local, remote).Err(); !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("put after release: %v", err)
 	}
 	if rs := routes(t, ctx, a); len(rs) != 0 {

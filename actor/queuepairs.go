@@ -6,6 +6,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/internal/qpbind"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
@@ -27,12 +28,12 @@ func (m *Manager) newQueuePair(e *routeEntry) (uint64, error) {
 	m.nextQP++
 	id := m.nextQP
 	qe := &qpEntry{route: e, made: time.Now()}
-	qe.qp = queuepair.New(id, e.peerID, e.route, m.reg, qpbind.Options{
+	qe.qp = wiring.NewQueuePair(id, e.peerID, e.route, m.reg, qpbind.Options{
 		Timeout:   m.cfg.OpTimeout,
 		Kind:      e.kind,
 		OnRelease: func() { m.releaseQP(id) },
 		Observer:  m.observer(),
-	})
+	}).(*queuepair.QueuePair)
 	m.qps[id] = qe
 	return id, nil
 }

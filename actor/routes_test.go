@@ -60,7 +60,7 @@ func TestRequestQueuePairConcurrent(t *testing.T) {
 	remote := requestBuf(t, ctx, NewClient(sys, b.PID()), 1000*n, buffer.AccessReadWrite)
 	for i, qp := range qps {
 		rs, _ := remote.Slice(uint64(i)*1000, 1000)
-		if err := qp.Put(local, rs).Wait(ctx); err != nil {
+		if err := qp.Put(ctx, local, rs).Wait(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -82,7 +82,7 @@ func TestRequestQueuePairConcurrent(t *testing.T) {
 	default:
 		t.Fatal("route still up after its last queue pair was released")
 	}
-	if err := qps[3].Put(local, remote).Err(); !errors.Is(err, rdmamgr.ErrReleased) {
+	if err := qps[3].Put(ctx, local, remote).Err(); !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("released queue pair: %v", err)
 	}
 
@@ -94,7 +94,7 @@ func TestRequestQueuePairConcurrent(t *testing.T) {
 		t.Fatalf("routes %v", rs)
 	}
 	rs0, _ := remote.Slice(0, 1000)
-	if err := qp.Get(local, rs0).Wait(ctx); err != nil {
+	if err := qp.Get(ctx, local, rs0).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -107,7 +107,7 @@ func TestQueuePairToSelf(t *testing.T) {
 	y := requestBuf(t, ctx, a.Client(), 5000, buffer.AccessReadWrite)
 	qp := requestQP(t, ctx, a, a.PID())
 	crand.Read(mustBytes(t, a, x))
-	if err := qp.Put(x, y).Wait(ctx); err != nil {
+	if err := qp.Put(ctx, x, y).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(mustBytes(t, a, x), mustBytes(t, a, y)) {
@@ -202,14 +202,14 @@ func TestRouteFailureAndRebuild(t *testing.T) {
 	local := requestBuf(t, ctx, a.Client(), n, buffer.AccessReadWrite)
 	remote := requestBuf(t, ctx, b.Client(), n, buffer.AccessReadWrite)
 	qp := requestQP(t, ctx, a, b.PID())
-	if err := qp.Put(local, remote).Wait(ctx); err != nil {
+	if err := qp.Put(ctx, local, remote).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	oldRoute := qp.Route()
 
 	// Work in flight while the peer closes either completes or fails with
 	// the route's error.
-	inflight := qp.Get(local, remote)
+	inflight := qp.Get(ctx, local, remote)
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestRouteFailureAndRebuild(t *testing.T) {
 	if err := oldRoute.Err(); !errors.Is(err, rdmamgr.ErrPeerGone) && !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("route error %v", err)
 	}
-	for _, w := range []*queuepair.WorkRequest{qp.Put(local, remote), qp.Get(local, remote)} {
+	for _, w := range []*queuepair.WorkRequest{qp.Put(ctx, local, remote), qp.Get(ctx, local, remote)} {
 		if err := w.Wait(ctx); !errors.Is(err, rdmamgr.ErrPeerGone) && !errors.Is(err, rdmamgr.ErrClosed) {
 			t.Fatalf("op on the old queue pair: %v", err)
 		}
@@ -251,18 +251,18 @@ func TestRouteFailureAndRebuild(t *testing.T) {
 	}
 	remote2 := requestBuf(t, ctx, b2.Client(), n, buffer.AccessReadWrite)
 	crand.Read(mustBytes(t, a, local))
-	if err := qp2.Put(local, remote2).Wait(ctx); err != nil {
+	if err := qp2.Put(ctx, local, remote2).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(mustBytes(t, a, local), mustBytes(t, b2, remote2)) {
 		t.Fatal("bytes differ")
 	}
 	// The old manager's buffer is not the new peer's.
-	if err := qp2.Put(local, remote).Err(); !errors.Is(err, rdmamgr.ErrWrongPeer) {
+	if err := qp2.Put(ctx, local, remote).Err(); !errors.Is(err, rdmamgr.ErrWrongPeer) {
 		t.Fatalf("old peer's buffer on the new route: %v", err)
 	}
 	// The old queue pair stays failed; releasing it leaves the new route.
-	if err := qp.Put(local, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrPeerGone) && !errors.Is(err, rdmamgr.ErrClosed) {
+	if err := qp.Put(ctx, local, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrPeerGone) && !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("old queue pair after rebuild: %v", err)
 	}
 	qp.Release()

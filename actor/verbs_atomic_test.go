@@ -25,13 +25,13 @@ func TestAtomicsEndToEnd(t *testing.T) {
 	target := slice(t, remote, 8, 8)
 	qp := requestQP(t, ctx, a, b.PID())
 	w.Store(100)
-	if op := qp.FetchAdd(target, 5); op.Wait(ctx) != nil || op.Value() != 100 || w.Load() != 105 {
+	if op := qp.FetchAdd(ctx, target, 5); op.Wait(ctx) != nil || op.Value() != 100 || w.Load() != 105 {
 		t.Fatalf("fetch-add: %v, old %d, word %d", op.Err(), op.Value(), w.Load())
 	}
-	if op := qp.CompareAndSwap(target, 105, 1); op.Wait(ctx) != nil || op.Value() != 105 || w.Load() != 1 {
+	if op := qp.CompareAndSwap(ctx, target, 105, 1); op.Wait(ctx) != nil || op.Value() != 105 || w.Load() != 1 {
 		t.Fatalf("compare-swap: %v, old %d, word %d", op.Err(), op.Value(), w.Load())
 	}
-	if op := qp.CompareAndSwap(target, 105, 2); op.Wait(ctx) != nil || op.Value() != 1 || w.Load() != 1 {
+	if op := qp.CompareAndSwap(ctx, target, 105, 2); op.Wait(ctx) != nil || op.Value() != 1 || w.Load() != 1 {
 		t.Fatalf("compare-swap with a stale compare: %v, old %d, word %d", op.Err(), op.Value(), w.Load())
 	}
 
@@ -41,7 +41,7 @@ func TestAtomicsEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if op := qp.FetchAdd(slice(t, odd, 8, 8), 1); !errors.Is(op.Wait(ctx), rdmamgr.ErrMisaligned) || op.Value() != 0 {
+	if op := qp.FetchAdd(ctx, slice(t, odd, 8, 8), 1); !errors.Is(op.Wait(ctx), rdmamgr.ErrMisaligned) || op.Value() != 0 {
 		t.Fatalf("fetch-add at an odd address: %v", op.Err())
 	}
 }
@@ -66,7 +66,7 @@ func TestFetchAddAgreesWithOwner(t *testing.T) {
 		wg.Go(func() {
 			ops := make([]*queuepair.WorkRequest, each)
 			for i := range ops {
-				ops[i] = qp.FetchAdd(target, 1)
+				ops[i] = qp.FetchAdd(ctx, target, 1)
 			}
 			for _, op := range ops {
 				if err := op.Wait(ctx); err != nil {
@@ -113,14 +113,14 @@ func TestVerbChecksBeforePost(t *testing.T) {
 		op   *queuepair.WorkRequest
 		want error
 	}{
-		{"fetch-add at offset 4", qp.FetchAdd(slice(t, all, 4, 8), 1), rdmamgr.ErrMisaligned},
-		{"fetch-add on 16 bytes", qp.FetchAdd(slice(t, all, 0, 16), 1), rdmamgr.ErrMisaligned},
-		{"compare-swap on 4 bytes", qp.CompareAndSwap(slice(t, all, 8, 4), 0, 1), rdmamgr.ErrMisaligned},
-		{"compare-swap without the right", qp.CompareAndSwap(slice(t, rw, 8, 8), 0, 1), rdmamgr.ErrAccess},
-		{"put-imm without notify", qp.PutWithImm(local, rw, 1), rdmamgr.ErrAccess},
-		{"fetch-add on our own buffer", qp.FetchAdd(slice(t, local, 8, 8), 1), rdmamgr.ErrWrongPeer},
-		{"send of nothing", qp.Send(buffer.Buffer{}), rdmamgr.ErrInvalid},
-		{"send of a peer's buffer", qp.Send(all), rdmamgr.ErrNotLocal},
+		{"fetch-add at offset 4", qp.FetchAdd(ctx, slice(t, all, 4, 8), 1), rdmamgr.ErrMisaligned},
+		{"fetch-add on 16 bytes", qp.FetchAdd(ctx, slice(t, all, 0, 16), 1), rdmamgr.ErrMisaligned},
+		{"compare-swap on 4 bytes", qp.CompareAndSwap(ctx, slice(t, all, 8, 4), 0, 1), rdmamgr.ErrMisaligned},
+		{"compare-swap without the right", qp.CompareAndSwap(ctx, slice(t, rw, 8, 8), 0, 1), rdmamgr.ErrAccess},
+		{"put-imm without notify", qp.PutWithImm(ctx, local, rw, 1), rdmamgr.ErrAccess},
+		{"fetch-add on our own buffer", qp.FetchAdd(ctx, slice(t, local, 8, 8), 1), rdmamgr.ErrWrongPeer},
+		{"send of nothing", qp.Send(ctx, buffer.Buffer{}), rdmamgr.ErrInvalid},
+		{"send of a peer's buffer", qp.Send(ctx, all), rdmamgr.ErrNotLocal},
 	}
 	for _, tc := range cases {
 		if err := tc.op.Wait(ctx); !errors.Is(err, tc.want) {

@@ -71,7 +71,7 @@ func TestPutWithImmEvents(t *testing.T) {
 	qp := requestQP(t, ctx, a, b.PID())
 	src, dst := mustBytes(t, a, local), mustBytes(t, b, remote)
 	crand.Read(src)
-	if err := qp.PutWithImm(local, remote, 42).Wait(ctx); err != nil {
+	if err := qp.PutWithImm(ctx, local, remote, 42).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	ev := recvEvent(t, events)
@@ -85,7 +85,7 @@ func TestPutWithImmEvents(t *testing.T) {
 	// A full queue refuses (the bytes land) and counts; nothing is lost.
 	refused := b.InboxRefused()
 	for i := range 3 {
-		err := qp.PutWithImm(local, remote, uint32(i)).Wait(ctx)
+		err := qp.PutWithImm(ctx, local, remote, uint32(i)).Wait(ctx)
 		if (i < 2 && err != nil) || (i == 2 && !errors.Is(err, rdmamgr.ErrLimit)) {
 			t.Fatalf("put-imm %d into a queue of 2: %v", i, err)
 		}
@@ -114,7 +114,7 @@ func unsubscribed(t *testing.T, ctx context.Context, b *Manager, events *Events,
 		t.Fatal("event channel open after Close")
 	}
 	crand.Read(src)
-	if err := qp.PutWithImm(local, remote, 9).Wait(ctx); !errors.Is(err, rdmamgr.ErrNoReceive) {
+	if err := qp.PutWithImm(ctx, local, remote, 9).Wait(ctx); !errors.Is(err, rdmamgr.ErrNoReceive) {
 		t.Fatalf("put-imm without a subscriber: %v, want ErrNoReceive", err)
 	}
 	if !bytes.Equal(src, dst) || b.InboxRefused() != refused+1 {
@@ -125,7 +125,7 @@ func unsubscribed(t *testing.T, ctx context.Context, b *Manager, events *Events,
 		t.Fatal(err)
 	}
 	defer again.Close()
-	if err := qp.PutWithImm(local, remote, 10).Wait(ctx); err != nil || recvEvent(t, again).Imm != 10 {
+	if err := qp.PutWithImm(ctx, local, remote, 10).Wait(ctx); err != nil || recvEvent(t, again).Imm != 10 {
 		t.Fatalf("put-imm to a new subscriber: %v", err)
 	}
 }
@@ -151,7 +151,7 @@ func TestSendRecvMessages(t *testing.T) {
 	}
 
 	post(rb)
-	if err := qp.Send(slice(t, local, 0, 1000)).Wait(ctx); err != nil {
+	if err := qp.Send(ctx, slice(t, local, 0, 1000)).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	m := recvMessage(t, msgs)
@@ -162,7 +162,7 @@ func TestSendRecvMessages(t *testing.T) {
 		t.Fatal("message bytes differ")
 	}
 	post(rb)
-	if err := qp.SendWithImm(local, 7).Wait(ctx); err != nil {
+	if err := qp.SendWithImm(ctx, local, 7).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if m := recvMessage(t, msgs); m.Buffer != rb || m.Imm != 7 || !m.HasImm {
@@ -185,13 +185,13 @@ func sendRefusals(t *testing.T, ctx context.Context, b *Manager, msgs *Messages,
 	}
 	small := slice(t, rb, 0, 1024)
 	post(small)
-	if err := qp.Send(local).Wait(ctx); !errors.Is(err, rdmamgr.ErrReceiveTooSmall) {
+	if err := qp.Send(ctx, local).Wait(ctx); !errors.Is(err, rdmamgr.ErrReceiveTooSmall) {
 		t.Fatalf("send of 4096 into 1024: %v, want ErrReceiveTooSmall", err)
 	}
 	if m := recvMessage(t, msgs); !errors.Is(m.Err, rdmamgr.ErrReceiveTooSmall) || m.Peer != from || m.Length != 4096 {
 		t.Fatalf("receiver's refusal %+v", m)
 	}
-	if err := qp.Send(slice(t, local, 0, 1024)).Wait(ctx); err != nil {
+	if err := qp.Send(ctx, slice(t, local, 0, 1024)).Wait(ctx); err != nil {
 		t.Fatalf("send that fits the buffer still posted: %v", err)
 	}
 	if m := recvMessage(t, msgs); m.Buffer != small {
@@ -199,7 +199,7 @@ func sendRefusals(t *testing.T, ctx context.Context, b *Manager, msgs *Messages,
 	}
 
 	// None posted: refused on both sides.
-	if err := qp.Send(local).Wait(ctx); !errors.Is(err, rdmamgr.ErrNoReceive) {
+	if err := qp.Send(ctx, local).Wait(ctx); !errors.Is(err, rdmamgr.ErrNoReceive) {
 		t.Fatalf("send with nothing posted: %v, want ErrNoReceive", err)
 	}
 	if m := recvMessage(t, msgs); !errors.Is(m.Err, rdmamgr.ErrNoReceive) {

@@ -48,9 +48,9 @@ func (b *benchRun) ring(ctx context.Context, limit int64) {
 		}
 		s.t0, s.armed = now, true
 		if cfg.Op == "put" {
-			b.qp.PostPut(&s.wr, s.l, s.r)
+			b.qp.PostPut(ctx, &s.wr, s.l, s.r)
 		} else {
-			b.qp.PostGet(&s.wr, s.l, s.r)
+			b.qp.PostGet(ctx, &s.wr, s.l, s.r)
 		}
 		return true
 	}

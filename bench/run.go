@@ -148,7 +148,7 @@ func (b *benchRun) prepare(ctx context.Context, mgr *actor.Manager, peer *actor.
 	copy(b.localMem, b.pattern)
 	if b.cfg.Op == "get" {
 		// The peer's buffer holds the pattern; every get must return it.
-		if err := b.qp.Put(b.local, b.remote).Wait(ctx); err != nil {
+		if err := b.qp.Put(ctx, b.local, b.remote).Wait(ctx); err != nil {
 			return fmt.Errorf("seed peer buffer: %w", err)
 		}
 	}
@@ -237,9 +237,9 @@ func (b *benchRun) worker(ctx context.Context, slot int, limit int64) {
 		}
 		t0 := time.Now()
 		if cfg.Op == "put" {
-			b.qp.PostPut(&wr, l, r)
+			b.qp.PostPut(ctx, &wr, l, r)
 		} else {
-			b.qp.PostGet(&wr, l, r)
+			b.qp.PostGet(ctx, &wr, l, r)
 		}
 		err := wr.Wait(ctx)
 		b.done(ctx, slot, off, time.Since(t0), err)
@@ -283,7 +283,7 @@ func (b *benchRun) verifyOp(ctx context.Context, slot int, off uint64) {
 		r, _ := b.remote.Slice(off, size)
 		km := b.checkMem[off : off+size]
 		clear(km)
-		if err := b.qp.Get(k, r).Wait(ctx); err != nil {
+		if err := b.qp.Get(ctx, k, r).Wait(ctx); err != nil {
 			if ctx.Err() == nil {
 				b.fail(fmt.Errorf("verify read-back: %w", err))
 			}

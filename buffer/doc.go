@@ -2,7 +2,10 @@
 //
 // A Buffer is a small value naming an owner manager, a region of memory
 // that manager registered, an offset, a length, the region's 128-bit key
-// (from crypto/rand) and the access remote peers have (read, write). Slice
+// (from crypto/rand) and the access remote peers have: AccessRead (Get),
+// AccessWrite (Put), AccessNotify (PutWithImm: the owner's subscriber is
+// told the bytes landed, with AccessWrite) and AccessAtomic
+// (CompareAndSwap and FetchAdd on one 8-byte aligned word). Slice
 // it (overflow-safe, never past its parent), send its Proto form to any
 // actor in any process (at most 64 bytes for typical addresses), and check
 // one that came from anywhere with FromProto. The key grants the whole
@@ -17,7 +20,7 @@
 // The owner reads and fills its buffers through Manager.Bytes; Put and Get
 // (package queuepair) move bytes between buffers.
 //
-// Failures wrap the module's sentinels (package rdmamgr; the names in
-// errors.go are the same values): ErrBadKey, ErrOutOfRange, ErrAccess,
-// ErrReleased, ErrInvalid, ErrExhausted, ErrExpired, ErrRevoked, ErrClosed.
+// Failures wrap the module's sentinels (package rdmamgr): ErrBadKey,
+// ErrOutOfRange, ErrAccess, ErrReleased, ErrInvalid, ErrLimit, ErrExpired,
+// ErrRevoked, ErrClosed.
 package buffer

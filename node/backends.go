@@ -13,16 +13,16 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend/shm"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
 
 // order is the backends cfg.Backend selects, in order of preference; TCP,
 // which every peer reaches, is always last.
 func order(k backend.Kind) []backend.Kind {
-	switch k {
-	case KindAuto:
-		return []backend.Kind{backend.KindSHM, backend.KindIBVerbs, backend.KindTCP}
-	case backend.KindSHM, backend.KindIBVerbs:
-		return []backend.Kind{k, backend.KindTCP}
+	for _, s := range selections {
+		if s.kind == k {
+			return s.order
+		}
 	}
 	return []backend.Kind{backend.KindTCP}
 }
@@ -31,14 +31,15 @@ func order(k backend.Kind) []backend.Kind {
 // the order of preference cfg.Backend selects (doc.go). Under "auto" a
 // backend that cannot start here is left out, with a log line and a
 // Choice that says why (routes' reasons name it); a backend selected by
-// name must start. It returns the choices for m.StartChoices and the TCP
+// name must start. It returns the choices for m.Start and the TCP
 // backend; on error it closes what it made.
 func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised string) ([]actor.Choice, *tcp.Backend, error) {
 	log := m.Logger()
+	reg := wiring.ManagerRegistry(m)
 	tcfg := cfg.TCP
 	tcfg.Secret = cfg.Manager.Secret
 	placeData(&tcfg, cfg.Listen, advertised)
-	t, err := tcp.New(tcfg, m.Registry(), log)
+	t, err := tcp.New(tcfg, reg, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -63,9 +64,9 @@ func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised
 		case backend.KindTCP:
 			b = t
 		case backend.KindSHM:
-			b, err = startSHM(ctx, cfg, t, m.Registry(), log)
+			b, err = startSHM(ctx, cfg, t, reg, log)
 		case backend.KindIBVerbs:
-			b, err = startIBVerbs(ctx, cfg.IBVerbs, m.Registry(), log)
+			b, err = startIBVerbs(ctx, cfg.IBVerbs, reg, log)
 		}
 		if err != nil && cfg.Backend != KindAuto {
 			return fail(err)

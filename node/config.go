@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/actor"
@@ -17,6 +18,56 @@ import (
 // KindAuto, the default, chooses per peer: shm for a peer on this host,
 // else ibverbs where a usable device exists, else TCP (doc.go).
 const KindAuto backend.Kind = "auto"
+
+// selections are the values of Config.Backend, the default first, each
+// with the backends it runs in order of preference: TCP, which every peer
+// reaches, always last. It is the one list of backends: Start's check,
+// its errors and the CLI's --backend read it.
+var selections = []struct {
+	kind  backend.Kind
+	order []backend.Kind
+	says  string
+}{
+	{KindAuto, []backend.Kind{backend.KindSHM, backend.KindIBVerbs, backend.KindTCP}, "shm for a peer on this host, else ibverbs where usable, else tcp"},
+	{backend.KindSHM, []backend.Kind{backend.KindSHM, backend.KindTCP}, "shm, else tcp"},
+	{backend.KindIBVerbs, []backend.Kind{backend.KindIBVerbs, backend.KindTCP}, "ibverbs, else tcp"},
+	{backend.KindTCP, []backend.Kind{backend.KindTCP}, ""},
+}
+
+// Backends describes the values of Config.Backend, the default first, for
+// a flag's help: "auto (shm for a peer on this host, ...), ... or tcp".
+func Backends() string {
+	var b strings.Builder
+	for i, s := range selections {
+		switch {
+		case i == len(selections)-1:
+			b.WriteString(" or ")
+		case i > 0:
+			b.WriteString(", ")
+		}
+		b.WriteString(string(s.kind))
+		if s.says != "" {
+			fmt.Fprintf(&b, " (%s)", s.says)
+		}
+	}
+	return b.String()
+}
+
+// ParseBackend returns the Config.Backend named s ("" is KindAuto), or an
+// error that wraps rdmamgr.ErrNotSupported and lists the values.
+func ParseBackend(s string) (backend.Kind, error) {
+	if s == "" {
+		return KindAuto, nil
+	}
+	var names []string
+	for _, sel := range selections {
+		if string(sel.kind) == s {
+			return sel.kind, nil
+		}
+		names = append(names, string(sel.kind))
+	}
+	return "", fmt.Errorf("backend %q (want one of %s): %w", s, strings.Join(names, ", "), rdmamgr.ErrNotSupported)
+}
 
 // DefaultListen is where a node's actor system listens by default:
 // loopback, a port picked by the kernel.
@@ -76,14 +127,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}
-	if c.Backend == "" {
-		c.Backend = KindAuto
+	k, err := ParseBackend(string(c.Backend))
+	if err != nil {
+		return c, err
 	}
-	switch c.Backend {
-	case backend.KindTCP, backend.KindIBVerbs, backend.KindSHM, KindAuto:
-	default:
-		return c, fmt.Errorf("backend %q (want auto, shm, ibverbs or tcp): %w", c.Backend, rdmamgr.ErrNotSupported)
-	}
+	c.Backend = k
 	if c.IBVerbs == (ibverbs.Config{}) {
 		c.IBVerbs = ibverbs.DefaultConfig() // GID index auto, not 0
 	}

@@ -20,7 +20,7 @@
 // no RDMA device); a backend selected by name must start or Start fails.
 //
 // The choice is then made per peer, when the manager sets up a route
-// (actor.Manager.StartChoices): it tries the backends in order and takes
+// (actor.Manager.Start): it tries the backends in order and takes
 // the first that connects. A backend that refuses the peer with
 // rdmamgr.ErrNotSupported passes the turn to the next: shm refuses a peer
 // on another host (another network or pid namespace counts as another

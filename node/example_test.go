@@ -39,7 +39,7 @@ func Example() {
 	defer qp.Release()
 	mem, _ := a.Manager().Bytes(local)
 	copy(mem, "hello, remote memory")
-	if err := qp.Put(local, remote).Wait(ctx); err != nil {
+	if err := qp.Put(ctx, local, remote).Wait(ctx); err != nil {
 		fmt.Println(err)
 		return
 	}

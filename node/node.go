@@ -27,7 +27,11 @@ type Node struct {
 	closeErr  error
 }
 
-// Start builds and starts a node from cfg (config.go).
+// Start builds and starts a node from cfg: the actor system and its remote
+// on cfg.Listen, then (unless cfg.NoManager) the manager and the backends
+// cfg.Backend selects (package doc). It does all the I/O; on error it
+// returns with everything it had started closed again. ctx bounds the
+// start only, not the node's life: Close ends it.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -59,7 +63,7 @@ func (n *Node) startManager(ctx context.Context, cfg Config) error {
 	}
 	cs, t, err := startBackends(ctx, cfg, m, n.addr)
 	if err == nil {
-		err = m.StartChoices(ctx, cs) // m owns the backends now, also when it fails
+		err = m.Start(ctx, cs...) // m owns the backends now, also when it fails
 	}
 	if err != nil {
 		m.Close()

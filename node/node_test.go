@@ -72,7 +72,7 @@ func TestManagerPIDAcrossNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := qp.Put(local, remote).Wait(ctx); err != nil {
+	if err := qp.Put(ctx, local, remote).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	qp.Release()

@@ -35,14 +35,14 @@ func TestSameHostChoosesSHM(t *testing.T) {
 	mine, _ := a.Manager().Bytes(local)
 	theirs, _ := b.Manager().Bytes(remote)
 	copy(mine, bytes.Repeat([]byte("same host "), len(mine)/10))
-	if err := qp.Put(local, remote).Wait(ctx); err != nil {
+	if err := qp.Put(ctx, local, remote).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(mine, theirs) {
 		t.Fatal("put: the peer's buffer differs")
 	}
 	copy(theirs, bytes.Repeat([]byte("and back. "), len(theirs)/10))
-	if err := qp.Get(local, remote).Wait(ctx); err != nil {
+	if err := qp.Get(ctx, local, remote).Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(mine, theirs) {

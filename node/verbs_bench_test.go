@@ -79,7 +79,7 @@ func BenchmarkNotify(b *testing.B) {
 			ctx := context.Background()
 			b.ResetTimer()
 			for i := range b.N {
-				w := v.qp.PutWithImm(v.local, v.box, uint32(i))
+				w := v.qp.PutWithImm(ctx, v.local, v.box, uint32(i))
 				select {
 				case <-v.events.C:
 				case <-w.Done(): // failed (no event comes) or done before the event was read
@@ -100,7 +100,7 @@ func BenchmarkNotify(b *testing.B) {
 			root := v.send.System().Root
 			b.ResetTimer()
 			for range b.N {
-				if err := v.qp.Put(v.local, v.box).Wait(ctx); err != nil {
+				if err := v.qp.Put(ctx, v.local, v.box).Wait(ctx); err != nil {
 					b.Fatal(err)
 				}
 				root.Send(v.receiverPID, &rdmapb.Ping{})
@@ -119,7 +119,7 @@ func BenchmarkFetchAdd(b *testing.B) {
 			ctx := context.Background()
 			b.ResetTimer()
 			for range b.N {
-				if err := v.qp.FetchAdd(v.ctr, 1).Wait(ctx); err != nil {
+				if err := v.qp.FetchAdd(ctx, v.ctr, 1).Wait(ctx); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -135,7 +135,7 @@ func BenchmarkFetchAdd(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				ws[i%8] = v.qp.FetchAdd(v.ctr, 1)
+				ws[i%8] = v.qp.FetchAdd(ctx, v.ctr, 1)
 			}
 			for _, w := range ws {
 				if w != nil {

@@ -144,9 +144,9 @@ func TestConcurrentPosts(t *testing.T) {
 				r, _ := remote.Slice(off, 1024)
 				var w *WorkRequest
 				if i%2 == 0 {
-					w = e.qp.Put(l, r)
+					w = e.qp.Put(context.Background(), l, r)
 				} else {
-					w = e.qp.Get(l, r)
+					w = e.qp.Get(context.Background(), l, r)
 				}
 				if err := w.Wait(context.Background()); err != nil && !errors.Is(err, rdmamgr.ErrDeadline) {
 					errs <- err

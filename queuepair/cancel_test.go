@@ -17,7 +17,7 @@ func TestWaitContext(t *testing.T) {
 	remote := alloc(t, e.remote, 100, buffer.AccessReadWrite)
 
 	// A cancelled ctx cancels the operation; Wait returns its outcome.
-	w := e.qp.Get(local, remote)
+	w := e.qp.Get(context.Background(), local, remote)
 	wr := e.route.next(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -33,7 +33,7 @@ func TestWaitContext(t *testing.T) {
 	}
 
 	// A passed deadline: the error matches both deadline sentinels.
-	w = e.qp.Get(local, remote)
+	w = e.qp.Get(context.Background(), local, remote)
 	e.route.next(t)
 	dctx, dcancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer dcancel()
@@ -47,7 +47,7 @@ func TestWaitContext(t *testing.T) {
 	// may still be touching the memory), and then reports what it said.
 	e.route.holdCancel = true
 	local2 := alloc(t, e.local, 100, buffer.AccessReadWrite)
-	w = e.qp.Get(local2, remote)
+	w = e.qp.Get(context.Background(), local2, remote)
 	wr = e.route.next(t)
 	res := make(chan error, 1)
 	go func() { res <- w.Wait(dctx) }()
@@ -72,7 +72,7 @@ func TestWaitContext(t *testing.T) {
 
 	// Cancel ends it the same way.
 	e.route.holdCancel = false
-	w = e.qp.Put(local, remote)
+	w = e.qp.Put(context.Background(), local, remote)
 	e.route.next(t)
 	if err := w.Cancel(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancel: %v", err)

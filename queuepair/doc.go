@@ -7,12 +7,27 @@
 // the old value). Their receiving side is the peer manager's
 // (actor.Manager.SubscribeEvents, SubscribeMessages, PostRecv).
 //
-// Put and Get return at once with a *WorkRequest; Wait(ctx) blocks until it
-// completes, Poll reports without blocking, Done gives a channel. Submit
-// posts a batch of operations that share one context. Every operation has a
-// deadline (the QueuePair's default timeout, or the batch context's deadline
-// if that is earlier). Data goes from the caller's goroutine to the
-// backend: never through an actor mailbox.
+// Put and Get return a *WorkRequest once the operation is posted; Wait(ctx)
+// blocks until it completes, Poll reports without blocking, Done gives a
+// channel. Submit posts a batch of operations that share one context. Every
+// operation has a deadline (the QueuePair's default timeout, or the batch
+// context's deadline if that is earlier). Data goes from the caller's
+// goroutine to the backend: never through an actor mailbox.
+//
+// # Posting
+//
+// Every verb takes the caller's ctx (Put, Get, PutWithImm, Send,
+// SendWithImm, CompareAndSwap, FetchAdd, their Post forms, and Submit).
+// Posting returns at once while the route has room in flight; at its
+// in-flight limit (back-pressure: the backend's MaxInFlight) it waits for
+// room until ctx ends, and then the operation completes with ctx's error
+// (errors.Is context.Canceled or context.DeadlineExceeded), nothing of it
+// sent, and the call returns. A ctx that already ended posts nothing. So
+// no verb blocks longer than the caller allows; with a ctx that never
+// ends (context.Background) the wait is bounded by the queue pair's
+// timeout. For Put, Get and the other single verbs ctx bounds only the
+// post: Wait(ctx) or Cancel end a posted operation early; Submit's ctx
+// also cancels what it posted.
 //
 // # Reported means finished
 //
@@ -66,8 +81,7 @@
 // errors.Is(err, rdmamgr.ErrDeadline) both hold (whichever layer noticed
 // the deadline: the caller's ctx or the backend), or
 // errors.Is(err, context.Canceled) for a cancellation. Other failures wrap
-// the module's sentinel that names their cause (package rdmamgr; the same
-// values as the buffer, backend and queuepair names): ErrBadKey,
+// the module's sentinel that names their cause (package rdmamgr): ErrBadKey,
 // ErrOutOfRange, ErrAccess, ErrReleased, ErrRevoked, ErrExpired for the
 // buffers; ErrPeerGone, ErrClosed for the route; ErrWrongPeer,
 // ErrLengthMismatch, ErrNotLocal, ErrReleased (of the queue pair) for what

@@ -29,6 +29,10 @@ type fakeRoute struct {
 	// completes it with its cause at once, as a backend would.
 	holdCancel bool
 	cancels    chan *backend.WorkRequest // every Cancel call, in order
+	// full makes Post wait as a backend at its in-flight limit does: until
+	// the poster's context (wr.Cancel), the request's deadline or the
+	// route ends, then refuse.
+	full bool
 }
 
 func newFakeRoute() *fakeRoute {
@@ -49,6 +53,21 @@ func (r *fakeRoute) Cancel(wr *backend.WorkRequest) {
 func (r *fakeRoute) Post(wr *backend.WorkRequest) error {
 	r.mu.Lock()
 	r.nPost++
+	full := r.full
+	r.mu.Unlock()
+	if full {
+		t := time.NewTimer(time.Until(wr.Deadline))
+		defer t.Stop()
+		select {
+		case <-wr.Cancel:
+			return fmt.Errorf("fake: waiting for room in flight: %w", context.Canceled)
+		case <-t.C:
+			return fmt.Errorf("fake: waiting for room in flight: %w", rdmamgr.ErrDeadline)
+		case <-r.done:
+			return rdmamgr.ErrPeerGone
+		}
+	}
+	r.mu.Lock()
 	err := r.postErr
 	if err == nil {
 		r.all = append(r.all, wr)
@@ -132,7 +151,7 @@ func newEnv(t *testing.T, opt qpbind.Options) *env {
 			user()
 		}
 	}
-	e.qp = New(7, peerID, e.route, e.local, opt)
+	e.qp = newQueuePair(7, peerID, e.route, e.local, opt)
 	t.Cleanup(func() {
 		// Like a closing route: fail what a failed test left pending.
 		for _, wr := range e.route.accepted() {

@@ -12,6 +12,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/qpbind"
 	"github.com/rdmamgr/rdmamgr/internal/refgate"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
 
 // DefaultTimeout is an operation's deadline when the manager sets none
@@ -37,10 +38,16 @@ type QueuePair struct {
 	ops refgate.Gate
 }
 
-// New binds a QueuePair to route; it does no I/O. It is the manager's
-// (its Resolver and Options are internal to this module): programs get
-// queue pairs from actor.Client.RequestQueuePair.
-func New(id, peerID uint64, route backend.Route, local qpbind.Resolver, opt qpbind.Options) *QueuePair {
+func init() {
+	wiring.NewQueuePair = func(id, peerID uint64, route backend.Route, local qpbind.Resolver, opt qpbind.Options) any {
+		return newQueuePair(id, peerID, route, local, opt)
+	}
+}
+
+// newQueuePair binds a QueuePair to route; it does no I/O. It is the
+// manager's (internal/wiring.NewQueuePair): programs get queue pairs from
+// actor.Client.RequestQueuePair.
+func newQueuePair(id, peerID uint64, route backend.Route, local qpbind.Resolver, opt qpbind.Options) *QueuePair {
 	if opt.Timeout <= 0 {
 		opt.Timeout = DefaultTimeout
 	}
@@ -74,32 +81,49 @@ type Route interface {
 // Route returns the route the queue pair posts on.
 func (q *QueuePair) Route() Route { return q.route }
 
-// Put copies local into remote (RDMA WRITE). It returns at once.
-func (q *QueuePair) Put(local, remote buffer.Buffer) *WorkRequest {
-	return q.newOp(backend.OpWrite, local, remote, time.Now().Add(q.timeout))
+// Put copies local into remote (RDMA WRITE). It returns once the
+// operation is posted: at once, unless the route is at its in-flight
+// limit; then it waits for room until ctx ends, and the operation
+// completes with ctx's error, nothing sent (doc.go, "Posting"). ctx bounds
+// only the post: Wait(ctx) or Cancel end a posted operation early.
+func (q *QueuePair) Put(ctx context.Context, local, remote buffer.Buffer) *WorkRequest {
+	return q.newOp(ctx, backend.OpWrite, local, remote, operands{})
 }
 
-// Get copies remote into local (RDMA READ). It returns at once.
-func (q *QueuePair) Get(local, remote buffer.Buffer) *WorkRequest {
-	return q.newOp(backend.OpRead, local, remote, time.Now().Add(q.timeout))
+// Get copies remote into local (RDMA READ). It returns once the operation
+// is posted, waiting for room in flight under ctx as Put does.
+func (q *QueuePair) Get(ctx context.Context, local, remote buffer.Buffer) *WorkRequest {
+	return q.newOp(ctx, backend.OpRead, local, remote, operands{})
 }
 
 // PostPut is Put into a caller-owned WorkRequest, which may be reused once
 // it completed: the steady-state data path then allocates nothing. w must
 // not be pending (it panics if it is).
-func (q *QueuePair) PostPut(w *WorkRequest, local, remote buffer.Buffer) {
-	q.arm(w, backend.OpWrite, local, remote, time.Now().Add(q.timeout), nil, operands{})
+func (q *QueuePair) PostPut(ctx context.Context, w *WorkRequest, local, remote buffer.Buffer) {
+	q.arm(w, backend.OpWrite, local, remote, q.deadline(), postCtx(ctx), operands{})
 }
 
 // PostGet is Get into a caller-owned, reusable WorkRequest (see PostPut).
-func (q *QueuePair) PostGet(w *WorkRequest, local, remote buffer.Buffer) {
-	q.arm(w, backend.OpRead, local, remote, time.Now().Add(q.timeout), nil, operands{})
+func (q *QueuePair) PostGet(ctx context.Context, w *WorkRequest, local, remote buffer.Buffer) {
+	q.arm(w, backend.OpRead, local, remote, q.deadline(), postCtx(ctx), operands{})
 }
 
-func (q *QueuePair) newOp(op backend.Op, local, remote buffer.Buffer, deadline time.Time) *WorkRequest {
+func (q *QueuePair) newOp(ctx context.Context, op backend.Op, local, remote buffer.Buffer, opd operands) *WorkRequest {
 	w := new(WorkRequest)
-	q.arm(w, op, local, remote, deadline, nil, operands{})
+	q.arm(w, op, local, remote, q.deadline(), postCtx(ctx), opd)
 	return w
+}
+
+// deadline is the deadline of an operation posted now.
+func (q *QueuePair) deadline() time.Time { return time.Now().Add(q.timeout) }
+
+// postCtx is a poster's ctx as arm takes it: nil when it never ends, so
+// the backend has no channel to watch.
+func postCtx(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return nil
+	}
+	return ctx
 }
 
 // arm posts op on w; ctx, when not nil, is the poster's context: it ends

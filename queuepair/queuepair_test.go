@@ -49,7 +49,7 @@ func TestPutGetAsync(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		do   func(l, r buffer.Buffer) *WorkRequest
+		do   func(ctx context.Context, l, r buffer.Buffer) *WorkRequest
 		op   backend.Op
 		err  error
 	}{
@@ -59,7 +59,7 @@ func TestPutGetAsync(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := time.Now()
-			w := tc.do(local, remote)
+			w := tc.do(context.Background(), local, remote)
 			after := time.Now()
 			wr := e.route.next(t)
 
@@ -121,9 +121,9 @@ func TestLocalReferenceHeldUntilCompletion(t *testing.T) {
 			remote := alloc(t, e.remote, 8192, buffer.AccessReadWrite)
 			var w *WorkRequest
 			if op == "put" {
-				w = e.qp.Put(local, remote)
+				w = e.qp.Put(context.Background(), local, remote)
 			} else {
-				w = e.qp.Get(local, remote)
+				w = e.qp.Get(context.Background(), local, remote)
 			}
 			wr := e.route.next(t)
 
@@ -158,7 +158,7 @@ func TestLocalReferenceHeldUntilCompletion(t *testing.T) {
 				t.Fatal("completed before the route completed it")
 			}
 			// New operations on the buffer are refused.
-			if err := e.qp.Put(local, remote).Err(); !errors.Is(err, rdmamgr.ErrReleased) {
+			if err := e.qp.Put(context.Background(), local, remote).Err(); !errors.Is(err, rdmamgr.ErrReleased) {
 				t.Fatalf("put on a releasing buffer: %v", err)
 			}
 
@@ -182,7 +182,7 @@ func TestReleaseContextWhilePending(t *testing.T) {
 	e := newEnv(t, qpbind.Options{})
 	local := alloc(t, e.local, 10, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 10, buffer.AccessReadWrite)
-	w := e.qp.Put(local, remote)
+	w := e.qp.Put(context.Background(), local, remote)
 	wr := e.route.next(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -223,7 +223,7 @@ func TestErrorsBeforePosting(t *testing.T) {
 
 	cases := []struct {
 		name          string
-		op            func(l, r buffer.Buffer) *WorkRequest
+		op            func(ctx context.Context, l, r buffer.Buffer) *WorkRequest
 		local, remote buffer.Buffer
 		want          []error
 	}{
@@ -244,7 +244,7 @@ func TestErrorsBeforePosting(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			w := tc.op(tc.local, tc.remote)
+			w := tc.op(context.Background(), tc.local, tc.remote)
 			done, err := w.Poll()
 			if !done {
 				t.Fatal("not completed at once")
@@ -260,11 +260,11 @@ func TestErrorsBeforePosting(t *testing.T) {
 		})
 	}
 	// read-only remote allows Get, write-only allows Put.
-	if w := e.qp.Get(local, remoteRO); func() bool { d, _ := w.Poll(); return d }() {
+	if w := e.qp.Get(context.Background(), local, remoteRO); func() bool { d, _ := w.Poll(); return d }() {
 		t.Fatalf("get from read-only refused: %v", w.Err())
 	}
 	complete(e.route.next(t), nil)
-	if w := e.qp.Put(local, remoteWO); func() bool { d, _ := w.Poll(); return d }() {
+	if w := e.qp.Put(context.Background(), local, remoteWO); func() bool { d, _ := w.Poll(); return d }() {
 		t.Fatalf("put to write-only refused: %v", w.Err())
 	}
 	complete(e.route.next(t), nil)

@@ -18,7 +18,7 @@ func TestPostErrorPropagates(t *testing.T) {
 	remote := alloc(t, e.remote, 64, buffer.AccessReadWrite)
 	for _, perr := range []error{rdmamgr.ErrPeerGone, rdmamgr.ErrClosed, fmt.Errorf("in flight: %w", rdmamgr.ErrLimit)} {
 		e.route.setPostErr(perr)
-		w := e.qp.Put(local, remote)
+		w := e.qp.Put(context.Background(), local, remote)
 		done, err := w.Poll()
 		if !done || !errors.Is(err, perr) {
 			t.Fatalf("post error %v: got %v %v", perr, done, err)
@@ -47,7 +47,7 @@ func TestRelease(t *testing.T) {
 	if n := e.releases(); n != 1 {
 		t.Fatalf("OnRelease called %d times", n)
 	}
-	for _, w := range []*WorkRequest{e.qp.Put(local, remote), e.qp.Get(local, remote)} {
+	for _, w := range []*WorkRequest{e.qp.Put(context.Background(), local, remote), e.qp.Get(context.Background(), local, remote)} {
 		if done, err := w.Poll(); !done || !errors.Is(err, rdmamgr.ErrReleased) {
 			t.Fatalf("op after release: %v %v", done, err)
 		}
@@ -68,15 +68,15 @@ func TestReleaseWaitsForPosted(t *testing.T) {
 	e := newEnv(t, qpbind.Options{OnRelease: func() { close(onRel) }})
 	local := alloc(t, e.local, 64, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 64, buffer.AccessReadWrite)
-	w1 := e.qp.Put(local, remote)
-	w2 := e.qp.Get(local, remote)
+	w1 := e.qp.Put(context.Background(), local, remote)
+	w2 := e.qp.Get(context.Background(), local, remote)
 	wr1, wr2 := e.route.next(t), e.route.next(t)
 
 	relDone := make(chan struct{})
 	go func() { e.qp.Release(); close(relDone) }()
 	// New operations are refused as soon as Release started.
 	eventually(t, "release started", func() bool {
-		if err := e.qp.Put(local, remote).Err(); errors.Is(err, rdmamgr.ErrReleased) {
+		if err := e.qp.Put(context.Background(), local, remote).Err(); errors.Is(err, rdmamgr.ErrReleased) {
 			return true
 		}
 		complete(e.route.next(t), nil) // posted before Release took effect

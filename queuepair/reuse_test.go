@@ -24,9 +24,9 @@ func TestReusedWorkRequest(t *testing.T) {
 	}
 	for i := range 10 {
 		if i%2 == 0 {
-			e.qp.PostPut(&w, local, remote)
+			e.qp.PostPut(context.Background(), &w, local, remote)
 		} else {
-			e.qp.PostGet(&w, local, remote)
+			e.qp.PostGet(context.Background(), &w, local, remote)
 		}
 		wr := e.route.next(t)
 		if wr.Op != [2]backend.Op{backend.OpWrite, backend.OpRead}[i%2] || wr.LocalRegion == nil {
@@ -42,7 +42,7 @@ func TestReusedWorkRequest(t *testing.T) {
 		}
 	}
 	// Re-arming a pending request is a caller bug.
-	e.qp.PostPut(&w, local, remote)
+	e.qp.PostPut(context.Background(), &w, local, remote)
 	pending := e.route.next(t)
 	func() {
 		defer func() {
@@ -50,11 +50,11 @@ func TestReusedWorkRequest(t *testing.T) {
 				t.Fatal("re-arming a pending WorkRequest did not panic")
 			}
 		}()
-		e.qp.PostGet(&w, local, remote)
+		e.qp.PostGet(context.Background(), &w, local, remote)
 	}()
 	// A refused use does not count: Release waits only for the pending one.
 	var refused WorkRequest
-	e.qp.PostPut(&refused, local, local) // wrong peer
+	e.qp.PostPut(context.Background(), &refused, local, local) // wrong peer
 	if done, err := refused.Poll(); !done || !errors.Is(err, rdmamgr.ErrWrongPeer) {
 		t.Fatalf("refused: %v %v", done, err)
 	}
@@ -62,7 +62,7 @@ func TestReusedWorkRequest(t *testing.T) {
 	go func() { e.qp.Release(); close(relDone) }()
 	eventually(t, "release started", func() bool {
 		var probe WorkRequest // new uses are refused once it did
-		e.qp.PostGet(&probe, local, remote)
+		e.qp.PostGet(context.Background(), &probe, local, remote)
 		if errors.Is(probe.Err(), rdmamgr.ErrReleased) {
 			return true
 		}
@@ -81,7 +81,7 @@ func TestReusedWorkRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	// After Release the reusable request is refused, and can be reused.
-	e.qp.PostPut(&w, local, remote)
+	e.qp.PostPut(context.Background(), &w, local, remote)
 	if done, err := w.Poll(); !done || !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("after release: %v %v", done, err)
 	}
@@ -105,17 +105,17 @@ func TestReusedWorkRequestAllocs(t *testing.T) {
 		t.Skip("allocation count is not meaningful under -race")
 	}
 	e := newEnv(t, qpbind.Options{})
-	qp := New(1, peerID, &syncRoute{}, e.local, qpbind.Options{})
+	qp := newQueuePair(1, peerID, &syncRoute{}, e.local, qpbind.Options{})
 	local := alloc(t, e.local, 4096, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 4096, buffer.AccessReadWrite)
 	var w WorkRequest
 	ctx := context.Background()
 	run := func() {
-		qp.PostPut(&w, local, remote)
+		qp.PostPut(ctx, &w, local, remote)
 		if err := w.Wait(ctx); err != nil {
 			t.Fatal(err)
 		}
-		qp.PostGet(&w, local, remote)
+		qp.PostGet(ctx, &w, local, remote)
 		if err := w.Wait(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -47,7 +47,7 @@ func TestReuseRightAfterCompletion(t *testing.T) {
 					err = fmt.Errorf("%v", p)
 				}
 			}()
-			e.qp.PostPut(&w, local, remote)
+			e.qp.PostPut(context.Background(), &w, local, remote)
 			if i%2 == 1 {
 				err := w.Wait(context.Background())
 				if done, _ := w.Poll(); !done {

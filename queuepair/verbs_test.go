@@ -36,7 +36,7 @@ func (r *verbRoute) Close() error                { return nil }
 func TestPostVerbs(t *testing.T) {
 	e := newEnv(t, qpbind.Options{})
 	rt := &verbRoute{}
-	qp := New(1, peerID, rt, e.local, qpbind.Options{})
+	qp := newQueuePair(1, peerID, rt, e.local, qpbind.Options{})
 	defer qp.Release()
 	local := alloc(t, e.local, 64, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 64, buffer.AccessReadWrite|buffer.AccessAtomic|buffer.AccessNotify)
@@ -52,33 +52,33 @@ func TestPostVerbs(t *testing.T) {
 			t.Fatalf("%s posted %s", what, rt.last.Op)
 		}
 	}
-	qp.PostPutWithImm(&w, local, remote, 9)
+	qp.PostPutWithImm(ctx, &w, local, remote, 9)
 	check("put with imm", backend.OpWriteImm)
 	if rt.last.Imm != 9 || len(rt.last.Local) != 64 {
 		t.Fatalf("put with imm: imm %d, %d local bytes", rt.last.Imm, len(rt.last.Local))
 	}
-	qp.PostSend(&w, local, 3, true)
+	qp.PostSend(ctx, &w, local, 3, true)
 	check("send", backend.OpSend)
 	if rt.last.Imm != 3 || !rt.last.HasImm || rt.last.Remote.Length != 0 {
 		t.Fatalf("send: imm %d has %v remote %v", rt.last.Imm, rt.last.HasImm, rt.last.Remote)
 	}
-	qp.PostCompareAndSwap(&w, word, 1, 2)
+	qp.PostCompareAndSwap(ctx, &w, word, 1, 2)
 	check("compare-swap", backend.OpCompareSwap)
 	if rt.last.Compare != 1 || rt.last.Swap != 2 || w.Value() != 41 || rt.last.Local != nil {
 		t.Fatalf("compare-swap: compare %d swap %d, value %d", rt.last.Compare, rt.last.Swap, w.Value())
 	}
-	qp.PostFetchAdd(&w, word, 5)
+	qp.PostFetchAdd(ctx, &w, word, 5)
 	check("fetch-add", backend.OpFetchAdd)
 	if rt.last.Swap != 5 || w.Value() != 41 {
 		t.Fatalf("fetch-add: add %d, value %d", rt.last.Swap, w.Value())
 	}
 	misaligned, _ := remote.Slice(4, 8)
-	qp.PostFetchAdd(&w, misaligned, 1)
+	qp.PostFetchAdd(ctx, &w, misaligned, 1)
 	if err := w.Wait(ctx); !errors.Is(err, rdmamgr.ErrMisaligned) || rt.last.Op != backend.OpFetchAdd || rt.last.Swap != 5 {
 		t.Fatalf("misaligned fetch-add: %v (last posted %s add %d)", err, rt.last.Op, rt.last.Swap)
 	}
 	noAtomic := alloc(t, e.remote, 8, buffer.AccessReadWrite)
-	qp.PostCompareAndSwap(&w, noAtomic, 0, 1)
+	qp.PostCompareAndSwap(ctx, &w, noAtomic, 0, 1)
 	if err := w.Wait(ctx); !errors.Is(err, rdmamgr.ErrAccess) {
 		t.Fatalf("compare-swap on a buffer without AccessAtomic: %v", err)
 	}
@@ -86,9 +86,9 @@ func TestPostVerbs(t *testing.T) {
 		return
 	}
 	if a := testing.AllocsPerRun(200, func() {
-		qp.PostFetchAdd(&w, word, 1)
+		qp.PostFetchAdd(ctx, &w, word, 1)
 		_ = w.Wait(ctx)
-		qp.PostPutWithImm(&w, local, remote, 1)
+		qp.PostPutWithImm(ctx, &w, local, remote, 1)
 		_ = w.Wait(ctx)
 	}); a != 0 {
 		t.Fatalf("%.2f allocations per fetch-add + put-with-imm, want 0", a)

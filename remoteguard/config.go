@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/rdmamgr/rdmamgr/internal/control"
+	"github.com/rdmamgr/rdmamgr/internal/defaults"
 )
 
 // Config hardens the gRPC server under protoactor remote. Zero fields
@@ -24,7 +25,7 @@ import (
 // stream are closed after MaxConnIdle.
 type Config struct {
 	// MaxMessageSize bounds a control message, both ways
-	// (DefaultMaxMessageSize).
+	// (1 MiB).
 	MaxMessageSize int
 	// MaxConns bounds the gRPC connections served at once (256).
 	MaxConns int
@@ -48,7 +49,7 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		MaxMessageSize:    DefaultMaxMessageSize,
+		MaxMessageSize:    control.DefaultMaxMessageSize,
 		MaxConns:          256,
 		MaxConnsPerIP:     32,
 		MaxStreams:        256,
@@ -63,28 +64,17 @@ func DefaultConfig() Config {
 
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	setIfZero(&c.MaxMessageSize, d.MaxMessageSize)
-	setIfZero(&c.MaxConns, d.MaxConns)
-	setIfZero(&c.MaxConnsPerIP, d.MaxConnsPerIP)
-	setIfZero(&c.MaxStreams, d.MaxStreams)
-	setIfZero(&c.MaxStreamsPerConn, d.MaxStreamsPerConn)
-	setIfZero(&c.HandshakeTimeout, d.HandshakeTimeout)
-	setIfZero(&c.KeepaliveTime, d.KeepaliveTime)
-	setIfZero(&c.KeepaliveTimeout, d.KeepaliveTimeout)
-	setIfZero(&c.KeepaliveMinTime, d.KeepaliveMinTime)
-	setIfZero(&c.MaxConnIdle, d.MaxConnIdle)
+	defaults.Set(&c.MaxMessageSize, d.MaxMessageSize)
+	defaults.Set(&c.MaxConns, d.MaxConns)
+	defaults.Set(&c.MaxConnsPerIP, d.MaxConnsPerIP)
+	defaults.Set(&c.MaxStreams, d.MaxStreams)
+	defaults.Set(&c.MaxStreamsPerConn, d.MaxStreamsPerConn)
+	defaults.Set(&c.HandshakeTimeout, d.HandshakeTimeout)
+	defaults.Set(&c.KeepaliveTime, d.KeepaliveTime)
+	defaults.Set(&c.KeepaliveTimeout, d.KeepaliveTimeout)
+	defaults.Set(&c.KeepaliveMinTime, d.KeepaliveMinTime)
+	defaults.Set(&c.MaxConnIdle, d.MaxConnIdle)
 	return c
-}
-
-// DefaultMaxMessageSize bounds control messages on the gRPC transport (the
-// manager's client checks the same limit before it sends).
-const DefaultMaxMessageSize = control.DefaultMaxMessageSize
-
-func setIfZero[T comparable](p *T, d T) {
-	var zero T
-	if *p == zero {
-		*p = d
-	}
 }
 
 // envelopeSlack is room for protoactor's batch around our messages.

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/credentials"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/internal/control"
 )
 
@@ -38,7 +39,7 @@ func (c *connCap) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo,
 	if n >= c.max || k >= c.perIP {
 		c.mu.Unlock()
 		c.book.Refuse(control.RefusedConn, "refused a control connection over the cap", "from", ip.String(), "conns", n, "from_ip", k)
-		return nil, nil, fmt.Errorf("%d connections, %d from %s (serve --grpc-max-conns, --grpc-max-conns-per-ip): %w", n, k, ip, ErrTooManyConns)
+		return nil, nil, fmt.Errorf("too many control connections: %d, %d from %s (serve --grpc-max-conns, --grpc-max-conns-per-ip): %w", n, k, ip, rdmamgr.ErrLimit)
 	}
 	c.n++
 	c.byIP[ip]++

@@ -9,11 +9,12 @@ import (
 	protoactor "github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/internal/control"
 )
 
 // TestConnCap: connections over the total or per-address cap are refused
-// with ErrTooManyConns; a slot comes back on Close and on a failed read.
+// with rdmamgr.ErrLimit; a slot comes back on Close and on a failed read.
 func TestConnCap(t *testing.T) {
 	sys := protoactor.NewActorSystem()
 	defer sys.Shutdown()
@@ -45,8 +46,8 @@ func TestConnCap(t *testing.T) {
 		held = append(held, conn)
 	}
 	_, sv := pipe()
-	if _, _, err := c.ServerHandshake(sv); !errors.Is(err, ErrTooManyConns) {
-		t.Fatalf("third connection from one address: %v, want ErrTooManyConns", err)
+	if _, _, err := c.ServerHandshake(sv); !errors.Is(err, rdmamgr.ErrLimit) {
+		t.Fatalf("third connection from one address: %v, want rdmamgr.ErrLimit", err)
 	}
 	held[0].Close()
 	held[0].Close() // idempotent

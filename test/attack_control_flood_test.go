@@ -73,7 +73,7 @@ func TestAttackControlBufferFlood(t *testing.T) {
 	if st.RemoteBytes > st.MaxRemoteBytes || st.RegisteredBytes > st.MaxRegisteredBytes {
 		t.Errorf("past the caps: remote %d of %d, registered %d of %d", st.RemoteBytes, st.MaxRemoteBytes, st.RegisteredBytes, st.MaxRegisteredBytes)
 	}
-	if uint64(big) > st.MaxRemoteBytes>>30 || big+small > actor.DefaultMaxRemoteBuffersPerPeer {
+	if uint64(big) > st.MaxRemoteBytes>>30 || big+small > actor.DefaultConfig().MaxRemoteBuffersPerPeer {
 		t.Errorf("granted %d big and %d small buffers to one peer", big, small)
 	}
 	// The lease reaps them all.
@@ -131,7 +131,7 @@ func TestAttackControlLogFlood(t *testing.T) {
 	}
 	// Every refusal is counted once the daemon has read them all.
 	want := map[string]uint64{
-		actor.RefusedHandshake:    uint64(sent - actor.DefaultHandshakesPerPeer),
+		actor.RefusedHandshake:    uint64(sent - actor.DefaultConfig().HandshakesPerPeer),
 		actor.RefusedForgedSender: uint64(sent),
 		actor.RefusedUnknownType:  uint64(sent),
 		actor.RefusedNotLocal:     uint64(sent),

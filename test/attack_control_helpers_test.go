@@ -63,7 +63,7 @@ func startLegitBench(t *testing.T, d *daemon) *legitBench {
 	t.Helper()
 	qp := queuePair(t, d)
 	// Its own lease: a test may give remote buffers a short default one.
-	rb, err := d.client().RequestLeasedBuffer(testCtx(t, 30*time.Second), 1<<20, buffer.AccessReadWrite, time.Hour)
+	rb, err := d.client().RequestBuffer(testCtx(t, 30*time.Second), 1<<20, buffer.AccessReadWrite, actor.WithLease(time.Hour))
 	if err != nil {
 		t.Fatalf("%s: legit buffer: %v", d.name, err)
 	}
@@ -82,10 +82,10 @@ func startLegitBench(t *testing.T, d *daemon) *legitBench {
 			}
 			off := uint64(r.IntN(16)) * legitOpSize
 			fill(r, srcMem)
-			err := wait(qp.Put(src, slice(rb, off, legitOpSize)))
+			err := wait(qp.Put(context.Background(), src, slice(rb, off, legitOpSize)))
 			if err == nil {
 				clear(dstMem)
-				err = wait(qp.Get(dst, slice(rb, off, legitOpSize)))
+				err = wait(qp.Get(context.Background(), dst, slice(rb, off, legitOpSize)))
 			}
 			if err == nil && !bytes.Equal(srcMem, dstMem) {
 				err = fmt.Errorf("get after put: %s", firstDiff(srcMem, dstMem))

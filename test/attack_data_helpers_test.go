@@ -281,10 +281,10 @@ func (l *atkLegit) putGet(seed byte) error {
 		l.srcMem[i] = seed + byte(i*7)
 	}
 	clear(l.dstMem)
-	if err := wait(l.qp.Put(l.src, l.remote)); err != nil {
+	if err := wait(l.qp.Put(context.Background(), l.src, l.remote)); err != nil {
 		return fmt.Errorf("put: %w", err)
 	}
-	if err := wait(l.qp.Get(l.dst, l.remote)); err != nil {
+	if err := wait(l.qp.Get(context.Background(), l.dst, l.remote)); err != nil {
 		return fmt.Errorf("get: %w", err)
 	}
 	if !bytes.Equal(l.srcMem, l.dstMem) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
@@ -82,7 +83,7 @@ func TestAttackDataStalledWriteRevoke(t *testing.T) {
 			t.Fatalf("stalled write after %s: %v, want %v", tc.name, err, tc.want)
 		}
 		// Nothing is granted on the buffer any more.
-		if err := wait(l.qp.Get(l.dst, slice(b, 0, atkOpSize))); !errors.Is(err, tc.want) {
+		if err := wait(l.qp.Get(ctx, l.dst, slice(b, 0, atkOpSize))); !errors.Is(err, tc.want) {
 			t.Fatalf("get after %s: %v, want %v", tc.name, err, tc.want)
 		}
 	}
@@ -107,7 +108,7 @@ func TestAttackDataStalledWriteLease(t *testing.T) {
 	benchDone := make(chan struct{})
 	go func() { defer close(benchDone); l.bench(ctx, 100000) }()
 
-	b, err := v.d.client().RequestLeasedBuffer(testCtx(t, 30*time.Second), atkStallSize, buffer.AccessReadWrite, lease)
+	b, err := v.d.client().RequestBuffer(testCtx(t, 30*time.Second), atkStallSize, buffer.AccessReadWrite, actor.WithLease(lease))
 	if err != nil {
 		t.Fatalf("leased buffer: %v", err)
 	}

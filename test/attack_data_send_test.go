@@ -4,6 +4,7 @@ package test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -171,7 +172,7 @@ func TestAttackDataStalledSends(t *testing.T) {
 	landed := int64(0)
 	send := func(seq uint32) error {
 		copy(srcMem, atkPattern(seq))
-		if err := wait(qp.SendWithImm(src, seq)); err != nil {
+		if err := wait(qp.SendWithImm(context.Background(), src, seq)); err != nil {
 			return err
 		}
 		landed++
@@ -186,7 +187,7 @@ func TestAttackDataStalledSends(t *testing.T) {
 	notified := int64(0)
 	putImm := func(seq uint32) error {
 		copy(srcMem, atkPattern(seq))
-		if err := wait(qp.PutWithImm(src, r.box, seq)); err != nil {
+		if err := wait(qp.PutWithImm(context.Background(), src, r.box, seq)); err != nil {
 			return err
 		}
 		notified++

@@ -3,6 +3,7 @@
 package test
 
 import (
+	"context"
 	"flag"
 	"math/rand/v2"
 	"testing"
@@ -34,7 +35,7 @@ func TestCancelStress(t *testing.T) {
 	fill(r, srcMem)
 	remote := remoteBuffer(t, d, uint64(backendtest.StressRemoteSize(maxSize)), buffer.AccessReadWrite)
 	seed := queuePair(t, d)
-	if err := wait(seed.Put(src, remote)); err != nil {
+	if err := wait(seed.Put(context.Background(), src, remote)); err != nil {
 		t.Fatalf("seed the daemon's buffer: %v", err)
 	}
 	lb, lmem := localBuffer(t, uint64(backendtest.StressLocalSize(maxSize)))

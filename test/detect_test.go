@@ -59,7 +59,7 @@ func TestDetectHungPeer(t *testing.T) {
 		if err := qp.Route().Err(); !errors.Is(err, rdmamgr.ErrPeerGone) {
 			t.Errorf("route error after SIGSTOP: got %v; want rdmamgr.ErrPeerGone", err)
 		}
-		if err := wait(qp.Get(slice(dst, 0, 4096), slice(remote, 0, 4096))); !errors.Is(err, rdmamgr.ErrPeerGone) {
+		if err := wait(qp.Get(context.Background(), slice(dst, 0, 4096), slice(remote, 0, 4096))); !errors.Is(err, rdmamgr.ErrPeerGone) {
 			t.Errorf("get on the dead route: got %v; want rdmamgr.ErrPeerGone", err)
 		}
 		qp.Release()
@@ -113,7 +113,7 @@ func TestDetectHungPeer(t *testing.T) {
 		qp := env.queuePair(t)
 		env.roundTrip(t, qp, remote, "before SIGKILL")
 		fill(r, srcMem)
-		if err := wait(qp.Put(src, remote)); err != nil {
+		if err := wait(qp.Put(context.Background(), src, remote)); err != nil {
 			t.Fatalf("seed: %v", err)
 		}
 		type outcome struct {
@@ -135,9 +135,9 @@ func TestDetectHungPeer(t *testing.T) {
 				for {
 					var err error
 					if i%2 == 0 {
-						err = wait(qp.Get(l, rm))
+						err = wait(qp.Get(context.Background(), l, rm))
 					} else {
-						err = wait(qp.Put(slice(src, off, detectOpSize), rm))
+						err = wait(qp.Put(context.Background(), slice(src, off, detectOpSize), rm))
 					}
 					if err != nil {
 						o.err, o.failed = err, time.Now()
@@ -219,10 +219,10 @@ func (e *detectEnv) roundTrip(t *testing.T, qp *queuepair.QueuePair, remote buff
 	t.Helper()
 	fill(e.r, e.srcMem)
 	soakPoison(e.dstMem, e.srcMem)
-	if err := wait(qp.Put(e.src, remote)); err != nil {
+	if err := wait(qp.Put(context.Background(), e.src, remote)); err != nil {
 		t.Fatalf("put %s: %v", when, err)
 	}
-	if err := wait(qp.Get(e.dst, remote)); err != nil {
+	if err := wait(qp.Get(context.Background(), e.dst, remote)); err != nil {
 		t.Fatalf("get %s: %v", when, err)
 	}
 	if !bytes.Equal(e.dstMem, e.srcMem) {

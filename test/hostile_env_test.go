@@ -36,7 +36,7 @@ func newHostileEnv(t *testing.T) *hostileEnv {
 	h.pattern = make([]byte, hostileBufSize)
 	fill(h.r, h.pattern)
 	copy(h.srcMem, h.pattern)
-	if err := wait(h.qp.Put(h.src, h.rw)); err != nil {
+	if err := wait(h.qp.Put(context.Background(), h.src, h.rw)); err != nil {
 		t.Fatalf("seed: %v", err)
 	}
 	// From here the source buffer holds different bytes, so a hostile
@@ -75,14 +75,14 @@ func (h *hostileEnv) dstSlice(off, n uint64) buffer.Buffer { return slice(h.dst,
 func (h *hostileEnv) checkIntact(t *testing.T) {
 	t.Helper()
 	clear(h.dstMem)
-	if err := wait(h.qp.Get(h.dst, h.rw)); err != nil {
+	if err := wait(h.qp.Get(context.Background(), h.dst, h.rw)); err != nil {
 		t.Fatalf("read back the read-write buffer: %v", err)
 	}
 	if !bytes.Equal(h.dstMem, h.pattern) {
 		t.Errorf("the daemon's read-write buffer changed: %s", firstDiff(h.dstMem, h.pattern))
 	}
 	fill(h.r, h.dstMem)
-	if err := wait(h.qp.Get(h.dst, h.ro)); err != nil {
+	if err := wait(h.qp.Get(context.Background(), h.dst, h.ro)); err != nil {
 		t.Fatalf("read back the read-only buffer: %v", err)
 	}
 	if !bytes.Equal(h.dstMem, make([]byte, hostileBufSize)) {
@@ -99,10 +99,10 @@ func (h *hostileEnv) checkServing(t *testing.T) {
 	sm, dm := h.srcMem[hostileBufSize-hostileOpSize:], h.dstMem[:hostileOpSize]
 	fill(h.r, sm)
 	clear(dm)
-	if err := wait(h.qp.Put(src, h.scratch)); err != nil {
+	if err := wait(h.qp.Put(context.Background(), src, h.scratch)); err != nil {
 		t.Fatalf("the daemon stopped serving puts: %v", err)
 	}
-	if err := wait(h.qp.Get(dst, h.scratch)); err != nil {
+	if err := wait(h.qp.Get(context.Background(), dst, h.scratch)); err != nil {
 		t.Fatalf("the daemon stopped serving gets: %v", err)
 	}
 	if !bytes.Equal(dm, sm) {

@@ -30,8 +30,8 @@ func hostileHandleCases() []hostileCase {
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				bad := slice(h.rw, 0, hostileOpSize)
 				bad.Key[7] ^= 0x20
-				expect(t, "get", wait(h.qp.Get(h.dstSlice(0, hostileOpSize), bad)), rdmamgr.ErrBadKey)
-				return wait(h.qp.Put(h.srcSlice(0, hostileOpSize), bad))
+				expect(t, "get", wait(h.qp.Get(ctx, h.dstSlice(0, hostileOpSize), bad)), rdmamgr.ErrBadKey)
+				return wait(h.qp.Put(ctx, h.srcSlice(0, hostileOpSize), bad))
 			},
 		},
 		{
@@ -40,8 +40,8 @@ func hostileHandleCases() []hostileCase {
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				bad := slice(h.rw, 0, 4096)
 				bad.Offset = h.rw.Length + 4096
-				expect(t, "get", wait(h.qp.Get(h.dstSlice(0, 4096), bad)), rdmamgr.ErrOutOfRange)
-				return wait(h.qp.Put(h.srcSlice(0, 4096), bad))
+				expect(t, "get", wait(h.qp.Get(ctx, h.dstSlice(0, 4096), bad)), rdmamgr.ErrOutOfRange)
+				return wait(h.qp.Put(ctx, h.srcSlice(0, 4096), bad))
 			},
 		},
 		{
@@ -50,7 +50,7 @@ func hostileHandleCases() []hostileCase {
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				bad := slice(h.rw, 0, 4096)
 				bad.Offset = h.rw.Length - 100
-				return wait(h.qp.Put(h.srcSlice(0, 4096), bad))
+				return wait(h.qp.Put(ctx, h.srcSlice(0, 4096), bad))
 			},
 		},
 		{
@@ -62,7 +62,7 @@ func hostileHandleCases() []hostileCase {
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				bad := slice(h.rw, 0, 4096)
 				bad.Offset = math.MaxUint64 - 100
-				return wait(h.qp.Put(h.srcSlice(0, 4096), bad))
+				return wait(h.qp.Put(ctx, h.srcSlice(0, 4096), bad))
 			},
 		},
 		{
@@ -84,7 +84,7 @@ func hostileHandleCases() []hostileCase {
 			name: "write to a read-only buffer",
 			want: []error{rdmamgr.ErrAccess},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
-				return wait(h.qp.Put(h.srcSlice(0, hostileOpSize), slice(h.ro, 0, hostileOpSize)))
+				return wait(h.qp.Put(ctx, h.srcSlice(0, hostileOpSize), slice(h.ro, 0, hostileOpSize)))
 			},
 		},
 		{
@@ -95,7 +95,7 @@ func hostileHandleCases() []hostileCase {
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				forged := slice(h.ro, 4096, hostileOpSize)
 				forged.Access = buffer.AccessReadWrite
-				return wait(h.qp.Put(h.srcSlice(0, hostileOpSize), forged))
+				return wait(h.qp.Put(ctx, h.srcSlice(0, hostileOpSize), forged))
 			},
 		},
 		{
@@ -106,9 +106,9 @@ func hostileHandleCases() []hostileCase {
 				if err := h.d.client().ReleaseBuffer(ctx, victim); err != nil {
 					t.Fatalf("release: %v", err)
 				}
-				expect(t, "get", wait(h.qp.Get(h.dstSlice(0, hostileOpSize), victim)), rdmamgr.ErrReleased)
+				expect(t, "get", wait(h.qp.Get(ctx, h.dstSlice(0, hostileOpSize), victim)), rdmamgr.ErrReleased)
 				expect(t, "second release", h.d.client().ReleaseBuffer(ctx, victim), rdmamgr.ErrReleased)
-				return wait(h.qp.Put(h.srcSlice(0, hostileOpSize), victim))
+				return wait(h.qp.Put(ctx, h.srcSlice(0, hostileOpSize), victim))
 			},
 		},
 		{
@@ -135,9 +135,9 @@ func hostileHandleCases() []hostileCase {
 						for i := 0; ; i++ {
 							var err error
 							if w%2 == 0 {
-								err = wait(h.qp.Put(l, rm))
+								err = wait(h.qp.Put(ctx, l, rm))
 							} else {
-								err = wait(h.qp.Get(l, rm))
+								err = wait(h.qp.Get(ctx, l, rm))
 							}
 							if i == 3 {
 								started.Done()

@@ -4,6 +4,7 @@ package test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -43,7 +44,7 @@ func testPeerGone(t *testing.T, takeAway func(*daemon, *testing.T)) {
 	qp := queuePair(t, d)
 
 	fill(r, srcMem)
-	if err := wait(qp.Put(src, remote)); err != nil {
+	if err := wait(qp.Put(context.Background(), src, remote)); err != nil {
 		t.Fatalf("seed the daemon's buffer: %v", err)
 	}
 
@@ -71,10 +72,10 @@ func testPeerGone(t *testing.T, takeAway func(*daemon, *testing.T)) {
 			for {
 				var err error
 				if put {
-					err = wait(qp.Put(l, rm))
+					err = wait(qp.Put(context.Background(), l, rm))
 				} else {
 					clear(mem)
-					err = wait(qp.Get(l, rm))
+					err = wait(qp.Get(context.Background(), l, rm))
 				}
 				if err != nil {
 					o.err = err
@@ -128,8 +129,8 @@ func testPeerGone(t *testing.T, takeAway func(*daemon, *testing.T)) {
 
 	// The route is down: later operations fail at once, the same way.
 	for i, w := range []error{
-		wait(qp.Get(slice(dst, 0, killedOpSize), slice(remote, 0, killedOpSize))),
-		wait(qp.Put(slice(src, 0, 4096), slice(remote, 0, 4096))),
+		wait(qp.Get(context.Background(), slice(dst, 0, killedOpSize), slice(remote, 0, killedOpSize))),
+		wait(qp.Put(context.Background(), slice(src, 0, 4096), slice(remote, 0, 4096))),
 	} {
 		if !errors.Is(w, rdmamgr.ErrPeerGone) && !errors.Is(w, rdmamgr.ErrDeadline) {
 			t.Errorf("operation %d after the failure: got %v; want rdmamgr.ErrPeerGone or ErrDeadline", i, w)
@@ -145,11 +146,11 @@ func testPeerGone(t *testing.T, takeAway func(*daemon, *testing.T)) {
 	remote2 := remoteBuffer(t, d2, killedBufSize, buffer.AccessReadWrite)
 	qp2 := queuePair(t, d2)
 	fill(r, srcMem)
-	if err := wait(qp2.Put(src, remote2)); err != nil {
+	if err := wait(qp2.Put(context.Background(), src, remote2)); err != nil {
 		t.Fatalf("put to the new daemon: %v", err)
 	}
 	fill(r, dstMem)
-	if err := wait(qp2.Get(dst, remote2)); err != nil {
+	if err := wait(qp2.Get(context.Background(), dst, remote2)); err != nil {
 		t.Fatalf("get from the new daemon: %v", err)
 	}
 	if !bytes.Equal(dstMem, srcMem) {

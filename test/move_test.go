@@ -70,12 +70,12 @@ func TestMoveBothWays(t *testing.T) {
 				so := r.Uint64N(moveBufSize - n + 1)
 				do := r.Uint64N(moveBufSize - n + 1)
 				fill(r, srcMem[so:so+n]) // fresh bytes: a lost put cannot pass
-				if err := wait(qp.Put(slice(src, so, n), slice(remote, ro, n))); err != nil {
+				if err := wait(qp.Put(context.Background(), slice(src, so, n), slice(remote, ro, n))); err != nil {
 					t.Errorf("%s: put %d bytes local@%d -> remote@%d: %v", d.name, n, so, ro, err)
 					return
 				}
 				fill(r, dstMem[do:do+n]) // poison: a lost get cannot pass
-				if err := wait(qp.Get(slice(dst, do, n), slice(remote, ro, n))); err != nil {
+				if err := wait(qp.Get(context.Background(), slice(dst, do, n), slice(remote, ro, n))); err != nil {
 					t.Errorf("%s: get %d bytes remote@%d -> local@%d: %v", d.name, n, ro, do, err)
 					return
 				}

@@ -58,10 +58,10 @@ func reachDaemon(r *rand.Rand, sl *fixedDaemon, size uint64) (err error) {
 	}
 	fill(r, mems[0])
 	soakPoison(mems[1], mems[0])
-	if err := wait(qp.Put(bufs[0], remote)); err != nil {
+	if err := wait(qp.Put(ctx, bufs[0], remote)); err != nil {
 		return fmt.Errorf("put: %w", err)
 	}
-	if err := wait(qp.Get(bufs[1], remote)); err != nil {
+	if err := wait(qp.Get(ctx, bufs[1], remote)); err != nil {
 		return fmt.Errorf("get: %w", err)
 	}
 	if !bytes.Equal(mems[1], mems[0]) {

@@ -141,10 +141,10 @@ func (w *soakWorker) single(s *soakRun, si int, c *soakConn) bool {
 	reuse := w.r.IntN(2) == 0
 	var put *queuepair.WorkRequest
 	if reuse {
-		c.qp.PostPut(&w.putWR, slice(w.src, uint64(so), uint64(n)), rb)
+		c.qp.PostPut(context.Background(), &w.putWR, slice(w.src, uint64(so), uint64(n)), rb)
 		put = &w.putWR
 	} else {
-		put = c.qp.Put(slice(w.src, uint64(so), uint64(n)), rb)
+		put = c.qp.Put(context.Background(), slice(w.src, uint64(so), uint64(n)), rb)
 	}
 	if err := wait(put); err != nil {
 		return w.opFailed(s, si, c, "put", err)
@@ -152,10 +152,10 @@ func (w *soakWorker) single(s *soakRun, si int, c *soakConn) bool {
 	s.done(true, n)
 	var get *queuepair.WorkRequest
 	if reuse {
-		c.qp.PostGet(&w.getWR, slice(w.dst, uint64(do), uint64(n)), rb)
+		c.qp.PostGet(context.Background(), &w.getWR, slice(w.dst, uint64(do), uint64(n)), rb)
 		get = &w.getWR
 	} else {
-		get = c.qp.Get(slice(w.dst, uint64(do), uint64(n)), rb)
+		get = c.qp.Get(context.Background(), slice(w.dst, uint64(do), uint64(n)), rb)
 	}
 	if err := wait(get); err != nil {
 		return w.opFailed(s, si, c, "get", err)

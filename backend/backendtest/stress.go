@@ -194,9 +194,9 @@ func (v *victim) run(e StressEnv) {
 	case kindWaitDeadline:
 		var w queuepair.WorkRequest
 		if v.op == backend.OpWrite {
-			qp.PostPut(&w, local, remote)
+			qp.PostPut(context.Background(), &w, local, remote)
 		} else {
-			qp.PostGet(&w, local, remote)
+			qp.PostGet(context.Background(), &w, local, remote)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), v.delay)
 		err = w.Wait(ctx)
@@ -251,7 +251,7 @@ func (r *StressReport) neighbour(t *testing.T, e StressEnv, qp *queuepair.QueueP
 	ctx, cancel := context.WithTimeout(context.Background(), e.Timeout)
 	defer cancel()
 	mem := e.LocalMem[slot : slot+n]
-	if err := qp.Get(local, remote).Wait(ctx); err != nil {
+	if err := qp.Get(ctx, local, remote).Wait(ctx); err != nil {
 		t.Errorf("neighbour get of %d bytes on queue pair %d: %v", n, qp.ID(), err)
 		return
 	}
@@ -259,7 +259,7 @@ func (r *StressReport) neighbour(t *testing.T, e StressEnv, qp *queuepair.QueueP
 		t.Errorf("neighbour get of %d bytes on queue pair %d: wrong bytes", n, qp.ID())
 	}
 	// A put of the same bytes back leaves the remote content as it was.
-	if err := qp.Put(local, remote).Wait(ctx); err != nil {
+	if err := qp.Put(ctx, local, remote).Wait(ctx); err != nil {
 		t.Errorf("neighbour put of %d bytes on queue pair %d: %v", n, qp.ID(), err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/qpbind"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
@@ -44,7 +45,7 @@ func TestCancelStress(t *testing.T) {
 	hl, ll := backendtest.Alloc(t, regA, backendtest.StressLocalSize(maxSize), buffer.AccessReadWrite)
 	var qps []*queuepair.QueuePair
 	for id := range uint64(2) {
-		qp := queuepair.New(id+1, c.buf.OwnerID, rt, regA, qpbind.Options{Timeout: waitTimeout, Kind: backend.KindIBVerbs})
+		qp := wiring.NewQueuePair(id+1, c.buf.OwnerID, rt, regA, qpbind.Options{Timeout: waitTimeout, Kind: backend.KindIBVerbs}).(*queuepair.QueuePair)
 		t.Cleanup(qp.Release)
 		qps = append(qps, qp)
 	}

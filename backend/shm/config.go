@@ -1,15 +1,12 @@
 package shm
 
-import "github.com/rdmamgr/rdmamgr/backend"
-
-// Defaults of Config.
-const (
-	DefaultInlineMax   = 1 << 20
-	DefaultMaxInFlight = 256
-	DefaultMaxMapped   = 4096
+import (
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/internal/defaults"
 )
 
-// Config configures the shm backend. Zero fields take defaults.
+// Config configures the shm backend. Zero (or negative) fields take
+// DefaultConfig's values.
 type Config struct {
 	// Secret is the deployment's: every connection proves it (as the TCP
 	// backend's data connections do).
@@ -25,27 +22,28 @@ type Config struct {
 	// those regions' pages, with their access (package doc).
 	AllowUIDs []int
 	// InlineMax is the largest copy done inside Post, in the poster's
-	// goroutine (DefaultInlineMax, 1 MiB: about 35 µs of copying here,
+	// goroutine (1 MiB: about 35 µs of copying here,
 	// less than handing it to another goroutine and waking the poster
 	// again costs across cores); larger ones run on the route's copier.
 	InlineMax int
 	// MaxInFlight bounds a route's operations posted and not reported
-	// (DefaultMaxInFlight); Post waits for room past it.
+	// (256); Post waits for room past it.
 	MaxInFlight int
 	// MaxMapped bounds the remote regions a route keeps mapped
-	// (DefaultMaxMapped); least recently used are unmapped first.
+	// (4096); least recently used are unmapped first.
 	MaxMapped int
 }
 
+// DefaultConfig returns the values the zero fields of a Config take.
+func DefaultConfig() Config {
+	return Config{InlineMax: 1 << 20, MaxInFlight: 256, MaxMapped: 4096}
+}
+
 func (c Config) withDefaults() Config {
-	if c.InlineMax <= 0 {
-		c.InlineMax = DefaultInlineMax
-	}
-	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = DefaultMaxInFlight
-	}
-	if c.MaxMapped <= 0 {
-		c.MaxMapped = DefaultMaxMapped
-	}
+	d := DefaultConfig()
+	c.InlineMax, c.MaxInFlight, c.MaxMapped = max(c.InlineMax, 0), max(c.MaxInFlight, 0), max(c.MaxMapped, 0)
+	defaults.Set(&c.InlineMax, d.InlineMax)
+	defaults.Set(&c.MaxInFlight, d.MaxInFlight)
+	defaults.Set(&c.MaxMapped, d.MaxMapped)
 	return c
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/qpbind"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
@@ -19,7 +20,7 @@ func TestSteadyStateAllocs(t *testing.T) {
 		t.Skip("allocation count (sync.Pool drops items at random under -race)")
 	}
 	p := newPair(t, Config{}, Config{})
-	qp := queuepair.New(1, backendtest.OwnerB, p.route, p.regA, qpbind.Options{})
+	qp := wiring.NewQueuePair(1, backendtest.OwnerB, p.route, p.regA, qpbind.Options{}).(*queuepair.QueuePair)
 	for _, size := range []int{64, 4096, 1 << 20} {
 		local, _ := backendtest.Alloc(t, p.regA, size, buffer.AccessReadWrite)
 		remote, _ := backendtest.Alloc(t, p.regB, size, buffer.AccessReadWrite)
@@ -28,9 +29,9 @@ func TestSteadyStateAllocs(t *testing.T) {
 		for _, op := range []string{"put", "get"} {
 			run := func() {
 				if op == "put" {
-					qp.PostPut(&w, local, remote)
+					qp.PostPut(ctx, &w, local, remote)
 				} else {
-					qp.PostGet(&w, local, remote)
+					qp.PostGet(ctx, &w, local, remote)
 				}
 				if err := w.Wait(ctx); err != nil {
 					t.Fatal(err)

@@ -161,7 +161,7 @@ func (d *demoRun) rounds(ctx context.Context, rounds int) (done, mismatches int,
 		l, _ := d.local.Slice(off, n)
 		r, _ := d.remote.Slice(off, n)
 		k, _ := d.back.Slice(off, n)
-		if err := d.qp.Put(l, r).Wait(ctx); err != nil {
+		if err := d.qp.Put(ctx, l, r).Wait(ctx); err != nil {
 			if ctx.Err() != nil {
 				break
 			}
@@ -171,7 +171,7 @@ func (d *demoRun) rounds(ctx context.Context, rounds int) (done, mismatches int,
 			mismatches++
 		}
 		clear(d.dst[off : off+n])
-		if err := d.qp.Get(k, r).Wait(ctx); err != nil {
+		if err := d.qp.Get(ctx, k, r).Wait(ctx); err != nil {
 			if ctx.Err() != nil {
 				break
 			}

@@ -93,7 +93,7 @@ func TestMaxRegisteredClamps(t *testing.T) {
 	if err := l.apply(&cfg); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.RouteLinger != actor.DefaultRouteLinger {
+	if cfg.RouteLinger != actor.DefaultConfig().RouteLinger {
 		t.Errorf("--route-linger default: %v", cfg.RouteLinger)
 	}
 	if cfg.Limits.MaxBytes != 64<<20 || cfg.Limits.MaxRegion != 0 || cfg.MaxRemoteBytes != 0 {

@@ -13,6 +13,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
+	"github.com/rdmamgr/rdmamgr/node"
 )
 
 // common flags of commands that run a manager or talk to one. registerLog
@@ -47,7 +48,7 @@ func (c *common) registerLog(fs *flag.FlagSet, def string) {
 
 // registerManager adds the flags of a command that runs a manager.
 func (c *common) registerManager(fs *flag.FlagSet) {
-	fs.StringVar(&c.backend, "backend", "auto", "data planes, chosen per peer: auto (shm for a peer on this host, else ibverbs where usable, else tcp), shm (shm, else tcp), ibverbs (ibverbs, else tcp) or tcp; status and the log say which each route uses and why")
+	fs.StringVar(&c.backend, "backend", "auto", "data planes, chosen per peer: "+node.Backends()+"; status and the log say which each route uses and why")
 	c.registerSecret(fs)
 	c.rdma = ibverbs.DefaultConfig()
 	fs.StringVar(&c.rdma.Device, "rdma-device", "", "RDMA `device` (default: the first with an active port)")
@@ -67,7 +68,7 @@ func (c *common) registerSecret(fs *flag.FlagSet) {
 }
 
 func (c *common) registerMaxMsg(fs *flag.FlagSet) {
-	c.maxMsg = actor.DefaultMaxMessageSize
+	c.maxMsg = actor.DefaultConfig().MaxMessageSize
 	fs.Var(sizeInt{&c.maxMsg, 1 << 30}, "max-message-size", "largest control message, a `size` (gRPC limit on both sides)")
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"flag"
-	"fmt"
 	"os"
 	"time"
 
@@ -35,19 +34,20 @@ type limitFlags struct {
 }
 
 func (l *limitFlags) register(fs *flag.FlagSet) {
-	d := actor.DefaultLimits()
-	l.defRegistered, l.defRegion, l.defRemote = fmtSize(d.MaxBytes), fmtSize(d.MaxRegion), fmtSize(actor.DefaultMaxRemoteBytes())
+	dc := actor.DefaultConfig()
+	d := dc.Limits
+	l.defRegistered, l.defRegion, l.defRemote = fmtSize(d.MaxBytes), fmtSize(d.MaxRegion), fmtSize(dc.MaxRemoteBytes)
 	fs.StringVar(&l.maxRegistered, "max-registered", l.defRegistered,
-		fmt.Sprintf("most bytes the manager registers in all (%d%% of physical memory)", actor.DefaultRegisteredShare))
+		"most bytes the manager registers in all (half of physical memory)")
 	fs.StringVar(&l.maxRegion, "max-region", l.defRegion, "largest single buffer (a quarter of physical memory, at most --max-registered)")
 	fs.IntVar(&l.maxRegions, "max-regions", d.MaxRegions, "most registered regions (16384, or a quarter of vm.max_map_count if lower)")
 	fs.StringVar(&l.maxRemote, "max-remote", l.defRemote,
 		"most bytes remote peers may hold through request_buffer at once (a quarter of physical memory, at most --max-registered)")
-	fs.IntVar(&l.maxRemotePerPeer, "max-remote-buffers", actor.DefaultMaxRemoteBuffersPerPeer, "most buffers one remote peer may hold")
-	fs.DurationVar(&l.remoteLease, "remote-lease", actor.DefaultRemoteLease, "lease given to buffers remote peers request without one (0: none)")
-	fs.IntVar(&l.maxRoutes, "max-routes", actor.DefaultMaxRoutes, "most routes to peers")
-	fs.IntVar(&l.handshakesPerPeer, "handshakes-per-peer", actor.DefaultHandshakesPerPeer, "most route handshakes accepted from one peer per 30 s")
-	fs.DurationVar(&l.routeLinger, "route-linger", actor.DefaultRouteLinger, "how long a route outlives its last queue pair, for the next one to reuse (0: closes with it)")
+	fs.IntVar(&l.maxRemotePerPeer, "max-remote-buffers", dc.MaxRemoteBuffersPerPeer, "most buffers one remote peer may hold")
+	fs.DurationVar(&l.remoteLease, "remote-lease", dc.RemoteLease, "lease given to buffers remote peers request without one (0: none)")
+	fs.IntVar(&l.maxRoutes, "max-routes", dc.MaxRoutes, "most routes to peers")
+	fs.IntVar(&l.handshakesPerPeer, "handshakes-per-peer", dc.HandshakesPerPeer, "most route handshakes accepted from one peer per 30 s")
+	fs.DurationVar(&l.routeLinger, "route-linger", dc.RouteLinger, "how long a route outlives its last queue pair, for the next one to reuse (0: closes with it)")
 	r := remoteguard.DefaultConfig()
 	fs.IntVar(&l.remote.MaxConns, "grpc-max-conns", r.MaxConns, "most control (gRPC) connections served at once")
 	fs.IntVar(&l.remote.MaxConnsPerIP, "grpc-max-conns-per-ip", r.MaxConnsPerIP, "most control connections from one address")

@@ -61,12 +61,11 @@ func (c *common) nodeConfig(listen string, slogger *slog.Logger, name string, wi
 	if !withManager {
 		return cfg, nil
 	}
-	switch c.backend {
-	case "auto", "shm", "ibverbs", "tcp":
-	default:
-		return node.Config{}, usagef("--backend %q: want auto, shm, ibverbs or tcp", c.backend)
+	k, err := node.ParseBackend(c.backend)
+	if err != nil {
+		return node.Config{}, usagef("--backend: %v", err)
 	}
-	cfg.Backend, cfg.IBVerbs = backend.Kind(c.backend), c.rdma
+	cfg.Backend, cfg.IBVerbs = k, c.rdma
 	cfg.SHM.AllowUIDs = c.shmUIDs
 	if err := c.tcpConfig(&cfg.TCP); err != nil {
 		return node.Config{}, err

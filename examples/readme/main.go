@@ -65,7 +65,7 @@ func run(ctx context.Context, peerAddr, secretFile string) error {
 
 	mem, _ := n.Manager().Bytes(local) // fill the local buffer
 	copy(mem, "hello, remote memory")
-	if err := qp.Put(local, remote).Wait(ctx); err != nil { // Put returns at once; Wait, Poll or Done
+	if err := qp.Put(ctx, local, remote).Wait(ctx); err != nil { // Put returns once posted; Wait, Poll or Done
 		// errors.Is(err, rdmamgr.ErrBadKey / ErrAccess / ErrOutOfRange / ErrReleased / ErrRevoked / ErrExpired /
 		//           ErrPeerGone / ErrUnauthenticated / ErrWrongPeer, ...): every sentinel is in package rdmamgr
 		// ctx ending first cancels the Put: errors.Is(err, context.DeadlineExceeded) or context.Canceled.
@@ -77,7 +77,7 @@ func run(ctx context.Context, peerAddr, secretFile string) error {
 	half, _ := remote.Slice(0, 512<<10) // sub-handles, overflow-safe
 	l2, _ := local.Slice(0, 512<<10)
 	var w queuepair.WorkRequest // reusable: no allocation per operation
-	qp.PostGet(&w, l2, half)
+	qp.PostGet(ctx, &w, l2, half)
 	if err := w.Wait(ctx); err != nil { // or w.Cancel(): ends it, waits, returns the outcome
 		return fmt.Errorf("get: %w", err)
 	}

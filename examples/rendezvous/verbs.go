@@ -27,7 +27,7 @@ func rendezvous(ctx context.Context, send, recv *node.Node, qp *queuepair.QueueP
 		copy(msg, fmt.Sprintf("message %02d", i))
 		src, _ := local.Slice(uint64(i*slot), slot)
 		dst, _ := box.Slice(uint64(i*slot), slot)
-		if err := qp.PutWithImm(src, dst, uint32(i)).Wait(ctx); err != nil {
+		if err := qp.PutWithImm(ctx, src, dst, uint32(i)).Wait(ctx); err != nil {
 			return fmt.Errorf("put with imm %d: %w", i, err)
 		}
 	}
@@ -59,7 +59,7 @@ func counter(ctx context.Context, recv *node.Node, qp *queuepair.QueuePair, ctr 
 		go func() {
 			defer wg.Done()
 			for range adds {
-				if err := qp.FetchAdd(ctr, 1).Wait(ctx); err != nil {
+				if err := qp.FetchAdd(ctx, ctr, 1).Wait(ctx); err != nil {
 					errs <- err
 					return
 				}
@@ -102,7 +102,7 @@ func message(ctx context.Context, send, recv *node.Node, qp *queuepair.QueuePair
 	}
 	out, _ := send.Manager().Bytes(local)
 	copy(out, "hello, recv")
-	if err := qp.SendWithImm(local, 7).Wait(ctx); err != nil {
+	if err := qp.SendWithImm(ctx, local, 7).Wait(ctx); err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
 	m := <-msgs.C

@@ -1,5 +1,5 @@
 // Package qpbind holds what the manager binds a queue pair with when it
-// makes one (queuepair.New): the local registry it resolves buffers in,
+// makes one (internal/wiring.NewQueuePair): the local registry it resolves buffers in,
 // the operation timeout, the release callback and the metrics observer.
 // These types are internal so that only the manager (and the module's own
 // tests) can make queue pairs: a program gets one from

@@ -1,0 +1,22 @@
+// Package wiring lets the packages of the module reach what their public
+// API does not show: a public package sets a hook here in its init, and
+// another package of the module calls it. Programs outside the module
+// cannot import an internal package, so these stay out of the public API.
+//
+// ManagerRegistry is set by package actor and used by package node, the
+// one place that builds backends over a manager's registry. NewQueuePair
+// is set by package queuepair and used by package actor, which binds queue
+// pairs to routes (and by the backends' tests).
+package wiring
+
+import (
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	"github.com/rdmamgr/rdmamgr/internal/qpbind"
+)
+
+// ManagerRegistry returns the registry of an *actor.Manager.
+var ManagerRegistry func(manager any) *memreg.Registry
+
+// NewQueuePair binds a *queuepair.QueuePair to route; it does no I/O.
+var NewQueuePair func(id, peerID uint64, route backend.Route, local qpbind.Resolver, opt qpbind.Options) any
