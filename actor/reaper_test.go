@@ -25,7 +25,7 @@ func TestLeaseReaperNotSerialised(t *testing.T) {
 		}
 	}()
 	for range 3 {
-		h, err := owner.RequestLeasedBuffer(ctx, 4096, buffer.AccessReadWrite, 50*time.Millisecond)
+		h, err := owner.RequestBuffer(ctx, 4096, buffer.AccessReadWrite, WithLease(50*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -36,7 +36,7 @@ func TestLeaseReaperNotSerialised(t *testing.T) {
 		stuck = append(stuck, ref) // a request that never ends
 	}
 	time.Sleep(200 * time.Millisecond) // the reaper has taken the stuck ones
-	h, err := owner.RequestLeasedBuffer(ctx, 4096, buffer.AccessReadWrite, 50*time.Millisecond)
+	h, err := owner.RequestBuffer(ctx, 4096, buffer.AccessReadWrite, WithLease(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

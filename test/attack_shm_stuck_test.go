@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
@@ -82,7 +83,7 @@ func TestAttackSHMStoppedPeer(t *testing.T) {
 	// Another peer's buffer, whose lease ends after the stuck ones': its
 	// expiry must not wait behind theirs (the old reaper waited 30 s per
 	// stuck buffer, in turn).
-	other, err := v.d.client().RequestLeasedBuffer(testCtx(t, 30*time.Second), 4096, buffer.AccessReadWrite, atkStuckLease)
+	other, err := v.d.client().RequestBuffer(testCtx(t, 30*time.Second), 4096, buffer.AccessReadWrite, actor.WithLease(atkStuckLease))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func atkLegitLeased(t *testing.T, v *atkVictim) *atkLegit {
 	t.Helper()
 	l := &atkLegit{v: v}
 	var err error
-	l.remote, err = v.d.client().RequestLeasedBuffer(testCtx(t, 30*time.Second), atkOpSize, buffer.AccessReadWrite, time.Hour)
+	l.remote, err = v.d.client().RequestBuffer(testCtx(t, 30*time.Second), atkOpSize, buffer.AccessReadWrite, actor.WithLease(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
