@@ -29,7 +29,8 @@
 // Allocate's memory lives in memfds (close-on-exec, mapped shared, sealed
 // so nobody can shrink or grow them), so a backend can pass it to another
 // process on the host: Region.Memfd gives the fd and the region's offset
-// in it, valid while the region is registered. Allocations of up to
+// in it, valid while the region is registered (off Linux, memfd_other.go:
+// plain Go memory and no fd; Memfd says so). Allocations of up to
 // MaxPooled (64 KiB) are slots of slabs: one SlabSize (1 MiB) memfd per
 // slab, slots of one power-of-two size class from 64 B (pool.go says why).
 // A pooled region is still a region of its own: its own id, key, bounds,

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
@@ -66,21 +64,6 @@ func eventually(t testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-}
-
-// mapped reports whether every page of [p, p+n) is mapped (msync fails
-// with ENOMEM on unmapped pages).
-func mapped(t testing.TB, p unsafe.Pointer, n int) bool {
-	t.Helper()
-	_, _, e := syscall.Syscall(syscall.SYS_MSYNC, uintptr(p), uintptr(n), syscall.MS_ASYNC)
-	switch e {
-	case 0:
-		return true
-	case syscall.ENOMEM:
-		return false
-	}
-	t.Fatalf("msync: %v", e)
-	return false
 }
 
 // idle reports whether st shows nothing held: no region, no byte (slabs
