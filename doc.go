@@ -61,8 +61,8 @@
 // Some packages refine a sentinel with an error of their own that wraps
 // it: backend/tcp.ErrListenerDown is ErrClosed, backend/ibverbs.ErrNotBuilt
 // and ErrNoDevices are ErrNotSupported. The older per-package names
-// (buffer.ErrBadKey, backend.ErrPeerGone, queuepair.ErrWrongPeer,
-// actor.ErrNotLocal, remoteguard.ErrTooManyConns (ErrLimit),
-// membership.ErrNotFound (ErrUnknownPeer), ...) are the same values as the
+// (rdmamgr.ErrBadKey, rdmamgr.ErrPeerGone, rdmamgr.ErrWrongPeer,
+// rdmamgr.ErrNotLocal, remoteguard.ErrTooManyConns (ErrLimit),
+// rdmamgr.ErrUnknownPeer (ErrUnknownPeer), ...) are the same values as the
 // ones here and keep working with errors.Is.
 package rdmamgr

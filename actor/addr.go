@@ -11,11 +11,6 @@ import (
 // route to the peer, never from loopback toward another host. (What a
 // listener advertises is package remoteguard's.)
 
-// ErrUnreachableReply means a request would name a reply address the peer
-// cannot reach (loopback toward another host): it would only time out.
-// It is rdmamgr.ErrUnreachableReply.
-var ErrUnreachableReply = rdmamgr.ErrUnreachableReply
-
 // IsLoopback reports whether host names this host only (loopback IP or
 // "localhost").
 func IsLoopback(host string) bool {
@@ -68,7 +63,7 @@ func CheckReply(self, peer string) error {
 		return nil
 	}
 	if IsLoopback(sh) && !IsLoopback(ph) && ph != "nonhost" {
-		return fmt.Errorf("our address %s is loopback but peer %s is on another host; listen on the address of the route to it (or a wildcard with an advertised address): %w", self, peer, ErrUnreachableReply)
+		return fmt.Errorf("our address %s is loopback but peer %s is on another host; listen on the address of the route to it (or a wildcard with an advertised address): %w", self, peer, rdmamgr.ErrUnreachableReply)
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package actor
 import (
 	"errors"
 	"testing"
+
+	"github.com/rdmamgr/rdmamgr"
 )
 
 func TestCheckReply(t *testing.T) {
@@ -21,7 +23,7 @@ func TestCheckReply(t *testing.T) {
 	}
 	for _, c := range cases {
 		err := CheckReply(c.self, c.peer)
-		if c.bad != errors.Is(err, ErrUnreachableReply) {
+		if c.bad != errors.Is(err, rdmamgr.ErrUnreachableReply) {
 			t.Errorf("CheckReply(%q, %q) = %v", c.self, c.peer, err)
 		}
 	}

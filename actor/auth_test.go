@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
@@ -71,7 +72,7 @@ func TestSecretMismatch(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			_, err := a.Client().RequestQueuePair(ctx, b.PID())
-			if !errors.Is(err, backend.ErrUnauthenticated) {
+			if !errors.Is(err, rdmamgr.ErrUnauthenticated) {
 				t.Fatalf("route with %s secret: %v, want ErrUnauthenticated", name, err)
 			}
 			st, err := b.Client().Status(ctx)

@@ -12,6 +12,7 @@ import (
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
@@ -113,9 +114,9 @@ func startChoices(t *testing.T, sys *protoactor.ActorSystem, name string, choice
 }
 
 var (
-	errNoDevice   = fmt.Errorf("ibverbs: no RDMA devices: %w", backend.ErrNotSupported)
-	errNotHere    = fmt.Errorf("peer is not on this host: %w", backend.ErrNotSupported)
-	errXRefuses   = fmt.Errorf("x refuses: %w", backend.ErrNotSupported)
+	errNoDevice   = fmt.Errorf("ibverbs: no RDMA devices: %w", rdmamgr.ErrNotSupported)
+	errNotHere    = fmt.Errorf("peer is not on this host: %w", rdmamgr.ErrNotSupported)
+	errXRefuses   = fmt.Errorf("x refuses: %w", rdmamgr.ErrNotSupported)
 	notSupportedY = `handshake for backend "y", ours x+tcp: not supported`
 )
 

@@ -9,6 +9,7 @@ import (
 	protoactor "github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 	"github.com/rdmamgr/rdmamgr/queuepair"
@@ -37,7 +38,7 @@ func (c *Client) PID() *protoactor.PID { return c.pid }
 func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message) (T, error) {
 	var zero T
 	if n := proto.Size(msg); n > c.maxMsg {
-		return zero, fmt.Errorf("%s %s: %d bytes, limit %d (--max-message-size): %w", verb(msg), PIDString(c.pid), n, c.maxMsg, ErrMessageTooLarge)
+		return zero, fmt.Errorf("%s %s: %d bytes, limit %d (--max-message-size): %w", verb(msg), PIDString(c.pid), n, c.maxMsg, rdmamgr.ErrMessageTooLarge)
 	}
 	if err := CheckReply(c.sys.Address(), c.pid.Address); err != nil {
 		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), err)
@@ -57,7 +58,7 @@ func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message)
 		closed = c.local.stop
 		select {
 		case <-closed:
-			return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), ErrClosed)
+			return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), rdmamgr.ErrClosed)
 		default:
 		}
 	}
@@ -74,14 +75,14 @@ func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message)
 	case <-ctx.Done():
 		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), ctx.Err())
 	case <-closed:
-		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), ErrClosed)
+		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), rdmamgr.ErrClosed)
 	}
 	if errors.Is(res.err, protoactor.ErrDeadLetter) {
 		// No actor under that PID (never was, or stopped): not a timeout.
-		return zero, fmt.Errorf("%s %s: no such manager: %w", verb(msg), PIDString(c.pid), ErrUnknownPeer)
+		return zero, fmt.Errorf("%s %s: no such manager: %w", verb(msg), PIDString(c.pid), rdmamgr.ErrUnknownPeer)
 	}
 	if res.err != nil {
-		return zero, fmt.Errorf("%s %s: no answer within %v: %w", verb(msg), PIDString(c.pid), timeout.Round(time.Millisecond), ErrTimeout)
+		return zero, fmt.Errorf("%s %s: no answer within %v: %w", verb(msg), PIDString(c.pid), timeout.Round(time.Millisecond), rdmamgr.ErrTimeout)
 	}
 	switch v := res.v.(type) {
 	case T:
@@ -89,7 +90,7 @@ func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message)
 	case *rdmapb.ErrorReply:
 		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), toError(v.Error))
 	}
-	return zero, fmt.Errorf("%s %s: reply %T: %w", verb(msg), PIDString(c.pid), res.v, ErrBadResponse)
+	return zero, fmt.Errorf("%s %s: reply %T: %w", verb(msg), PIDString(c.pid), res.v, rdmamgr.ErrBadResponse)
 }
 
 // Ping checks the manager is alive and returns its id.
@@ -113,7 +114,7 @@ func (c *Client) RequestBuffer(ctx context.Context, size uint64, access buffer.A
 	}
 	b, err := buffer.FromProto(r.Buffer)
 	if err != nil {
-		return buffer.Buffer{}, fmt.Errorf("request buffer from %s: reply: %w: %w", PIDString(c.pid), ErrBadResponse, err)
+		return buffer.Buffer{}, fmt.Errorf("request buffer from %s: reply: %w: %w", PIDString(c.pid), rdmamgr.ErrBadResponse, err)
 	}
 	return b, nil
 }
@@ -136,10 +137,10 @@ func (c *Client) ReleaseBuffer(ctx context.Context, b buffer.Buffer) error {
 // data without going through the actor.
 func (c *Client) RequestQueuePair(ctx context.Context, peer *protoactor.PID) (*queuepair.QueuePair, error) {
 	if c.local == nil {
-		return nil, fmt.Errorf("request_queue_pair: %w", ErrNotLocal)
+		return nil, fmt.Errorf("request_queue_pair: %w", rdmamgr.ErrNotLocal)
 	}
 	if peer == nil {
-		return nil, fmt.Errorf("request_queue_pair without peer: %w", buffer.ErrInvalid)
+		return nil, fmt.Errorf("request_queue_pair without peer: %w", rdmamgr.ErrInvalid)
 	}
 	req := &rdmapb.RequestQueuePair{Peer: &rdmapb.ManagerRef{Address: peer.Address, Id: peer.Id}}
 	if dl, ok := ctx.Deadline(); ok {
@@ -174,7 +175,7 @@ func (c *Client) Status(ctx context.Context) (*rdmapb.StatusResponse, error) {
 // without a RenewLease.
 func (c *Client) RequestLeasedBuffer(ctx context.Context, size uint64, access buffer.Access, lease time.Duration) (buffer.Buffer, error) {
 	if lease <= 0 {
-		return buffer.Buffer{}, fmt.Errorf("lease %v: %w", lease, buffer.ErrInvalid)
+		return buffer.Buffer{}, fmt.Errorf("lease %v: %w", lease, rdmamgr.ErrInvalid)
 	}
 	ms := max(uint64(lease/time.Millisecond), 1)
 	r, err := request[*rdmapb.RequestBufferResponse](ctx, c, &rdmapb.RequestBuffer{Size: size, Access: uint32(access), LeaseMs: ms})
@@ -186,7 +187,7 @@ func (c *Client) RequestLeasedBuffer(ctx context.Context, size uint64, access bu
 	}
 	b, err := buffer.FromProto(r.Buffer)
 	if err != nil {
-		return buffer.Buffer{}, fmt.Errorf("request buffer from %s: reply: %w: %w", PIDString(c.pid), ErrBadResponse, err)
+		return buffer.Buffer{}, fmt.Errorf("request buffer from %s: reply: %w: %w", PIDString(c.pid), rdmamgr.ErrBadResponse, err)
 	}
 	return b, nil
 }
@@ -207,7 +208,7 @@ func (c *Client) RenewLease(ctx context.Context, b buffer.Buffer, lease time.Dur
 
 // RevokeBuffer stops remote access to b at its owner. It returns once no
 // remote request can touch the buffer any more; later requests fail with
-// buffer.ErrRevoked.
+// rdmamgr.ErrRevoked.
 func (c *Client) RevokeBuffer(ctx context.Context, b buffer.Buffer) error {
 	r, err := request[*rdmapb.RevokeBufferResponse](ctx, c, &rdmapb.RevokeBuffer{Buffer: b.Proto()})
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	protoactor "github.com/asynkron/protoactor-go/actor"
 	"go.uber.org/goleak"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
@@ -44,29 +44,29 @@ func TestClose(t *testing.T) {
 	// Every request fails, within the ctx.
 	short, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := a.Client().RequestBuffer(short, 10, buffer.AccessRead); !errors.Is(err, ErrClosed) {
+	if _, err := a.Client().RequestBuffer(short, 10, buffer.AccessRead); !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("request buffer after close: %v", err)
 	}
-	if _, err := a.Client().RequestQueuePair(short, b.PID()); !errors.Is(err, ErrClosed) {
+	if _, err := a.Client().RequestQueuePair(short, b.PID()); !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("request queue pair after close: %v", err)
 	}
-	if _, err := NewClient(sys, pid).Ping(short); !errors.Is(err, ErrUnknownPeer) {
+	if _, err := NewClient(sys, pid).Ping(short); !errors.Is(err, rdmamgr.ErrUnknownPeer) {
 		t.Fatalf("ping after close: %v", err)
 	}
-	if err := NewClient(sys, pid).ReleaseBuffer(short, local); !errors.Is(err, ErrUnknownPeer) {
+	if err := NewClient(sys, pid).ReleaseBuffer(short, local); !errors.Is(err, rdmamgr.ErrUnknownPeer) {
 		t.Fatalf("release buffer after close: %v", err)
 	}
 	if short.Err() != nil {
 		t.Fatal("requests after close ran into the ctx")
 	}
 	// The queue pair's route was closed and the local memory released.
-	if err := qp.Put(local, remote).Wait(ctx); !errors.Is(err, backend.ErrClosed) && !errors.Is(err, buffer.ErrReleased) {
+	if err := qp.Put(local, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrClosed) && !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("put after close: %v", err)
 	}
 	if st := a.Registry().Stats(); st.Regions != 0 || st.Bytes != 0 {
 		t.Fatalf("registry after close %+v", st)
 	}
-	if _, err := a.Registry().Allocate(1, buffer.AccessRead); !errors.Is(err, buffer.ErrClosed) {
+	if _, err := a.Registry().Allocate(1, buffer.AccessRead); !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("allocate after close: %v", err)
 	}
 	if err := startTCP(ctx, a); err == nil {
@@ -107,13 +107,13 @@ func TestClosedManagerAnswersClosed(t *testing.T) {
 	pid := sys.Root.Spawn(protoactor.PropsFromProducer(func() protoactor.Actor { return &managerActor{m: a} }))
 	t.Cleanup(func() { _ = sys.Root.StopFuture(pid).Wait() })
 	c := NewClient(sys, pid)
-	if _, err := c.Ping(ctx); !errors.Is(err, ErrClosed) || !errors.Is(err, backend.ErrClosed) {
+	if _, err := c.Ping(ctx); !errors.Is(err, rdmamgr.ErrClosed) || !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("ping: %v", err)
 	}
-	if _, err := c.RequestBuffer(ctx, 10, buffer.AccessRead); !errors.Is(err, ErrClosed) {
+	if _, err := c.RequestBuffer(ctx, 10, buffer.AccessRead); !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("request buffer: %v", err)
 	}
-	if _, err := c.Status(ctx); !errors.Is(err, ErrClosed) {
+	if _, err := c.Status(ctx); !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("status: %v", err)
 	}
 	res := ask(t, sys, pid, &rdmapb.RouteHandshake{Version: ProtocolVersion, InitiatorId: 1, Backend: "tcp"})
@@ -192,7 +192,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 	}
 	_ = qp.Get(local, remote) // possibly in flight at Close
 	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
-	if _, err := a.Client().RequestQueuePair(short, protoactor.NewPID(sys.Address(), "nobody")); !errors.Is(err, ErrUnknownPeer) {
+	if _, err := a.Client().RequestQueuePair(short, protoactor.NewPID(sys.Address(), "nobody")); !errors.Is(err, rdmamgr.ErrUnknownPeer) {
 		t.Fatal(err)
 	}
 	cancelShort()

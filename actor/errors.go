@@ -10,30 +10,6 @@ import (
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
-// The errors of the control plane. They are the module's sentinels
-// (package rdmamgr lists them all) under the names this package has always
-// had.
-var (
-	// ErrUnknownMessage: the manager does not handle the message.
-	ErrUnknownMessage = rdmamgr.ErrUnknownMessage
-	// ErrUnknownPeer: the peer manager could not be reached or named.
-	ErrUnknownPeer = rdmamgr.ErrUnknownPeer
-	// ErrTimeout: no answer from the manager in time.
-	ErrTimeout = rdmamgr.ErrTimeout
-	// ErrNotLocal: the operation needs a manager in this process.
-	ErrNotLocal = rdmamgr.ErrNotLocal
-	// ErrMessageTooLarge: a message over the configured gRPC limit.
-	ErrMessageTooLarge = rdmamgr.ErrMessageTooLarge
-	// ErrClosed: the manager is closed.
-	ErrClosed = rdmamgr.ErrClosed
-	// ErrBadResponse: a reply of the wrong type or shape.
-	ErrBadResponse = rdmamgr.ErrBadResponse
-	// ErrNoReceive: no subscriber or no receive buffer for what a peer sent.
-	ErrNoReceive = rdmamgr.ErrNoReceive
-	// ErrReceiveTooSmall: a message larger than the posted receive buffer.
-	ErrReceiveTooSmall = rdmamgr.ErrReceiveTooSmall
-)
-
 // toError turns a wire Error into a Go error wrapping the matching sentinel
 // (the same one the peer's error wrapped: backend.Sentinel for the data
 // path's codes). Codes that stand for several sentinels wrap all of them,
@@ -129,10 +105,30 @@ func fromError(err error) *rdmapb.Error {
 // one code and one text for "no such region" and "wrong key" (RELEASED,
 // see backend.RemoteCode), so it cannot probe which regions exist; a local
 // caller keeps the precise sentinel.
+//
+// An error that wraps none of the module's sentinels (code INTERNAL: a
+// system call, a mapping, a file) is internal: a remote caller gets the
+// code and internalMessage, never its text (which may name paths, limits
+// or addresses of this host); the caller logs the details.
 func fromErrorFor(remote bool, err error) *rdmapb.Error {
 	e := fromError(err)
 	if remote && e != nil && (e.Code == rdmapb.Code_BAD_KEY || e.Code == rdmapb.Code_RELEASED) {
 		e.Code, e.Message = rdmapb.Code_RELEASED, "no such buffer (released, or not this key)"
+	}
+	if remote && e != nil && e.Code == rdmapb.Code_INTERNAL {
+		e.Message = internalMessage
+	}
+	return e
+}
+
+// internalMessage is what a remote caller reads of an internal error.
+const internalMessage = "internal error (details in the owner's log)"
+
+// replyError is fromErrorFor that logs what a remote caller is not told.
+func (m *Manager) replyError(remote bool, what string, err error) *rdmapb.Error {
+	e := fromErrorFor(remote, err)
+	if remote && e != nil && e.Code == rdmapb.Code_INTERNAL {
+		m.log.Warn("internal error answered to a peer without its details", "op", what, "err", err)
 	}
 	return e
 }

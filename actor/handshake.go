@@ -9,8 +9,8 @@ import (
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
-	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
@@ -119,7 +119,7 @@ func (m *Manager) askHandshake(ctx context.Context, e *routeEntry, kind backend.
 			attempt = min(attempt, time.Until(dl))
 		}
 		if attempt <= 0 {
-			return nil, nil, fmt.Errorf("handshake with %s: %w: %w", e.key, ErrUnknownPeer, context.DeadlineExceeded)
+			return nil, nil, fmt.Errorf("handshake with %s: %w: %w", e.key, rdmamgr.ErrUnknownPeer, context.DeadlineExceeded)
 		}
 		res, err := m.sys.Root.RequestFuture(e.peer, hs, attempt).Result()
 		if err == nil {
@@ -127,7 +127,7 @@ func (m *Manager) askHandshake(ctx context.Context, e *routeEntry, kind backend.
 			return resp, hs.Nonce, err
 		}
 		if !errors.Is(err, protoactor.ErrTimeout) || ctx.Err() != nil {
-			return nil, nil, fmt.Errorf("handshake with %s: %w: %w", e.key, ErrUnknownPeer, err)
+			return nil, nil, fmt.Errorf("handshake with %s: %w: %w", e.key, rdmamgr.ErrUnknownPeer, err)
 		}
 	}
 }
@@ -141,9 +141,9 @@ func handshakeReply(e *routeEntry, res any) (*rdmapb.RouteHandshakeResponse, err
 	case *rdmapb.RouteHandshakeResponse:
 		return r, nil
 	case *rdmapb.ErrorReply:
-		return nil, fmt.Errorf("handshake with %s: %w: %v", e.key, ErrUnknownPeer, toError(r.Error))
+		return nil, fmt.Errorf("handshake with %s: %w: %v", e.key, rdmamgr.ErrUnknownPeer, toError(r.Error))
 	}
-	return nil, fmt.Errorf("handshake with %s: reply %T: %w: %w", e.key, res, ErrUnknownPeer, ErrBadResponse)
+	return nil, fmt.Errorf("handshake with %s: reply %T: %w: %w", e.key, res, rdmamgr.ErrUnknownPeer, rdmamgr.ErrBadResponse)
 }
 
 // checkReply authenticates the peer's reply to our handshake of nonce and
@@ -152,16 +152,16 @@ func (m *Manager) checkReply(e *routeEntry, kind backend.Kind, nonce []byte, res
 	if !replyVerifies(m.cfg.Secret, nonce, resp) {
 		m.authFailures.Add(1)
 		m.log.Warn("route reply failed authentication", "peer", e.key)
-		return fmt.Errorf("handshake reply from %s: %w", e.key, backend.ErrUnauthenticated)
+		return fmt.Errorf("handshake reply from %s: %w", e.key, rdmamgr.ErrUnauthenticated)
 	}
 	if err := toError(resp.Error); err != nil {
 		return &setupError{what: fmt.Sprintf("%s handshake with %s", kind, e.key), cause: err, byPeer: true}
 	}
 	if resp.Version != ProtocolVersion {
-		return fmt.Errorf("handshake with %s: peer version %d, ours %d: %w", e.key, resp.Version, ProtocolVersion, backend.ErrVersion)
+		return fmt.Errorf("handshake with %s: peer version %d, ours %d: %w", e.key, resp.Version, ProtocolVersion, rdmamgr.ErrVersion)
 	}
 	if resp.ResponderId == 0 || resp.Backend != string(kind) {
-		return fmt.Errorf("handshake with %s: responder id %x backend %q: %w", e.key, resp.ResponderId, resp.Backend, backend.ErrProtocol)
+		return fmt.Errorf("handshake with %s: responder id %x backend %q: %w", e.key, resp.ResponderId, resp.Backend, rdmamgr.ErrProtocol)
 	}
 	return nil
 }
@@ -180,17 +180,17 @@ func (m *Manager) acceptRoute(hs *rdmapb.RouteHandshake) *rdmapb.RouteHandshakeR
 	}
 	switch {
 	case hs.Version != ProtocolVersion:
-		resp.Error = fromError(fmt.Errorf("handshake version %d, ours %d: %w", hs.Version, ProtocolVersion, backend.ErrVersion))
+		resp.Error = fromError(fmt.Errorf("handshake version %d, ours %d: %w", hs.Version, ProtocolVersion, rdmamgr.ErrVersion))
 	case b == nil:
-		resp.Error = fromError(fmt.Errorf("handshake for backend %q, ours %s: %w", hs.Backend, m.kinds(), backend.ErrNotSupported))
+		resp.Error = fromError(fmt.Errorf("handshake for backend %q, ours %s: %w", hs.Backend, m.kinds(), rdmamgr.ErrNotSupported))
 	case hs.InitiatorId == 0:
-		resp.Error = fromError(fmt.Errorf("handshake without initiator id: %w", buffer.ErrInvalid))
+		resp.Error = fromError(fmt.Errorf("handshake without initiator id: %w", rdmamgr.ErrInvalid))
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RouteTimeout)
 		defer cancel()
 		info, err := b.AcceptRoute(ctx, hs.InitiatorId, hs.Endpoint)
 		if err != nil {
-			resp.Error = fromError(err)
+			resp.Error = m.replyError(true, "route_handshake", err)
 		} else {
 			resp.Endpoint = info
 			m.inboundUp(hs)
@@ -211,16 +211,16 @@ func (m *Manager) checkHandshake(hs *rdmapb.RouteHandshake) error {
 		return nil
 	}
 	if len(hs.Nonce) != backend.NonceSize {
-		return fmt.Errorf("handshake nonce of %d bytes: %w", len(hs.Nonce), backend.ErrUnauthenticated)
+		return fmt.Errorf("handshake nonce of %d bytes: %w", len(hs.Nonce), rdmamgr.ErrUnauthenticated)
 	}
 	if !handshakeVerifies(m.cfg.Secret, hs) {
-		return fmt.Errorf("handshake MAC does not verify: %w", backend.ErrUnauthenticated)
+		return fmt.Errorf("handshake MAC does not verify: %w", rdmamgr.ErrUnauthenticated)
 	}
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, seen := m.nonces[string(hs.Nonce)]; seen {
-		return fmt.Errorf("replayed handshake: %w", backend.ErrUnauthenticated)
+		return fmt.Errorf("replayed handshake: %w", rdmamgr.ErrUnauthenticated)
 	}
 	if len(m.nonces) >= maxNonces {
 		for n, exp := range m.nonces {
@@ -229,7 +229,7 @@ func (m *Manager) checkHandshake(hs *rdmapb.RouteHandshake) error {
 			}
 		}
 		if len(m.nonces) >= maxNonces {
-			return fmt.Errorf("%d handshakes in flight: %w", len(m.nonces), backend.ErrLimit)
+			return fmt.Errorf("%d handshakes in flight: %w", len(m.nonces), rdmamgr.ErrLimit)
 		}
 	}
 	m.nonces[string(hs.Nonce)] = now.Add(replayWindow)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
@@ -56,14 +57,14 @@ func (in *inbox) Event(ev backend.Event) error {
 	defer in.mu.Unlock()
 	if in.events == nil {
 		in.refused++
-		return fmt.Errorf("event %d from %016x: no event subscriber: %w", ev.Imm, ev.Peer, ErrNoReceive)
+		return fmt.Errorf("event %d from %016x: no event subscriber: %w", ev.Imm, ev.Peer, rdmamgr.ErrNoReceive)
 	}
 	select {
 	case in.events <- ev:
 		return nil
 	default:
 		in.refused++
-		return fmt.Errorf("event %d from %016x: the subscriber's queue of %d is full: %w", ev.Imm, ev.Peer, cap(in.events), backend.ErrLimit)
+		return fmt.Errorf("event %d from %016x: the subscriber's queue of %d is full: %w", ev.Imm, ev.Peer, cap(in.events), rdmamgr.ErrLimit)
 	}
 }
 
@@ -75,14 +76,14 @@ func (in *inbox) Recv(peer uint64, n uint64) (backend.Landing, error) {
 	switch {
 	case in.msgs == nil:
 		in.refused++
-		return nil, fmt.Errorf("message of %d bytes from %016x: no message subscriber: %w", n, peer, ErrNoReceive)
+		return nil, fmt.Errorf("message of %d bytes from %016x: no message subscriber: %w", n, peer, rdmamgr.ErrNoReceive)
 	case len(in.msgs)+in.reserved >= cap(in.msgs):
 		in.refused++
-		return nil, fmt.Errorf("message of %d bytes from %016x: the subscriber's queue of %d is full: %w", n, peer, cap(in.msgs), backend.ErrLimit)
+		return nil, fmt.Errorf("message of %d bytes from %016x: the subscriber's queue of %d is full: %w", n, peer, cap(in.msgs), rdmamgr.ErrLimit)
 	case len(in.posted) == 0:
-		err = fmt.Errorf("message of %d bytes from %016x: no receive buffer posted: %w", n, peer, ErrNoReceive)
+		err = fmt.Errorf("message of %d bytes from %016x: no receive buffer posted: %w", n, peer, rdmamgr.ErrNoReceive)
 	case in.posted[0].h.Length < n:
-		err = fmt.Errorf("message of %d bytes from %016x, receive buffer of %d: %w", n, peer, in.posted[0].h.Length, ErrReceiveTooSmall)
+		err = fmt.Errorf("message of %d bytes from %016x, receive buffer of %d: %w", n, peer, in.posted[0].h.Length, rdmamgr.ErrReceiveTooSmall)
 	}
 	if err != nil {
 		in.refused++

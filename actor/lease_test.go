@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
@@ -72,22 +73,22 @@ func TestRevokeBuffer(t *testing.T) {
 	}
 	after := bytes.Clone(dst)
 	for _, w := range wrs {
-		if err := w.Wait(ctx); err != nil && !errors.Is(err, buffer.ErrRevoked) {
+		if err := w.Wait(ctx); err != nil && !errors.Is(err, rdmamgr.ErrRevoked) {
 			t.Fatalf("put racing a revocation: %v", err)
 		}
 	}
 	rand.Read(src)
-	if err := qp.Put(local, remote).Wait(ctx); !errors.Is(err, buffer.ErrRevoked) {
+	if err := qp.Put(local, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrRevoked) {
 		t.Fatalf("put after revoke: %v, want ErrRevoked", err)
 	}
-	if err := qp.Get(local, remote).Wait(ctx); !errors.Is(err, buffer.ErrRevoked) {
+	if err := qp.Get(local, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrRevoked) {
 		t.Fatalf("get after revoke: %v, want ErrRevoked", err)
 	}
 	if !bytes.Equal(dst, after) || !bytes.Equal(dst, want) {
 		t.Fatal("owner memory changed after the revocation returned")
 	}
 	// The owner still uses its memory; renewal of a revoked buffer fails.
-	if _, err := owner.RenewLease(ctx, remote, time.Second); !errors.Is(err, buffer.ErrRevoked) {
+	if _, err := owner.RenewLease(ctx, remote, time.Second); !errors.Is(err, rdmamgr.ErrRevoked) {
 		t.Fatalf("renew after revoke: %v, want ErrRevoked", err)
 	}
 }
@@ -131,13 +132,13 @@ func TestLeaseExpiresAndRenews(t *testing.T) {
 	dst, _ := b.Bytes(remote)
 	want := bytes.Clone(dst)
 	time.Sleep(lease + lease/2)
-	if err := qp.Put(local, remote).Wait(ctx); !errors.Is(err, buffer.ErrExpired) {
+	if err := qp.Put(local, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrExpired) {
 		t.Fatalf("put after the lease: %v, want ErrExpired", err)
 	}
 	if !bytes.Equal(dst, want) {
 		t.Fatal("owner memory changed by a put after the lease")
 	}
-	if _, err := owner.RenewLease(ctx, remote, lease); !errors.Is(err, buffer.ErrExpired) {
+	if _, err := owner.RenewLease(ctx, remote, lease); !errors.Is(err, rdmamgr.ErrExpired) {
 		t.Fatalf("renew after the lease: %v, want ErrExpired", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
@@ -35,11 +36,11 @@ func (m *Manager) allocate(msg *rdmapb.RequestBuffer, remote bool, peer string) 
 		case msg.Size > m.cfg.MaxRemoteBytes || m.remoteTotal > m.cfg.MaxRemoteBytes-msg.Size:
 			total := m.remoteTotal
 			m.mu.Unlock()
-			return buffer.Buffer{}, fmt.Errorf("%d bytes for a peer with %d of %d in use (serve --max-remote): %w", msg.Size, total, m.cfg.MaxRemoteBytes, buffer.ErrExhausted)
+			return buffer.Buffer{}, fmt.Errorf("%d bytes for a peer with %d of %d in use (serve --max-remote): %w", msg.Size, total, m.cfg.MaxRemoteBytes, rdmamgr.ErrLimit)
 		case m.remotePerPeer[peer] >= m.cfg.MaxRemoteBuffersPerPeer:
 			n := m.remotePerPeer[peer]
 			m.mu.Unlock()
-			return buffer.Buffer{}, fmt.Errorf("peer %s holds %d buffers, the most allowed (serve --max-remote-buffers): %w", peer, n, buffer.ErrExhausted)
+			return buffer.Buffer{}, fmt.Errorf("peer %s holds %d buffers, the most allowed (serve --max-remote-buffers): %w", peer, n, rdmamgr.ErrLimit)
 		}
 		m.remoteTotal += msg.Size // reserved; undone below on failure
 		m.remotePerPeer[peer]++

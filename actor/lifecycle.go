@@ -10,6 +10,7 @@ import (
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/control"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
@@ -73,11 +74,11 @@ func (m *Manager) start(ctx context.Context, backends []backend.Backend, choices
 	var err error
 	switch {
 	case closed:
-		err = fmt.Errorf("start manager %016x: %w", m.id, ErrClosed)
+		err = fmt.Errorf("start manager %016x: %w", m.id, rdmamgr.ErrClosed)
 	case started:
 		err = fmt.Errorf("start manager %016x: already started", m.id)
 	case len(backends) == 0:
-		err = fmt.Errorf("start manager %016x: no backend: %w", m.id, backend.ErrNotSupported)
+		err = fmt.Errorf("start manager %016x: no backend: %w", m.id, rdmamgr.ErrNotSupported)
 	}
 	if err != nil {
 		closeAll(backends)

@@ -6,6 +6,7 @@ import (
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/control"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
@@ -36,11 +37,11 @@ func TestQueuePairsOnlyLocal(t *testing.T) {
 	remote := requestBuf(t, ctx, b.Client(), 4096, buffer.AccessReadWrite)
 	qp := requestQP(t, ctx, a, b.PID())
 	res := askAsRemote(t, sys, a.PID(), "127.0.0.1:9", &rdmapb.ReleaseQueuePair{QpId: qp.ID()})
-	if r, ok := res.(*rdmapb.ReleaseQueuePairResponse); !ok || !errors.Is(toError(r.Error), ErrNotLocal) {
+	if r, ok := res.(*rdmapb.ReleaseQueuePairResponse); !ok || !errors.Is(toError(r.Error), rdmamgr.ErrNotLocal) {
 		t.Fatalf("remote release_queue_pair: %v", res)
 	}
 	res = askAsRemote(t, sys, a.PID(), "127.0.0.1:9", &rdmapb.RequestQueuePair{Peer: &rdmapb.ManagerRef{Address: b.PID().Address, Id: b.PID().Id}})
-	if r, ok := res.(*rdmapb.RequestQueuePairResponse); !ok || !errors.Is(toError(r.Error), ErrNotLocal) {
+	if r, ok := res.(*rdmapb.RequestQueuePairResponse); !ok || !errors.Is(toError(r.Error), rdmamgr.ErrNotLocal) {
 		t.Fatalf("remote request_queue_pair: %v", res)
 	}
 	if err := qp.Put(local, remote).Wait(ctx); err != nil {

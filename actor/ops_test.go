@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
@@ -23,16 +23,16 @@ func TestToErrorSaysSentinelOnce(t *testing.T) {
 		is   []error
 	}{
 		{rdmapb.Code_UNAUTHENTICATED, "handshake MAC does not verify: unauthenticated: unauthenticated",
-			"handshake MAC does not verify: unauthenticated", []error{backend.ErrUnauthenticated}},
-		{rdmapb.Code_UNAUTHENTICATED, "unauthenticated", "unauthenticated", []error{backend.ErrUnauthenticated}},
-		{rdmapb.Code_BAD_KEY, "region 3: bad key", "region 3: bad key", []error{buffer.ErrBadKey}},
+			"handshake MAC does not verify: unauthenticated", []error{rdmamgr.ErrUnauthenticated}},
+		{rdmapb.Code_UNAUTHENTICATED, "unauthenticated", "unauthenticated", []error{rdmamgr.ErrUnauthenticated}},
+		{rdmapb.Code_BAD_KEY, "region 3: bad key", "region 3: bad key", []error{rdmamgr.ErrBadKey}},
 		{rdmapb.Code_RESOURCE_EXHAUSTED, "3 routes, the most allowed (serve --max-routes): limit exceeded: limit exceeded",
-			"3 routes, the most allowed (serve --max-routes): limit exceeded", []error{backend.ErrLimit, buffer.ErrExhausted}},
-		{rdmapb.Code_CLOSED, "manager 1: closed", "manager 1: closed", []error{ErrClosed, backend.ErrClosed}},
+			"3 routes, the most allowed (serve --max-routes): limit exceeded", []error{rdmamgr.ErrLimit, rdmamgr.ErrLimit}},
+		{rdmapb.Code_CLOSED, "manager 1: closed", "manager 1: closed", []error{rdmamgr.ErrClosed, rdmamgr.ErrClosed}},
 		{rdmapb.Code_NOT_LOCAL, "queue pairs are handed only to callers in the manager's process: not local",
-			"queue pairs are handed only to callers in the manager's process: not local", []error{ErrNotLocal, buffer.ErrInvalid}},
+			"queue pairs are handed only to callers in the manager's process: not local", []error{rdmamgr.ErrNotLocal, rdmamgr.ErrInvalid}},
 		{rdmapb.Code_RELEASED, "no such buffer (released, or not this key)",
-			"no such buffer (released, or not this key): released or unknown", []error{buffer.ErrReleased, buffer.ErrBadKey}},
+			"no such buffer (released, or not this key): released or unknown", []error{rdmamgr.ErrReleased, rdmamgr.ErrBadKey}},
 	} {
 		err := toError(&rdmapb.Error{Code: c.code, Message: c.msg})
 		if err.Error() != c.want {
@@ -59,7 +59,7 @@ func TestClientErrorsReadLikeGo(t *testing.T) {
 	if !strings.HasPrefix(msg, "request buffer from nonhost/nobody: no such manager") || strings.Contains(msg, `Address:"`) || strings.Contains(msg, "*rdmapb") {
 		t.Errorf("error %q", msg)
 	}
-	if !errors.Is(err, ErrUnknownPeer) {
+	if !errors.Is(err, rdmamgr.ErrUnknownPeer) {
 		t.Errorf("error %q does not match ErrUnknownPeer", msg)
 	}
 }
@@ -74,13 +74,13 @@ func TestLimitErrorsNameTheirFlag(t *testing.T) {
 	requestBuf(t, ctx, a.Client(), 4096, buffer.AccessReadWrite)
 	requestBuf(t, ctx, a.Client(), 4096, buffer.AccessReadWrite)
 	_, err := a.Client().RequestBuffer(ctx, 4096, buffer.AccessReadWrite)
-	if err == nil || !strings.Contains(err.Error(), "--max-registered") || !errors.Is(err, buffer.ErrExhausted) {
+	if err == nil || !strings.Contains(err.Error(), "--max-registered") || !errors.Is(err, rdmamgr.ErrLimit) {
 		t.Errorf("over --max-registered: %v", err)
 	}
 	qp := requestQP(t, ctx, a, b.PID())
 	defer qp.Release()
 	_, err = a.Client().RequestQueuePair(ctx, c.PID())
-	if err == nil || !strings.Contains(err.Error(), "--max-routes") || !errors.Is(err, backend.ErrLimit) {
+	if err == nil || !strings.Contains(err.Error(), "--max-routes") || !errors.Is(err, rdmamgr.ErrLimit) {
 		t.Errorf("over --max-routes: %v", err)
 	}
 }
@@ -102,7 +102,7 @@ func TestMetricsCountOperations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := qp.Put(local, remote).Wait(ctx); !errors.Is(err, buffer.ErrAccess) {
+	if err := qp.Put(local, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrAccess) {
 		t.Fatalf("put to a read-only buffer: %v", err)
 	}
 	for _, c := range []struct {

@@ -3,7 +3,7 @@ package actor
 import (
 	"fmt"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 )
 
 // failer is a route that can be ended with a given error (backend/tcp).
@@ -11,7 +11,7 @@ type failer interface{ Fail(error) }
 
 // DropPeer tears down every route to managers at addr (an actor-system
 // address "host:port"), as when membership reports that the peer left:
-// queue pairs on those routes fail with backend.ErrPeerGone, and the next
+// queue pairs on those routes fail with rdmamgr.ErrPeerGone, and the next
 // request for a queue pair sets a new route up. It returns the number of
 // routes dropped.
 func (m *Manager) DropPeer(addr, why string) int {
@@ -40,7 +40,7 @@ func (m *Manager) DropPeer(addr, why string) int {
 			continue
 		}
 		if f, ok := r.(failer); ok {
-			f.Fail(fmt.Errorf("peer %s left (%s): %w", e.key, why, backend.ErrPeerGone))
+			f.Fail(fmt.Errorf("peer %s left (%s): %w", e.key, why, rdmamgr.ErrPeerGone))
 		}
 		m.wg.Add(1)
 		go func() { defer m.wg.Done(); r.Close() }()

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
@@ -25,7 +25,7 @@ func TestDropPeer(t *testing.T) {
 	if n := a.DropPeer(b.PID().Address, "test"); n != 1 {
 		t.Fatalf("dropped %d routes, want 1", n)
 	}
-	if err := qp.Put(local, remote).Wait(ctx); !errors.Is(err, backend.ErrPeerGone) {
+	if err := qp.Put(local, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrPeerGone) {
 		t.Fatalf("put on a dropped route: %v, want ErrPeerGone", err)
 	}
 	qp2 := requestQP(t, ctx, a, b.PID())

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -45,11 +46,11 @@ func TestPutGetLocal(t *testing.T) {
 	// Refused by the peer: wrong key.
 	bad := remote
 	bad.Key[0] ^= 1
-	if err := qp.Put(local, bad).Wait(ctx); !errors.Is(err, buffer.ErrBadKey) {
+	if err := qp.Put(local, bad).Wait(ctx); !errors.Is(err, rdmamgr.ErrBadKey) {
 		t.Fatalf("bad key: %v", err)
 	}
 	// Refused locally: not the peer's buffer.
-	if err := qp.Put(local, local).Wait(ctx); !errors.Is(err, queuepair.ErrWrongPeer) {
+	if err := qp.Put(local, local).Wait(ctx); !errors.Is(err, rdmamgr.ErrWrongPeer) {
 		t.Fatalf("wrong peer: %v", err)
 	}
 	st, err := b.Client().Status(ctx)
@@ -167,13 +168,13 @@ func TestPutGetRandomOffsets(t *testing.T) {
 	s.check(t, "batch")
 
 	// Slices past the end are refused before anything moves.
-	if _, err := s.remote.Slice(rn-10, 11); !errors.Is(err, buffer.ErrOutOfRange) {
+	if _, err := s.remote.Slice(rn-10, 11); !errors.Is(err, rdmamgr.ErrOutOfRange) {
 		t.Fatalf("slice past end: %v", err)
 	}
 	forged := s.remote
 	forged.Offset, forged.Length = rn-10, 20
 	ls, _ := s.local.Slice(0, 20)
-	if err := qp.Put(ls, forged).Wait(ctx); !errors.Is(err, buffer.ErrOutOfRange) {
+	if err := qp.Put(ls, forged).Wait(ctx); !errors.Is(err, rdmamgr.ErrOutOfRange) {
 		t.Fatalf("put past the remote end: %v", err)
 	}
 	s.check(t, "refused put")
@@ -261,11 +262,11 @@ func TestReleaseBufferThenOps(t *testing.T) {
 	}
 	crand.Read(lmem)
 	lwant := bytes.Clone(lmem)
-	if err := qp.Get(local, r1).Wait(ctx); !errors.Is(err, buffer.ErrReleased) {
+	if err := qp.Get(local, r1).Wait(ctx); !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("get from released buffer: %v", err)
 	}
 	var re *backend.RemoteError
-	if err := qp.Put(local, r1).Wait(ctx); !errors.Is(err, buffer.ErrReleased) || !errors.As(err, &re) {
+	if err := qp.Put(local, r1).Wait(ctx); !errors.Is(err, rdmamgr.ErrReleased) || !errors.As(err, &re) {
 		t.Fatalf("put to released buffer: %v", err)
 	}
 	if !bytes.Equal(lmem, lwant) {
@@ -274,10 +275,10 @@ func TestReleaseBufferThenOps(t *testing.T) {
 	if !bytes.Equal(r2mem, want) {
 		t.Fatal("other buffer of the peer changed")
 	}
-	if _, err := b.Bytes(r1); !errors.Is(err, buffer.ErrReleased) {
+	if _, err := b.Bytes(r1); !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("owner's bytes of released buffer: %v", err)
 	}
-	if err := bc.ReleaseBuffer(ctx, r1); !errors.Is(err, buffer.ErrReleased) {
+	if err := bc.ReleaseBuffer(ctx, r1); !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("second release: %v", err)
 	}
 	// The other buffer still works both ways.
@@ -312,7 +313,7 @@ func TestReleaseQueuePairWithWorkInFlight(t *testing.T) {
 	if !bytes.Equal(mustBytes(t, b, remote), lmem) {
 		t.Fatal("bytes differ")
 	}
-	if err := qp.Put(local, remote).Err(); !errors.Is(err, queuepair.ErrReleased) {
+	if err := qp.Put(local, remote).Err(); !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("put after release: %v", err)
 	}
 	if rs := routes(t, ctx, a); len(rs) != 0 {

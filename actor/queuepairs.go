@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/internal/qpbind"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
@@ -21,7 +22,7 @@ func (m *Manager) newQueuePair(e *routeEntry) (uint64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return 0, ErrClosed
+		return 0, rdmamgr.ErrClosed
 	}
 	m.nextQP++
 	id := m.nextQP
@@ -42,7 +43,7 @@ func (m *Manager) takeQueuePair(id uint64) (*queuepair.QueuePair, error) {
 	defer m.mu.Unlock()
 	qe := m.qps[id]
 	if qe == nil || qe.taken {
-		return nil, fmt.Errorf("queue pair %d: %w", id, queuepair.ErrReleased)
+		return nil, fmt.Errorf("queue pair %d: %w", id, rdmamgr.ErrReleased)
 	}
 	qe.taken = true
 	return qe.qp, nil
@@ -55,7 +56,7 @@ func (m *Manager) releaseQP(id uint64) error {
 	delete(m.qps, id)
 	m.mu.Unlock()
 	if qe == nil {
-		return fmt.Errorf("queue pair %d: %w", id, queuepair.ErrReleased)
+		return fmt.Errorf("queue pair %d: %w", id, rdmamgr.ErrReleased)
 	}
 	m.dropRef(qe.route)
 	return nil

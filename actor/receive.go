@@ -8,7 +8,7 @@ import (
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/control"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
@@ -46,7 +46,7 @@ func (a *managerActor) Receive(ctx protoactor.Context) {
 	default:
 		m.book.Refuse(RefusedUnknownType, "unknown message", "type", fmt.Sprintf("%T", msg), "sender", PIDString(ctx.Sender()))
 		if ctx.Sender() != nil {
-			ctx.Respond(&rdmapb.ErrorReply{Error: fromError(fmt.Errorf("message %T: %w", msg, ErrUnknownMessage))})
+			ctx.Respond(&rdmapb.ErrorReply{Error: fromError(fmt.Errorf("message %T: %w", msg, rdmamgr.ErrUnknownMessage))})
 		}
 	}
 }
@@ -63,10 +63,10 @@ func (m *Manager) onRequestBuffer(ctx protoactor.Context, msg *rdmapb.RequestBuf
 	remote, peer := isRemote(ctx), remotePeer(ctx)
 	b, err := m.allocate(msg, remote, peer)
 	if err != nil {
-		if errors.Is(err, buffer.ErrExhausted) {
+		if errors.Is(err, rdmamgr.ErrLimit) {
 			m.book.Refuse(RefusedLimit, "request_buffer refused", "size", msg.Size, "remote", remote, "peer", peer, "err", err)
 		}
-		ctx.Respond(&rdmapb.RequestBufferResponse{Error: fromError(err)})
+		ctx.Respond(&rdmapb.RequestBufferResponse{Error: m.replyError(remote, "request_buffer", err)})
 		return
 	}
 	ctx.Respond(&rdmapb.RequestBufferResponse{Buffer: b.Proto()})
@@ -76,10 +76,10 @@ func (m *Manager) onReleaseBuffer(ctx protoactor.Context, msg *rdmapb.ReleaseBuf
 	remote := isRemote(ctx)
 	b, err := buffer.FromProto(msg.Buffer)
 	if err == nil && b.OwnerID != m.id {
-		err = fmt.Errorf("buffer owned by %016x: %w", b.OwnerID, buffer.ErrReleased)
+		err = fmt.Errorf("buffer owned by %016x: %w", b.OwnerID, rdmamgr.ErrReleased)
 	}
 	if err != nil {
-		ctx.Respond(&rdmapb.ReleaseBufferResponse{Error: fromErrorFor(remote, err)})
+		ctx.Respond(&rdmapb.ReleaseBufferResponse{Error: m.replyError(remote, "release_buffer", err)})
 		return
 	}
 	// Release waits for in-flight work: do it off the mailbox.
@@ -90,7 +90,7 @@ func (m *Manager) onReleaseBuffer(ctx protoactor.Context, msg *rdmapb.ReleaseBuf
 		if err == nil {
 			m.forgetRemote(b.Region)
 		}
-		return &rdmapb.ReleaseBufferResponse{Error: fromErrorFor(remote, err)}
+		return &rdmapb.ReleaseBufferResponse{Error: m.replyError(remote, "release_buffer", err)}
 	})
 }
 
@@ -98,13 +98,13 @@ func (m *Manager) onRenewLease(ctx protoactor.Context, msg *rdmapb.RenewLease) {
 	b, err := buffer.FromProto(msg.Buffer)
 	d := min(time.Duration(msg.LeaseMs)*time.Millisecond, m.cfg.MaxLease)
 	if err == nil && msg.LeaseMs == 0 {
-		err = fmt.Errorf("renew with a lease of 0 ms: %w", buffer.ErrInvalid)
+		err = fmt.Errorf("renew with a lease of 0 ms: %w", rdmamgr.ErrInvalid)
 	}
 	if err == nil {
 		err = m.reg.SetLease(b, d)
 	}
 	if err != nil {
-		ctx.Respond(&rdmapb.RenewLeaseResponse{Error: fromErrorFor(isRemote(ctx), err)})
+		ctx.Respond(&rdmapb.RenewLeaseResponse{Error: m.replyError(isRemote(ctx), "renew_lease", err)})
 		return
 	}
 	ctx.Respond(&rdmapb.RenewLeaseResponse{LeaseMs: uint64(d / time.Millisecond)})
@@ -114,13 +114,13 @@ func (m *Manager) onRevokeBuffer(ctx protoactor.Context, msg *rdmapb.RevokeBuffe
 	remote := isRemote(ctx)
 	b, err := buffer.FromProto(msg.Buffer)
 	if err != nil {
-		ctx.Respond(&rdmapb.RevokeBufferResponse{Error: fromErrorFor(remote, err)})
+		ctx.Respond(&rdmapb.RevokeBufferResponse{Error: m.replyError(remote, "revoke_buffer", err)})
 		return
 	}
 	m.goReply(ctx.Sender(), func() any {
 		rctx, cancel := context.WithTimeout(context.Background(), m.cfg.OpTimeout)
 		defer cancel()
-		return &rdmapb.RevokeBufferResponse{Error: fromErrorFor(remote, m.reg.Revoke(rctx, b))}
+		return &rdmapb.RevokeBufferResponse{Error: m.replyError(remote, "revoke_buffer", m.reg.Revoke(rctx, b))}
 	})
 }
 
@@ -130,7 +130,7 @@ func (m *Manager) onRevokeBuffer(ctx protoactor.Context, msg *rdmapb.RevokeBuffe
 // sender address.
 func (m *Manager) refuseRemote(ctx protoactor.Context, what string) error {
 	m.book.Refuse(RefusedNotLocal, what+" from a remote peer refused", "peer", remotePeer(ctx))
-	return fmt.Errorf("queue pairs are handed only to callers in the manager's process: %w", ErrNotLocal)
+	return fmt.Errorf("queue pairs are handed only to callers in the manager's process: %w", rdmamgr.ErrNotLocal)
 }
 
 // onRequestQueuePair sets up (or reuses) the route to the named peer off
@@ -142,7 +142,7 @@ func (m *Manager) onRequestQueuePair(ctx protoactor.Context, msg *rdmapb.Request
 		return
 	}
 	if msg.Peer == nil || msg.Peer.Address == "" || msg.Peer.Id == "" {
-		ctx.Respond(&rdmapb.RequestQueuePairResponse{Error: fromError(fmt.Errorf("request_queue_pair without peer: %w", buffer.ErrInvalid))})
+		ctx.Respond(&rdmapb.RequestQueuePairResponse{Error: fromError(fmt.Errorf("request_queue_pair without peer: %w", rdmamgr.ErrInvalid))})
 		return
 	}
 	peer := protoactor.NewPID(msg.Peer.Address, msg.Peer.Id)
@@ -183,7 +183,7 @@ func (m *Manager) onRouteHandshake(ctx protoactor.Context, msg *rdmapb.RouteHand
 	if isRemote(ctx) && !m.handshakeAllowed(remotePeer(ctx)) {
 		m.book.Refuse(RefusedHandshake, "route handshake over the per-peer rate refused", "peer", remotePeer(ctx))
 		resp := &rdmapb.RouteHandshakeResponse{Version: ProtocolVersion, ResponderId: m.id, Backend: msg.Backend,
-			Error: fromError(fmt.Errorf("more than %d route handshakes in %v (serve --handshakes-per-peer): %w", m.cfg.HandshakesPerPeer, handshakeWindow, backend.ErrLimit))}
+			Error: fromError(fmt.Errorf("more than %d route handshakes in %v (serve --handshakes-per-peer): %w", m.cfg.HandshakesPerPeer, handshakeWindow, rdmamgr.ErrLimit))}
 		resp.Mac = replyMAC(m.cfg.Secret, msg.Nonce, resp)
 		ctx.Respond(resp)
 		return
@@ -204,7 +204,7 @@ func (m *Manager) refuseClosed(ctx protoactor.Context) bool {
 		return false
 	}
 	if ctx.Sender() != nil {
-		ctx.Respond(&rdmapb.ErrorReply{Error: fromError(fmt.Errorf("manager %016x: %w", m.id, ErrClosed))})
+		ctx.Respond(&rdmapb.ErrorReply{Error: fromError(fmt.Errorf("manager %016x: %w", m.id, rdmamgr.ErrClosed))})
 	}
 	return true
 }

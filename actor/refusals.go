@@ -34,4 +34,7 @@ const (
 	RefusedStream = control.RefusedStream
 	// RefusedTLS: a peer failed the control plane's TLS handshake.
 	RefusedTLS = control.RefusedTLS
+	// RefusedSecret: a peer did not prove the shared secret on a control
+	// connection (no TLS; --secret-file seals the control plane).
+	RefusedSecret = control.RefusedSecret
 )

@@ -9,10 +9,9 @@ import (
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
-	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
 func TestUnknownMessage(t *testing.T) {
@@ -24,7 +23,7 @@ func TestUnknownMessage(t *testing.T) {
 		if !ok || er.Error.GetCode() != rdmapb.Code_UNKNOWN_MESSAGE {
 			t.Fatalf("%T: reply %T %v", msg, res, res)
 		}
-		if err := toError(er.Error); !errors.Is(err, ErrUnknownMessage) {
+		if err := toError(er.Error); !errors.Is(err, rdmamgr.ErrUnknownMessage) {
 			t.Fatalf("%T: %v", msg, err)
 		}
 	}
@@ -35,10 +34,10 @@ func TestUnknownMessage(t *testing.T) {
 		t.Fatalf("ping after unknown messages: %x %v", id, err)
 	}
 	// The typed client reports a reply of the wrong type.
-	if _, err := request[*rdmapb.Pong](ctx, a.Client(), &rdmapb.Pong{}); !errors.Is(err, ErrUnknownMessage) {
+	if _, err := request[*rdmapb.Pong](ctx, a.Client(), &rdmapb.Pong{}); !errors.Is(err, rdmamgr.ErrUnknownMessage) {
 		t.Fatalf("client: %v", err)
 	}
-	if _, err := request[*rdmapb.Pong](ctx, a.Client(), &rdmapb.StatusRequest{}); !errors.Is(err, ErrBadResponse) {
+	if _, err := request[*rdmapb.Pong](ctx, a.Client(), &rdmapb.StatusRequest{}); !errors.Is(err, rdmamgr.ErrBadResponse) {
 		t.Fatalf("client, wrong reply type: %v", err)
 	}
 }
@@ -75,13 +74,13 @@ func (e *malformedEnv) requestBuffer(t *testing.T) {
 		size   uint64
 		access buffer.Access
 	}{{0, buffer.AccessReadWrite}, {1, 16}, {1, 0xffffffff}, {0, 8}} {
-		if _, err := rc.RequestBuffer(ctx, tc.size, tc.access); !errors.Is(err, buffer.ErrInvalid) {
+		if _, err := rc.RequestBuffer(ctx, tc.size, tc.access); !errors.Is(err, rdmamgr.ErrInvalid) {
 			t.Fatalf("size %d access %#x: %v", tc.size, uint32(tc.access), err)
 		}
 	}
 	small := NewClient(sys, a.PID())
 	small.maxMsg = 1
-	if _, err := small.RequestBuffer(ctx, 1<<40, buffer.AccessRead); !errors.Is(err, ErrMessageTooLarge) {
+	if _, err := small.RequestBuffer(ctx, 1<<40, buffer.AccessRead); !errors.Is(err, rdmamgr.ErrMessageTooLarge) {
 		t.Fatalf("oversize message: %v", err)
 	}
 }
@@ -96,23 +95,23 @@ func (e *malformedEnv) releaseBuffer(t *testing.T) {
 	shortKey := mine.Proto()
 	shortKey.Key = shortKey.Key[:5]
 	res = ask(t, sys, a.PID(), &rdmapb.ReleaseBuffer{Buffer: shortKey})
-	if r, ok := res.(*rdmapb.ReleaseBufferResponse); !ok || !errors.Is(toError(r.Error), buffer.ErrInvalid) {
+	if r, ok := res.(*rdmapb.ReleaseBufferResponse); !ok || !errors.Is(toError(r.Error), rdmamgr.ErrInvalid) {
 		t.Fatalf("short key: %v", res)
 	}
-	if err := rc.ReleaseBuffer(ctx, buffer.Buffer{}); !errors.Is(err, buffer.ErrInvalid) {
+	if err := rc.ReleaseBuffer(ctx, buffer.Buffer{}); !errors.Is(err, rdmamgr.ErrInvalid) {
 		t.Fatalf("zero buffer: %v", err)
 	}
 	wrongKey := mine
 	wrongKey.Key[15] ^= 0x80
-	if err := rc.ReleaseBuffer(ctx, wrongKey); !errors.Is(err, buffer.ErrBadKey) {
+	if err := rc.ReleaseBuffer(ctx, wrongKey); !errors.Is(err, rdmamgr.ErrBadKey) {
 		t.Fatalf("wrong key: %v", err)
 	}
-	if err := rc.ReleaseBuffer(ctx, theirs); !errors.Is(err, buffer.ErrReleased) {
+	if err := rc.ReleaseBuffer(ctx, theirs); !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("foreign owner: %v", err)
 	}
 	noSuch := mine
 	noSuch.Region += 1000
-	if err := rc.ReleaseBuffer(ctx, noSuch); !errors.Is(err, buffer.ErrReleased) {
+	if err := rc.ReleaseBuffer(ctx, noSuch); !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("unknown region: %v", err)
 	}
 	// Nothing was released by the bad requests.
@@ -139,13 +138,13 @@ func (e *malformedEnv) routeHandshake(t *testing.T) {
 		mod  func(h *rdmapb.RouteHandshake)
 		want error
 	}{
-		{"wrong version", func(h *rdmapb.RouteHandshake) { h.Version = ProtocolVersion + 1 }, backend.ErrVersion},
-		{"version 0", func(h *rdmapb.RouteHandshake) { h.Version = 0 }, backend.ErrVersion},
-		{"garbage endpoint", func(h *rdmapb.RouteHandshake) { h.Endpoint = []byte("garbage endpoint bytes") }, backend.ErrProtocol},
-		{"empty endpoint", func(h *rdmapb.RouteHandshake) { h.Endpoint = nil }, backend.ErrProtocol},
-		{"endpoint of another version", func(h *rdmapb.RouteHandshake) { h.Endpoint = []byte{9, 0, 1, 0} }, backend.ErrVersion},
-		{"zero connections", func(h *rdmapb.RouteHandshake) { h.Endpoint = []byte{1, 0, 0, 0} }, backend.ErrProtocol},
-		{"no initiator", func(h *rdmapb.RouteHandshake) { h.InitiatorId = 0 }, buffer.ErrInvalid},
+		{"wrong version", func(h *rdmapb.RouteHandshake) { h.Version = ProtocolVersion + 1 }, rdmamgr.ErrVersion},
+		{"version 0", func(h *rdmapb.RouteHandshake) { h.Version = 0 }, rdmamgr.ErrVersion},
+		{"garbage endpoint", func(h *rdmapb.RouteHandshake) { h.Endpoint = []byte("garbage endpoint bytes") }, rdmamgr.ErrProtocol},
+		{"empty endpoint", func(h *rdmapb.RouteHandshake) { h.Endpoint = nil }, rdmamgr.ErrProtocol},
+		{"endpoint of another version", func(h *rdmapb.RouteHandshake) { h.Endpoint = []byte{9, 0, 1, 0} }, rdmamgr.ErrVersion},
+		{"zero connections", func(h *rdmapb.RouteHandshake) { h.Endpoint = []byte{1, 0, 0, 0} }, rdmamgr.ErrProtocol},
+		{"no initiator", func(h *rdmapb.RouteHandshake) { h.InitiatorId = 0 }, rdmamgr.ErrInvalid},
 	} {
 		h := good()
 		tc.mod(h)
@@ -171,27 +170,27 @@ func (e *malformedEnv) routeHandshake(t *testing.T) {
 func (e *malformedEnv) requestQueuePair(t *testing.T) {
 	sys, a, b, ac, rc := e.sys, e.a, e.b, e.ac, e.rc
 	ctx := testCtx(t)
-	if _, err := ac.RequestQueuePair(ctx, nil); !errors.Is(err, buffer.ErrInvalid) {
+	if _, err := ac.RequestQueuePair(ctx, nil); !errors.Is(err, rdmamgr.ErrInvalid) {
 		t.Fatalf("nil peer: %v", err)
 	}
 	for _, ref := range []*rdmapb.ManagerRef{nil, {}, {Address: sys.Address()}, {Id: "b"}} {
 		res := ask(t, sys, a.PID(), &rdmapb.RequestQueuePair{Peer: ref})
-		if r, ok := res.(*rdmapb.RequestQueuePairResponse); !ok || !errors.Is(toError(r.Error), buffer.ErrInvalid) || r.QpId != 0 {
+		if r, ok := res.(*rdmapb.RequestQueuePairResponse); !ok || !errors.Is(toError(r.Error), rdmamgr.ErrInvalid) || r.QpId != 0 {
 			t.Fatalf("peer %v: %v", ref, res)
 		}
 	}
 	// Only a client in the manager's process gets queue pairs.
-	if _, err := rc.RequestQueuePair(ctx, b.PID()); !errors.Is(err, ErrNotLocal) {
+	if _, err := rc.RequestQueuePair(ctx, b.PID()); !errors.Is(err, rdmamgr.ErrNotLocal) {
 		t.Fatalf("client without the manager: %v", err)
 	}
 	res := ask(t, sys, a.PID(), &rdmapb.ReleaseQueuePair{QpId: 12345})
-	if r, ok := res.(*rdmapb.ReleaseQueuePairResponse); !ok || !errors.Is(toError(r.Error), buffer.ErrReleased) {
+	if r, ok := res.(*rdmapb.ReleaseQueuePairResponse); !ok || !errors.Is(toError(r.Error), rdmamgr.ErrReleased) {
 		t.Fatalf("release unknown queue pair: %v", res)
 	}
 }
 
 // A registry limit answers RESOURCE_EXHAUSTED. The client maps that code to
-// an error wrapping both buffer.ErrExhausted and backend.ErrLimit: the wire
+// an error wrapping both rdmamgr.ErrLimit and rdmamgr.ErrLimit: the wire
 // code does not say which side's limit was hit, so either errors.Is works.
 func TestRegistryLimit(t *testing.T) {
 	sys := newSystem(t)
@@ -201,7 +200,7 @@ func TestRegistryLimit(t *testing.T) {
 	big := requestBuf(t, ctx, c, 1<<20, buffer.AccessReadWrite)
 	for _, size := range []uint64{1, 1 << 20, 1 << 50} {
 		_, err := c.RequestBuffer(ctx, size, buffer.AccessRead)
-		if !errors.Is(err, buffer.ErrExhausted) || !errors.Is(err, backend.ErrLimit) {
+		if !errors.Is(err, rdmamgr.ErrLimit) || !errors.Is(err, rdmamgr.ErrLimit) {
 			t.Fatalf("%d bytes over the limit: %v", size, err)
 		}
 	}
@@ -212,7 +211,7 @@ func TestRegistryLimit(t *testing.T) {
 	for range 3 {
 		bufs = append(bufs, requestBuf(t, ctx, c, 1000, buffer.AccessRead))
 	}
-	if _, err := c.RequestBuffer(ctx, 1, buffer.AccessRead); !errors.Is(err, buffer.ErrExhausted) {
+	if _, err := c.RequestBuffer(ctx, 1, buffer.AccessRead); !errors.Is(err, rdmamgr.ErrLimit) {
 		t.Fatalf("region over the limit: %v", err)
 	}
 	// Release makes room again.
@@ -231,21 +230,21 @@ func TestErrorMapping(t *testing.T) {
 		code rdmapb.Code
 		want []error
 	}{
-		{fmt.Errorf("x: %w", buffer.ErrExhausted), rdmapb.Code_RESOURCE_EXHAUSTED, []error{buffer.ErrExhausted, backend.ErrLimit}},
-		{fmt.Errorf("x: %w", backend.ErrLimit), rdmapb.Code_RESOURCE_EXHAUSTED, []error{buffer.ErrExhausted, backend.ErrLimit}},
-		{ErrClosed, rdmapb.Code_CLOSED, []error{ErrClosed, backend.ErrClosed}},
-		{backend.ErrClosed, rdmapb.Code_CLOSED, []error{ErrClosed, backend.ErrClosed}},
-		{buffer.ErrClosed, rdmapb.Code_CLOSED, []error{ErrClosed, backend.ErrClosed}},
-		{ErrUnknownMessage, rdmapb.Code_UNKNOWN_MESSAGE, []error{ErrUnknownMessage}},
-		{ErrUnknownPeer, rdmapb.Code_UNKNOWN_PEER, []error{ErrUnknownPeer}},
-		{ErrNotLocal, rdmapb.Code_NOT_LOCAL, []error{ErrNotLocal, buffer.ErrInvalid}},
-		{queuepair.ErrWrongPeer, rdmapb.Code_WRONG_PEER, []error{queuepair.ErrWrongPeer}},
-		{queuepair.ErrReleased, rdmapb.Code_RELEASED, []error{buffer.ErrReleased}},
-		{buffer.ErrBadKey, rdmapb.Code_BAD_KEY, []error{buffer.ErrBadKey}},
-		{backend.ErrVersion, rdmapb.Code_VERSION_MISMATCH, []error{backend.ErrVersion}},
-		{backend.ErrProtocol, rdmapb.Code_PROTOCOL, []error{backend.ErrProtocol}},
-		{backend.ErrPeerGone, rdmapb.Code_PEER_GONE, []error{backend.ErrPeerGone}},
-		{context.DeadlineExceeded, rdmapb.Code_DEADLINE_EXCEEDED, []error{backend.ErrDeadline}},
+		{fmt.Errorf("x: %w", rdmamgr.ErrLimit), rdmapb.Code_RESOURCE_EXHAUSTED, []error{rdmamgr.ErrLimit, rdmamgr.ErrLimit}},
+		{fmt.Errorf("x: %w", rdmamgr.ErrLimit), rdmapb.Code_RESOURCE_EXHAUSTED, []error{rdmamgr.ErrLimit, rdmamgr.ErrLimit}},
+		{rdmamgr.ErrClosed, rdmapb.Code_CLOSED, []error{rdmamgr.ErrClosed, rdmamgr.ErrClosed}},
+		{rdmamgr.ErrClosed, rdmapb.Code_CLOSED, []error{rdmamgr.ErrClosed, rdmamgr.ErrClosed}},
+		{rdmamgr.ErrClosed, rdmapb.Code_CLOSED, []error{rdmamgr.ErrClosed, rdmamgr.ErrClosed}},
+		{rdmamgr.ErrUnknownMessage, rdmapb.Code_UNKNOWN_MESSAGE, []error{rdmamgr.ErrUnknownMessage}},
+		{rdmamgr.ErrUnknownPeer, rdmapb.Code_UNKNOWN_PEER, []error{rdmamgr.ErrUnknownPeer}},
+		{rdmamgr.ErrNotLocal, rdmapb.Code_NOT_LOCAL, []error{rdmamgr.ErrNotLocal, rdmamgr.ErrInvalid}},
+		{rdmamgr.ErrWrongPeer, rdmapb.Code_WRONG_PEER, []error{rdmamgr.ErrWrongPeer}},
+		{rdmamgr.ErrReleased, rdmapb.Code_RELEASED, []error{rdmamgr.ErrReleased}},
+		{rdmamgr.ErrBadKey, rdmapb.Code_BAD_KEY, []error{rdmamgr.ErrBadKey}},
+		{rdmamgr.ErrVersion, rdmapb.Code_VERSION_MISMATCH, []error{rdmamgr.ErrVersion}},
+		{rdmamgr.ErrProtocol, rdmapb.Code_PROTOCOL, []error{rdmamgr.ErrProtocol}},
+		{rdmamgr.ErrPeerGone, rdmapb.Code_PEER_GONE, []error{rdmamgr.ErrPeerGone}},
+		{context.DeadlineExceeded, rdmapb.Code_DEADLINE_EXCEEDED, []error{rdmamgr.ErrDeadline}},
 	} {
 		e := fromError(tc.err)
 		if e.GetCode() != tc.code {

@@ -8,6 +8,7 @@ import (
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 )
 
@@ -47,7 +48,7 @@ func (m *Manager) getRoute(ctx context.Context, peer *protoactor.PID) (*routeEnt
 			// The peer did not complete the route in time: to the caller
 			// it is unreachable, whichever timer fired first (this one or
 			// the setup's own RouteTimeout).
-			return nil, fmt.Errorf("route to %s: no answer in time: %w: %w", e.key, ErrUnknownPeer, ctx.Err())
+			return nil, fmt.Errorf("route to %s: no answer in time: %w: %w", e.key, rdmamgr.ErrUnknownPeer, ctx.Err())
 		}
 		return nil, fmt.Errorf("route to %s: %w", e.key, ctx.Err())
 	}
@@ -66,7 +67,7 @@ func (m *Manager) refRoute(peer *protoactor.PID) (*routeEntry, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return nil, ErrClosed
+		return nil, rdmamgr.ErrClosed
 	}
 	e := m.routes[key]
 	if e != nil {
@@ -85,7 +86,7 @@ func (m *Manager) refRoute(peer *protoactor.PID) (*routeEntry, error) {
 	}
 	if e == nil {
 		if len(m.routes) >= m.cfg.MaxRoutes {
-			return nil, fmt.Errorf("%d routes, the most allowed (serve --max-routes): %w", len(m.routes), backend.ErrLimit)
+			return nil, fmt.Errorf("%d routes, the most allowed (serve --max-routes): %w", len(m.routes), rdmamgr.ErrLimit)
 		}
 		e = &routeEntry{key: key, peer: peer, ready: make(chan struct{})}
 		m.routes[key] = e
@@ -133,7 +134,7 @@ func (m *Manager) setupRoute(e *routeEntry) {
 			return
 		}
 		errs = append(errs, err)
-		if !errors.Is(err, backend.ErrNotSupported) {
+		if !errors.Is(err, rdmamgr.ErrNotSupported) {
 			break // only a peer without this backend makes us try the next
 		}
 		passed = append(passed, reasonOf(b.Kind(), err))

@@ -13,6 +13,7 @@ import (
 	protoactor "github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
@@ -81,7 +82,7 @@ func TestRequestQueuePairConcurrent(t *testing.T) {
 	default:
 		t.Fatal("route still up after its last queue pair was released")
 	}
-	if err := qps[3].Put(local, remote).Err(); !errors.Is(err, queuepair.ErrReleased) {
+	if err := qps[3].Put(local, remote).Err(); !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("released queue pair: %v", err)
 	}
 
@@ -141,7 +142,7 @@ func TestRequestQueuePairUnknownPeer(t *testing.T) {
 		qp, err := a.Client().RequestQueuePair(ctx, peer)
 		cerr := ctx.Err()
 		cancel()
-		if !errors.Is(err, ErrUnknownPeer) || errors.Is(err, context.DeadlineExceeded) || qp != nil {
+		if !errors.Is(err, rdmamgr.ErrUnknownPeer) || errors.Is(err, context.DeadlineExceeded) || qp != nil {
 			t.Fatalf("queue pair to %s: %v %v", peer, qp, err)
 		}
 		if cerr != nil {
@@ -150,11 +151,11 @@ func TestRequestQueuePairUnknownPeer(t *testing.T) {
 		t.Logf("%s: %v", peer, err)
 	}
 	ctx := testCtx(t)
-	if _, err := a.Client().RequestQueuePair(ctx, liar); !errors.Is(err, ErrUnknownPeer) {
+	if _, err := a.Client().RequestQueuePair(ctx, liar); !errors.Is(err, rdmamgr.ErrUnknownPeer) {
 		t.Fatalf("queue pair to a non-manager: %v", err)
 	}
 	// The peer's CLOSED must not read as our manager being closed.
-	if _, err := a.Client().RequestQueuePair(ctx, closing); !errors.Is(err, ErrUnknownPeer) || errors.Is(err, ErrClosed) {
+	if _, err := a.Client().RequestQueuePair(ctx, closing); !errors.Is(err, rdmamgr.ErrUnknownPeer) || errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("queue pair to a closing manager: %v", err)
 	}
 	// Failed setups leave no route behind, and a real peer still works.
@@ -175,7 +176,7 @@ func TestMaxRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	requestQP(t, ctx, a, b.PID()) // same peer: same route
-	if _, err := a.Client().RequestQueuePair(ctx, c.PID()); !errors.Is(err, backend.ErrLimit) {
+	if _, err := a.Client().RequestQueuePair(ctx, c.PID()); !errors.Is(err, rdmamgr.ErrLimit) {
 		t.Fatalf("route over the limit: %v", err)
 	}
 	qpb.Release()
@@ -212,7 +213,7 @@ func TestRouteFailureAndRebuild(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := inflight.Wait(ctx); err != nil && !errors.Is(err, backend.ErrPeerGone) && !errors.Is(err, backend.ErrClosed) {
+	if err := inflight.Wait(ctx); err != nil && !errors.Is(err, rdmamgr.ErrPeerGone) && !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("in-flight get: %v", err)
 	}
 	select {
@@ -220,11 +221,11 @@ func TestRouteFailureAndRebuild(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("route did not notice the peer closed")
 	}
-	if err := oldRoute.Err(); !errors.Is(err, backend.ErrPeerGone) && !errors.Is(err, backend.ErrClosed) {
+	if err := oldRoute.Err(); !errors.Is(err, rdmamgr.ErrPeerGone) && !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("route error %v", err)
 	}
 	for _, w := range []*queuepair.WorkRequest{qp.Put(local, remote), qp.Get(local, remote)} {
-		if err := w.Wait(ctx); !errors.Is(err, backend.ErrPeerGone) && !errors.Is(err, backend.ErrClosed) {
+		if err := w.Wait(ctx); !errors.Is(err, rdmamgr.ErrPeerGone) && !errors.Is(err, rdmamgr.ErrClosed) {
 			t.Fatalf("op on the old queue pair: %v", err)
 		}
 	}
@@ -234,7 +235,7 @@ func TestRouteFailureAndRebuild(t *testing.T) {
 	}
 	// While nobody answers under the name, requests fail cleanly.
 	short, cancel := context.WithTimeout(ctx, 2*time.Second)
-	if _, err := a.Client().RequestQueuePair(short, b.PID()); !errors.Is(err, ErrUnknownPeer) {
+	if _, err := a.Client().RequestQueuePair(short, b.PID()); !errors.Is(err, rdmamgr.ErrUnknownPeer) {
 		t.Fatalf("queue pair to the closed peer: %v", err)
 	}
 	cancel()
@@ -257,11 +258,11 @@ func TestRouteFailureAndRebuild(t *testing.T) {
 		t.Fatal("bytes differ")
 	}
 	// The old manager's buffer is not the new peer's.
-	if err := qp2.Put(local, remote).Err(); !errors.Is(err, queuepair.ErrWrongPeer) {
+	if err := qp2.Put(local, remote).Err(); !errors.Is(err, rdmamgr.ErrWrongPeer) {
 		t.Fatalf("old peer's buffer on the new route: %v", err)
 	}
 	// The old queue pair stays failed; releasing it leaves the new route.
-	if err := qp.Put(local, remote).Wait(ctx); !errors.Is(err, backend.ErrPeerGone) && !errors.Is(err, backend.ErrClosed) {
+	if err := qp.Put(local, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrPeerGone) && !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("old queue pair after rebuild: %v", err)
 	}
 	qp.Release()

@@ -3,6 +3,7 @@ package actor
 import (
 	"fmt"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
@@ -23,16 +24,16 @@ type Events struct {
 // fails with ErrLimit (its bytes did land) and the refusal is counted.
 func (m *Manager) SubscribeEvents(capacity int) (*Events, error) {
 	if capacity < 1 {
-		return nil, fmt.Errorf("event queue of %d: %w", capacity, buffer.ErrInvalid)
+		return nil, fmt.Errorf("event queue of %d: %w", capacity, rdmamgr.ErrInvalid)
 	}
 	in := &m.inbox
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if m.isClosed() {
-		return nil, ErrClosed
+		return nil, rdmamgr.ErrClosed
 	}
 	if in.events != nil {
-		return nil, fmt.Errorf("events already have a subscriber: %w", backend.ErrLimit)
+		return nil, fmt.Errorf("events already have a subscriber: %w", rdmamgr.ErrLimit)
 	}
 	in.events = make(chan backend.Event, capacity)
 	return &Events{C: in.events, m: m, ch: in.events}, nil
@@ -63,16 +64,16 @@ type Messages struct {
 // ErrLimit (the sender sees it) while the queue is full.
 func (m *Manager) SubscribeMessages(capacity int) (*Messages, error) {
 	if capacity < 1 {
-		return nil, fmt.Errorf("message queue of %d: %w", capacity, buffer.ErrInvalid)
+		return nil, fmt.Errorf("message queue of %d: %w", capacity, rdmamgr.ErrInvalid)
 	}
 	in := &m.inbox
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if m.isClosed() {
-		return nil, ErrClosed
+		return nil, rdmamgr.ErrClosed
 	}
 	if in.msgs != nil {
-		return nil, fmt.Errorf("messages already have a subscriber: %w", backend.ErrLimit)
+		return nil, fmt.Errorf("messages already have a subscriber: %w", rdmamgr.ErrLimit)
 	}
 	in.msgs = make(chan Message, capacity)
 	return &Messages{C: in.msgs, m: m, ch: in.msgs}, nil
@@ -103,7 +104,7 @@ func (m *Manager) PostRecv(b buffer.Buffer) error {
 	defer in.mu.Unlock()
 	if in.msgs == nil {
 		ref.Release()
-		return fmt.Errorf("post receive: no message subscriber: %w", ErrNoReceive)
+		return fmt.Errorf("post receive: no message subscriber: %w", rdmamgr.ErrNoReceive)
 	}
 	in.posted = append(in.posted, postedRecv{h: b, ref: ref})
 	return nil

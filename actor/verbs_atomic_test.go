@@ -116,11 +116,11 @@ func TestVerbChecksBeforePost(t *testing.T) {
 		{"fetch-add at offset 4", qp.FetchAdd(slice(t, all, 4, 8), 1), rdmamgr.ErrMisaligned},
 		{"fetch-add on 16 bytes", qp.FetchAdd(slice(t, all, 0, 16), 1), rdmamgr.ErrMisaligned},
 		{"compare-swap on 4 bytes", qp.CompareAndSwap(slice(t, all, 8, 4), 0, 1), rdmamgr.ErrMisaligned},
-		{"compare-swap without the right", qp.CompareAndSwap(slice(t, rw, 8, 8), 0, 1), buffer.ErrAccess},
-		{"put-imm without notify", qp.PutWithImm(local, rw, 1), buffer.ErrAccess},
-		{"fetch-add on our own buffer", qp.FetchAdd(slice(t, local, 8, 8), 1), queuepair.ErrWrongPeer},
-		{"send of nothing", qp.Send(buffer.Buffer{}), buffer.ErrInvalid},
-		{"send of a peer's buffer", qp.Send(all), queuepair.ErrNotLocal},
+		{"compare-swap without the right", qp.CompareAndSwap(slice(t, rw, 8, 8), 0, 1), rdmamgr.ErrAccess},
+		{"put-imm without notify", qp.PutWithImm(local, rw, 1), rdmamgr.ErrAccess},
+		{"fetch-add on our own buffer", qp.FetchAdd(slice(t, local, 8, 8), 1), rdmamgr.ErrWrongPeer},
+		{"send of nothing", qp.Send(buffer.Buffer{}), rdmamgr.ErrInvalid},
+		{"send of a peer's buffer", qp.Send(all), rdmamgr.ErrNotLocal},
 	}
 	for _, tc := range cases {
 		if err := tc.op.Wait(ctx); !errors.Is(err, tc.want) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/queuepair"
@@ -61,7 +62,7 @@ func TestPutWithImmEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.SubscribeEvents(2); !errors.Is(err, backend.ErrLimit) {
+	if _, err := b.SubscribeEvents(2); !errors.Is(err, rdmamgr.ErrLimit) {
 		t.Fatalf("second event subscriber: %v, want ErrLimit", err)
 	}
 	const n = 64<<10 + 5
@@ -85,7 +86,7 @@ func TestPutWithImmEvents(t *testing.T) {
 	refused := b.InboxRefused()
 	for i := range 3 {
 		err := qp.PutWithImm(local, remote, uint32(i)).Wait(ctx)
-		if (i < 2 && err != nil) || (i == 2 && !errors.Is(err, backend.ErrLimit)) {
+		if (i < 2 && err != nil) || (i == 2 && !errors.Is(err, rdmamgr.ErrLimit)) {
 			t.Fatalf("put-imm %d into a queue of 2: %v", i, err)
 		}
 	}
@@ -113,7 +114,7 @@ func unsubscribed(t *testing.T, ctx context.Context, b *Manager, events *Events,
 		t.Fatal("event channel open after Close")
 	}
 	crand.Read(src)
-	if err := qp.PutWithImm(local, remote, 9).Wait(ctx); !errors.Is(err, ErrNoReceive) {
+	if err := qp.PutWithImm(local, remote, 9).Wait(ctx); !errors.Is(err, rdmamgr.ErrNoReceive) {
 		t.Fatalf("put-imm without a subscriber: %v, want ErrNoReceive", err)
 	}
 	if !bytes.Equal(src, dst) || b.InboxRefused() != refused+1 {
@@ -184,10 +185,10 @@ func sendRefusals(t *testing.T, ctx context.Context, b *Manager, msgs *Messages,
 	}
 	small := slice(t, rb, 0, 1024)
 	post(small)
-	if err := qp.Send(local).Wait(ctx); !errors.Is(err, ErrReceiveTooSmall) {
+	if err := qp.Send(local).Wait(ctx); !errors.Is(err, rdmamgr.ErrReceiveTooSmall) {
 		t.Fatalf("send of 4096 into 1024: %v, want ErrReceiveTooSmall", err)
 	}
-	if m := recvMessage(t, msgs); !errors.Is(m.Err, ErrReceiveTooSmall) || m.Peer != from || m.Length != 4096 {
+	if m := recvMessage(t, msgs); !errors.Is(m.Err, rdmamgr.ErrReceiveTooSmall) || m.Peer != from || m.Length != 4096 {
 		t.Fatalf("receiver's refusal %+v", m)
 	}
 	if err := qp.Send(slice(t, local, 0, 1024)).Wait(ctx); err != nil {
@@ -198,17 +199,17 @@ func sendRefusals(t *testing.T, ctx context.Context, b *Manager, msgs *Messages,
 	}
 
 	// None posted: refused on both sides.
-	if err := qp.Send(local).Wait(ctx); !errors.Is(err, ErrNoReceive) {
+	if err := qp.Send(local).Wait(ctx); !errors.Is(err, rdmamgr.ErrNoReceive) {
 		t.Fatalf("send with nothing posted: %v, want ErrNoReceive", err)
 	}
-	if m := recvMessage(t, msgs); !errors.Is(m.Err, ErrNoReceive) {
+	if m := recvMessage(t, msgs); !errors.Is(m.Err, rdmamgr.ErrNoReceive) {
 		t.Fatalf("receiver's refusal %+v", m)
 	}
 
 	// Closing the subscription gives the posted buffers back.
 	post(rb)
 	msgs.Close()
-	if err := b.PostRecv(rb); !errors.Is(err, ErrNoReceive) {
+	if err := b.PostRecv(rb); !errors.Is(err, rdmamgr.ErrNoReceive) {
 		t.Fatalf("post without a subscriber: %v, want ErrNoReceive", err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)

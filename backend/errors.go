@@ -9,30 +9,9 @@ import (
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
-// The errors of the data path. They are the module's sentinels (package
-// rdmamgr lists them all) under the names this package has always had; a
-// remote peer's refusal carries the sentinel of its wire code (Sentinel),
-// so one errors.Is works whichever side found the fault.
-var (
-	// ErrPeerGone: the peer closed the route or died.
-	ErrPeerGone = rdmamgr.ErrPeerGone
-	// ErrDeadline: the work request missed its deadline. It also matches
-	// context.DeadlineExceeded (errors.Is), so one check serves whichever
-	// layer noticed the deadline: the backend, or the caller's context.
-	ErrDeadline = rdmamgr.ErrDeadline
-	// ErrClosed: the route or backend is closed.
-	ErrClosed = rdmamgr.ErrClosed
-	// ErrProtocol: a malformed frame or handshake.
-	ErrProtocol = rdmamgr.ErrProtocol
-	// ErrUnauthenticated: a bad, expired or reused route token.
-	ErrUnauthenticated = rdmamgr.ErrUnauthenticated
-	// ErrVersion: the peer speaks another protocol version.
-	ErrVersion = rdmamgr.ErrVersion
-	// ErrNotSupported: the backend is not available in this build or machine.
-	ErrNotSupported = rdmamgr.ErrNotSupported
-	// ErrLimit: a limit (in-flight, routes, frame size) was hit.
-	ErrLimit = rdmamgr.ErrLimit
-)
+// The data path reports the module's sentinels (package rdmamgr); a remote
+// peer's refusal carries the sentinel of its wire code (Sentinel), so one
+// errors.Is works whichever side found the fault.
 
 // Code maps an error to the wire code; nil is OK.
 func Code(err error) rdmapb.Code {

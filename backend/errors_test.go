@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
@@ -19,7 +20,7 @@ var codesWithoutSentinel = map[rdmapb.Code]bool{
 	rdmapb.Code_UNKNOWN_PEER:    true,
 	rdmapb.Code_WRONG_PEER:      true,
 	rdmapb.Code_INTERNAL:        true,
-	rdmapb.Code_NOT_LOCAL:       true, // control plane only: actor.ErrNotLocal
+	rdmapb.Code_NOT_LOCAL:       true, // control plane only: rdmamgr.ErrNotLocal
 }
 
 func allCodes() []rdmapb.Code {
@@ -67,26 +68,26 @@ func TestCode(t *testing.T) {
 		want rdmapb.Code
 	}{
 		{"nil", nil, rdmapb.Code_OK},
-		{"bad key", fmt.Errorf("x: %w", buffer.ErrBadKey), rdmapb.Code_BAD_KEY},
-		{"out of range", fmt.Errorf("x: %w", buffer.ErrOutOfRange), rdmapb.Code_OUT_OF_RANGE},
-		{"access", fmt.Errorf("x: %w", buffer.ErrAccess), rdmapb.Code_ACCESS_DENIED},
-		{"released", fmt.Errorf("x: %w", buffer.ErrReleased), rdmapb.Code_RELEASED},
-		{"invalid", fmt.Errorf("x: %w", buffer.ErrInvalid), rdmapb.Code_INVALID_ARGUMENT},
-		{"buffer exhausted", fmt.Errorf("x: %w", buffer.ErrExhausted), rdmapb.Code_RESOURCE_EXHAUSTED},
-		{"backend limit", fmt.Errorf("x: %w", ErrLimit), rdmapb.Code_RESOURCE_EXHAUSTED},
-		{"buffer closed", fmt.Errorf("x: %w", buffer.ErrClosed), rdmapb.Code_CLOSED},
-		{"backend closed", fmt.Errorf("x: %w", ErrClosed), rdmapb.Code_CLOSED},
-		{"peer gone", fmt.Errorf("x: %w", ErrPeerGone), rdmapb.Code_PEER_GONE},
-		{"deadline", fmt.Errorf("x: %w", ErrDeadline), rdmapb.Code_DEADLINE_EXCEEDED},
+		{"bad key", fmt.Errorf("x: %w", rdmamgr.ErrBadKey), rdmapb.Code_BAD_KEY},
+		{"out of range", fmt.Errorf("x: %w", rdmamgr.ErrOutOfRange), rdmapb.Code_OUT_OF_RANGE},
+		{"access", fmt.Errorf("x: %w", rdmamgr.ErrAccess), rdmapb.Code_ACCESS_DENIED},
+		{"released", fmt.Errorf("x: %w", rdmamgr.ErrReleased), rdmapb.Code_RELEASED},
+		{"invalid", fmt.Errorf("x: %w", rdmamgr.ErrInvalid), rdmapb.Code_INVALID_ARGUMENT},
+		{"buffer exhausted", fmt.Errorf("x: %w", rdmamgr.ErrLimit), rdmapb.Code_RESOURCE_EXHAUSTED},
+		{"backend limit", fmt.Errorf("x: %w", rdmamgr.ErrLimit), rdmapb.Code_RESOURCE_EXHAUSTED},
+		{"buffer closed", fmt.Errorf("x: %w", rdmamgr.ErrClosed), rdmapb.Code_CLOSED},
+		{"backend closed", fmt.Errorf("x: %w", rdmamgr.ErrClosed), rdmapb.Code_CLOSED},
+		{"peer gone", fmt.Errorf("x: %w", rdmamgr.ErrPeerGone), rdmapb.Code_PEER_GONE},
+		{"deadline", fmt.Errorf("x: %w", rdmamgr.ErrDeadline), rdmapb.Code_DEADLINE_EXCEEDED},
 		{"context deadline", fmt.Errorf("release: %w", context.DeadlineExceeded), rdmapb.Code_DEADLINE_EXCEEDED},
-		{"protocol", fmt.Errorf("x: %w", ErrProtocol), rdmapb.Code_PROTOCOL},
-		{"unauthenticated", fmt.Errorf("x: %w", ErrUnauthenticated), rdmapb.Code_UNAUTHENTICATED},
-		{"version", fmt.Errorf("x: %w", ErrVersion), rdmapb.Code_VERSION_MISMATCH},
-		{"doubly wrapped", fmt.Errorf("a: %w", fmt.Errorf("b: %w", buffer.ErrBadKey)), rdmapb.Code_BAD_KEY},
-		{"joined", errors.Join(errors.New("other"), buffer.ErrAccess), rdmapb.Code_ACCESS_DENIED},
-		{"not supported", fmt.Errorf("x: %w", ErrNotSupported), rdmapb.Code_NOT_SUPPORTED},
+		{"protocol", fmt.Errorf("x: %w", rdmamgr.ErrProtocol), rdmapb.Code_PROTOCOL},
+		{"unauthenticated", fmt.Errorf("x: %w", rdmamgr.ErrUnauthenticated), rdmapb.Code_UNAUTHENTICATED},
+		{"version", fmt.Errorf("x: %w", rdmamgr.ErrVersion), rdmapb.Code_VERSION_MISMATCH},
+		{"doubly wrapped", fmt.Errorf("a: %w", fmt.Errorf("b: %w", rdmamgr.ErrBadKey)), rdmapb.Code_BAD_KEY},
+		{"joined", errors.Join(errors.New("other"), rdmamgr.ErrAccess), rdmapb.Code_ACCESS_DENIED},
+		{"not supported", fmt.Errorf("x: %w", rdmamgr.ErrNotSupported), rdmapb.Code_NOT_SUPPORTED},
 		{"plain error", errors.New("boom"), rdmapb.Code_INTERNAL},
-		{"unwrapped %v", fmt.Errorf("x: %v", buffer.ErrBadKey), rdmapb.Code_INTERNAL},
+		{"unwrapped %v", fmt.Errorf("x: %v", rdmamgr.ErrBadKey), rdmapb.Code_INTERNAL},
 	}
 	for _, c := range cases {
 		if got := Code(c.err); got != c.want {
@@ -163,27 +164,27 @@ func TestRemoteError(t *testing.T) {
 		}
 	}
 	// A remote bad key is the same class as a local one.
-	if !errors.Is(&RemoteError{Code: rdmapb.Code_BAD_KEY, Op: OpWrite}, buffer.ErrBadKey) {
-		t.Errorf("remote BAD_KEY is not buffer.ErrBadKey")
+	if !errors.Is(&RemoteError{Code: rdmapb.Code_BAD_KEY, Op: OpWrite}, rdmamgr.ErrBadKey) {
+		t.Errorf("remote BAD_KEY is not rdmamgr.ErrBadKey")
 	}
-	if errors.Is(&RemoteError{Code: rdmapb.Code_BAD_KEY, Op: OpWrite}, buffer.ErrAccess) {
-		t.Errorf("remote BAD_KEY matches buffer.ErrAccess")
+	if errors.Is(&RemoteError{Code: rdmapb.Code_BAD_KEY, Op: OpWrite}, rdmamgr.ErrAccess) {
+		t.Errorf("remote BAD_KEY matches rdmamgr.ErrAccess")
 	}
 	// Remote peers hear one code for a wrong key and an unknown region;
 	// the error matches both sentinels.
-	if c := RemoteCode(fmt.Errorf("x: %w", buffer.ErrBadKey)); c != rdmapb.Code_RELEASED {
+	if c := RemoteCode(fmt.Errorf("x: %w", rdmamgr.ErrBadKey)); c != rdmapb.Code_RELEASED {
 		t.Errorf("RemoteCode(bad key) = %v, want RELEASED", c)
 	}
-	if c := RemoteCode(fmt.Errorf("x: %w", buffer.ErrReleased)); c != rdmapb.Code_RELEASED {
+	if c := RemoteCode(fmt.Errorf("x: %w", rdmamgr.ErrReleased)); c != rdmapb.Code_RELEASED {
 		t.Errorf("RemoteCode(released) = %v, want RELEASED", c)
 	}
-	if c := RemoteCode(buffer.ErrAccess); c != rdmapb.Code_ACCESS_DENIED {
+	if c := RemoteCode(rdmamgr.ErrAccess); c != rdmapb.Code_ACCESS_DENIED {
 		t.Errorf("RemoteCode(access) = %v", c)
 	}
 	rel := fmt.Errorf("put: %w", &RemoteError{Code: rdmapb.Code_RELEASED, Op: OpWrite})
-	if !errors.Is(rel, buffer.ErrReleased) || !errors.Is(rel, buffer.ErrBadKey) || errors.Is(rel, buffer.ErrAccess) {
+	if !errors.Is(rel, rdmamgr.ErrReleased) || !errors.Is(rel, rdmamgr.ErrBadKey) || errors.Is(rel, rdmamgr.ErrAccess) {
 		t.Errorf("remote RELEASED: Is(ErrReleased) %v, Is(ErrBadKey) %v, Is(ErrAccess) %v",
-			errors.Is(rel, buffer.ErrReleased), errors.Is(rel, buffer.ErrBadKey), errors.Is(rel, buffer.ErrAccess))
+			errors.Is(rel, rdmamgr.ErrReleased), errors.Is(rel, rdmamgr.ErrBadKey), errors.Is(rel, rdmamgr.ErrAccess))
 	}
 	if c := Code(rel); c != rdmapb.Code_RELEASED {
 		t.Errorf("Code(remote RELEASED) = %v", c)

@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/actor"
-	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
@@ -311,7 +311,7 @@ func (b *benchRun) fail(err error) {
 	b.mu.Unlock()
 	n := b.errs.Add(1)
 	switch {
-	case errors.Is(err, backend.ErrPeerGone):
+	case errors.Is(err, rdmamgr.ErrPeerGone):
 		b.stopRun(ErrPeerGone)
 	case n > int64(b.cfg.MaxErrors):
 		b.stopRun(ErrTooManyErrors)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 	"google.golang.org/protobuf/proto"
 )
@@ -122,7 +123,7 @@ func (b Buffer) Slice(off, n uint64) (Buffer, error) {
 // It never overflows.
 func CheckRange(size, off, n uint64) error {
 	if off > size || n > size-off {
-		return ErrOutOfRange
+		return rdmamgr.ErrOutOfRange
 	}
 	return nil
 }
@@ -150,23 +151,23 @@ func (b Buffer) MarshalledSize() int { return proto.Size(b.Proto()) }
 // Buffer. Errors wrap ErrInvalid or ErrOutOfRange.
 func FromProto(p *rdmapb.Buffer) (Buffer, error) {
 	if p == nil {
-		return Buffer{}, fmt.Errorf("nil handle: %w", ErrInvalid)
+		return Buffer{}, fmt.Errorf("nil handle: %w", rdmamgr.ErrInvalid)
 	}
 	if p.OwnerId == 0 {
-		return Buffer{}, fmt.Errorf("handle without owner: %w", ErrInvalid)
+		return Buffer{}, fmt.Errorf("handle without owner: %w", rdmamgr.ErrInvalid)
 	}
 	if p.Region == 0 {
-		return Buffer{}, fmt.Errorf("handle without region: %w", ErrInvalid)
+		return Buffer{}, fmt.Errorf("handle without region: %w", rdmamgr.ErrInvalid)
 	}
 	if len(p.Key) != KeySize {
-		return Buffer{}, fmt.Errorf("handle key of %d bytes, want %d: %w", len(p.Key), KeySize, ErrInvalid)
+		return Buffer{}, fmt.Errorf("handle key of %d bytes, want %d: %w", len(p.Key), KeySize, rdmamgr.ErrInvalid)
 	}
 	a := Access(p.Access)
 	if !a.Valid() {
-		return Buffer{}, fmt.Errorf("handle access %#x: %w", p.Access, ErrInvalid)
+		return Buffer{}, fmt.Errorf("handle access %#x: %w", p.Access, rdmamgr.ErrInvalid)
 	}
 	if p.Offset+p.Length < p.Offset {
-		return Buffer{}, fmt.Errorf("handle offset %d + length %d overflows: %w", p.Offset, p.Length, ErrOutOfRange)
+		return Buffer{}, fmt.Errorf("handle offset %d + length %d overflows: %w", p.Offset, p.Length, rdmamgr.ErrOutOfRange)
 	}
 	b := Buffer{
 		OwnerID:   p.OwnerId,
@@ -178,11 +179,11 @@ func FromProto(p *rdmapb.Buffer) (Buffer, error) {
 		RDMA:      RDMAKey{Addr: p.Addr, RKey: p.Rkey},
 	}
 	if p.LeaseMs > uint64(maxLease/time.Millisecond) {
-		return Buffer{}, fmt.Errorf("handle lease of %d ms: %w", p.LeaseMs, ErrInvalid)
+		return Buffer{}, fmt.Errorf("handle lease of %d ms: %w", p.LeaseMs, rdmamgr.ErrInvalid)
 	}
 	b.Lease = time.Duration(p.LeaseMs) * time.Millisecond
 	if (p.Addr == 0) != (p.Rkey == 0) {
-		return Buffer{}, fmt.Errorf("handle with rdma addr %#x rkey %#x: %w", p.Addr, p.Rkey, ErrInvalid)
+		return Buffer{}, fmt.Errorf("handle with rdma addr %#x rkey %#x: %w", p.Addr, p.Rkey, rdmamgr.ErrInvalid)
 	}
 	copy(b.Key[:], p.Key)
 	return b, nil

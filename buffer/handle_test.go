@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rdmamgr/rdmamgr"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
@@ -28,7 +29,7 @@ func TestSlice(t *testing.T) {
 		t.Fatalf("nested slice %v", ss)
 	}
 	// A nested slice cannot grow past its parent even though the region could.
-	if _, err = s.Slice(150, 51); !errors.Is(err, ErrOutOfRange) {
+	if _, err = s.Slice(150, 51); !errors.Is(err, rdmamgr.ErrOutOfRange) {
 		t.Errorf("slice past parent: %v, want ErrOutOfRange", err)
 	}
 
@@ -55,7 +56,7 @@ func TestSlice(t *testing.T) {
 	}
 	for _, c := range bad {
 		_, err := b.Slice(c.off, c.n)
-		if !errors.Is(err, ErrOutOfRange) {
+		if !errors.Is(err, rdmamgr.ErrOutOfRange) {
 			t.Errorf("Slice(%d, %d) = %v, want ErrOutOfRange", c.off, c.n, err)
 		}
 	}
@@ -94,7 +95,7 @@ func TestCheckRange(t *testing.T) {
 		if c.ok && err != nil {
 			t.Errorf("CheckRange(%d, %d, %d) = %v, want nil", c.size, c.off, c.n, err)
 		}
-		if !c.ok && !errors.Is(err, ErrOutOfRange) {
+		if !c.ok && !errors.Is(err, rdmamgr.ErrOutOfRange) {
 			t.Errorf("CheckRange(%d, %d, %d) = %v, want ErrOutOfRange", c.size, c.off, c.n, err)
 		}
 	}
@@ -157,17 +158,17 @@ func TestFromProtoRejects(t *testing.T) {
 		mod  func(p *rdmapb.Buffer) *rdmapb.Buffer
 		want error
 	}{
-		{"nil", func(*rdmapb.Buffer) *rdmapb.Buffer { return nil }, ErrInvalid},
-		{"zero owner", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.OwnerId = 0; return p }, ErrInvalid},
-		{"zero region", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Region = 0; return p }, ErrInvalid},
-		{"no key", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Key = nil; return p }, ErrInvalid},
-		{"short key", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Key = p.Key[:KeySize-1]; return p }, ErrInvalid},
-		{"long key", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Key = make([]byte, KeySize+1); return p }, ErrInvalid},
-		{"access bit 16", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Access = 16; return p }, ErrInvalid},
-		{"access high bit", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Access = 1<<31 | 1; return p }, ErrInvalid},
-		{"offset+length overflow", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Offset = math.MaxUint64; p.Length = 1; return p }, ErrOutOfRange},
-		{"length overflow", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Offset = 2; p.Length = math.MaxUint64 - 1; return p }, ErrOutOfRange},
-		{"both max", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Offset = math.MaxUint64; p.Length = math.MaxUint64; return p }, ErrOutOfRange},
+		{"nil", func(*rdmapb.Buffer) *rdmapb.Buffer { return nil }, rdmamgr.ErrInvalid},
+		{"zero owner", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.OwnerId = 0; return p }, rdmamgr.ErrInvalid},
+		{"zero region", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Region = 0; return p }, rdmamgr.ErrInvalid},
+		{"no key", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Key = nil; return p }, rdmamgr.ErrInvalid},
+		{"short key", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Key = p.Key[:KeySize-1]; return p }, rdmamgr.ErrInvalid},
+		{"long key", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Key = make([]byte, KeySize+1); return p }, rdmamgr.ErrInvalid},
+		{"access bit 16", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Access = 16; return p }, rdmamgr.ErrInvalid},
+		{"access high bit", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Access = 1<<31 | 1; return p }, rdmamgr.ErrInvalid},
+		{"offset+length overflow", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Offset = math.MaxUint64; p.Length = 1; return p }, rdmamgr.ErrOutOfRange},
+		{"length overflow", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Offset = 2; p.Length = math.MaxUint64 - 1; return p }, rdmamgr.ErrOutOfRange},
+		{"both max", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Offset = math.MaxUint64; p.Length = math.MaxUint64; return p }, rdmamgr.ErrOutOfRange},
 	}
 	for _, c := range cases {
 		b, err := FromProto(c.mod(valid()))

@@ -2,7 +2,7 @@ package buffer
 
 // Limits bound what the manager's registry holds (actor.Config.Limits).
 // Zero fields mean no limit. A request over one fails with an error
-// wrapping rdmamgr.ErrLimit (buffer.ErrExhausted) whose text names the
+// wrapping rdmamgr.ErrLimit (rdmamgr.ErrLimit) whose text names the
 // serve flag that sets the cap.
 type Limits struct {
 	MaxBytes   uint64 // registered bytes in total (serve --max-registered)

@@ -7,9 +7,13 @@
 // it signed is a full member. A dialler checks that the peer's certificate
 // chains to the CA and names the address it dialled (IP or DNS SAN), so a
 // member cannot be impersonated at another member's address by a holder of
-// no certificate; a server checks only the chain (clients reply from
-// ephemeral addresses). Issue host certificates with every address peers
-// dial them at.
+// no certificate; a server checks the chain and that the client's
+// certificate names the IP address the connection comes from (bind.go): a
+// certificate is bound to its host. Issue host certificates with every
+// address peers dial them at and every address they send from. The name a
+// certificate carries (its common name, Name) is the member's identity:
+// RequireName makes a client refuse a server that is not the member it
+// asked for.
 package certs
 
 import (

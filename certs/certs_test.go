@@ -1,8 +1,13 @@
 package certs
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"net"
 	"path/filepath"
@@ -87,6 +92,8 @@ func TestMutualTLS(t *testing.T) {
 		{"same CA, address not in the certificate", h2.Client, "10.212.0.9", false},
 		{"client of another CA", stranger.Client, "10.212.0.1", false},
 		{"client without a certificate", noClientCert, "10.212.0.1", false},
+		{"member h1 asked for, h1 reached", RequireName(h2.Client, "h1"), "10.212.0.1", true},
+		{"member h3 asked for, h1 reached", RequireName(h2.Client, "h3"), "10.212.0.1", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -141,4 +148,66 @@ func TestFiles(t *testing.T) {
 	if _, err := Load(filepath.Join(dir, CACertFile), cf, ""); err == nil {
 		t.Error("Load without a key worked")
 	}
+}
+
+// A client certificate used from an address it does not name is refused
+// at the server's handshake (loopback is in every certificate issued).
+func TestCertBoundToHost(t *testing.T) {
+	ca, err := NewCA("test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1 := issue(t, ca, "h1", "10.212.0.1")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	errs := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			errs <- err
+			return
+		}
+		defer c.Close()
+		sc := tls.Server(c, h1.Server)
+		_ = sc.SetDeadline(time.Now().Add(5 * time.Second))
+		errs <- sc.Handshake()
+	}()
+	// A certificate that names no loopback address, from this CA.
+	c, k := issueNoLoopback(t, ca, "h2", "10.212.0.2")
+	pair, err := tls.X509KeyPair(c, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := h1.Client.Clone()
+	cc.Certificates = []tls.Certificate{pair}
+	cc.ServerName = "127.0.0.1"
+	conn, err := tls.Dial("tcp", ln.Addr().String(), cc)
+	if err == nil {
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		_, err = conn.Read(make([]byte, 1))
+		conn.Close()
+	}
+	if serr := <-errs; !errors.Is(serr, ErrCertHost) {
+		t.Fatalf("server: %v, want ErrCertHost (client: %v)", serr, err)
+	}
+}
+
+func issueNoLoopback(t *testing.T, ca *CA, name, ip string) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, IPAddresses: []net.IP{net.ParseIP(ip)}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, _ := x509.MarshalECPrivateKey(key)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 )
 
 // Credentials are one host's TLS configurations for both roles.
@@ -16,10 +17,16 @@ type Credentials struct {
 	// against the CA and the dialled name (set ServerName, or let gRPC set
 	// it from the address).
 	Client *tls.Config
+	// Pool is the CA; Pair and Leaf our certificate. Name(Leaf) is this
+	// host's member name.
+	Pool *x509.CertPool
+	Pair tls.Certificate
+	Leaf *x509.Certificate
 }
 
 // Load reads a CA certificate and a host's certificate and key, and returns
-// mutual TLS 1.3 configurations.
+// mutual TLS 1.3 configurations. A certificate that is expired or not
+// yet valid is refused (ErrCertValidity).
 func Load(caFile, certFile, keyFile string) (*Credentials, error) {
 	if caFile == "" || certFile == "" || keyFile == "" {
 		return nil, errors.New("certs: want all of the CA certificate, the certificate and its key")
@@ -36,13 +43,25 @@ func Load(caFile, certFile, keyFile string) (*Credentials, error) {
 	if err != nil {
 		return nil, fmt.Errorf("certs: %w", err)
 	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, fmt.Errorf("certs: %s: %w", certFile, err)
+	}
+	if err := CheckValid(leaf, time.Now()); err != nil {
+		return nil, fmt.Errorf("certs: %s: %w", certFile, err)
+	}
 	return New(pool, pair), nil
 }
 
 // New returns mutual TLS 1.3 configurations trusting only pool and
-// presenting pair.
+// presenting pair. The server refuses a client whose certificate does not
+// name the IP address its connection comes from (bind.go).
 func New(pool *x509.CertPool, pair tls.Certificate) *Credentials {
-	return &Credentials{
+	leaf := pair.Leaf
+	if leaf == nil && len(pair.Certificate) > 0 {
+		leaf, _ = x509.ParseCertificate(pair.Certificate[0])
+	}
+	c := &Credentials{Pool: pool, Pair: pair, Leaf: leaf,
 		Server: &tls.Config{
 			MinVersion:   tls.VersionTLS13,
 			Certificates: []tls.Certificate{pair},
@@ -55,4 +74,6 @@ func New(pool *x509.CertPool, pair tls.Certificate) *Credentials {
 			RootCAs:      pool,
 		},
 	}
+	bindToHost(c.Server)
+	return c
 }

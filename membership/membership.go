@@ -9,9 +9,15 @@
 // the registration is made again once etcd is back.
 //
 // The one idea: membership says where a name lives and when it is gone;
-// it grants nothing. The control plane's mutual TLS still decides who may
-// talk, so whoever can write to etcd can point a name elsewhere but cannot
-// pass as a member.
+// it grants nothing. The control plane's mutual TLS decides who may talk. A
+// name is an identity (sign.go): with an Identity a member signs its
+// record with its certificate's key and registers only under the name that
+// certificate carries; with Roots, followers accept only records that
+// verify, so a writer to etcd cannot point a name elsewhere. A member
+// restores its record when another writer overwrites or removes it
+// (defend.go), and followers drop a member's routes only when its record
+// stays gone for LeaveGrace (follow.go). Give etcd TLS with client
+// certificates (Config.TLS) so that only members write at all.
 //
 // It uses go.etcd.io/etcd/client/v3 directly rather than protoactor's
 // cluster (which would bring grains, identity lookup and gossip we do not
@@ -21,6 +27,7 @@ package membership
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,9 +45,6 @@ import (
 // DefaultTTL is a member's lease.
 const DefaultTTL = 5 * time.Second
 
-// ErrNotFound means no member has the name. It is rdmamgr.ErrUnknownPeer.
-var ErrNotFound = rdmamgr.ErrUnknownPeer
-
 // Member is what a manager publishes about itself.
 type Member struct {
 	Name    string `json:"name"`
@@ -48,6 +52,10 @@ type Member struct {
 	Manager string `json:"manager"` // actor name of the manager
 	Data    string `json:"data,omitempty"`
 	ID      string `json:"id,omitempty"`
+	// Cert (base64 DER) and Sig (base64) sign the record with the
+	// member's own key (sign.go), when the registry has an Identity.
+	Cert string `json:"cert,omitempty"`
+	Sig  string `json:"sig,omitempty"`
 }
 
 // Config says which etcd and which cluster.
@@ -55,7 +63,16 @@ type Config struct {
 	Endpoints []string // etcd client URLs or host:port
 	Cluster   string   // default "default"
 	TTL       time.Duration
-	TLS       *tls.Config // to etcd; nil for plain gRPC
+	// TLS is for the connection to etcd (nil: plain gRPC). Run etcd with
+	// --client-cert-auth and the deployment CA, and give each member its
+	// own certificate here: then only members can write records.
+	TLS *tls.Config
+	// Identity, when set, signs our records (its certificate's name must
+	// be the member's name). Roots, when set, is the CA records must be
+	// signed under: records that do not verify (sign.go) are ignored by
+	// List, Watch and Follow, and refused by Lookup with ErrForged.
+	Identity *tls.Certificate
+	Roots    *x509.CertPool
 	// DialTimeout bounds connecting to etcd (5 s).
 	DialTimeout time.Duration
 	Logger      *slog.Logger
@@ -117,9 +134,9 @@ func (r *Registry) Lookup(ctx context.Context, name string) (Member, error) {
 		return Member{}, fmt.Errorf("membership: lookup %q: %w", name, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return Member{}, fmt.Errorf("%q in cluster %q: %w", name, r.cfg.Cluster, ErrNotFound)
+		return Member{}, fmt.Errorf("%q in cluster %q: %w", name, r.cfg.Cluster, rdmamgr.ErrUnknownPeer)
 	}
-	return decode(resp.Kvs[0].Value)
+	return r.decode(string(resp.Kvs[0].Key), resp.Kvs[0].Value)
 }
 
 // List returns the members, by name.
@@ -130,18 +147,25 @@ func (r *Registry) List(ctx context.Context) ([]Member, error) {
 	}
 	var ms []Member
 	for _, kv := range resp.Kvs {
-		if m, err := decode(kv.Value); err == nil {
-			ms = append(ms, m)
+		m, err := r.decode(string(kv.Key), kv.Value)
+		if err != nil {
+			r.cfg.Logger.Warn("membership: ignored a record", "key", string(kv.Key), "err", err)
+			continue
 		}
+		ms = append(ms, m)
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
 	return ms, nil
 }
 
-func decode(v []byte) (Member, error) {
+// decode decodes and verifies (sign.go) the record under key.
+func (r *Registry) decode(key string, v []byte) (Member, error) {
 	var m Member
 	if err := json.Unmarshal(v, &m); err != nil {
-		return Member{}, fmt.Errorf("membership: bad record: %w", err)
+		return Member{}, fmt.Errorf("membership: bad record: %v: %w", err, ErrForged)
+	}
+	if err := r.verify(strings.TrimPrefix(key, r.prefix()), m); err != nil {
+		return Member{}, fmt.Errorf("membership: %w", err)
 	}
 	return m, nil
 }
@@ -180,7 +204,7 @@ func (r *Registry) Watch(ctx context.Context, f func(Event)) error {
 			for _, ev := range wr.Events {
 				var prev *Member
 				if ev.PrevKv != nil {
-					if m, err := decode(ev.PrevKv.Value); err == nil {
+					if m, err := r.decode(string(ev.PrevKv.Key), ev.PrevKv.Value); err == nil {
 						prev = &m
 					}
 				}
@@ -190,8 +214,9 @@ func (r *Registry) Watch(ctx context.Context, f func(Event)) error {
 						f(Event{Left: true, Member: *prev})
 					}
 				case clientv3.EventTypePut:
-					m, err := decode(ev.Kv.Value)
+					m, err := r.decode(string(ev.Kv.Key), ev.Kv.Value)
 					if err != nil {
+						r.cfg.Logger.Warn("membership: ignored a record that does not verify", "key", string(ev.Kv.Key), "err", err)
 						continue
 					}
 					if prev != nil && prev.Address != m.Address {

@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/rdmamgr/rdmamgr"
 )
 
 // startEtcd runs a one-node etcd on loopback for the test.
@@ -76,7 +78,7 @@ func TestRegisterLookupWatch(t *testing.T) {
 	if err != nil || got != a {
 		t.Fatalf("Lookup = %+v, %v", got, err)
 	}
-	if _, err := r.Lookup(ctx, "b"); !errors.Is(err, ErrNotFound) {
+	if _, err := r.Lookup(ctx, "b"); !errors.Is(err, rdmamgr.ErrUnknownPeer) {
 		t.Fatalf("Lookup(b) = %v", err)
 	}
 	if e := next(t, events); e.Left || e.Member != a {

@@ -17,10 +17,14 @@ type Registration struct {
 	m      Member
 	life   context.Context // ends at Close: ends the keepalive
 	cancel context.CancelFunc
-	done   chan struct{}
+	done   chan struct{} // closed when keep and defend have returned
+	wg     sync.WaitGroup
 
-	mu    sync.Mutex // guards lease
-	lease clientv3.LeaseID
+	mu       sync.Mutex // guards the fields below
+	lease    clientv3.LeaseID
+	value    string // our record as written
+	restored int    // times defend wrote it back
+	rev      int64  // the first registration's revision: defend watches from after it
 }
 
 // Register publishes m under its name with a lease of the registry's TTL
@@ -28,9 +32,17 @@ type Registration struct {
 // lease lapses, it registers again once etcd is back. A name registered
 // again (a restarted member) takes the new address. The first
 // registration must succeed within ctx.
+//
+// With an Identity the record is signed (sign.go) and m.Name must be the
+// name its certificate carries (ErrNotOurName). While registered, a record
+// of ours that someone else overwrites or removes in etcd is written back
+// at once, with a warning; when that fails it says so at error level.
 func (r *Registry) Register(ctx context.Context, m Member) (*Registration, error) {
 	if m.Name == "" || m.Address == "" {
 		return nil, fmt.Errorf("membership: register %+v: want a name and an address", m)
+	}
+	if err := r.sign(&m); err != nil {
+		return nil, err
 	}
 	life, cancel := context.WithCancel(context.Background())
 	g := &Registration{r: r, m: m, done: make(chan struct{}), life: life, cancel: cancel}
@@ -39,7 +51,10 @@ func (r *Registry) Register(ctx context.Context, m Member) (*Registration, error
 		cancel()
 		return nil, err
 	}
-	go g.keep(life, ka)
+	g.wg.Add(2)
+	go func() { defer g.wg.Done(); g.keep(life, ka) }()
+	go func() { defer g.wg.Done(); g.defend(life) }()
+	go func() { g.wg.Wait(); close(g.done) }()
 	return g, nil
 }
 
@@ -52,11 +67,15 @@ func (g *Registration) put(ctx context.Context) (<-chan *clientv3.LeaseKeepAlive
 		return nil, fmt.Errorf("membership: lease: %w", err)
 	}
 	v, _ := json.Marshal(g.m)
-	if _, err := r.cli.Put(ctx, r.prefix()+g.m.Name, string(v), clientv3.WithLease(lease.ID)); err != nil {
+	resp, err := r.cli.Put(ctx, r.prefix()+g.m.Name, string(v), clientv3.WithLease(lease.ID))
+	if err != nil {
 		return nil, fmt.Errorf("membership: register %q: %w", g.m.Name, err)
 	}
 	g.mu.Lock()
-	g.lease = lease.ID
+	g.lease, g.value = lease.ID, string(v)
+	if g.rev == 0 {
+		g.rev = resp.Header.Revision
+	}
 	g.mu.Unlock()
 	// The keepalive lives as long as the registration, not ctx.
 	return r.cli.KeepAlive(g.life, lease.ID)
@@ -65,7 +84,6 @@ func (g *Registration) put(ctx context.Context) (<-chan *clientv3.LeaseKeepAlive
 // keep drains keepalive answers; when the channel closes (lease lost or
 // etcd gone) it registers again every second until it works or Close.
 func (g *Registration) keep(life context.Context, ka <-chan *clientv3.LeaseKeepAliveResponse) {
-	defer close(g.done)
 	for {
 		for range ka {
 		}

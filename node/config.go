@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
@@ -33,6 +34,12 @@ type Config struct {
 	// ServerTLS and ClientTLS, when set, run the control plane over mutual
 	// TLS (certs.Credentials has both).
 	ServerTLS, ClientTLS *tls.Config
+	// Secret is the deployment's shared secret. Without TLS it seals the
+	// control plane: every control connection, both ways, proves it
+	// (remoteguard.WithSecret), so a process without it gets nothing from
+	// this node. It is Manager.Secret's default (and Manager.Secret, when
+	// set, is its).
+	Secret backend.Secret
 	// Remote hardens the gRPC server. Its MaxMessageSize is also the
 	// manager's unless Manager.MaxMessageSize is set.
 	Remote remoteguard.Config
@@ -75,7 +82,7 @@ func (c Config) withDefaults() (Config, error) {
 	switch c.Backend {
 	case backend.KindTCP, backend.KindIBVerbs, backend.KindSHM, KindAuto:
 	default:
-		return c, fmt.Errorf("backend %q (want auto, shm, ibverbs or tcp): %w", c.Backend, backend.ErrNotSupported)
+		return c, fmt.Errorf("backend %q (want auto, shm, ibverbs or tcp): %w", c.Backend, rdmamgr.ErrNotSupported)
 	}
 	if c.IBVerbs == (ibverbs.Config{}) {
 		c.IBVerbs = ibverbs.DefaultConfig() // GID index auto, not 0
@@ -85,6 +92,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Manager.Logger == nil {
 		c.Manager.Logger = c.Logger
+	}
+	if !c.Manager.Secret.Enabled() {
+		c.Manager.Secret = c.Secret
+	} else if !c.Secret.Enabled() {
+		c.Secret = c.Manager.Secret
 	}
 	if c.Manager.MaxMessageSize == 0 {
 		c.Manager.MaxMessageSize = c.Remote.MaxMessageSize
@@ -100,6 +112,8 @@ func (c Config) remoteOptions() []remoteguard.Option {
 	}
 	if c.ServerTLS != nil || c.ClientTLS != nil {
 		opts = append(opts, remoteguard.WithTLS(c.ServerTLS, c.ClientTLS))
+	} else if c.Secret.Enabled() {
+		opts = append(opts, remoteguard.WithSecret(c.Secret))
 	}
 	return opts
 }

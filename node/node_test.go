@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
@@ -123,7 +124,7 @@ func TestCloseIdempotent(t *testing.T) {
 	if err := n.Close(); err != nil {
 		t.Errorf("close again: %v", err)
 	}
-	if _, err := n.Client().Ping(ctx); !errors.Is(err, actor.ErrClosed) {
+	if _, err := n.Client().Ping(ctx); !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Errorf("ping after close: %v", err)
 	}
 	if err := peer.Close(); err != nil {
@@ -165,7 +166,7 @@ func TestStartRefuses(t *testing.T) {
 		cfg  Config
 		want error
 	}{
-		{"unknown backend", Config{Backend: "carrier-pigeon"}, backend.ErrNotSupported},
+		{"unknown backend", Config{Backend: "carrier-pigeon"}, rdmamgr.ErrNotSupported},
 		{"ibverbs not built", Config{Backend: backend.KindIBVerbs}, ibverbs.ErrNotBuilt},
 		{"listen taken", Config{Listen: ln.Addr().String()}, nil},
 		{"data listen taken", Config{TCP: tcp.Config{ListenAddr: ln.Addr().String()}}, nil},

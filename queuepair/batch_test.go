@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/qpbind"
@@ -46,19 +47,19 @@ func TestSubmitSharesDeadline(t *testing.T) {
 		t.Fatalf("batch poll before completion: %v %v", done, err)
 	}
 	complete(posted[0], nil)
-	complete(posted[2], backend.ErrPeerGone)
+	complete(posted[2], rdmamgr.ErrPeerGone)
 	if done, _ := b.Poll(); done {
 		t.Fatal("batch done with one request pending")
 	}
 	// Wait with an ended ctx cancels what is pending and reports it.
 	cctx, ccancel := context.WithCancel(context.Background())
 	ccancel()
-	if err := b.Wait(cctx); !errors.Is(err, context.Canceled) || !errors.Is(err, backend.ErrPeerGone) {
+	if err := b.Wait(cctx); !errors.Is(err, context.Canceled) || !errors.Is(err, rdmamgr.ErrPeerGone) {
 		t.Fatalf("batch wait with cancelled ctx: %v", err)
 	}
-	complete(posted[1], buffer.ErrBadKey) // too late: already reported
+	complete(posted[1], rdmamgr.ErrBadKey) // too late: already reported
 	done, perr := b.Poll()
-	if !done || !errors.Is(perr, backend.ErrPeerGone) || !errors.Is(perr, context.Canceled) || errors.Is(perr, buffer.ErrBadKey) {
+	if !done || !errors.Is(perr, rdmamgr.ErrPeerGone) || !errors.Is(perr, context.Canceled) || errors.Is(perr, rdmamgr.ErrBadKey) {
 		t.Fatalf("batch poll: %v %v", done, perr)
 	}
 	werr := b.Wait(context.Background())
@@ -89,7 +90,7 @@ func TestSubmitDefaultDeadlineAndBadOp(t *testing.T) {
 		t.Fatalf("deadline %v not now+%v", wr1.Deadline, timeout)
 	}
 	// The refused Put completed at once; the batch is not done.
-	if d, err := b.Requests()[1].Poll(); !d || !errors.Is(err, buffer.ErrAccess) {
+	if d, err := b.Requests()[1].Poll(); !d || !errors.Is(err, rdmamgr.ErrAccess) {
 		t.Fatalf("put to read-only in batch: %v %v", d, err)
 	}
 	if d, _ := b.Poll(); d {
@@ -97,7 +98,7 @@ func TestSubmitDefaultDeadlineAndBadOp(t *testing.T) {
 	}
 	complete(wr1, nil)
 	complete(wr3, nil)
-	if err := b.Wait(context.Background()); !errors.Is(err, buffer.ErrAccess) {
+	if err := b.Wait(context.Background()); !errors.Is(err, rdmamgr.ErrAccess) {
 		t.Fatalf("batch: %v", err)
 	}
 	// An empty batch is done at once.
@@ -122,7 +123,7 @@ func TestConcurrentPosts(t *testing.T) {
 			case wr := <-e.route.posted:
 				var err error
 				if n%7 == 0 {
-					err = backend.ErrDeadline
+					err = rdmamgr.ErrDeadline
 				}
 				complete(wr, err)
 				n++
@@ -147,7 +148,7 @@ func TestConcurrentPosts(t *testing.T) {
 				} else {
 					w = e.qp.Get(l, r)
 				}
-				if err := w.Wait(context.Background()); err != nil && !errors.Is(err, backend.ErrDeadline) {
+				if err := w.Wait(context.Background()); err != nil && !errors.Is(err, rdmamgr.ErrDeadline) {
 					errs <- err
 					return
 				}

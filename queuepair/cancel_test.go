@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/qpbind"
 )
@@ -38,7 +38,7 @@ func TestWaitContext(t *testing.T) {
 	dctx, dcancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer dcancel()
 	err = w.Wait(dctx)
-	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, backend.ErrDeadline) {
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, rdmamgr.ErrDeadline) {
 		t.Fatalf("wait with expired ctx: %v", err)
 	}
 	<-e.route.cancels

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
@@ -135,7 +136,7 @@ func newEnv(t *testing.T, opt qpbind.Options) *env {
 	t.Cleanup(func() {
 		// Like a closing route: fail what a failed test left pending.
 		for _, wr := range e.route.accepted() {
-			complete(wr, backend.ErrClosed)
+			complete(wr, rdmamgr.ErrClosed)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

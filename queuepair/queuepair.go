@@ -60,7 +60,7 @@ func (q *QueuePair) Kind() backend.Kind { return q.kind }
 // Route is what a queue pair shows of the route it posts on, which it
 // shares with the other queue pairs to the same peer (so two queue pairs
 // on one route return equal Routes): whether it is up, why it ended, its
-// counters. A route that ended (Err is backend.ErrPeerGone, say) fails
+// counters. A route that ended (Err is rdmamgr.ErrPeerGone, say) fails
 // every operation on it: request a new queue pair, which gets a new route.
 type Route interface {
 	// Done is closed when the route has failed or was closed.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
@@ -53,7 +54,7 @@ func TestPutGetAsync(t *testing.T) {
 		err  error
 	}{
 		{"put", e.qp.Put, backend.OpWrite, nil},
-		{"get", e.qp.Get, backend.OpRead, backend.ErrPeerGone},
+		{"get", e.qp.Get, backend.OpRead, rdmamgr.ErrPeerGone},
 		{"put-failing", e.qp.Put, backend.OpWrite, &backend.RemoteError{Code: 2, Op: backend.OpWrite}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -132,7 +133,7 @@ func TestLocalReferenceHeldUntilCompletion(t *testing.T) {
 			// Wait until Release has begun: the region no longer resolves.
 			eventually(t, "release started", func() bool {
 				ref, err := e.local.AcquireLocal(local)
-				if errors.Is(err, buffer.ErrReleased) {
+				if errors.Is(err, rdmamgr.ErrReleased) {
 					return true
 				}
 				if err != nil {
@@ -157,7 +158,7 @@ func TestLocalReferenceHeldUntilCompletion(t *testing.T) {
 				t.Fatal("completed before the route completed it")
 			}
 			// New operations on the buffer are refused.
-			if err := e.qp.Put(local, remote).Err(); !errors.Is(err, buffer.ErrReleased) {
+			if err := e.qp.Put(local, remote).Err(); !errors.Is(err, rdmamgr.ErrReleased) {
 				t.Fatalf("put on a releasing buffer: %v", err)
 			}
 
@@ -226,20 +227,20 @@ func TestErrorsBeforePosting(t *testing.T) {
 		local, remote buffer.Buffer
 		want          []error
 	}{
-		{"wrong peer (foreign remote)", e.qp.Put, local, notOurs, []error{ErrWrongPeer}},
-		{"wrong peer (our own buffer)", e.qp.Get, local, localAsRemote, []error{ErrWrongPeer}},
-		{"wrong peer (zero handle)", e.qp.Get, local, buffer.Buffer{}, []error{ErrWrongPeer}},
-		{"length mismatch", e.qp.Put, local, half, []error{ErrLengthMismatch}},
-		{"zero length", e.qp.Put, emptyL, emptyR, []error{buffer.ErrInvalid}},
-		{"put to read-only", e.qp.Put, local, remoteRO, []error{buffer.ErrAccess}},
-		{"get from write-only", e.qp.Get, local, remoteWO, []error{buffer.ErrAccess}},
-		{"put to no-access", e.qp.Put, local, remoteNone, []error{buffer.ErrAccess}},
-		{"get from no-access", e.qp.Get, local, remoteNone, []error{buffer.ErrAccess}},
-		{"remote overflow", e.qp.Get, local, overflow, []error{buffer.ErrOutOfRange}},
-		{"local not owned", e.qp.Put, notOurs, remote, []error{ErrNotLocal, buffer.ErrInvalid}},
-		{"local bad key", e.qp.Get, badKey, remote, []error{buffer.ErrBadKey}},
-		{"local released", e.qp.Put, released, remote, []error{buffer.ErrReleased}},
-		{"local out of range", e.qp.Put, outOfRangeLocal, remote, []error{buffer.ErrOutOfRange}},
+		{"wrong peer (foreign remote)", e.qp.Put, local, notOurs, []error{rdmamgr.ErrWrongPeer}},
+		{"wrong peer (our own buffer)", e.qp.Get, local, localAsRemote, []error{rdmamgr.ErrWrongPeer}},
+		{"wrong peer (zero handle)", e.qp.Get, local, buffer.Buffer{}, []error{rdmamgr.ErrWrongPeer}},
+		{"length mismatch", e.qp.Put, local, half, []error{rdmamgr.ErrLengthMismatch}},
+		{"zero length", e.qp.Put, emptyL, emptyR, []error{rdmamgr.ErrInvalid}},
+		{"put to read-only", e.qp.Put, local, remoteRO, []error{rdmamgr.ErrAccess}},
+		{"get from write-only", e.qp.Get, local, remoteWO, []error{rdmamgr.ErrAccess}},
+		{"put to no-access", e.qp.Put, local, remoteNone, []error{rdmamgr.ErrAccess}},
+		{"get from no-access", e.qp.Get, local, remoteNone, []error{rdmamgr.ErrAccess}},
+		{"remote overflow", e.qp.Get, local, overflow, []error{rdmamgr.ErrOutOfRange}},
+		{"local not owned", e.qp.Put, notOurs, remote, []error{rdmamgr.ErrNotLocal, rdmamgr.ErrInvalid}},
+		{"local bad key", e.qp.Get, badKey, remote, []error{rdmamgr.ErrBadKey}},
+		{"local released", e.qp.Put, released, remote, []error{rdmamgr.ErrReleased}},
+		{"local out of range", e.qp.Put, outOfRangeLocal, remote, []error{rdmamgr.ErrOutOfRange}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

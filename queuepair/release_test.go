@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/qpbind"
 )
@@ -16,7 +16,7 @@ func TestPostErrorPropagates(t *testing.T) {
 	e := newEnv(t, qpbind.Options{})
 	local := alloc(t, e.local, 64, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 64, buffer.AccessReadWrite)
-	for _, perr := range []error{backend.ErrPeerGone, backend.ErrClosed, fmt.Errorf("in flight: %w", backend.ErrLimit)} {
+	for _, perr := range []error{rdmamgr.ErrPeerGone, rdmamgr.ErrClosed, fmt.Errorf("in flight: %w", rdmamgr.ErrLimit)} {
 		e.route.setPostErr(perr)
 		w := e.qp.Put(local, remote)
 		done, err := w.Poll()
@@ -48,7 +48,7 @@ func TestRelease(t *testing.T) {
 		t.Fatalf("OnRelease called %d times", n)
 	}
 	for _, w := range []*WorkRequest{e.qp.Put(local, remote), e.qp.Get(local, remote)} {
-		if done, err := w.Poll(); !done || !errors.Is(err, ErrReleased) {
+		if done, err := w.Poll(); !done || !errors.Is(err, rdmamgr.ErrReleased) {
 			t.Fatalf("op after release: %v %v", done, err)
 		}
 	}
@@ -56,7 +56,7 @@ func TestRelease(t *testing.T) {
 		t.Fatal("released queue pair posted")
 	}
 	b := e.qp.Submit(context.Background(), PutOp(local, remote), GetOp(local, remote))
-	if done, err := b.Poll(); !done || !errors.Is(err, ErrReleased) {
+	if done, err := b.Poll(); !done || !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("batch after release: %v %v", done, err)
 	}
 }
@@ -76,7 +76,7 @@ func TestReleaseWaitsForPosted(t *testing.T) {
 	go func() { e.qp.Release(); close(relDone) }()
 	// New operations are refused as soon as Release started.
 	eventually(t, "release started", func() bool {
-		if err := e.qp.Put(local, remote).Err(); errors.Is(err, ErrReleased) {
+		if err := e.qp.Put(local, remote).Err(); errors.Is(err, rdmamgr.ErrReleased) {
 			return true
 		}
 		complete(e.route.next(t), nil) // posted before Release took effect
@@ -95,13 +95,13 @@ func TestReleaseWaitsForPosted(t *testing.T) {
 		t.Fatal("OnRelease with an operation still posted")
 	default:
 	}
-	complete(wr2, backend.ErrDeadline)
+	complete(wr2, rdmamgr.ErrDeadline)
 	<-relDone
 	<-onRel
 	if err := w1.Err(); err != nil {
 		t.Fatalf("posted put: %v", err)
 	}
-	if err := w2.Err(); !errors.Is(err, backend.ErrDeadline) {
+	if err := w2.Err(); !errors.Is(err, rdmamgr.ErrDeadline) {
 		t.Fatalf("posted get: %v", err)
 	}
 	if n := e.releases(); n != 1 {

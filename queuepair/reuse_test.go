@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/qpbind"
@@ -33,7 +34,7 @@ func TestReusedWorkRequest(t *testing.T) {
 		}
 		var want error
 		if i == 3 {
-			want = backend.ErrPeerGone
+			want = rdmamgr.ErrPeerGone
 		}
 		complete(wr, want)
 		if err := w.Wait(context.Background()); !errors.Is(err, want) || (want == nil) != (err == nil) {
@@ -54,7 +55,7 @@ func TestReusedWorkRequest(t *testing.T) {
 	// A refused use does not count: Release waits only for the pending one.
 	var refused WorkRequest
 	e.qp.PostPut(&refused, local, local) // wrong peer
-	if done, err := refused.Poll(); !done || !errors.Is(err, ErrWrongPeer) {
+	if done, err := refused.Poll(); !done || !errors.Is(err, rdmamgr.ErrWrongPeer) {
 		t.Fatalf("refused: %v %v", done, err)
 	}
 	relDone := make(chan struct{})
@@ -62,7 +63,7 @@ func TestReusedWorkRequest(t *testing.T) {
 	eventually(t, "release started", func() bool {
 		var probe WorkRequest // new uses are refused once it did
 		e.qp.PostGet(&probe, local, remote)
-		if errors.Is(probe.Err(), ErrReleased) {
+		if errors.Is(probe.Err(), rdmamgr.ErrReleased) {
 			return true
 		}
 		complete(e.route.next(t), nil)
@@ -81,7 +82,7 @@ func TestReusedWorkRequest(t *testing.T) {
 	}
 	// After Release the reusable request is refused, and can be reused.
 	e.qp.PostPut(&w, local, remote)
-	if done, err := w.Poll(); !done || !errors.Is(err, ErrReleased) {
+	if done, err := w.Poll(); !done || !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("after release: %v %v", done, err)
 	}
 	if !drained(t, e.local, local) {

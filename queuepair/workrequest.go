@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
@@ -187,12 +188,12 @@ func (w *WorkRequest) Cancel() error {
 }
 
 // ctxCause is the error an operation ended by ctx reports: for a deadline
-// backend.ErrDeadline (which matches context.DeadlineExceeded too), for a
+// rdmamgr.ErrDeadline (which matches context.DeadlineExceeded too), for a
 // cancellation context.Canceled and ctx's cause if one was given.
 func ctxCause(ctx context.Context) error {
 	err := ctx.Err()
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("queuepair: context deadline: %w", backend.ErrDeadline)
+		return fmt.Errorf("queuepair: context deadline: %w", rdmamgr.ErrDeadline)
 	}
 	if c := context.Cause(ctx); c != nil && c != err {
 		return fmt.Errorf("queuepair: %w: %w", err, c)

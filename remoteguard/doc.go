@@ -53,7 +53,10 @@
 // the named manager) is refused to remote callers, and a route handshake's
 // initiator address is only logged. Without an authenticated control plane
 // a peer can still name another port on its own host; WithTLS runs the
-// control plane over mutual TLS.
+// control plane over mutual TLS. Without TLS, WithSecret seals it with the
+// deployment's shared secret: every gRPC connection, both ways, first
+// proves the secret in a challenge-response (secret.go), and a peer that
+// cannot never reaches protoactor (refusals counted under "secret").
 //
 // Contract: Start returns an error when it cannot listen (protoactor's own
 // Start panics); a wildcard bind advertises a routable address of this

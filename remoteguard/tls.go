@@ -12,6 +12,7 @@ import (
 
 type tlsOptions struct {
 	serverTLS, clientTLS *tls.Config
+	secret               Prover // secret.go; only without TLS
 }
 
 // WithTLS runs the control plane over mutual TLS: server for our gRPC
@@ -22,6 +23,9 @@ func WithTLS(server, client *tls.Config) Option {
 }
 
 func (o *tlsOptions) dialCredentials() credentials.TransportCredentials {
+	if o.clientTLS == nil && o.secret != nil {
+		return &secretCreds{TransportCredentials: insecure.NewCredentials(), s: o.secret}
+	}
 	if o.clientTLS == nil {
 		return insecure.NewCredentials()
 	}
@@ -29,8 +33,12 @@ func (o *tlsOptions) dialCredentials() credentials.TransportCredentials {
 }
 
 // serverCredentials returns what the gRPC server's connection cap wraps:
-// plain, or TLS with its refusals counted in book.
+// plain, sealed by the secret (secret.go), or TLS with its refusals
+// counted in book.
 func (o *tlsOptions) serverCredentials(book *control.Book) credentials.TransportCredentials {
+	if o.serverTLS == nil && o.secret != nil {
+		return &secretCreds{TransportCredentials: insecure.NewCredentials(), s: o.secret, book: book}
+	}
 	if o.serverTLS == nil {
 		return insecure.NewCredentials()
 	}

@@ -11,6 +11,7 @@ import (
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -21,7 +22,7 @@ import (
 // default caps until it refuses, as the attacker of issue 10 did (it
 // registered 128 TiB of address space until the process died): 1 GiB at a
 // time, then one 64 TiB request, then 4 KiB at a time. The daemon must
-// refuse with buffer.ErrExhausted before any cap is passed, keep serving
+// refuse with rdmamgr.ErrLimit before any cap is passed, keep serving
 // the legitimate client, and reap what it granted when the lease (3 s
 // here) runs out.
 func TestAttackControlBufferFlood(t *testing.T) {
@@ -56,12 +57,12 @@ func TestAttackControlBufferFlood(t *testing.T) {
 		return granted, fmt.Errorf("%d requests of %d bytes all granted", most, size)
 	}
 	big, err := grant(1<<30, 1<<10)
-	expectIs(t, "1 GiB requests", err, buffer.ErrExhausted)
+	expectIs(t, "1 GiB requests", err, rdmamgr.ErrLimit)
 	_, err = c.RequestBuffer(ctx, 1<<46, buffer.AccessReadWrite)
-	expectIs(t, "a 64 TiB request", err, buffer.ErrExhausted)
+	expectIs(t, "a 64 TiB request", err, rdmamgr.ErrLimit)
 	small, err := grant(4096, 4<<10)
-	expectIs(t, "4 KiB requests", err, buffer.ErrExhausted)
-	expectIs(t, "4 KiB requests", err, backend.ErrLimit)
+	expectIs(t, "4 KiB requests", err, rdmamgr.ErrLimit)
+	expectIs(t, "4 KiB requests", err, rdmamgr.ErrLimit)
 
 	st, err := victimStatus(d, 10*time.Second)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
@@ -74,7 +75,7 @@ func TestAttackControlForgedSender(t *testing.T) {
 	}
 	// Under its true address: refused with errors to branch on.
 	_, err = actor.NewClient(a.sys, target).RequestBuffer(ctx, 1<<30, buffer.AccessReadWrite)
-	expectIs(t, "remote request for 1 GiB under --max-remote 2MiB", err, buffer.ErrExhausted)
+	expectIs(t, "remote request for 1 GiB under --max-remote 2MiB", err, rdmamgr.ErrLimit)
 	hdr := a.sys.Root.WithHeaders(map[string]string{"rdmamgr-origin": "local"})
 	res, err := hdr.RequestFuture(target, &rdmapb.RequestBuffer{Size: 1 << 30, Access: uint32(buffer.AccessReadWrite)}, 10*time.Second).Result()
 	if rb, ok := res.(*rdmapb.RequestBufferResponse); err != nil || !ok || rb.Error.GetCode() != rdmapb.Code_RESOURCE_EXHAUSTED {

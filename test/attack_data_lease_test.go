@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
@@ -65,8 +66,8 @@ func TestAttackDataStalledWriteRevoke(t *testing.T) {
 		end  func(context.Context, buffer.Buffer) error
 		want error
 	}{
-		{"revoke", v.d.client().RevokeBuffer, buffer.ErrRevoked},
-		{"release", v.d.client().ReleaseBuffer, buffer.ErrReleased},
+		{"revoke", v.d.client().RevokeBuffer, rdmamgr.ErrRevoked},
+		{"release", v.d.client().ReleaseBuffer, rdmamgr.ErrReleased},
 	} {
 		b := remoteBuffer(t, v.d, atkStallSize, buffer.AccessReadWrite)
 		c := atkStall(t, v, b, payload)
@@ -114,7 +115,7 @@ func TestAttackDataStalledWriteLease(t *testing.T) {
 	c := atkStall(t, v, b, payload)
 	time.Sleep(lease + 500*time.Millisecond) // past expiry by a margin
 	err = atkFinishStall(t, c, payload)
-	if !errors.Is(err, buffer.ErrExpired) && !errors.Is(err, buffer.ErrReleased) {
+	if !errors.Is(err, rdmamgr.ErrExpired) && !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("write stalled past its lease: %v, want LEASE_EXPIRED", err)
 	}
 	t.Logf("write stalled past its lease: %v", err)
@@ -163,7 +164,7 @@ func TestAttackDataProbeRegions(t *testing.T) {
 		// One code, RELEASED, for all: the test maps each code to its
 		// own sentinel, so a BAD_KEY would show as ErrBadKey.
 		_, err := response(c, p.op, wrid)
-		if !errors.Is(err, buffer.ErrReleased) || errors.Is(err, buffer.ErrBadKey) {
+		if !errors.Is(err, rdmamgr.ErrReleased) || errors.Is(err, rdmamgr.ErrBadKey) {
 			t.Errorf("%s: %v, want code %v like every other probe", p.name, err, rdmapb.Code_RELEASED)
 		}
 	}
@@ -189,7 +190,7 @@ func TestAttackDataProbeRegions(t *testing.T) {
 		if e1 == nil || e2 == nil {
 			t.Fatalf("revoke with a wrong key: %v, of no such region: %v", e1, e2)
 		}
-		if errors.Is(e1, buffer.ErrBadKey) != errors.Is(e2, buffer.ErrBadKey) || errors.Is(e1, buffer.ErrReleased) != errors.Is(e2, buffer.ErrReleased) {
+		if errors.Is(e1, rdmamgr.ErrBadKey) != errors.Is(e2, rdmamgr.ErrBadKey) || errors.Is(e1, rdmamgr.ErrReleased) != errors.Is(e2, rdmamgr.ErrReleased) {
 			t.Fatalf("the control plane tells a wrong key from no such region: %v / %v", e1, e2)
 		}
 	})

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
@@ -33,7 +33,7 @@ const (
 // TestDetectHungPeer measures how long the test's manager takes to notice
 // that a daemon is gone: frozen (SIGSTOP) under an idle queue pair, frozen
 // under a get in flight with a long deadline, and killed (SIGKILL) under
-// transfers in flight. Each must end in backend.ErrPeerGone; the times are
+// transfers in flight. Each must end in rdmamgr.ErrPeerGone; the times are
 // logged, not asserted. After each, the daemon (resumed, or restarted at
 // the same address) serves a new queue pair.
 func TestDetectHungPeer(t *testing.T) {
@@ -56,11 +56,11 @@ func TestDetectHungPeer(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("idle queue pair: route %q %v after SIGSTOP", state, took.Round(time.Millisecond))
-		if err := qp.Route().Err(); !errors.Is(err, backend.ErrPeerGone) {
-			t.Errorf("route error after SIGSTOP: got %v; want backend.ErrPeerGone", err)
+		if err := qp.Route().Err(); !errors.Is(err, rdmamgr.ErrPeerGone) {
+			t.Errorf("route error after SIGSTOP: got %v; want rdmamgr.ErrPeerGone", err)
 		}
-		if err := wait(qp.Get(slice(dst, 0, 4096), slice(remote, 0, 4096))); !errors.Is(err, backend.ErrPeerGone) {
-			t.Errorf("get on the dead route: got %v; want backend.ErrPeerGone", err)
+		if err := wait(qp.Get(slice(dst, 0, 4096), slice(remote, 0, 4096))); !errors.Is(err, rdmamgr.ErrPeerGone) {
+			t.Errorf("get on the dead route: got %v; want rdmamgr.ErrPeerGone", err)
 		}
 		qp.Release()
 		env.cont(t)
@@ -81,8 +81,8 @@ func TestDetectHungPeer(t *testing.T) {
 		cancel() // after: cancelling ctx would cancel the get
 		took := time.Since(posted)
 		t.Logf("get in flight with a %v deadline: failed %v after SIGSTOP: %v", detectTimeout, took.Round(time.Millisecond), err)
-		if !errors.Is(err, backend.ErrPeerGone) {
-			t.Errorf("get from the frozen daemon: got %v; want backend.ErrPeerGone", err)
+		if !errors.Is(err, rdmamgr.ErrPeerGone) {
+			t.Errorf("get from the frozen daemon: got %v; want rdmamgr.ErrPeerGone", err)
 		}
 		for i := range detectOpSize {
 			if dstMem[i] != ^srcMem[i] {
@@ -164,8 +164,8 @@ func TestDetectHungPeer(t *testing.T) {
 			took := o.failed.Sub(killed)
 			slowest = max(slowest, took)
 			t.Logf("worker %d: %d ops, then failed %v after SIGKILL: %v", i, o.ok, took.Round(time.Microsecond), o.err)
-			if !errors.Is(o.err, backend.ErrPeerGone) {
-				t.Errorf("worker %d: got %v; want backend.ErrPeerGone", i, o.err)
+			if !errors.Is(o.err, rdmamgr.ErrPeerGone) {
+				t.Errorf("worker %d: got %v; want rdmamgr.ErrPeerGone", i, o.err)
 			}
 			if took < 0 {
 				t.Errorf("worker %d failed before the kill", i)

@@ -17,13 +17,13 @@
 //     sentinel, that the daemon's memory is unchanged and that the daemon
 //     still serves puts, gets and status.
 //   - TestPeerKilled takes a daemon away (SIGKILL, SIGTERM) while 4 MiB
-//     transfers are in flight: operations fail with backend.ErrPeerGone (or
+//     transfers are in flight: operations fail with rdmamgr.ErrPeerGone (or
 //     ErrDeadline) and none hangs; a new daemon then works.
 //   - TestPeerStopped freezes a daemon (SIGSTOP) under short deadlines:
-//     operations fail with backend.ErrDeadline, late answers do not touch
+//     operations fail with rdmamgr.ErrDeadline, late answers do not touch
 //     the memory of failed requests, and the daemon is usable once resumed.
 //   - TestDetectHungPeer measures how long a frozen (SIGSTOP) or killed
-//     daemon takes to be found dead (backend.ErrPeerGone) and checks a new
+//     daemon takes to be found dead (rdmamgr.ErrPeerGone) and checks a new
 //     queue pair reaches it again.
 //   - TestSoak runs workers doing random verified puts and gets against
 //     several daemons while one is SIGKILLed and restarted at the same
@@ -33,6 +33,10 @@
 //     -soak.duration runs it longer (default 40 s).
 //   - TestSharedSecret and TestRemoteCap check --secret-file and
 //     --max-remote across processes.
+//   - TestAttackControlWithoutSecret (issue 24 row 6): a process without the
+//     secret gets no buffer and no status from a --secret-file daemon, the
+//     CLI says the daemon is sealed, a bench with the secret verifies, and a
+//     daemon with neither secret nor TLS warns that it is open.
 //
 // Every test checks that the test's manager holds no route and no memory
 // afterwards; TestMain closes the manager after the tests and fails the run

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
 
-	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
@@ -179,11 +179,11 @@ func wireErr(e *rdmapb.Error) error {
 	var s error
 	switch e.Code {
 	case rdmapb.Code_UNKNOWN_MESSAGE:
-		s = actor.ErrUnknownMessage
+		s = rdmamgr.ErrUnknownMessage
 	case rdmapb.Code_UNKNOWN_PEER:
-		s = actor.ErrUnknownPeer
+		s = rdmamgr.ErrUnknownPeer
 	case rdmapb.Code_NOT_LOCAL:
-		return fmt.Errorf("%s: %s: %w, %w", e.Code, e.Message, actor.ErrNotLocal, buffer.ErrInvalid)
+		return fmt.Errorf("%s: %s: %w, %w", e.Code, e.Message, rdmamgr.ErrNotLocal, rdmamgr.ErrInvalid)
 	default:
 		s = backend.Sentinel(e.Code)
 	}

@@ -23,8 +23,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/actor"
-	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
@@ -50,7 +50,7 @@ func hostileControlCases() []hostileCase {
 		},
 		{
 			name: "unknown control message",
-			want: []error{actor.ErrUnknownMessage},
+			want: []error{rdmamgr.ErrUnknownMessage},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				// Without a sender there is no one to answer: it must
 				// just be dropped.
@@ -71,7 +71,7 @@ func hostileControlCases() []hostileCase {
 		},
 		{
 			name: "route handshake with another protocol version",
-			want: []error{backend.ErrVersion},
+			want: []error{rdmamgr.ErrVersion},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				return handshakeErr(t, ctx, h.d, &rdmapb.RouteHandshake{
 					Version: actor.ProtocolVersion + 1, InitiatorId: 99, Backend: "tcp", Endpoint: []byte{1, 0, 1, 0},
@@ -80,7 +80,7 @@ func hostileControlCases() []hostileCase {
 		},
 		{
 			name: "route handshake for an unknown backend",
-			want: []error{backend.ErrNotSupported},
+			want: []error{rdmamgr.ErrNotSupported},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				return handshakeErr(t, ctx, h.d, &rdmapb.RouteHandshake{
 					Version: actor.ProtocolVersion, InitiatorId: 99, Backend: "carrier-pigeon", Endpoint: []byte{1, 0, 1, 0},
@@ -89,7 +89,7 @@ func hostileControlCases() []hostileCase {
 		},
 		{
 			name: "route handshake with malformed endpoint info",
-			want: []error{backend.ErrProtocol},
+			want: []error{rdmamgr.ErrProtocol},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				return handshakeErr(t, ctx, h.d, &rdmapb.RouteHandshake{
 					Version: actor.ProtocolVersion, InitiatorId: 99, Backend: "tcp", Endpoint: []byte{1, 0, 0xff, 0xff, 0xff},
@@ -99,7 +99,7 @@ func hostileControlCases() []hostileCase {
 		{
 			// Queue pairs are only for callers in the manager's process.
 			name: "queue pair requested from another process",
-			want: []error{buffer.ErrInvalid},
+			want: []error{rdmamgr.ErrInvalid},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				res, err := request(ctx, h.d, &rdmapb.RequestQueuePair{Peer: &rdmapb.ManagerRef{Address: local.addr, Id: actor.DefaultName}})
 				if err != nil {
@@ -130,7 +130,7 @@ func hostileControlCases() []hostileCase {
 		},
 		{
 			name: "message of a type the daemon does not link",
-			want: []error{actor.ErrUnknownMessage},
+			want: []error{rdmamgr.ErrUnknownMessage},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				local.sys.Root.Send(h.d.pid, unknownMessage())
 				res, err := request(ctx, h.d, unknownMessage())
@@ -229,7 +229,7 @@ func hostileControlCases() []hostileCase {
 		},
 		{
 			name: "huge buffer request",
-			want: []error{backend.ErrLimit},
+			want: []error{rdmamgr.ErrLimit},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				_, err := h.d.client().RequestBuffer(ctx, 1<<50, buffer.AccessReadWrite)
 				return err

@@ -12,15 +12,14 @@ import (
 	"math"
 	"testing"
 
-	"github.com/rdmamgr/rdmamgr/backend"
-	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr"
 )
 
 func hostileDataCases() []hostileCase {
 	return []hostileCase{
 		{
 			name: "garbage hello on the data port",
-			want: []error{backend.ErrProtocol},
+			want: []error{rdmamgr.ErrProtocol},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				c := dataConn(t, h.dataAddr)
 				if err := challenge(c); err != nil {
@@ -41,7 +40,7 @@ func hostileDataCases() []hostileCase {
 			// More junk than a hello: the daemon acks and closes, or
 			// resets the connection before the ack is read.
 			name: "garbage flood on the data port",
-			want: []error{backend.ErrProtocol, errConnClosed},
+			want: []error{rdmamgr.ErrProtocol, errConnClosed},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				c := dataConn(t, h.dataAddr)
 				junk := make([]byte, 256<<10)
@@ -58,7 +57,7 @@ func hostileDataCases() []hostileCase {
 		},
 		{
 			name: "hello with a forged token",
-			want: []error{backend.ErrUnauthenticated},
+			want: []error{rdmamgr.ErrUnauthenticated},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				c := dataConn(t, h.dataAddr)
 				var tok [tokenSize]byte
@@ -70,7 +69,7 @@ func hostileDataCases() []hostileCase {
 		},
 		{
 			name: "hello with another protocol version",
-			want: []error{backend.ErrVersion},
+			want: []error{rdmamgr.ErrVersion},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				c := dataConn(t, h.dataAddr)
 				var tok [tokenSize]byte
@@ -80,7 +79,7 @@ func hostileDataCases() []hostileCase {
 		},
 		{
 			name: "replayed token",
-			want: []error{backend.ErrUnauthenticated},
+			want: []error{rdmamgr.ErrUnauthenticated},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				addr, toks, err := rawRoute(ctx, h.d, 1)
 				if err != nil {
@@ -129,7 +128,7 @@ func hostileDataCases() []hostileCase {
 			// in step and serves the next frame. (A wrong key is answered
 			// like an unknown region, RELEASED: peers cannot probe.)
 			name: "refused frame keeps the stream in step",
-			want: []error{buffer.ErrReleased},
+			want: []error{rdmamgr.ErrReleased},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				c := h.authConn(t, ctx)
 				key := h.rw.Key

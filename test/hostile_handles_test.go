@@ -17,6 +17,7 @@ import (
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
@@ -25,27 +26,27 @@ func hostileHandleCases() []hostileCase {
 	return []hostileCase{
 		{
 			name: "wrong key",
-			want: []error{buffer.ErrBadKey},
+			want: []error{rdmamgr.ErrBadKey},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				bad := slice(h.rw, 0, hostileOpSize)
 				bad.Key[7] ^= 0x20
-				expect(t, "get", wait(h.qp.Get(h.dstSlice(0, hostileOpSize), bad)), buffer.ErrBadKey)
+				expect(t, "get", wait(h.qp.Get(h.dstSlice(0, hostileOpSize), bad)), rdmamgr.ErrBadKey)
 				return wait(h.qp.Put(h.srcSlice(0, hostileOpSize), bad))
 			},
 		},
 		{
 			name: "offset beyond the buffer",
-			want: []error{buffer.ErrOutOfRange},
+			want: []error{rdmamgr.ErrOutOfRange},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				bad := slice(h.rw, 0, 4096)
 				bad.Offset = h.rw.Length + 4096
-				expect(t, "get", wait(h.qp.Get(h.dstSlice(0, 4096), bad)), buffer.ErrOutOfRange)
+				expect(t, "get", wait(h.qp.Get(h.dstSlice(0, 4096), bad)), rdmamgr.ErrOutOfRange)
 				return wait(h.qp.Put(h.srcSlice(0, 4096), bad))
 			},
 		},
 		{
 			name: "range across the end of the buffer",
-			want: []error{buffer.ErrOutOfRange},
+			want: []error{rdmamgr.ErrOutOfRange},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				bad := slice(h.rw, 0, 4096)
 				bad.Offset = h.rw.Length - 100
@@ -57,7 +58,7 @@ func hostileHandleCases() []hostileCase {
 			// sentinel is the same. The raw-frame case below makes the
 			// daemon check it.
 			name: "offset plus length overflows",
-			want: []error{buffer.ErrOutOfRange},
+			want: []error{rdmamgr.ErrOutOfRange},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				bad := slice(h.rw, 0, 4096)
 				bad.Offset = math.MaxUint64 - 100
@@ -66,7 +67,7 @@ func hostileHandleCases() []hostileCase {
 		},
 		{
 			name: "overflowing offset in a raw frame",
-			want: []error{buffer.ErrOutOfRange},
+			want: []error{rdmamgr.ErrOutOfRange},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				c := h.authConn(t, ctx)
 				payload := make([]byte, 4096)
@@ -81,7 +82,7 @@ func hostileHandleCases() []hostileCase {
 		},
 		{
 			name: "write to a read-only buffer",
-			want: []error{buffer.ErrAccess},
+			want: []error{rdmamgr.ErrAccess},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				return wait(h.qp.Put(h.srcSlice(0, hostileOpSize), slice(h.ro, 0, hostileOpSize)))
 			},
@@ -90,7 +91,7 @@ func hostileHandleCases() []hostileCase {
 			// Forged access bits get past the queue pair's own check:
 			// the daemon must refuse.
 			name: "write to a read-only buffer with forged access bits",
-			want: []error{buffer.ErrAccess},
+			want: []error{rdmamgr.ErrAccess},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				forged := slice(h.ro, 4096, hostileOpSize)
 				forged.Access = buffer.AccessReadWrite
@@ -99,14 +100,14 @@ func hostileHandleCases() []hostileCase {
 		},
 		{
 			name: "released buffer",
-			want: []error{buffer.ErrReleased},
+			want: []error{rdmamgr.ErrReleased},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				victim := remoteBuffer(t, h.d, hostileOpSize, buffer.AccessReadWrite)
 				if err := h.d.client().ReleaseBuffer(ctx, victim); err != nil {
 					t.Fatalf("release: %v", err)
 				}
-				expect(t, "get", wait(h.qp.Get(h.dstSlice(0, hostileOpSize), victim)), buffer.ErrReleased)
-				expect(t, "second release", h.d.client().ReleaseBuffer(ctx, victim), buffer.ErrReleased)
+				expect(t, "get", wait(h.qp.Get(h.dstSlice(0, hostileOpSize), victim)), rdmamgr.ErrReleased)
+				expect(t, "second release", h.d.client().ReleaseBuffer(ctx, victim), rdmamgr.ErrReleased)
 				return wait(h.qp.Put(h.srcSlice(0, hostileOpSize), victim))
 			},
 		},
@@ -115,7 +116,7 @@ func hostileHandleCases() []hostileCase {
 			// release waits for the transfers in flight, which succeed;
 			// every later one fails with ErrReleased.
 			name: "buffer released under in-flight transfers",
-			want: []error{buffer.ErrReleased},
+			want: []error{rdmamgr.ErrReleased},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				victim := remoteBuffer(t, h.d, 4*hostileOpSize, buffer.AccessReadWrite)
 				var started sync.WaitGroup
@@ -157,14 +158,14 @@ func hostileHandleCases() []hostileCase {
 				}
 				wg.Wait()
 				for w, err := range errs[1:] {
-					expect(t, fmt.Sprintf("worker %d", w+1), err, buffer.ErrReleased)
+					expect(t, fmt.Sprintf("worker %d", w+1), err, rdmamgr.ErrReleased)
 				}
 				return errs[0]
 			},
 		},
 		{
 			name: "release with a forged key",
-			want: []error{buffer.ErrBadKey},
+			want: []error{rdmamgr.ErrBadKey},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				bad := h.rw
 				bad.Key[0] ^= 1
@@ -173,14 +174,14 @@ func hostileHandleCases() []hostileCase {
 		},
 		{
 			name: "unknown peer: no such actor",
-			want: []error{actor.ErrUnknownPeer},
+			want: []error{rdmamgr.ErrUnknownPeer},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				return requestQueuePair(ctx, protoactor.NewPID(h.d.addr, "no-such-manager"))
 			},
 		},
 		{
 			name: "unknown peer: closed port",
-			want: []error{actor.ErrUnknownPeer},
+			want: []error{rdmamgr.ErrUnknownPeer},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
 				ln, err := net.Listen("tcp", "127.0.0.1:0")
 				if err != nil {

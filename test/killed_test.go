@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
@@ -25,7 +25,7 @@ const (
 // TestPeerKilled takes a daemon away while 4 MiB gets and puts are in
 // flight to it, by SIGKILL and by SIGTERM (after which it must still exit
 // 0): every operation must end (none hangs), the failed ones with
-// backend.ErrPeerGone (or ErrDeadline), the gets that succeed with the
+// rdmamgr.ErrPeerGone (or ErrDeadline), the gets that succeed with the
 // right bytes, and later ones on the same queue pair must fail at once. A
 // new daemon then works through a new queue pair.
 func TestPeerKilled(t *testing.T) {
@@ -117,8 +117,8 @@ func testPeerGone(t *testing.T, takeAway func(*daemon, *testing.T)) {
 	for w, o := range outcomes {
 		total += o.okBefore + o.okAfter
 		t.Logf("worker %d: %d ops before the daemon went, %d completed after, then: %v", w, o.okBefore, o.okAfter, o.err)
-		if o.err != nil && !errors.Is(o.err, backend.ErrPeerGone) && !errors.Is(o.err, backend.ErrDeadline) {
-			t.Errorf("worker %d: got %v; want backend.ErrPeerGone or ErrDeadline", w, o.err)
+		if o.err != nil && !errors.Is(o.err, rdmamgr.ErrPeerGone) && !errors.Is(o.err, rdmamgr.ErrDeadline) {
+			t.Errorf("worker %d: got %v; want rdmamgr.ErrPeerGone or ErrDeadline", w, o.err)
 		}
 		if errors.Is(o.err, errHung) {
 			t.Errorf("worker %d: %v", w, o.err)
@@ -131,8 +131,8 @@ func testPeerGone(t *testing.T, takeAway func(*daemon, *testing.T)) {
 		wait(qp.Get(slice(dst, 0, killedOpSize), slice(remote, 0, killedOpSize))),
 		wait(qp.Put(slice(src, 0, 4096), slice(remote, 0, 4096))),
 	} {
-		if !errors.Is(w, backend.ErrPeerGone) && !errors.Is(w, backend.ErrDeadline) {
-			t.Errorf("operation %d after the failure: got %v; want backend.ErrPeerGone or ErrDeadline", i, w)
+		if !errors.Is(w, rdmamgr.ErrPeerGone) && !errors.Is(w, rdmamgr.ErrDeadline) {
+			t.Errorf("operation %d after the failure: got %v; want rdmamgr.ErrPeerGone or ErrDeadline", i, w)
 		}
 	}
 	qp.Release()

@@ -22,9 +22,9 @@ func serveWith(t *testing.T, extra ...string) string {
 	return d.addr
 }
 
-// rdmamgr runs the CLI and returns its output (stdout, then stderr) and
+// runCLI runs the CLI and returns its output (stdout, then stderr) and
 // error.
-func rdmamgr(t *testing.T, args ...string) (string, error) {
+func runCLI(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	out, errOut, err := runRdmamgr(60*time.Second, args...)
 	return out + errOut, err
@@ -47,12 +47,12 @@ func TestSharedSecret(t *testing.T) {
 	addr := serveWith(t, "--secret-file", good)
 	bench := []string{"bench", "--peer", addr, "--op", "put", "--size", "64KiB", "--count", "16", "--verify", "--backend", "tcp"}
 
-	out, err := rdmamgr(t, append(bench, "--secret-file", good)...)
+	out, err := runCLI(t, append(bench, "--secret-file", good)...)
 	if err != nil || !strings.Contains(out, "verify: ok") {
 		t.Fatalf("bench with the secret: %v\n%s", err, out)
 	}
 	for name, extra := range map[string][]string{"no secret": nil, "wrong secret": {"--secret-file", bad}} {
-		out, err := rdmamgr(t, append(bench, extra...)...)
+		out, err := runCLI(t, append(bench, extra...)...)
 		if err == nil {
 			t.Fatalf("bench with %s succeeded:\n%s", name, out)
 		}
@@ -60,7 +60,7 @@ func TestSharedSecret(t *testing.T) {
 			t.Fatalf("bench with %s: want an authentication error, got:\n%s", name, out)
 		}
 	}
-	out, err = rdmamgr(t, "status", "--peer", addr)
+	out, err = runCLI(t, "status", "--peer", addr, "--secret-file", good)
 	if err != nil {
 		t.Fatalf("status: %v\n%s", err, out)
 	}
@@ -72,16 +72,16 @@ func TestSharedSecret(t *testing.T) {
 // A manager caps what remote peers may hold.
 func TestRemoteCap(t *testing.T) {
 	addr := serveWith(t, "--max-remote", "1MiB")
-	out, err := rdmamgr(t, "bench", "--peer", addr, "--op", "put", "--size", "512KiB", "--count", "4", "--backend", "tcp")
+	out, err := runCLI(t, "bench", "--peer", addr, "--op", "put", "--size", "512KiB", "--count", "4", "--backend", "tcp")
 	if err != nil {
 		t.Fatalf("bench within the cap: %v\n%s", err, out)
 	}
-	out, err = rdmamgr(t, "bench", "--peer", addr, "--op", "put", "--size", "2MiB", "--count", "4", "--backend", "tcp")
+	out, err = runCLI(t, "bench", "--peer", addr, "--op", "put", "--size", "2MiB", "--count", "4", "--backend", "tcp")
 	if err == nil || !strings.Contains(out, "limit exceeded") {
 		t.Fatalf("bench over the cap: %v\n%s", err, out)
 	}
 	// The cap is per moment, not per lifetime: released buffers free it.
-	out, err = rdmamgr(t, "bench", "--peer", addr, "--op", "get", "--size", "1MiB", "--count", "4", "--backend", "tcp")
+	out, err = runCLI(t, "bench", "--peer", addr, "--op", "get", "--size", "1MiB", "--count", "4", "--backend", "tcp")
 	if err != nil {
 		t.Fatalf("bench after releases: %v\n%s", err, out)
 	}

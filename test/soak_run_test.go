@@ -17,9 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmamgr/rdmamgr/actor"
-	"github.com/rdmamgr/rdmamgr/backend"
-	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr"
 )
 
 // soakRun is the state the workers and the killer share.
@@ -46,17 +44,17 @@ type soakRun struct {
 }
 
 // soakAllowed are the errors a killed daemon explains, in the order they
-// are named (a CLOSED reply wraps actor.ErrClosed and backend.ErrClosed).
+// are named (a CLOSED reply wraps rdmamgr.ErrClosed and rdmamgr.ErrClosed).
 var soakAllowed = []struct {
 	name string
 	err  error
 }{
-	{"backend.ErrPeerGone", backend.ErrPeerGone},
-	{"backend.ErrDeadline", backend.ErrDeadline},
-	{"backend.ErrClosed", backend.ErrClosed},
-	{"actor.ErrUnknownPeer", actor.ErrUnknownPeer},
-	{"actor.ErrTimeout", actor.ErrTimeout},
-	{"buffer.ErrReleased", buffer.ErrReleased},
+	{"rdmamgr.ErrPeerGone", rdmamgr.ErrPeerGone},
+	{"rdmamgr.ErrDeadline", rdmamgr.ErrDeadline},
+	{"rdmamgr.ErrClosed", rdmamgr.ErrClosed},
+	{"rdmamgr.ErrUnknownPeer", rdmamgr.ErrUnknownPeer},
+	{"rdmamgr.ErrTimeout", rdmamgr.ErrTimeout},
+	{"rdmamgr.ErrReleased", rdmamgr.ErrReleased},
 }
 
 // soakKind names err's sentinel and reports whether a kill explains it.

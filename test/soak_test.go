@@ -71,8 +71,8 @@ const (
 // daemons and back, comparing every byte. The test's own manager is never
 // restarted: after each restart it must set up a new route to the daemon
 // at the same PID by itself. Every error must be one a kill explains
-// (backend.ErrPeerGone, ErrDeadline, ErrClosed, actor.ErrUnknownPeer,
-// ErrTimeout, buffer.ErrReleased), on a daemon that was killed since the
+// (rdmamgr.ErrPeerGone, ErrDeadline, ErrClosed, rdmamgr.ErrUnknownPeer,
+// ErrTimeout, rdmamgr.ErrReleased), on a daemon that was killed since the
 // worker's queue pair was made or within soakGrace of its restart; any
 // other outcome is a wrong completion, and a success with wrong bytes is
 // corruption: both must be 0. Goroutines and file descriptors must not

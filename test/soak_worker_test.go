@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
@@ -235,7 +236,7 @@ func (w *soakWorker) opFailed(s *soakRun, si int, c *soakConn, stage string, err
 func (w *soakWorker) dropQP(c *soakConn, err error) {
 	c.qp.Release()
 	c.qp = nil
-	if errors.Is(err, buffer.ErrReleased) {
+	if errors.Is(err, rdmamgr.ErrReleased) {
 		c.remote = buffer.Buffer{}
 	}
 }
@@ -262,7 +263,7 @@ func (w *soakWorker) close(slots []*fixedDaemon) error {
 			// A buffer of a killed incarnation is unknown to the daemon's
 			// new manager: ErrReleased.
 			err := local.client(slots[i].pid).ReleaseBuffer(context.Background(), c.remote)
-			if err != nil && !errors.Is(err, buffer.ErrReleased) {
+			if err != nil && !errors.Is(err, rdmamgr.ErrReleased) {
 				errs = append(errs, fmt.Errorf("worker %d: release buffer at %s: %w", w.id, slots[i].name, err))
 			}
 			c.remote = buffer.Buffer{}

@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
 // TestPeerStopped freezes a daemon (SIGSTOP) while gets are posted with a
-// short deadline: they must fail with backend.ErrDeadline, and the late
+// short deadline: they must fail with rdmamgr.ErrDeadline, and the late
 // answers that arrive once the daemon runs again (SIGCONT) must not touch
 // the local memory of the work requests that already failed. The queue
 // pair then keeps working. A put posted to the frozen daemon also ends by
@@ -50,8 +50,8 @@ func TestPeerStopped(t *testing.T) {
 	defer cancel()
 	b := qp.Submit(ctx, ops...)
 	for i, w := range b.Requests() {
-		if err := wait(w); !errors.Is(err, backend.ErrDeadline) {
-			t.Errorf("get %d from the frozen daemon: got %v; want backend.ErrDeadline", i, err)
+		if err := wait(w); !errors.Is(err, rdmamgr.ErrDeadline) {
+			t.Errorf("get %d from the frozen daemon: got %v; want rdmamgr.ErrDeadline", i, err)
 		}
 	}
 	signal(t, d, syscall.SIGCONT)
@@ -78,8 +78,8 @@ func TestPeerStopped(t *testing.T) {
 	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
 	err := wait(qp.Submit(ctx, queuepair.PutOp(src, remote)).Requests()[0])
 	cancel()
-	if !errors.Is(err, backend.ErrDeadline) {
-		t.Errorf("put to the frozen daemon: got %v; want backend.ErrDeadline", err)
+	if !errors.Is(err, rdmamgr.ErrDeadline) {
+		t.Errorf("put to the frozen daemon: got %v; want rdmamgr.ErrDeadline", err)
 	}
 	signal(t, d, syscall.SIGCONT)
 	// One operation's deadline does not take the route down: the same

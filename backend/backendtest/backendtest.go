@@ -7,7 +7,6 @@ import (
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
-	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
@@ -24,19 +23,19 @@ type Factory struct {
 	// manager owner. The suite closes the backend, then the registry.
 	NewBackend func(t testing.TB, owner uint64) (backend.Backend, *memreg.Registry)
 	// WrongKeyErr is what an operation with a wrong key fails with
-	// (errors.Is): TCP checks the region key (buffer.ErrBadKey); RDMA
+	// (errors.Is): TCP checks the region key (rdmamgr.ErrBadKey); RDMA
 	// hardware checks the rkey and reports a remote access error
-	// (buffer.ErrAccess).
+	// (rdmamgr.ErrAccess).
 	WrongKeyErr error
 	// ReleasedErr is what an operation on a region its owner released fails
-	// with: buffer.ErrReleased for TCP, a remote access error for RDMA.
+	// with: rdmamgr.ErrReleased for TCP, a remote access error for RDMA.
 	ReleasedErr error
 	// OutOfRangeErr is what an operation on a forged handle that reaches
-	// past its region fails with: buffer.ErrOutOfRange for TCP, a remote
+	// past its region fails with: rdmamgr.ErrOutOfRange for TCP, a remote
 	// access error for RDMA.
 	OutOfRangeErr error
 	// RevokedErr is what an operation on a region its owner revoked
-	// (Registry.Revoke) fails with: buffer.ErrRevoked for TCP, a remote
+	// (Registry.Revoke) fails with: rdmamgr.ErrRevoked for TCP, a remote
 	// access error for RDMA. Nil skips the revocation test.
 	RevokedErr error
 	// RouteSurvivesRemoteError: the route keeps working after the peer
@@ -51,7 +50,7 @@ type Factory struct {
 	// AccessNotify (or AccessWrite) fails with; AtomicDeniedErr an atomic
 	// on a buffer without AccessAtomic; MisalignedBaseErr an atomic at an
 	// aligned offset of a region registered at an address that is not
-	// 8-byte aligned. Nil: buffer.ErrAccess, buffer.ErrAccess,
+	// 8-byte aligned. Nil: rdmamgr.ErrAccess, rdmamgr.ErrAccess,
 	// rdmamgr.ErrMisaligned.
 	NotifyDeniedErr, AtomicDeniedErr, MisalignedBaseErr error
 	// MaxSize is the largest operation the suite moves (16 MiB if 0).
@@ -101,8 +100,8 @@ func (f Factory) withDefaults(t *testing.T) Factory {
 	if f.Timeout == 0 {
 		f.Timeout = 2 * time.Minute
 	}
-	f.NotifyDeniedErr = cmp.Or(f.NotifyDeniedErr, buffer.ErrAccess)
-	f.AtomicDeniedErr = cmp.Or(f.AtomicDeniedErr, buffer.ErrAccess)
+	f.NotifyDeniedErr = cmp.Or(f.NotifyDeniedErr, rdmamgr.ErrAccess)
+	f.AtomicDeniedErr = cmp.Or(f.AtomicDeniedErr, rdmamgr.ErrAccess)
 	f.MisalignedBaseErr = cmp.Or(f.MisalignedBaseErr, rdmamgr.ErrMisaligned)
 	return f
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
@@ -100,7 +101,7 @@ func (c *cancelRun) round(t *testing.T, round, maxLen int) {
 	}
 	for _, j := range jobs {
 		if err := c.p.Route.Post(j.wr); err != nil {
-			if j.victim && errors.Is(err, backend.ErrDeadline) {
+			if j.victim && errors.Is(err, rdmamgr.ErrDeadline) {
 				c.rec.Complete(j.wr, err) // expired before it was posted: reported now
 				continue
 			}
@@ -178,7 +179,7 @@ func (c *cancelRun) checkJob(t *testing.T, round int, j *cancelJob, err error, r
 	switch {
 	case !j.victim && err != nil:
 		t.Fatalf("round %d: neighbour %s of %d bytes failed: %v", round, j.wr.Op, j.n, err)
-	case j.victim && err != nil && !errors.Is(err, errTestCancel) && !errors.Is(err, backend.ErrDeadline):
+	case j.victim && err != nil && !errors.Is(err, errTestCancel) && !errors.Is(err, rdmamgr.ErrDeadline):
 		t.Fatalf("round %d: victim %s ended with %v, want its cause", round, j.wr.Op, err)
 	case j.victim && err != nil:
 		c.cancelled++

@@ -5,7 +5,7 @@
 // A backend's test calls Run with a Factory that builds started backends:
 //
 //	func TestConformance(t *testing.T) {
-//		backendtest.Run(t, backendtest.Factory{NewBackend: ..., WrongKeyErr: buffer.ErrBadKey, ...})
+//		backendtest.Run(t, backendtest.Factory{NewBackend: ..., WrongKeyErr: rdmamgr.ErrBadKey, ...})
 //	}
 //
 // Each subtest builds two managers' backends (owner ids differ) and routes

@@ -109,7 +109,7 @@ func (in *Inbox) Event(ev backend.Event) error {
 		case in.events <- ev:
 			return nil
 		default:
-			err = fmt.Errorf("event %d: queue of %d full: %w", ev.Imm, cap(in.events), backend.ErrLimit)
+			err = fmt.Errorf("event %d: queue of %d full: %w", ev.Imm, cap(in.events), rdmamgr.ErrLimit)
 		}
 	}
 	in.refusedEvents++
@@ -146,7 +146,7 @@ func (in *Inbox) Recv(peer uint64, n uint64) (backend.Landing, error) {
 	case in.msgsOff:
 		err = fmt.Errorf("message of %d bytes: no subscriber: %w", n, rdmamgr.ErrNoReceive)
 	case len(in.msgs)+in.reserved >= cap(in.msgs):
-		err = fmt.Errorf("message of %d bytes: queue of %d full: %w", n, cap(in.msgs), backend.ErrLimit)
+		err = fmt.Errorf("message of %d bytes: queue of %d full: %w", n, cap(in.msgs), rdmamgr.ErrLimit)
 	case len(in.posted) == 0:
 		err = fmt.Errorf("message of %d bytes: no receive buffer posted: %w", n, rdmamgr.ErrNoReceive)
 	case in.posted[0].h.Length < n:

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
@@ -29,14 +30,14 @@ func testRouteClose(t *testing.T, f Factory) {
 	default:
 		t.Fatal("Done not closed after Close")
 	}
-	if !errors.Is(p.Route.Err(), backend.ErrClosed) {
-		t.Fatalf("Err after Close: %v, want backend.ErrClosed", p.Route.Err())
+	if !errors.Is(p.Route.Err(), rdmamgr.ErrClosed) {
+		t.Fatalf("Err after Close: %v, want rdmamgr.ErrClosed", p.Route.Err())
 	}
 	rec := NewRecorder(1)
 	wr, release := NewWR(t, p.RegA, backend.OpWrite, ha, hb, time.Now().Add(f.Timeout), rec)
 	defer release()
-	if err := p.Route.Post(wr); !errors.Is(err, backend.ErrClosed) {
-		t.Fatalf("post after Close: %v, want backend.ErrClosed", err)
+	if err := p.Route.Post(wr); !errors.Is(err, rdmamgr.ErrClosed) {
+		t.Fatalf("post after Close: %v, want rdmamgr.ErrClosed", err)
 	}
 	time.Sleep(10 * time.Millisecond)
 	rec.None(t)
@@ -48,7 +49,7 @@ func testRouteClose(t *testing.T, f Factory) {
 
 // testRouteCloseInFlight closes a route with work in flight: every request
 // is completed exactly once, before Close returns, with success or
-// backend.ErrClosed.
+// rdmamgr.ErrClosed.
 func testRouteCloseInFlight(t *testing.T, f Factory) {
 	p := NewPair(t, f)
 	const ops, n = 64, 256 << 10
@@ -82,8 +83,8 @@ func testRouteCloseInFlight(t *testing.T, f Factory) {
 	}
 	for range posted {
 		res := rec.Wait(t, time.Second)
-		if res.Err != nil && !errors.Is(res.Err, backend.ErrClosed) {
-			t.Errorf("request failed by Close with %v, want backend.ErrClosed", res.Err)
+		if res.Err != nil && !errors.Is(res.Err, rdmamgr.ErrClosed) {
+			t.Errorf("request failed by Close with %v, want rdmamgr.ErrClosed", res.Err)
 		}
 	}
 	rec.None(t)
@@ -117,8 +118,8 @@ func testBackendClose(t *testing.T, f Factory) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.Timeout)
 	defer cancel()
-	if _, _, err := p.A.PrepareRoute(ctx, OwnerB); !errors.Is(err, backend.ErrClosed) {
-		t.Fatalf("PrepareRoute after Close: %v, want backend.ErrClosed", err)
+	if _, _, err := p.A.PrepareRoute(ctx, OwnerB); !errors.Is(err, rdmamgr.ErrClosed) {
+		t.Fatalf("PrepareRoute after Close: %v, want rdmamgr.ErrClosed", err)
 	}
 	if err := p.Route.Close(); err != nil {
 		t.Fatalf("route Close after backend Close: %v", err)

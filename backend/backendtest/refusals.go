@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
@@ -24,8 +25,8 @@ func testWriteReadOnly(t *testing.T, f Factory) {
 	Random(t, lb)
 	before := bytes.Clone(lb)
 	err := Do(t, f.Timeout, p.Route, p.RegA, backend.OpWrite, ha, hb)
-	if !errors.Is(err, buffer.ErrAccess) {
-		t.Fatalf("put to a read-only buffer: %v, want buffer.ErrAccess", err)
+	if !errors.Is(err, rdmamgr.ErrAccess) {
+		t.Fatalf("put to a read-only buffer: %v, want rdmamgr.ErrAccess", err)
 	}
 	t.Logf("put to a read-only buffer: %v", err)
 	AssertSame(t, "read-only buffer after a refused put", lb, before)
@@ -46,8 +47,8 @@ func testReadWriteOnly(t *testing.T, f Factory) {
 	Random(t, lb)
 	beforeA, beforeB := bytes.Clone(la), bytes.Clone(lb)
 	err := Do(t, f.Timeout, p.Route, p.RegA, backend.OpRead, ha, hb)
-	if !errors.Is(err, buffer.ErrAccess) {
-		t.Fatalf("get from a write-only buffer: %v, want buffer.ErrAccess", err)
+	if !errors.Is(err, rdmamgr.ErrAccess) {
+		t.Fatalf("get from a write-only buffer: %v, want rdmamgr.ErrAccess", err)
 	}
 	AssertSame(t, "local after a refused get", la, beforeA)
 	AssertSame(t, "write-only buffer after a refused get", lb, beforeB)
@@ -210,8 +211,8 @@ func testHostileInfo(t *testing.T, f Factory) {
 	junk := [][]byte{nil, {}, {0xff}, bytes.Repeat([]byte{0xff}, 64), good[:len(good)-1], append(bytes.Clone(good), 0)}
 	for _, info := range junk {
 		_, err := p.B.AcceptRoute(ctx, OwnerA, info)
-		if !errors.Is(err, backend.ErrProtocol) && !errors.Is(err, backend.ErrVersion) {
-			t.Errorf("AcceptRoute(%x): %v, want backend.ErrProtocol or ErrVersion", info, err)
+		if !errors.Is(err, rdmamgr.ErrProtocol) && !errors.Is(err, rdmamgr.ErrVersion) {
+			t.Errorf("AcceptRoute(%x): %v, want rdmamgr.ErrProtocol or ErrVersion", info, err)
 		}
 	}
 	for _, info := range junk {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/queuepair"
@@ -224,7 +225,7 @@ func (r *StressReport) account(v *victim) {
 		}
 		r.Succeeded++
 	case errors.Is(v.err, context.Canceled) && (v.kind == kindPreCancelled || v.kind == kindCancelLater),
-		errors.Is(v.err, context.DeadlineExceeded) && errors.Is(v.err, backend.ErrDeadline) &&
+		errors.Is(v.err, context.DeadlineExceeded) && errors.Is(v.err, rdmamgr.ErrDeadline) &&
 			(v.kind == kindTinyDeadline || v.kind == kindWaitDeadline):
 		r.Ended++
 		r.ByKind[v.kind]++

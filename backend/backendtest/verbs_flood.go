@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
@@ -100,7 +101,7 @@ func (p *VerbsPair) flood(t *testing.T, n int) map[uint32]bool {
 		switch {
 		case res.Err == nil:
 			ok[res.WR.Imm] = true
-		case errors.Is(res.Err, backend.ErrLimit):
+		case errors.Is(res.Err, rdmamgr.ErrLimit):
 			limited++
 		default:
 			t.Fatalf("put-imm %d: %v, want success or ErrLimit", res.WR.Imm, res.Err)

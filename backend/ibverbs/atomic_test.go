@@ -203,8 +203,8 @@ func TestAtomicRefusals(t *testing.T) {
 	plain, mem := backendtest.Alloc(t, regB, 64, buffer.AccessReadWrite)
 	plain = backendtest.Slice(t, plain, 0, 8)
 	plain.Access |= buffer.AccessAtomic
-	if _, err := doAtomic(t, rt, backend.OpFetchAdd, plain, 0, 1); !errors.Is(err, buffer.ErrAccess) {
-		t.Fatalf("FetchAdd on a buffer without AccessAtomic: %v, want buffer.ErrAccess", err)
+	if _, err := doAtomic(t, rt, backend.OpFetchAdd, plain, 0, 1); !errors.Is(err, rdmamgr.ErrAccess) {
+		t.Fatalf("FetchAdd on a buffer without AccessAtomic: %v, want rdmamgr.ErrAccess", err)
 	}
 	if v := ownerWord(t, mem, 0).Load(); v != 0 {
 		t.Fatalf("refused FetchAdd changed the word to %d", v)
@@ -241,7 +241,7 @@ func TestAtomicsNegotiated(t *testing.T) {
 			wr := atomicWR(op, backendtest.Slice(t, tc.remote, 0, 8), 0, 1)
 			rec := backendtest.NewRecorder(1)
 			wr.Done = rec
-			if err := tc.rt.Post(wr); !errors.Is(err, backend.ErrNotSupported) {
+			if err := tc.rt.Post(wr); !errors.Is(err, rdmamgr.ErrNotSupported) {
 				t.Errorf("%s %s: %v, want ErrNotSupported", op, tc.name, err)
 			}
 			rec.None(t)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
@@ -162,7 +163,7 @@ func (b *Backend) closeRoutes() {
 	for _, p := range pending {
 		p.Abort()
 	}
-	closed := fmt.Errorf("ibverbs: backend closed: %w", backend.ErrClosed)
+	closed := fmt.Errorf("ibverbs: backend closed: %w", rdmamgr.ErrClosed)
 	for _, r := range routes {
 		r.fail(closed)
 	}
@@ -209,10 +210,10 @@ func (b *Backend) freeVerbs() error {
 // holds life for reading.
 func (b *Backend) alive() error {
 	if b.closed.Load() {
-		return backend.ErrClosed
+		return rdmamgr.ErrClosed
 	}
 	if !b.started {
-		return ErrNotStarted
+		return rdmamgr.ErrNotStarted
 	}
 	return nil
 }

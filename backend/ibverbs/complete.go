@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
-	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
 // completed handles the completion of one work request (called by the
@@ -69,13 +69,13 @@ func (r *route) finish(o *op) {
 		err = *o.canceled.Load()
 	case p == nil && !o.flushed.Load():
 	case o.expired.Load():
-		err = routestate.OpError("ibverbs", o.wr, backend.ErrDeadline)
+		err = routestate.OpError("ibverbs", o.wr, rdmamgr.ErrDeadline)
 	case p != nil:
 		err = *p
 	default:
 		err = r.Err()
 		if err == nil {
-			err = backend.ErrClosed
+			err = rdmamgr.ErrClosed
 		}
 	}
 	if err == nil && o.wr.Op.Atomic() {
@@ -112,23 +112,23 @@ func (e *wcError) Unwrap() error { return statusSentinel(e.status) }
 func statusSentinel(status uint32) error {
 	switch status {
 	case wcRemAccessErr:
-		return buffer.ErrAccess
+		return rdmamgr.ErrAccess
 	case wcRetryExcErr, wcRNRRetryErr:
-		return backend.ErrPeerGone
+		return rdmamgr.ErrPeerGone
 	case wcWRFlushErr:
-		return backend.ErrClosed
+		return rdmamgr.ErrClosed
 	case wcLocProtErr, wcLocLenErr:
-		return buffer.ErrInvalid
+		return rdmamgr.ErrInvalid
 	}
-	return backend.ErrProtocol
+	return rdmamgr.ErrProtocol
 }
 
 // routeError is the route's error after a failed completion on its queue
 // pair: the queue pair is in the error state, so the route is done. Work
 // flushed by it fails with this error.
 func routeError(qpn uint32, status uint32) error {
-	if s := statusSentinel(status); s == backend.ErrPeerGone {
-		return fmt.Errorf("ibverbs: queue pair %d: peer gone: %s: %w", qpn, wcStatusStr(status), backend.ErrPeerGone)
+	if s := statusSentinel(status); s == rdmamgr.ErrPeerGone {
+		return fmt.Errorf("ibverbs: queue pair %d: peer gone: %s: %w", qpn, wcStatusStr(status), rdmamgr.ErrPeerGone)
 	}
-	return fmt.Errorf("ibverbs: queue pair %d in error state after %q on another request: %w", qpn, wcStatusStr(status), backend.ErrClosed)
+	return fmt.Errorf("ibverbs: queue pair %d in error state after %q on another request: %w", qpn, wcStatusStr(status), rdmamgr.ErrClosed)
 }

@@ -36,7 +36,7 @@ type Config struct {
 	WatchdogInterval time.Duration
 	// AckTimeout is the local ACK timeout exponent of the queue pairs
 	// (4.096 µs × 2^AckTimeout, 1..31). With RetryCount it bounds how long
-	// a dead peer takes to fail in-flight work with backend.ErrPeerGone.
+	// a dead peer takes to fail in-flight work with rdmamgr.ErrPeerGone.
 	AckTimeout int
 	// RetryCount is the number of transport retries (1..7; 0 takes the
 	// default 6). Beware: rdma_rxe treats 7 as "retry forever", so a dead
@@ -64,7 +64,7 @@ type Config struct {
 	// MaxSend is the largest Send message the backend receives (bytes, up
 	// to 1 MiB; 0 takes the default, 4096): each slot of an accepted queue pair's ring holds one, so
 	// the ring costs RecvSlots × (MaxSend+16) bytes of registered memory
-	// per route. A larger Send fails with backend.ErrLimit before anything
+	// per route. A larger Send fails with rdmamgr.ErrLimit before anything
 	// is posted.
 	MaxSend int
 	// DisableAtomics makes the backend refuse CompareAndSwap and FetchAdd

@@ -6,6 +6,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -21,10 +22,10 @@ func factory(cfg Config) backendtest.Factory {
 		},
 		// The device checks the rkey and the MR's bounds and access: each
 		// failure is a remote access error.
-		WrongKeyErr:              buffer.ErrAccess,
-		ReleasedErr:              buffer.ErrAccess,
-		OutOfRangeErr:            buffer.ErrAccess,
-		RevokedErr:               buffer.ErrAccess,
+		WrongKeyErr:              rdmamgr.ErrAccess,
+		ReleasedErr:              rdmamgr.ErrAccess,
+		OutOfRangeErr:            rdmamgr.ErrAccess,
+		RevokedErr:               rdmamgr.ErrAccess,
 		RouteSurvivesRemoteError: false,
 		Verbs:                    true,
 	}

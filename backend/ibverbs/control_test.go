@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -40,7 +41,7 @@ func TestControlRouteClose(t *testing.T) {
 			}
 			defer release()
 			if err := rt.Post(wr); err != nil {
-				if i <= n/2 || !errors.Is(err, backend.ErrClosed) {
+				if i <= n/2 || !errors.Is(err, rdmamgr.ErrClosed) {
 					t.Fatalf("round %d: post %d: %v", round, i, err)
 				}
 				break
@@ -59,7 +60,7 @@ func TestControlRouteClose(t *testing.T) {
 			switch {
 			case res.Err == nil:
 				ok++
-			case errors.Is(res.Err, backend.ErrClosed):
+			case errors.Is(res.Err, rdmamgr.ErrClosed):
 				failed++
 			default:
 				t.Fatalf("round %d: %s: %v", round, res.WR.Op, res.Err)
@@ -78,7 +79,7 @@ func TestControlRouteClose(t *testing.T) {
 }
 
 // TestHostileControlMessage: a malformed control message fails the
-// owner's queue pair (backend.ErrProtocol) and reaches no inbox.
+// owner's queue pair (rdmamgr.ErrProtocol) and reaches no inbox.
 func TestHostileControlMessage(t *testing.T) {
 	requireDevices(t)
 	a, _ := started(t, DefaultConfig(), 1)
@@ -109,7 +110,7 @@ func TestHostileControlMessage(t *testing.T) {
 	wr.Done.(*backendtest.Recorder).Wait(t, waitTimeout)
 	select {
 	case <-acc.Done():
-		if !errors.Is(acc.Err(), backend.ErrProtocol) {
+		if !errors.Is(acc.Err(), rdmamgr.ErrProtocol) {
 			t.Fatalf("owner's queue pair failed with %v, want ErrProtocol", acc.Err())
 		}
 	case <-time.After(waitTimeout):

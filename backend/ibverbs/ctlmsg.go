@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
@@ -31,7 +32,7 @@ import (
 //	40   16 key
 //
 // A Send's message follows its header; an ack is the header alone. A
-// decoder treats every field as hostile (backend.ErrProtocol).
+// decoder treats every field as hostile (rdmamgr.ErrProtocol).
 const (
 	ctlNotice = 1
 	ctlSend   = 2
@@ -80,43 +81,43 @@ func (m *ctlMsg) putNotice(p []byte) {
 func decodeCtl(p []byte) (ctlMsg, error) {
 	var m ctlMsg
 	if len(p) < ctlHeader {
-		return m, fmt.Errorf("ibverbs: control message of %d bytes: %w", len(p), backend.ErrProtocol)
+		return m, fmt.Errorf("ibverbs: control message of %d bytes: %w", len(p), rdmamgr.ErrProtocol)
 	}
 	m.kind = p[0]
 	m.hasImm = p[1] == ctlHasImm
 	m.seq = binary.BigEndian.Uint32(p[4:])
 	m.imm = binary.BigEndian.Uint32(p[8:])
 	if p[2] != 0 || p[3] != 0 || binary.BigEndian.Uint32(p[12:]) != 0 {
-		return m, fmt.Errorf("ibverbs: control message with reserved bytes set: %w", backend.ErrProtocol)
+		return m, fmt.Errorf("ibverbs: control message with reserved bytes set: %w", rdmamgr.ErrProtocol)
 	}
 	if p[1] != 0 && (m.kind != ctlSend || p[1] != ctlHasImm) {
-		return m, fmt.Errorf("ibverbs: control message kind %d flags %#x: %w", m.kind, p[1], backend.ErrProtocol)
+		return m, fmt.Errorf("ibverbs: control message kind %d flags %#x: %w", m.kind, p[1], rdmamgr.ErrProtocol)
 	}
 	switch m.kind {
 	case ctlSend:
 		return m, nil
 	case ctlAck:
 		if len(p) != ctlHeader {
-			return m, fmt.Errorf("ibverbs: ack of %d bytes: %w", len(p), backend.ErrProtocol)
+			return m, fmt.Errorf("ibverbs: ack of %d bytes: %w", len(p), rdmamgr.ErrProtocol)
 		}
 		if _, ok := rdmapb.Code_name[int32(m.imm)]; !ok {
-			return m, fmt.Errorf("ibverbs: ack with code %d: %w", m.imm, backend.ErrProtocol)
+			return m, fmt.Errorf("ibverbs: ack with code %d: %w", m.imm, rdmamgr.ErrProtocol)
 		}
 		return m, nil
 	case ctlNotice:
 		if len(p) != ctlNoticeSize {
-			return m, fmt.Errorf("ibverbs: notice of %d bytes: %w", len(p), backend.ErrProtocol)
+			return m, fmt.Errorf("ibverbs: notice of %d bytes: %w", len(p), rdmamgr.ErrProtocol)
 		}
 		m.region = binary.BigEndian.Uint64(p[16:])
 		m.offset = binary.BigEndian.Uint64(p[24:])
 		m.length = binary.BigEndian.Uint64(p[32:])
 		copy(m.key[:], p[40:ctlNoticeSize])
 		if m.length == 0 || m.offset+m.length < m.offset {
-			return m, fmt.Errorf("ibverbs: notice of [%d,+%d): %w", m.offset, m.length, backend.ErrProtocol)
+			return m, fmt.Errorf("ibverbs: notice of [%d,+%d): %w", m.offset, m.length, rdmamgr.ErrProtocol)
 		}
 		return m, nil
 	}
-	return m, fmt.Errorf("ibverbs: control message kind %d: %w", m.kind, backend.ErrProtocol)
+	return m, fmt.Errorf("ibverbs: control message kind %d: %w", m.kind, rdmamgr.ErrProtocol)
 }
 
 // ackErr is the error of an operation whose ack carries code (nil for OK).

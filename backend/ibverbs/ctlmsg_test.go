@@ -67,7 +67,7 @@ func TestCtlHostile(t *testing.T) {
 		"ack unknown code": mod(func(p []byte) []byte { p[0] = ctlAck; p[8] = 0x7f; return p[:ctlHeader] }),
 		"send flag 2":      mod(func(p []byte) []byte { p[0], p[1] = ctlSend, 2; return p }),
 	} {
-		if _, err := decodeCtl(p); !errors.Is(err, backend.ErrProtocol) {
+		if _, err := decodeCtl(p); !errors.Is(err, rdmamgr.ErrProtocol) {
 			t.Errorf("%s: %v, want ErrProtocol", name, err)
 		}
 	}
@@ -80,7 +80,7 @@ func FuzzDecodeCtl(f *testing.F) {
 	f.Fuzz(func(t *testing.T, p []byte) {
 		m, err := decodeCtl(p)
 		if err != nil {
-			if !errors.Is(err, backend.ErrProtocol) {
+			if !errors.Is(err, rdmamgr.ErrProtocol) {
 				t.Fatalf("error %v does not wrap ErrProtocol", err)
 			}
 			return

@@ -9,14 +9,14 @@ import (
 	"net"
 	"slices"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 )
 
 // Opening the device: port and GID selection, the protection domain and
 // completion queue (verbs_cq.go), and the list of devices for status.
 
 // Devices lists the RDMA device ports of the machine. With none it returns
-// an empty list and ErrNoDevices (which wraps backend.ErrNotSupported).
+// an empty list and ErrNoDevices (which wraps rdmamgr.ErrNotSupported).
 func Devices() ([]DeviceInfo, error) {
 	names, err := deviceNames()
 	if err != nil {
@@ -70,7 +70,7 @@ func (b *Backend) Start(ctx context.Context) error {
 	b.life.Lock()
 	defer b.life.Unlock()
 	if b.closed.Load() {
-		return backend.ErrClosed
+		return rdmamgr.ErrClosed
 	}
 	if b.started {
 		return errors.New("ibverbs: already started")
@@ -107,7 +107,7 @@ func (b *Backend) open() error {
 	}
 	if b.cfg.Device != "" {
 		if !slices.Contains(names, b.cfg.Device) {
-			return fmt.Errorf("ibverbs: no device %q (have %v): %w", b.cfg.Device, names, backend.ErrNotSupported)
+			return fmt.Errorf("ibverbs: no device %q (have %v): %w", b.cfg.Device, names, rdmamgr.ErrNotSupported)
 		}
 		names = []string{b.cfg.Device}
 	}
@@ -119,7 +119,7 @@ func (b *Backend) open() error {
 		}
 		errs = append(errs, err)
 	}
-	return fmt.Errorf("ibverbs: no usable device port: %w: %w", errors.Join(errs...), backend.ErrNotSupported)
+	return fmt.Errorf("ibverbs: no usable device port: %w: %w", errors.Join(errs...), rdmamgr.ErrNotSupported)
 }
 
 // openDevice opens name, picks its port and GID, allocates the verbs

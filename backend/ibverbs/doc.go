@@ -6,8 +6,8 @@
 //	CGO_ENABLED=1 go build -tags ibverbs ./...
 //
 // Without the tag this package is a stub: New and Devices return ErrNotBuilt,
-// which wraps backend.ErrNotSupported, so callers can fall back to another
-// backend with errors.Is(err, backend.ErrNotSupported). The route-info codec,
+// which wraps rdmamgr.ErrNotSupported, so callers can fall back to another
+// backend with errors.Is(err, rdmamgr.ErrNotSupported). The route-info codec,
 // the configuration and their tests build either way.
 //
 // # Shape
@@ -73,11 +73,11 @@
 // atomic_cap is IBV_ATOMIC_NONE (or Config.DisableAtomics) leaves the
 // atomics flag out of its route info and its queue pairs without
 // REMOTE_ATOMIC; Supports reports false for it, and a route with such a
-// device at either end fails an atomic's Post with backend.ErrNotSupported.
+// device at either end fails an atomic's Post with rdmamgr.ErrNotSupported.
 // The queue pairs' max_rd_atomic / max_dest_rd_atomic (the READ depths) bound
 // atomics in flight too. The owner's device checks the rkey: a buffer
 // without AccessAtomic (no REMOTE_ATOMIC on its memory region) fails the
-// atomic with a remote access error (buffer.ErrAccess), which, like every
+// atomic with a remote access error (rdmamgr.ErrAccess), which, like every
 // failed completion, ends the route. Byte order: the backend assumes the
 // device operates on the word in host order and returns the old value in
 // host order, as rxe does (the owner's sync/atomic, internal/word, then
@@ -101,11 +101,11 @@
 //     Inbox.Event, and SENDs back an ack carrying the outcome's wire code.
 //     The device enforces AccessWrite but cannot tell a PutWithImm from a
 //     Put, so a handle without AccessNotify is refused at Post
-//     (buffer.ErrAccess) before any byte moves; a handle forged to claim it
+//     (rdmamgr.ErrAccess) before any byte moves; a handle forged to claim it
 //     lands its bytes (a Put could) and the owner refuses the event.
 //   - Send is one SEND of a 16-byte header (imm, has-imm) and the message,
 //     at most the peer's MaxSend bytes (default 4096; larger fails with
-//     backend.ErrLimit before anything is posted). The owner takes the
+//     rdmamgr.ErrLimit before anything is posted). The owner takes the
 //     receive buffer with Inbox.Recv, copies the message into it
 //     (Landing.Done) and acks.
 //
@@ -129,9 +129,9 @@
 // order for one. Completion-queue entries are reserved per queue pair: a
 // slot each, and a cell each for the owner's acks (so with the defaults a
 // backend has room for about CQSize/48 routes both ways before
-// PrepareRoute and AcceptRoute fail with backend.ErrLimit); an accepted
+// PrepareRoute and AcceptRoute fail with rdmamgr.ErrLimit); an accepted
 // queue pair's ring holds RecvSlots × (MaxSend+16) bytes. A malformed control
-// message fails the route with backend.ErrProtocol. When a route fails,
+// message fails the route with rdmamgr.ErrProtocol. When a route fails,
 // its ops awaiting acks fail with the route's error after the queue pair is
 // gone.
 //
@@ -145,10 +145,10 @@
 // destroyed, after Config.DrainTimeout) is the work reported failed - never
 // while the device may still touch its local memory. The manager then builds
 // a new route. Completion statuses map to the usual sentinels:
-// IBV_WC_REM_ACCESS_ERR wraps buffer.ErrAccess (wrong rkey, read-only or
+// IBV_WC_REM_ACCESS_ERR wraps rdmamgr.ErrAccess (wrong rkey, read-only or
 // released region, out of bounds), RETRY_EXC and RNR_RETRY_EXC wrap
-// backend.ErrPeerGone, flushed requests get the route's error (ErrClosed,
-// ErrPeerGone or ErrDeadline), a missed deadline is backend.ErrDeadline.
+// rdmamgr.ErrPeerGone, flushed requests get the route's error (ErrClosed,
+// ErrPeerGone or ErrDeadline), a missed deadline is rdmamgr.ErrDeadline.
 //
 // Completer.Complete is called on the poller goroutine: it must not block,
 // post, or close the route or backend.

@@ -4,8 +4,8 @@ import "github.com/rdmamgr/rdmamgr"
 
 // ErrNotBuilt is returned by New and Devices when the binary was built
 // without the `ibverbs` build tag. It wraps rdmamgr.ErrNotSupported
-// (backend.ErrNotSupported), so both errors.Is(err, ErrNotBuilt) and
-// errors.Is(err, backend.ErrNotSupported) hold for it.
+// (rdmamgr.ErrNotSupported), so both errors.Is(err, ErrNotBuilt) and
+// errors.Is(err, rdmamgr.ErrNotSupported) hold for it.
 var ErrNotBuilt error = notBuiltError{}
 
 type notBuiltError struct{}
@@ -18,7 +18,7 @@ func (notBuiltError) Unwrap() error { return rdmamgr.ErrNotSupported }
 
 // ErrNoDevices is returned by Devices and Start when the machine has no
 // RDMA device (or the kernel has no RDMA support). It wraps
-// rdmamgr.ErrNotSupported (backend.ErrNotSupported).
+// rdmamgr.ErrNotSupported (rdmamgr.ErrNotSupported).
 var ErrNoDevices error = noDevicesError{}
 
 type noDevicesError struct{}
@@ -28,7 +28,3 @@ func (noDevicesError) Error() string {
 }
 
 func (noDevicesError) Unwrap() error { return rdmamgr.ErrNotSupported }
-
-// ErrNotStarted: PrepareRoute or AcceptRoute before Start. It is
-// rdmamgr.ErrNotStarted.
-var ErrNotStarted = rdmamgr.ErrNotStarted

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -71,8 +72,8 @@ func TestStartPicksDevicePortAndGID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b3.Start(context.Background()); !errors.Is(err, backend.ErrNotSupported) {
-		t.Errorf("Start on a missing device: %v, want backend.ErrNotSupported", err)
+	if err := b3.Start(context.Background()); !errors.Is(err, rdmamgr.ErrNotSupported) {
+		t.Errorf("Start on a missing device: %v, want rdmamgr.ErrNotSupported", err)
 	}
 	if err := b3.Close(); err != nil {
 		t.Errorf("Close after failed Start: %v", err)
@@ -85,7 +86,7 @@ func TestCloseWithoutStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.PrepareRoute(context.Background(), 2); !errors.Is(err, ErrNotStarted) {
+	if _, _, err := b.PrepareRoute(context.Background(), 2); !errors.Is(err, rdmamgr.ErrNotStarted) {
 		t.Errorf("PrepareRoute before Start: %v", err)
 	}
 	if err := b.Close(); err != nil {
@@ -94,7 +95,7 @@ func TestCloseWithoutStart(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Start(context.Background()); !errors.Is(err, backend.ErrClosed) {
+	if err := b.Start(context.Background()); !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Errorf("Start after Close: %v", err)
 	}
 }
@@ -109,8 +110,8 @@ func TestRemoteWithoutRDMAKey(t *testing.T) {
 	defer tcpOnly.Close(context.Background())
 	hb, _ := backendtest.Alloc(t, tcpOnly, 64, buffer.AccessReadWrite)
 	err := backendtest.Do(t, waitTimeout, rt, regA, backend.OpWrite, ha, hb)
-	if !errors.Is(err, backend.ErrNotSupported) {
-		t.Fatalf("put to a handle without rkey: %v, want backend.ErrNotSupported", err)
+	if !errors.Is(err, rdmamgr.ErrNotSupported) {
+		t.Fatalf("put to a handle without rkey: %v, want rdmamgr.ErrNotSupported", err)
 	}
 }
 
@@ -156,8 +157,8 @@ func TestRouteLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := a.PrepareRoute(context.Background(), 2); !errors.Is(err, backend.ErrLimit) {
-		t.Fatalf("third queue pair with MaxRoutes 2: %v, want backend.ErrLimit", err)
+	if _, _, err := a.PrepareRoute(context.Background(), 2); !errors.Is(err, rdmamgr.ErrLimit) {
+		t.Fatalf("third queue pair with MaxRoutes 2: %v, want rdmamgr.ErrLimit", err)
 	}
 	p1.Abort()
 	p1.Abort()
@@ -216,16 +217,16 @@ func TestDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := rec.Wait(t, waitTimeout)
-	if !errors.Is(res.Err, backend.ErrDeadline) {
-		t.Fatalf("get from a dead queue pair: %v, want backend.ErrDeadline", res.Err)
+	if !errors.Is(res.Err, rdmamgr.ErrDeadline) {
+		t.Fatalf("get from a dead queue pair: %v, want rdmamgr.ErrDeadline", res.Err)
 	}
 	select {
 	case <-rt.Done():
 	default:
 		t.Fatal("route not failed after a missed deadline")
 	}
-	if !errors.Is(rt.Err(), backend.ErrPeerGone) {
-		t.Errorf("route error %v, want backend.ErrPeerGone", rt.Err())
+	if !errors.Is(rt.Err(), rdmamgr.ErrPeerGone) {
+		t.Errorf("route error %v, want rdmamgr.ErrPeerGone", rt.Err())
 	}
 	wr2, release2 := backendtest.NewWR(t, regA, backend.OpRead, ha, hb, time.Now().Add(time.Second), rec)
 	defer release2()
@@ -240,7 +241,7 @@ func TestDeadline(t *testing.T) {
 }
 
 // TestKeepAlive: idle queue pairs probe their peer; when the peer's queue
-// pair is gone the route fails with backend.ErrPeerGone, and the
+// pair is gone the route fails with rdmamgr.ErrPeerGone, and the
 // responder's accepted queue pair of a closed route is freed.
 func TestKeepAlive(t *testing.T) {
 	requireDevices(t)
@@ -274,8 +275,8 @@ func TestKeepAlive(t *testing.T) {
 	acc.Close()
 	select {
 	case <-rt2.Done():
-		if !errors.Is(rt2.Err(), backend.ErrPeerGone) {
-			t.Fatalf("route error %v, want backend.ErrPeerGone", rt2.Err())
+		if !errors.Is(rt2.Err(), rdmamgr.ErrPeerGone) {
+			t.Fatalf("route error %v, want rdmamgr.ErrPeerGone", rt2.Err())
 		}
 	case <-time.After(waitTimeout):
 		t.Fatal("idle route to a dead queue pair not failed")

@@ -65,7 +65,7 @@ func (in *testInbox) Event(ev backend.Event) error {
 	case in.events <- evSnap{ev, snap}:
 		return nil
 	default:
-		return fmt.Errorf("test inbox: queue full: %w", backend.ErrLimit)
+		return fmt.Errorf("test inbox: queue full: %w", rdmamgr.ErrLimit)
 	}
 }
 

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 )
 
 // The route info is what each side of a route hands the other through the
@@ -30,7 +30,7 @@ import (
 //
 // Version 1 (32 bytes, no flags, no receive slots) carried Put and Get
 // only. A decoder treats every field as hostile: a version other than ours
-// is backend.ErrVersion, anything else malformed is backend.ErrProtocol.
+// is rdmamgr.ErrVersion, anything else malformed is rdmamgr.ErrProtocol.
 const (
 	infoVersion = 2
 	infoSize    = 40
@@ -76,13 +76,13 @@ func (ri *routeInfo) encode() []byte {
 func decodeRouteInfo(b []byte) (routeInfo, error) {
 	var ri routeInfo
 	if len(b) == 0 {
-		return ri, fmt.Errorf("ibverbs: empty route info: %w", backend.ErrProtocol)
+		return ri, fmt.Errorf("ibverbs: empty route info: %w", rdmamgr.ErrProtocol)
 	}
 	if b[0] != infoVersion {
-		return ri, fmt.Errorf("ibverbs: route info version %d, want %d: %w", b[0], infoVersion, backend.ErrVersion)
+		return ri, fmt.Errorf("ibverbs: route info version %d, want %d: %w", b[0], infoVersion, rdmamgr.ErrVersion)
 	}
 	if len(b) != infoSize {
-		return ri, fmt.Errorf("ibverbs: route info of %d bytes, want %d: %w", len(b), infoSize, backend.ErrProtocol)
+		return ri, fmt.Errorf("ibverbs: route info of %d bytes, want %d: %w", len(b), infoSize, rdmamgr.ErrProtocol)
 	}
 	ri.version = b[0]
 	ri.mtu = b[1]
@@ -96,21 +96,21 @@ func decodeRouteInfo(b []byte) (routeInfo, error) {
 	ri.maxSend = binary.BigEndian.Uint32(b[36:])
 	switch {
 	case b[3]&^infoAtomics != 0:
-		return ri, fmt.Errorf("ibverbs: route info flags %#x: %w", b[3], backend.ErrProtocol)
+		return ri, fmt.Errorf("ibverbs: route info flags %#x: %w", b[3], rdmamgr.ErrProtocol)
 	case b[14] != 0 || b[15] != 0 || b[34] != 0 || b[35] != 0:
-		return ri, fmt.Errorf("ibverbs: route info reserved bytes set: %w", backend.ErrProtocol)
+		return ri, fmt.Errorf("ibverbs: route info reserved bytes set: %w", rdmamgr.ErrProtocol)
 	case ri.mtu < 1 || ri.mtu > 5:
-		return ri, fmt.Errorf("ibverbs: route info path MTU %d not in 1..5: %w", ri.mtu, backend.ErrProtocol)
+		return ri, fmt.Errorf("ibverbs: route info path MTU %d not in 1..5: %w", ri.mtu, rdmamgr.ErrProtocol)
 	case ri.rdAtom == 0:
-		return ri, fmt.Errorf("ibverbs: route info with no responder resources: %w", backend.ErrProtocol)
+		return ri, fmt.Errorf("ibverbs: route info with no responder resources: %w", rdmamgr.ErrProtocol)
 	case ri.qpn < 2 || ri.qpn > 0xFFFFFF:
-		return ri, fmt.Errorf("ibverbs: route info queue pair number %#x: %w", ri.qpn, backend.ErrProtocol)
+		return ri, fmt.Errorf("ibverbs: route info queue pair number %#x: %w", ri.qpn, rdmamgr.ErrProtocol)
 	case ri.psn > 0xFFFFFF:
-		return ri, fmt.Errorf("ibverbs: route info PSN %#x exceeds 24 bits: %w", ri.psn, backend.ErrProtocol)
+		return ri, fmt.Errorf("ibverbs: route info PSN %#x exceeds 24 bits: %w", ri.psn, rdmamgr.ErrProtocol)
 	case ri.recvSlots == 0 || ri.recvSlots > maxRecvSlots:
-		return ri, fmt.Errorf("ibverbs: route info with %d receive slots: %w", ri.recvSlots, backend.ErrProtocol)
+		return ri, fmt.Errorf("ibverbs: route info with %d receive slots: %w", ri.recvSlots, rdmamgr.ErrProtocol)
 	case ri.maxSend > maxSendLimit:
-		return ri, fmt.Errorf("ibverbs: route info with a largest message of %d bytes: %w", ri.maxSend, backend.ErrProtocol)
+		return ri, fmt.Errorf("ibverbs: route info with a largest message of %d bytes: %w", ri.maxSend, rdmamgr.ErrProtocol)
 	}
 	return ri, nil
 }
@@ -120,15 +120,15 @@ func decodeRouteInfo(b []byte) (routeInfo, error) {
 func (ri *routeInfo) checkAddress(ethernet bool) error {
 	if ethernet {
 		if ri.gid == ([16]byte{}) {
-			return fmt.Errorf("ibverbs: route info without a GID on RoCE: %w", backend.ErrProtocol)
+			return fmt.Errorf("ibverbs: route info without a GID on RoCE: %w", rdmamgr.ErrProtocol)
 		}
 		if ri.gid[0] == 0xff {
-			return fmt.Errorf("ibverbs: route info with a multicast GID: %w", backend.ErrProtocol)
+			return fmt.Errorf("ibverbs: route info with a multicast GID: %w", rdmamgr.ErrProtocol)
 		}
 		return nil
 	}
 	if ri.lid == 0 || ri.lid >= 0xC000 {
-		return fmt.Errorf("ibverbs: route info LID %#x is not a unicast LID: %w", ri.lid, backend.ErrProtocol)
+		return fmt.Errorf("ibverbs: route info LID %#x is not a unicast LID: %w", ri.lid, rdmamgr.ErrProtocol)
 	}
 	return nil
 }

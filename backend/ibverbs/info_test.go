@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 )
 
 func goodInfo() routeInfo {
@@ -49,30 +49,30 @@ func TestRouteInfoHostile(t *testing.T) {
 		b    []byte
 		want error
 	}{
-		{"nil", nil, backend.ErrProtocol},
-		{"empty", []byte{}, backend.ErrProtocol},
-		{"version 0", mod(func(b []byte) []byte { b[0] = 0; return b }), backend.ErrVersion},
-		{"version 1", mod(func(b []byte) []byte { b[0] = 1; return b[:32] }), backend.ErrVersion},
-		{"version 3", mod(func(b []byte) []byte { b[0] = 3; return b }), backend.ErrVersion},
-		{"version 3 longer", mod(func(b []byte) []byte { b[0] = 3; return append(b, 1, 2, 3) }), backend.ErrVersion},
-		{"short", mod(func(b []byte) []byte { return b[:infoSize-1] }), backend.ErrProtocol},
-		{"long", mod(func(b []byte) []byte { return append(b, 0) }), backend.ErrProtocol},
-		{"version only", []byte{infoVersion}, backend.ErrProtocol},
-		{"mtu 0", mod(func(b []byte) []byte { b[1] = 0; return b }), backend.ErrProtocol},
-		{"mtu 6", mod(func(b []byte) []byte { b[1] = 6; return b }), backend.ErrProtocol},
-		{"mtu 255", mod(func(b []byte) []byte { b[1] = 255; return b }), backend.ErrProtocol},
-		{"no responder resources", mod(func(b []byte) []byte { b[2] = 0; return b }), backend.ErrProtocol},
-		{"unknown flag", mod(func(b []byte) []byte { b[3] = 2; return b }), backend.ErrProtocol},
-		{"qpn 0", mod(func(b []byte) []byte { copy(b[4:], []byte{0, 0, 0, 0}); return b }), backend.ErrProtocol},
-		{"qpn 1 (GSI)", mod(func(b []byte) []byte { copy(b[4:], []byte{0, 0, 0, 1}); return b }), backend.ErrProtocol},
-		{"qpn 25 bits", mod(func(b []byte) []byte { copy(b[4:], []byte{1, 0, 0, 2}); return b }), backend.ErrProtocol},
-		{"psn 25 bits", mod(func(b []byte) []byte { copy(b[8:], []byte{1, 0, 0, 0}); return b }), backend.ErrProtocol},
-		{"psn all ones", mod(func(b []byte) []byte { copy(b[8:], []byte{0xff, 0xff, 0xff, 0xff}); return b }), backend.ErrProtocol},
-		{"reserved", mod(func(b []byte) []byte { b[15] = 1; return b }), backend.ErrProtocol},
-		{"reserved after slots", mod(func(b []byte) []byte { b[35] = 1; return b }), backend.ErrProtocol},
-		{"no receive slots", mod(func(b []byte) []byte { b[32], b[33] = 0, 0; return b }), backend.ErrProtocol},
-		{"too many receive slots", mod(func(b []byte) []byte { b[32], b[33] = 0x10, 1; return b }), backend.ErrProtocol},
-		{"huge messages", mod(func(b []byte) []byte { b[36], b[37] = 0, 0x10; b[39] = 1; return b }), backend.ErrProtocol},
+		{"nil", nil, rdmamgr.ErrProtocol},
+		{"empty", []byte{}, rdmamgr.ErrProtocol},
+		{"version 0", mod(func(b []byte) []byte { b[0] = 0; return b }), rdmamgr.ErrVersion},
+		{"version 1", mod(func(b []byte) []byte { b[0] = 1; return b[:32] }), rdmamgr.ErrVersion},
+		{"version 3", mod(func(b []byte) []byte { b[0] = 3; return b }), rdmamgr.ErrVersion},
+		{"version 3 longer", mod(func(b []byte) []byte { b[0] = 3; return append(b, 1, 2, 3) }), rdmamgr.ErrVersion},
+		{"short", mod(func(b []byte) []byte { return b[:infoSize-1] }), rdmamgr.ErrProtocol},
+		{"long", mod(func(b []byte) []byte { return append(b, 0) }), rdmamgr.ErrProtocol},
+		{"version only", []byte{infoVersion}, rdmamgr.ErrProtocol},
+		{"mtu 0", mod(func(b []byte) []byte { b[1] = 0; return b }), rdmamgr.ErrProtocol},
+		{"mtu 6", mod(func(b []byte) []byte { b[1] = 6; return b }), rdmamgr.ErrProtocol},
+		{"mtu 255", mod(func(b []byte) []byte { b[1] = 255; return b }), rdmamgr.ErrProtocol},
+		{"no responder resources", mod(func(b []byte) []byte { b[2] = 0; return b }), rdmamgr.ErrProtocol},
+		{"unknown flag", mod(func(b []byte) []byte { b[3] = 2; return b }), rdmamgr.ErrProtocol},
+		{"qpn 0", mod(func(b []byte) []byte { copy(b[4:], []byte{0, 0, 0, 0}); return b }), rdmamgr.ErrProtocol},
+		{"qpn 1 (GSI)", mod(func(b []byte) []byte { copy(b[4:], []byte{0, 0, 0, 1}); return b }), rdmamgr.ErrProtocol},
+		{"qpn 25 bits", mod(func(b []byte) []byte { copy(b[4:], []byte{1, 0, 0, 2}); return b }), rdmamgr.ErrProtocol},
+		{"psn 25 bits", mod(func(b []byte) []byte { copy(b[8:], []byte{1, 0, 0, 0}); return b }), rdmamgr.ErrProtocol},
+		{"psn all ones", mod(func(b []byte) []byte { copy(b[8:], []byte{0xff, 0xff, 0xff, 0xff}); return b }), rdmamgr.ErrProtocol},
+		{"reserved", mod(func(b []byte) []byte { b[15] = 1; return b }), rdmamgr.ErrProtocol},
+		{"reserved after slots", mod(func(b []byte) []byte { b[35] = 1; return b }), rdmamgr.ErrProtocol},
+		{"no receive slots", mod(func(b []byte) []byte { b[32], b[33] = 0, 0; return b }), rdmamgr.ErrProtocol},
+		{"too many receive slots", mod(func(b []byte) []byte { b[32], b[33] = 0x10, 1; return b }), rdmamgr.ErrProtocol},
+		{"huge messages", mod(func(b []byte) []byte { b[36], b[37] = 0, 0x10; b[39] = 1; return b }), rdmamgr.ErrProtocol},
 	} {
 		_, err := decodeRouteInfo(tc.b)
 		if !errors.Is(err, tc.want) {
@@ -84,16 +84,16 @@ func TestRouteInfoHostile(t *testing.T) {
 func TestRouteInfoAddress(t *testing.T) {
 	ri := goodInfo()
 	ri.gid = [16]byte{}
-	if err := ri.checkAddress(true); !errors.Is(err, backend.ErrProtocol) {
+	if err := ri.checkAddress(true); !errors.Is(err, rdmamgr.ErrProtocol) {
 		t.Errorf("RoCE without GID: %v", err)
 	}
 	ri.gid[0] = 0xff
-	if err := ri.checkAddress(true); !errors.Is(err, backend.ErrProtocol) {
+	if err := ri.checkAddress(true); !errors.Is(err, rdmamgr.ErrProtocol) {
 		t.Errorf("RoCE with a multicast GID: %v", err)
 	}
 	for _, lid := range []uint16{0, 0xC000, 0xFFFF} {
 		ri.lid = lid
-		if err := ri.checkAddress(false); !errors.Is(err, backend.ErrProtocol) {
+		if err := ri.checkAddress(false); !errors.Is(err, rdmamgr.ErrProtocol) {
 			t.Errorf("InfiniBand LID %#x: %v", lid, err)
 		}
 	}
@@ -112,7 +112,7 @@ func FuzzDecodeRouteInfo(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := decodeRouteInfo(b)
 		if err != nil {
-			if !errors.Is(err, backend.ErrProtocol) && !errors.Is(err, backend.ErrVersion) {
+			if !errors.Is(err, rdmamgr.ErrProtocol) && !errors.Is(err, rdmamgr.ErrVersion) {
 				t.Fatalf("error %v wraps neither ErrProtocol nor ErrVersion", err)
 			}
 			return

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
@@ -54,7 +55,7 @@ func (b *Backend) registerLocked(r *memreg.Region) error {
 	}
 	mem := r.Mem()
 	if len(mem) == 0 {
-		return fmt.Errorf("ibverbs: empty region %d: %w", r.ID(), buffer.ErrInvalid)
+		return fmt.Errorf("ibverbs: empty region %d: %w", r.ID(), rdmamgr.ErrInvalid)
 	}
 	access := accessLocalWrite
 	if r.Access().Allows(buffer.AccessRead) {

@@ -19,7 +19,7 @@ import (
 func (r *route) postSend(wr *backend.WorkRequest) error {
 	n := len(wr.Local)
 	if n > r.maxSend {
-		return fmt.Errorf("ibverbs: send of %d bytes, the peer takes at most %d (its MaxSend): %w", n, r.maxSend, backend.ErrLimit)
+		return fmt.Errorf("ibverbs: send of %d bytes, the peer takes at most %d (its MaxSend): %w", n, r.maxSend, rdmamgr.ErrLimit)
 	}
 	lkey, laddr, err := r.localKey(wr)
 	if err != nil {
@@ -51,7 +51,7 @@ func (r *route) postAtomic(wr *backend.WorkRequest) error {
 		if !r.b.atomics {
 			why = "this device does not run atomics"
 		}
-		return fmt.Errorf("ibverbs: %s: %s: %w", wr.Op, why, backend.ErrNotSupported)
+		return fmt.Errorf("ibverbs: %s: %s: %w", wr.Op, why, rdmamgr.ErrNotSupported)
 	}
 	raddr, err := r.remoteAddr(wr, 8)
 	if err != nil {

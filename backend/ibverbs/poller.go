@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 )
 
 // The completion-queue poller and the async-event listener: the two
@@ -25,7 +25,7 @@ func (b *Backend) poller() {
 		n, err := b.res.poll(buf)
 		if err != nil {
 			b.log.Error("poll completion queue", "err", err)
-			b.failAll(fmt.Errorf("ibverbs: completion queue failed: %w", backend.ErrClosed))
+			b.failAll(fmt.Errorf("ibverbs: completion queue failed: %w", rdmamgr.ErrClosed))
 		}
 		b.completeAll(buf, n)
 		if n == pollBatch {
@@ -138,11 +138,11 @@ func (b *Backend) asyncEvent(ev asyncEvent) {
 		b.mu.Unlock()
 		b.log.Warn("queue pair error event", "event", name, "qp", ev.qpn, "known", r != nil)
 		if r != nil {
-			r.fail(fmt.Errorf("ibverbs: queue pair %d: async event %q: %w", ev.qpn, name, backend.ErrProtocol))
+			r.fail(fmt.Errorf("ibverbs: queue pair %d: async event %q: %w", ev.qpn, name, rdmamgr.ErrProtocol))
 		}
 	case evCQErr, evDeviceFatal:
 		b.log.Error("fatal async event", "event", name)
-		b.failAll(fmt.Errorf("ibverbs: async event %q: %w", name, backend.ErrClosed))
+		b.failAll(fmt.Errorf("ibverbs: async event %q: %w", name, rdmamgr.ErrClosed))
 	case evPortErr:
 		b.log.Warn("port error", "event", name, "port", ev.port)
 	case evCommEst, evLastWQEReached:

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -22,7 +23,7 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 		return err
 	}
 	if r.accepted {
-		return fmt.Errorf("ibverbs: post on an accepted queue pair: %w", backend.ErrProtocol)
+		return fmt.Errorf("ibverbs: post on an accepted queue pair: %w", rdmamgr.ErrProtocol)
 	}
 	switch wr.Op {
 	case backend.OpSend:
@@ -51,7 +52,7 @@ func (r *route) postRW(wr *backend.WorkRequest) error {
 		// The device enforces AccessWrite, not AccessNotify: a handle
 		// without it is refused before its bytes land (a forged one is
 		// refused by the owner, after: it could Put them anyway).
-		return fmt.Errorf("ibverbs: %s to a %s buffer: %w", wr.Op, wr.Remote.Access, buffer.ErrAccess)
+		return fmt.Errorf("ibverbs: %s to a %s buffer: %w", wr.Op, wr.Remote.Access, rdmamgr.ErrAccess)
 	}
 	wrs := count
 	if notice {
@@ -59,7 +60,7 @@ func (r *route) postRW(wr *backend.WorkRequest) error {
 	}
 	if wrs > b.inflight {
 		return fmt.Errorf("ibverbs: %d-byte operation needs %d work requests of at most %d bytes, limit %d: %w",
-			n, wrs, b.maxMsg, b.inflight, backend.ErrLimit)
+			n, wrs, b.maxMsg, b.inflight, rdmamgr.ErrLimit)
 	}
 	if err := r.ready(wr); err != nil {
 		return err
@@ -112,7 +113,7 @@ func (r *route) ready(wr *backend.WorkRequest) error {
 		return err
 	}
 	if !wr.Deadline.IsZero() && time.Now().After(wr.Deadline) {
-		return fmt.Errorf("ibverbs: %s of %d bytes posted after its deadline: %w", wr.Op, len(wr.Local), backend.ErrDeadline)
+		return fmt.Errorf("ibverbs: %s of %d bytes posted after its deadline: %w", wr.Op, len(wr.Local), rdmamgr.ErrDeadline)
 	}
 	return nil
 }
@@ -120,11 +121,11 @@ func (r *route) ready(wr *backend.WorkRequest) error {
 // remoteAddr returns the remote address of the first of n bytes of wr.
 func (r *route) remoteAddr(wr *backend.WorkRequest, n uint64) (raddr uint64, err error) {
 	if wr.Remote.RDMA == (buffer.RDMAKey{}) {
-		return 0, fmt.Errorf("ibverbs: %v has no RDMA key (its owner has no RDMA backend): %w", wr.Remote, backend.ErrNotSupported)
+		return 0, fmt.Errorf("ibverbs: %v has no RDMA key (its owner has no RDMA backend): %w", wr.Remote, rdmamgr.ErrNotSupported)
 	}
 	raddr = wr.Remote.RDMA.Addr + wr.Remote.Offset
 	if raddr < wr.Remote.RDMA.Addr || raddr+n < raddr {
-		return 0, fmt.Errorf("ibverbs: remote address %#x + %d + %d overflows: %w", wr.Remote.RDMA.Addr, wr.Remote.Offset, n, buffer.ErrOutOfRange)
+		return 0, fmt.Errorf("ibverbs: remote address %#x + %d + %d overflows: %w", wr.Remote.RDMA.Addr, wr.Remote.Offset, n, rdmamgr.ErrOutOfRange)
 	}
 	return raddr, nil
 }
@@ -159,7 +160,7 @@ func (r *route) reserve(count int, ctl bool, wr *backend.WorkRequest) error {
 func semErr(res int, r *route, what string) error {
 	switch res {
 	case semTimeout:
-		return fmt.Errorf("ibverbs: waiting for %s: %w", what, backend.ErrDeadline)
+		return fmt.Errorf("ibverbs: waiting for %s: %w", what, rdmamgr.ErrDeadline)
 	case semDone:
 		return r.Err()
 	case semCanceled:
@@ -244,16 +245,16 @@ func (r *route) unpost(o *op, ids []uint64) {
 func (r *route) postFailed(o *op, ids []uint64, posted int, perr error) error {
 	left := len(ids) - posted
 	r.unpost(o, ids[posted:])
-	r.fail(fmt.Errorf("ibverbs: route failed: %w: %w", perr, backend.ErrClosed))
+	r.fail(fmt.Errorf("ibverbs: route failed: %w: %w", perr, rdmamgr.ErrClosed))
 	if posted == 0 {
 		r.opsMu.Lock()
 		delete(r.ops, o)
 		r.opsMu.Unlock()
 		r.Unbegin()
 		r.wrDone(int64(left))
-		return fmt.Errorf("%w: %w", perr, backend.ErrClosed)
+		return fmt.Errorf("%w: %w", perr, rdmamgr.ErrClosed)
 	}
-	e := fmt.Errorf("%w: %w", perr, backend.ErrClosed)
+	e := fmt.Errorf("%w: %w", perr, rdmamgr.ErrClosed)
 	o.firstErr.CompareAndSwap(nil, &e)
 	k := int32(left)
 	if o.ack { // its control message is last: it was not posted
@@ -271,17 +272,17 @@ func (r *route) postFailed(o *op, ids []uint64, posted int, perr error) error {
 func (r *route) localKey(wr *backend.WorkRequest) (uint32, uint64, error) {
 	reg := wr.LocalRegion
 	if reg == nil {
-		return 0, 0, fmt.Errorf("ibverbs: work request without its local region: %w", buffer.ErrInvalid)
+		return 0, 0, fmt.Errorf("ibverbs: work request without its local region: %w", rdmamgr.ErrInvalid)
 	}
 	rd, ok := reg.BackendData.(*regData)
 	if !ok || rd.b != r.b {
-		return 0, 0, fmt.Errorf("ibverbs: local region %d is not registered with this device: %w", reg.ID(), backend.ErrNotSupported)
+		return 0, 0, fmt.Errorf("ibverbs: local region %d is not registered with this device: %w", reg.ID(), rdmamgr.ErrNotSupported)
 	}
 	mem := reg.Mem()
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(wr.Local)))
 	if p < base || p-base > uintptr(len(mem)) || uintptr(len(wr.Local)) > uintptr(len(mem))-(p-base) {
-		return 0, 0, fmt.Errorf("ibverbs: local memory is not inside region %d: %w", reg.ID(), buffer.ErrOutOfRange)
+		return 0, 0, fmt.Errorf("ibverbs: local memory is not inside region %d: %w", reg.ID(), rdmamgr.ErrOutOfRange)
 	}
 	return rd.local.lkey, uint64(p), nil
 }

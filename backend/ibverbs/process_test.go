@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -279,7 +280,7 @@ func TestTwoProcesses(t *testing.T) {
 }
 
 // TestPeerKilled kills the child in the middle of a stream of transfers:
-// the work in flight fails with backend.ErrPeerGone (or ErrDeadline), none
+// the work in flight fails with rdmamgr.ErrPeerGone (or ErrDeadline), none
 // hangs, the route is marked failed, and a new route to a new peer works.
 func TestPeerKilled(t *testing.T) {
 	requireDevices(t)
@@ -347,12 +348,12 @@ func TestPeerKilled(t *testing.T) {
 	kinds := map[string]int{}
 	for _, err := range errs {
 		switch {
-		case errors.Is(err, backend.ErrPeerGone):
+		case errors.Is(err, rdmamgr.ErrPeerGone):
 			kinds["peer gone"]++
-		case errors.Is(err, backend.ErrDeadline):
+		case errors.Is(err, rdmamgr.ErrDeadline):
 			kinds["deadline"]++
 		default:
-			t.Errorf("transfer failed with %v, want backend.ErrPeerGone or ErrDeadline", err)
+			t.Errorf("transfer failed with %v, want rdmamgr.ErrPeerGone or ErrDeadline", err)
 		}
 	}
 	t.Logf("failures: %v", kinds)

@@ -51,7 +51,7 @@ func (r *route) received(i int, w wc) {
 	switch {
 	case r.failing:
 	case int(w.byteLen) > r.ring.slotSize:
-		routeErr = fmt.Errorf("ibverbs: control message of %d bytes: %w", w.byteLen, backend.ErrProtocol)
+		routeErr = fmt.Errorf("ibverbs: control message of %d bytes: %w", w.byteLen, rdmamgr.ErrProtocol)
 	case r.accepted:
 		routeErr = r.serveLocked(i, r.ring.slot(i)[:w.byteLen])
 	default:
@@ -74,7 +74,7 @@ func (r *route) received(i int, w wc) {
 func (r *route) ackedLocked(i int, p []byte) (o *op, opErr, routeErr error) {
 	m, err := decodeCtl(p)
 	if err == nil && m.kind != ctlAck {
-		err = fmt.Errorf("ibverbs: control message kind %d sent to the initiator: %w", m.kind, backend.ErrProtocol)
+		err = fmt.Errorf("ibverbs: control message kind %d sent to the initiator: %w", m.kind, rdmamgr.ErrProtocol)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -90,7 +90,7 @@ func (r *route) ackedLocked(i int, p []byte) (o *op, opErr, routeErr error) {
 	}
 	r.ackMu.Unlock()
 	if o == nil {
-		return nil, nil, fmt.Errorf("ibverbs: ack %d answers no message awaiting one: %w", m.seq, backend.ErrProtocol)
+		return nil, nil, fmt.Errorf("ibverbs: ack %d answers no message awaiting one: %w", m.seq, rdmamgr.ErrProtocol)
 	}
 	r.credits.release(1) // its slot at the owner was reposted before the ack
 	return o, ackErr(o.wr.Op, m.imm), nil
@@ -101,7 +101,7 @@ func (r *route) ackedLocked(i int, p []byte) (o *op, opErr, routeErr error) {
 func (r *route) serveLocked(i int, p []byte) error {
 	m, err := decodeCtl(p)
 	if err == nil && m.kind == ctlAck {
-		err = fmt.Errorf("ibverbs: ack sent to the owner: %w", backend.ErrProtocol)
+		err = fmt.Errorf("ibverbs: ack sent to the owner: %w", rdmamgr.ErrProtocol)
 	}
 	if err != nil {
 		return err
@@ -183,7 +183,7 @@ func (r *route) postAckLocked(cell int, a ackMsg) error {
 	if _, err := r.qp.post(batch); err != nil {
 		r.ring.freeCell(cell)
 		r.wrDone(1)
-		return fmt.Errorf("ack %d: %w: %w", a.seq, err, backend.ErrClosed)
+		return fmt.Errorf("ack %d: %w: %w", a.seq, err, rdmamgr.ErrClosed)
 	}
 	return nil
 }

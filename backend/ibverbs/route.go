@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
 )
@@ -117,7 +118,7 @@ func newRoute(b *Backend, peer uint64, qp *queuePair, g *ring, accepted bool, in
 // flushed every work request (they fail with ErrClosed), destroys the queue
 // pair and returns. Idempotent.
 func (r *route) Close() error {
-	r.fail(fmt.Errorf("ibverbs: route closed: %w", backend.ErrClosed))
+	r.fail(fmt.Errorf("ibverbs: route closed: %w", rdmamgr.ErrClosed))
 	<-r.drained
 	return nil
 }

@@ -139,7 +139,7 @@ func TestSendRefusals(t *testing.T) {
 
 	wr, release := sendWR(t, regA, backendtest.Slice(t, ha, 0, 4097), 0, false, backendtest.NewRecorder(1))
 	defer release()
-	if err := rt.Post(wr); !errors.Is(err, backend.ErrLimit) {
+	if err := rt.Post(wr); !errors.Is(err, rdmamgr.ErrLimit) {
 		t.Fatalf("send beyond the owner's MaxSend: %v, want ErrLimit", err)
 	}
 	wr.Done.(*backendtest.Recorder).None(t)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 )
 
@@ -26,7 +27,7 @@ func (b *Backend) newQP(accepted bool) (*queuePair, *ring, error) {
 	if b.nqp >= b.cfg.MaxRoutes {
 		n := b.nqp
 		b.mu.Unlock()
-		return nil, nil, fmt.Errorf("ibverbs: %d queue pairs: %w", n, backend.ErrLimit)
+		return nil, nil, fmt.Errorf("ibverbs: %d queue pairs: %w", n, rdmamgr.ErrLimit)
 	}
 	b.nqp++
 	b.mu.Unlock()
@@ -47,7 +48,7 @@ func (b *Backend) makeQP(accepted bool) (qp *queuePair, g *ring, err error) {
 		slotSize, cells, cqRes = ctlHeader+max(b.cfg.MaxSend, ctlNoticeSize), slots, 2*slots
 	}
 	if b.cqBudget.acquire(cqRes, time.Now().Add(time.Second), nil, nil) != semOK {
-		return nil, nil, fmt.Errorf("ibverbs: no room on the completion queue for %d more entries: %w", cqRes, backend.ErrLimit)
+		return nil, nil, fmt.Errorf("ibverbs: no room on the completion queue for %d more entries: %w", cqRes, rdmamgr.ErrLimit)
 	}
 	defer func() {
 		if err != nil {
@@ -208,7 +209,7 @@ func (p *pendingRoute) Complete(ctx context.Context, peerInfo []byte) (backend.R
 	defer p.mu.Unlock()
 	qp := p.qp
 	if qp == nil {
-		return nil, fmt.Errorf("ibverbs: route already completed or aborted: %w", backend.ErrClosed)
+		return nil, fmt.Errorf("ibverbs: route already completed or aborted: %w", rdmamgr.ErrClosed)
 	}
 	if err := b.alive(); err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -42,8 +43,8 @@ func TestPooledRegionsShareSlabMR(t *testing.T) {
 	}
 	forged := hx
 	forged.RDMA.Addr = hy.RDMA.Addr // x's rkey, y's bytes
-	if err := backendtest.Do(t, waitTimeout, rt, regA, backend.OpRead, la, forged); !errors.Is(err, buffer.ErrAccess) {
-		t.Fatalf("get of the neighbour slot with x's rkey: %v, want buffer.ErrAccess", err)
+	if err := backendtest.Do(t, waitTimeout, rt, regA, backend.OpRead, la, forged); !errors.Is(err, rdmamgr.ErrAccess) {
+		t.Fatalf("get of the neighbour slot with x's rkey: %v, want rdmamgr.ErrAccess", err)
 	}
 	for _, h := range []buffer.Buffer{hx, hy} {
 		if err := regB.Release(context.Background(), h); err != nil {

@@ -10,13 +10,13 @@ import (
 )
 
 // New reports that the binary was built without ibverbs support. The error
-// wraps backend.ErrNotSupported.
+// wraps rdmamgr.ErrNotSupported.
 func New(cfg Config, reg *memreg.Registry, log *slog.Logger) (backend.Backend, error) {
 	return nil, ErrNotBuilt
 }
 
 // Devices reports that the binary was built without ibverbs support. The
-// error wraps backend.ErrNotSupported.
+// error wraps rdmamgr.ErrNotSupported.
 func Devices() ([]DeviceInfo, error) {
 	return nil, ErrNotBuilt
 }

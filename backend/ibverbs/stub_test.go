@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
@@ -19,8 +19,8 @@ func checkNotBuilt(t *testing.T, what string, err error) {
 	if err == nil {
 		t.Fatalf("%s: no error from the stub", what)
 	}
-	if !errors.Is(err, backend.ErrNotSupported) {
-		t.Errorf("%s: %v does not wrap backend.ErrNotSupported", what, err)
+	if !errors.Is(err, rdmamgr.ErrNotSupported) {
+		t.Errorf("%s: %v does not wrap rdmamgr.ErrNotSupported", what, err)
 	}
 	if !errors.Is(err, ErrNotBuilt) {
 		t.Errorf("%s: %v is not ErrNotBuilt", what, err)

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"unsafe"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 )
 
 type portAttr struct {
@@ -89,7 +89,7 @@ func openDevice(name string) (*devContext, error) {
 		}
 		return &devContext{ctx: ctx, name: name}, nil
 	}
-	return nil, fmt.Errorf("ibverbs: no device %q: %w", name, backend.ErrNotSupported)
+	return nil, fmt.Errorf("ibverbs: no device %q: %w", name, rdmamgr.ErrNotSupported)
 }
 
 func (d *devContext) close() {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 )
 
 // watchdog fails routes whose work missed its deadline and sends
@@ -72,13 +72,13 @@ func (r *route) expire(now time.Time) {
 	}
 	r.opsMu.Unlock()
 	if stuck {
-		r.fail(fmt.Errorf("ibverbs: route failed: a request is held %v past its deadline: %w", r.b.cfg.DrainTimeout, backend.ErrPeerGone))
+		r.fail(fmt.Errorf("ibverbs: route failed: a request is held %v past its deadline: %w", r.b.cfg.DrainTimeout, rdmamgr.ErrPeerGone))
 	}
 }
 
 // keepAlive probes the peer with a zero-length RDMA WRITE when the queue
 // pair has been idle for d; a failed probe fails the route (a dead peer:
-// backend.ErrPeerGone).
+// rdmamgr.ErrPeerGone).
 func (r *route) keepAlive(now time.Time, d time.Duration) {
 	if r.outstanding.Load() > 0 || r.probing.Load() || now.UnixNano()-r.lastActive.Load() < int64(d) {
 		return
@@ -103,6 +103,6 @@ func (r *route) keepAlive(now time.Time, d time.Duration) {
 		r.b.cqBudget.release(1)
 		r.probing.Store(false)
 		r.wrDone(1)
-		r.fail(fmt.Errorf("ibverbs: keep-alive: %w: %w", err, backend.ErrClosed))
+		r.fail(fmt.Errorf("ibverbs: keep-alive: %w: %w", err, rdmamgr.ErrClosed))
 	}
 }

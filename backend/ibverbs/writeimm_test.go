@@ -123,7 +123,7 @@ func TestPutWithImmRefusals(t *testing.T) {
 			t.Fatalf("PutWithImm %d: %v", i, err)
 		}
 	}
-	if err := putImm(t, rt, regA, ha, hb, 3); !errors.Is(err, backend.ErrLimit) {
+	if err := putImm(t, rt, regA, ha, hb, 3); !errors.Is(err, rdmamgr.ErrLimit) {
 		t.Fatalf("PutWithImm to a full queue: %v, want ErrLimit", err)
 	}
 	in.nextEvent(t)
@@ -160,7 +160,7 @@ func TestPutWithImmRights(t *testing.T) {
 	before := bytes.Clone(lnn)
 	wr, release := backendtest.NewWR(t, regA, backend.OpWriteImm, ha, noNotify, time.Now().Add(waitTimeout), backendtest.NewRecorder(1))
 	defer release()
-	if err := rt.Post(wr); !errors.Is(err, buffer.ErrAccess) {
+	if err := rt.Post(wr); !errors.Is(err, rdmamgr.ErrAccess) {
 		t.Fatalf("PutWithImm with a handle without AccessNotify: %v, want ErrAccess at Post", err)
 	}
 	wr.Done.(*backendtest.Recorder).None(t)
@@ -168,12 +168,12 @@ func TestPutWithImmRights(t *testing.T) {
 		t.Fatal("a PutWithImm refused at Post changed the buffer")
 	}
 	noNotify.Access |= buffer.AccessNotify // forged: the owner checks
-	if err := putImm(t, rt, regA, ha, noNotify, 5); !errors.Is(err, buffer.ErrAccess) {
+	if err := putImm(t, rt, regA, ha, noNotify, 5); !errors.Is(err, rdmamgr.ErrAccess) {
 		t.Fatalf("PutWithImm to a buffer without AccessNotify: %v, want ErrAccess", err)
 	}
 	badKey := hb
 	badKey.Key[0] ^= 1
-	if err := putImm(t, rt, regA, ha, badKey, 6); !errors.Is(err, buffer.ErrBadKey) {
+	if err := putImm(t, rt, regA, ha, badKey, 6); !errors.Is(err, rdmamgr.ErrBadKey) {
 		t.Fatalf("PutWithImm with a wrong key: %v, want ErrBadKey", err)
 	}
 	in.noEvent(t)
@@ -186,7 +186,7 @@ func TestPutWithImmRights(t *testing.T) {
 
 	readOnly, _ := backendtest.Alloc(t, regB, 4096, buffer.AccessRead|buffer.AccessNotify)
 	readOnly.Access |= buffer.AccessWrite
-	if err := putImm(t, rt, regA, ha, readOnly, 7); !errors.Is(err, buffer.ErrAccess) {
+	if err := putImm(t, rt, regA, ha, readOnly, 7); !errors.Is(err, rdmamgr.ErrAccess) {
 		t.Fatalf("PutWithImm to a read-only buffer: %v, want ErrAccess", err)
 	}
 	in.noEvent(t)
@@ -234,7 +234,7 @@ func TestPutWithImmFlood(t *testing.T) {
 				switch {
 				case res.Err == nil:
 					ok++
-				case !errors.Is(res.Err, backend.ErrLimit):
+				case !errors.Is(res.Err, rdmamgr.ErrLimit):
 					t.Fatalf("PutWithImm %d: %v", res.WR.Imm, res.Err)
 				}
 			case e := <-evc:

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
@@ -80,7 +81,7 @@ func (b *Backend) Kind() backend.Kind { return backend.KindSHM }
 func (b *Backend) Start(ctx context.Context) error {
 	host, err := hostID()
 	if err != nil {
-		return fmt.Errorf("%w: %w", err, backend.ErrNotSupported)
+		return fmt.Errorf("%w: %w", err, rdmamgr.ErrNotSupported)
 	}
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
@@ -93,7 +94,7 @@ func (b *Backend) Start(ctx context.Context) error {
 	defer b.mu.Unlock()
 	if b.closed || b.started {
 		ln.Close()
-		return fmt.Errorf("shm: Start after Start or Close: %w", backend.ErrClosed)
+		return fmt.Errorf("shm: Start after Start or Close: %w", rdmamgr.ErrClosed)
 	}
 	b.host, b.ln, b.name, b.started = host, ln, name, true
 	b.reg.AddCutter(b)
@@ -118,9 +119,9 @@ func (b *Backend) ready() error {
 	defer b.mu.Unlock()
 	switch {
 	case b.closed:
-		return fmt.Errorf("shm: %w", backend.ErrClosed)
+		return fmt.Errorf("shm: %w", rdmamgr.ErrClosed)
 	case !b.started:
-		return fmt.Errorf("shm: not started: %w", backend.ErrNotSupported)
+		return fmt.Errorf("shm: not started: %w", rdmamgr.ErrNotSupported)
 	}
 	return nil
 }
@@ -213,7 +214,7 @@ func (b *Backend) addRoute(r *route) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return fmt.Errorf("shm: %w", backend.ErrClosed)
+		return fmt.Errorf("shm: %w", rdmamgr.ErrClosed)
 	}
 	b.routes[r] = struct{}{}
 	return nil
@@ -239,7 +240,7 @@ func (b *Backend) newToken(peerID uint64, info *routeInfo) ([tokenSize]byte, err
 			}
 		}
 		if len(b.tokens) >= maxTokens {
-			return tok, fmt.Errorf("shm: %d routes awaiting their connection: %w", len(b.tokens), backend.ErrLimit)
+			return tok, fmt.Errorf("shm: %d routes awaiting their connection: %w", len(b.tokens), rdmamgr.ErrLimit)
 		}
 	}
 	b.tokens[tok] = token{peerID: peerID, pid: info.pid, uid: info.uid, expires: now.Add(tokenTTL)}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/backend/shm"
@@ -47,10 +48,10 @@ func TestConformance(t *testing.T) {
 		NewBackend: func(t testing.TB, owner uint64) (backend.Backend, *memreg.Registry) {
 			return newBackend(t, owner, shm.Config{})
 		},
-		WrongKeyErr:              buffer.ErrBadKey,
-		ReleasedErr:              buffer.ErrReleased,
-		OutOfRangeErr:            buffer.ErrOutOfRange,
-		RevokedErr:               buffer.ErrRevoked,
+		WrongKeyErr:              rdmamgr.ErrBadKey,
+		ReleasedErr:              rdmamgr.ErrReleased,
+		OutOfRangeErr:            rdmamgr.ErrOutOfRange,
+		RevokedErr:               rdmamgr.ErrRevoked,
 		RouteSurvivesRemoteError: true,
 		Verbs:                    true,
 	})

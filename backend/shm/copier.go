@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
@@ -113,7 +114,7 @@ func (r *route) ended(wr *backend.WorkRequest) error {
 		return routestate.OpError("shm", wr, cause)
 	}
 	if !wr.Deadline.IsZero() && time.Now().After(wr.Deadline) {
-		return routestate.OpError("shm", wr, backend.ErrDeadline)
+		return routestate.OpError("shm", wr, rdmamgr.ErrDeadline)
 	}
 	return nil
 }
@@ -142,7 +143,7 @@ func (r *route) mapRegion(wr *backend.WorkRequest) (*entry, error) {
 	}
 	if rep.fd < 0 || rep.m.slot == 0 || rep.m.slot >= tableSlots {
 		rep.close()
-		r.fail(fmt.Errorf("shm: map reply slot %d fd %d: %w", rep.m.slot, rep.fd, backend.ErrProtocol))
+		r.fail(fmt.Errorf("shm: map reply slot %d fd %d: %w", rep.m.slot, rep.fd, rdmamgr.ErrProtocol))
 		return nil, r.st.Err()
 	}
 	e := &entry{id: wr.Remote.Region, key: wr.Remote.Key, slot: rep.m.slot, access: rep.m.access}
@@ -207,7 +208,7 @@ func (r *route) await(wr *backend.WorkRequest, req uint64, ch chan mapReply) (ma
 			}
 		case <-dl:
 			r.forget(req, ch)
-			return mapReply{fd: -1}, routestate.OpError("shm", wr, backend.ErrDeadline)
+			return mapReply{fd: -1}, routestate.OpError("shm", wr, rdmamgr.ErrDeadline)
 		case <-limit.C:
 			r.forget(req, ch)
 			r.fail(errOwnerSilent)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
@@ -33,7 +34,7 @@ func (r *route) copy(e *entry, wr *backend.WorkRequest, chunked bool) error {
 	hdr := r.table
 	if !e.access.Allows(wr.Op.Need()) {
 		hdr.word(0, wRejected).Add(1)
-		return fmt.Errorf("shm: %s to a %s buffer: %w", wr.Op, e.access, buffer.ErrAccess)
+		return fmt.Errorf("shm: %s to a %s buffer: %w", wr.Op, e.access, rdmamgr.ErrAccess)
 	}
 	if err := buffer.CheckRange(uint64(len(e.mem)), wr.Remote.Offset, n); err != nil {
 		hdr.word(0, wRejected).Add(1)

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/backend/shm"
@@ -190,7 +191,7 @@ func TestKeepsCopyingAfterRevoke(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond) // the peer keeps trying meanwhile
 	close(stop)
-	if err := <-done; !errors.Is(err, buffer.ErrRevoked) {
+	if err := <-done; !errors.Is(err, rdmamgr.ErrRevoked) {
 		t.Fatalf("put after Revoke: %v, want ErrRevoked", err)
 	}
 	if i := backendtest.FirstDiff(lb, bytesOf(0x55, n)); i >= 0 {
@@ -217,7 +218,7 @@ func TestLease(t *testing.T) {
 		t.Fatalf("get under the shortened lease: %v", err)
 	}
 	time.Sleep(60 * time.Millisecond)
-	if err := p.do(t, backend.OpRead, ha, hb); !errors.Is(err, buffer.ErrExpired) {
+	if err := p.do(t, backend.OpRead, ha, hb); !errors.Is(err, rdmamgr.ErrExpired) {
 		t.Fatalf("get after the lease ran out: %v, want ErrExpired", err)
 	}
 }
@@ -261,7 +262,7 @@ func TestCallerMemory(t *testing.T) {
 	rt := backendtest.MustConnect(t, timeout, noFB, p.b, backendtest.OwnerB, 0xA2)
 	h2, _ := backendtest.Alloc(t, regA, len(mem), buffer.AccessReadWrite)
 	err = backendtest.Do(t, timeout, rt, regA, backend.OpRead, h2, hb)
-	if !errors.Is(err, shm.ErrNotShareable) || !errors.Is(err, backend.ErrNotSupported) {
+	if !errors.Is(err, shm.ErrNotShareable) || !errors.Is(err, rdmamgr.ErrNotSupported) {
 		t.Fatalf("get of caller memory without a fallback: %v, want ErrNotShareable", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/backend/shm"
@@ -105,7 +106,7 @@ func TestOwnerKilled(t *testing.T) {
 		switch {
 		case err == nil:
 			ok++
-		case killed && errors.Is(err, backend.ErrPeerGone):
+		case killed && errors.Is(err, rdmamgr.ErrPeerGone):
 			gone++
 		default:
 			t.Fatalf("op %d (killed %v): %v", i, killed, err)
@@ -119,7 +120,7 @@ func TestOwnerKilled(t *testing.T) {
 	case <-time.After(timeout):
 		t.Fatal("route still up after its owner died")
 	}
-	if !errors.Is(o.route.Err(), backend.ErrPeerGone) {
+	if !errors.Is(o.route.Err(), rdmamgr.ErrPeerGone) {
 		t.Fatalf("route ended with %v, want ErrPeerGone", o.route.Err())
 	}
 	t.Logf("%d ops succeeded, then the owner's death was reported", ok)
@@ -128,7 +129,7 @@ func TestOwnerKilled(t *testing.T) {
 	old := o.handle
 	old.Length = 4096
 	h2, _ := backendtest.Alloc(t, regA, 4096, buffer.AccessReadWrite)
-	if err := backendtest.Do(t, timeout, o2.route, regA, backend.OpRead, h2, old); !errors.Is(err, buffer.ErrReleased) {
+	if err := backendtest.Do(t, timeout, o2.route, regA, backend.OpRead, h2, old); !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("get through the dead owner's handle from its successor: %v, want ErrReleased", err)
 	}
 	if err := backendtest.Do(t, timeout, o2.route, regA, backend.OpRead, h2, slice(o2.handle, 0, 4096)); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
@@ -84,7 +85,7 @@ func (p *pendingRoute) Abort() {
 // table, and completes the fallback route. On error everything is undone.
 func (p *pendingRoute) Complete(ctx context.Context, answer []byte) (backend.Route, error) {
 	if p.ended {
-		return nil, fmt.Errorf("shm: route completed twice: %w", backend.ErrProtocol)
+		return nil, fmt.Errorf("shm: route completed twice: %w", rdmamgr.ErrProtocol)
 	}
 	a, err := decodeAnswer(answer)
 	if err != nil {
@@ -122,7 +123,7 @@ func (b *Backend) connect(ctx context.Context, a *routeAnswer) (*net.UnixConn, *
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unixpacket", "@"+a.socket)
 	if err != nil {
-		return nil, nil, fmt.Errorf("shm: dial @%s: %v: %w", a.socket, err, backend.ErrPeerGone)
+		return nil, nil, fmt.Errorf("shm: dial @%s: %v: %w", a.socket, err, rdmamgr.ErrPeerGone)
 	}
 	conn := nc.(*net.UnixConn)
 	dl := time.Now().Add(handshakeTimeout)
@@ -150,7 +151,7 @@ func (b *Backend) handshake(conn *net.UnixConn, a *routeAnswer) (*table, error) 
 	typ, ver := d.u8(), d.u8()
 	nonce := d.take(backend.NonceSize)
 	if d.end() != nil || typ != msgHello || ver != protoVersion {
-		return nil, fmt.Errorf("shm: hello type %d version %d: %w", typ, ver, backend.ErrProtocol)
+		return nil, fmt.Errorf("shm: hello type %d version %d: %w", typ, ver, rdmamgr.ErrProtocol)
 	}
 	mac := b.cfg.Secret.MAC(labelConn, a.token[:], nonce, u32(uint32(os.Getpid())))
 	msg := append([]byte{msgAuth}, a.token[:]...)
@@ -165,13 +166,13 @@ func (b *Backend) handshake(conn *net.UnixConn, a *routeAnswer) (*table, error) 
 	d = decoder{b: p.b}
 	typ, code, slots := d.u8(), d.u32(), d.u32()
 	if err := d.end(); err != nil || typ != msgWelcome {
-		return nil, fmt.Errorf("shm: welcome type %d: %w", typ, backend.ErrProtocol)
+		return nil, fmt.Errorf("shm: welcome type %d: %w", typ, rdmamgr.ErrProtocol)
 	}
 	if code != uint32(rdmapb.Code_OK) {
 		return nil, fmt.Errorf("shm: owner refused the connection (%s): %w", rdmapb.Code(code), codeErr(rdmapb.Code(code)))
 	}
 	if slots != tableSlots || p.fd < 0 {
-		return nil, fmt.Errorf("shm: table of %d slots, fd %d: %w", slots, p.fd, backend.ErrProtocol)
+		return nil, fmt.Errorf("shm: table of %d slots, fd %d: %w", slots, p.fd, rdmamgr.ErrProtocol)
 	}
 	mem, _, err := mapShared(p.fd)
 	if err != nil {
@@ -179,7 +180,7 @@ func (b *Backend) handshake(conn *net.UnixConn, a *routeAnswer) (*table, error) 
 	}
 	if len(mem) != tableSlots*slotSize {
 		unix.Munmap(mem)
-		return nil, fmt.Errorf("shm: table of %d bytes: %w", len(mem), backend.ErrProtocol)
+		return nil, fmt.Errorf("shm: table of %d bytes: %w", len(mem), rdmamgr.ErrProtocol)
 	}
 	return &table{mem: mem}, nil
 }
@@ -191,9 +192,9 @@ func codeErr(c rdmapb.Code) error {
 	}
 	switch c {
 	case rdmapb.Code_UNAUTHENTICATED:
-		return backend.ErrUnauthenticated
+		return rdmamgr.ErrUnauthenticated
 	case rdmapb.Code_RESOURCE_EXHAUSTED:
-		return backend.ErrLimit
+		return rdmamgr.ErrLimit
 	}
-	return backend.ErrProtocol
+	return rdmamgr.ErrProtocol
 }

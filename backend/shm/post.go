@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
 )
@@ -29,7 +30,7 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 	// one checks when it starts (reading the clock would cost more than
 	// a small copy).
 	if !r.gate.Enter() {
-		return fmt.Errorf("shm: route: %w", backend.ErrClosed)
+		return fmt.Errorf("shm: route: %w", rdmamgr.ErrClosed)
 	}
 	if wr.Op == backend.OpSend { // through the owner, in order with the other queued operations
 		r.gate.Leave()
@@ -97,7 +98,7 @@ func (r *route) enqueue(wr *backend.WorkRequest) error {
 			}
 			return routestate.OpError("shm", wr, cause)
 		case <-dl:
-			return routestate.OpError("shm", wr, backend.ErrDeadline)
+			return routestate.OpError("shm", wr, rdmamgr.ErrDeadline)
 		case <-r.st.Done():
 			return r.st.Err()
 		}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
 	"github.com/rdmamgr/rdmamgr/internal/refgate"
@@ -103,7 +104,7 @@ func (r *route) signal() {
 // reader and the copies in flight, then unmaps everything. Idempotent.
 func (r *route) Close() error {
 	r.closeOnce.Do(func() {
-		r.fail(fmt.Errorf("shm: route: %w", backend.ErrClosed))
+		r.fail(fmt.Errorf("shm: route: %w", rdmamgr.ErrClosed))
 		close(r.stop)
 		r.wg.Wait()
 		r.gate.Close()
@@ -125,7 +126,7 @@ func (r *route) reader() {
 	for {
 		p, err := readPacket(r.conn, buf, oob)
 		if err != nil {
-			if errors.Is(err, backend.ErrProtocol) {
+			if errors.Is(err, rdmamgr.ErrProtocol) {
 				r.fail(err)
 			} else {
 				r.fail(errOwnerGone)
@@ -184,7 +185,7 @@ func (r *route) dispatch(p packet) error {
 		return nil
 	default:
 		p.close()
-		return fmt.Errorf("shm: owner sent message type %d: %w", typ, backend.ErrProtocol)
+		return fmt.Errorf("shm: owner sent message type %d: %w", typ, rdmamgr.ErrProtocol)
 	}
 }
 

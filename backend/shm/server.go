@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
@@ -104,22 +105,22 @@ func (c *serverConn) authenticate() error {
 	copy(tok[:], d.take(tokenSize))
 	mac := d.take(int(d.u8()))
 	if err := d.end(); err != nil || typ != msgAuth {
-		return c.refuse(fmt.Errorf("malformed credentials (type %d): %w", typ, backend.ErrUnauthenticated))
+		return c.refuse(fmt.Errorf("malformed credentials (type %d): %w", typ, rdmamgr.ErrUnauthenticated))
 	}
 	t, ok := c.b.takeToken(tok)
 	if !ok {
-		return c.refuse(fmt.Errorf("unknown or expired route token: %w", backend.ErrUnauthenticated))
+		return c.refuse(fmt.Errorf("unknown or expired route token: %w", rdmamgr.ErrUnauthenticated))
 	}
 	pid, uid, err := peerCred(c.conn)
 	switch {
 	case err != nil:
-		return c.refuse(fmt.Errorf("no peer credentials: %v: %w", err, backend.ErrUnauthenticated))
+		return c.refuse(fmt.Errorf("no peer credentials: %v: %w", err, rdmamgr.ErrUnauthenticated))
 	case !c.b.uidAllowed(uid) || uid != t.uid:
-		return c.refuse(fmt.Errorf("peer uid %d (route claimed %d) not allowed: %w", uid, t.uid, backend.ErrUnauthenticated))
+		return c.refuse(fmt.Errorf("peer uid %d (route claimed %d) not allowed: %w", uid, t.uid, rdmamgr.ErrUnauthenticated))
 	case pid <= 0 || uint32(pid) != t.pid:
-		return c.refuse(fmt.Errorf("peer pid %d, route claimed %d: %w", pid, t.pid, backend.ErrUnauthenticated))
+		return c.refuse(fmt.Errorf("peer pid %d, route claimed %d: %w", pid, t.pid, rdmamgr.ErrUnauthenticated))
 	case !c.b.cfg.Secret.Verify(mac, labelConn, tok[:], nonce, u32(t.pid)):
-		return c.refuse(fmt.Errorf("connection MAC does not verify: %w", backend.ErrUnauthenticated))
+		return c.refuse(fmt.Errorf("connection MAC does not verify: %w", rdmamgr.ErrUnauthenticated))
 	}
 	fd, tbl, err := newTable()
 	if err != nil {
@@ -176,7 +177,7 @@ func (c *serverConn) handle(p []byte) error {
 	case msgSendMore:
 		return c.sendMore(&d)
 	default:
-		return fmt.Errorf("shm: message type %d: %w", typ, backend.ErrProtocol)
+		return fmt.Errorf("shm: message type %d: %w", typ, rdmamgr.ErrProtocol)
 	}
 }
 

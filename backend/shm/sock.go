@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/rdmamgr/rdmamgr"
 	"golang.org/x/sys/unix"
-
-	"github.com/rdmamgr/rdmamgr/backend"
 )
 
 // packet is one message read from the socket, with the fd it carried
@@ -35,7 +34,7 @@ func readPacket(c *net.UnixConn, buf, oob []byte) (packet, error) {
 	}
 	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n == 0 {
 		p.close()
-		return packet{fd: -1}, fmt.Errorf("shm: message truncated or empty (%d bytes, flags %#x): %w", n, flags, backend.ErrProtocol)
+		return packet{fd: -1}, fmt.Errorf("shm: message truncated or empty (%d bytes, flags %#x): %w", n, flags, rdmamgr.ErrProtocol)
 	}
 	return p, nil
 }

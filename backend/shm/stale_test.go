@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -44,7 +45,7 @@ func TestStaleMappingRefused(t *testing.T) {
 		if e == nil {
 			t.Fatalf("%s: region not mapped after a put", how)
 		}
-		want := buffer.ErrRevoked
+		want := rdmamgr.ErrRevoked
 		if how == "revoke" {
 			if err := regB.Revoke(t.Context(), hb); err != nil {
 				t.Fatal(err)
@@ -53,7 +54,7 @@ func TestStaleMappingRefused(t *testing.T) {
 				lb[i] = 0x55
 			}
 		} else {
-			want = buffer.ErrReleased
+			want = rdmamgr.ErrReleased
 			if err := regB.Release(t.Context(), hb); err != nil {
 				t.Fatal(err)
 			}

@@ -7,9 +7,8 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/rdmamgr/rdmamgr"
 	"golang.org/x/sys/unix"
-
-	"github.com/rdmamgr/rdmamgr/backend"
 )
 
 // The state table of one route: a sealed memfd the owner makes and both
@@ -122,12 +121,12 @@ func mapShared(fd int) (mem []byte, id fileID, err error) {
 		return nil, id, fmt.Errorf("shm: fstat of a passed fd: %w", err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size <= 0 || st.Size > 1<<40 {
-		return nil, id, fmt.Errorf("shm: passed fd is not a memory file (mode %o, %d bytes): %w", st.Mode, st.Size, backend.ErrProtocol)
+		return nil, id, fmt.Errorf("shm: passed fd is not a memory file (mode %o, %d bytes): %w", st.Mode, st.Size, rdmamgr.ErrProtocol)
 	}
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
 	const need = unix.F_SEAL_SHRINK | unix.F_SEAL_SEAL
 	if err != nil || seals&need != need || seals&(unix.F_SEAL_WRITE|unix.F_SEAL_FUTURE_WRITE) != 0 {
-		return nil, id, fmt.Errorf("shm: passed memfd not sealed against shrinking (seals %#x, %v): %w", seals, err, backend.ErrProtocol)
+		return nil, id, fmt.Errorf("shm: passed memfd not sealed against shrinking (seals %#x, %v): %w", seals, err, rdmamgr.ErrProtocol)
 	}
 	mem, err = unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/word"
@@ -20,7 +21,7 @@ func (r *route) atomic(e *entry, wr *backend.WorkRequest) error {
 	hdr := r.table
 	if !e.access.Allows(buffer.AccessAtomic) {
 		hdr.word(0, wRejected).Add(1)
-		return fmt.Errorf("shm: %s on a %s buffer: %w", wr.Op, e.access, buffer.ErrAccess)
+		return fmt.Errorf("shm: %s on a %s buffer: %w", wr.Op, e.access, rdmamgr.ErrAccess)
 	}
 	if err := buffer.CheckRange(uint64(len(e.mem)), wr.Remote.Offset, 8); err != nil {
 		hdr.word(0, wRejected).Add(1)
@@ -73,7 +74,7 @@ func (r *route) notify(e *entry, wr *backend.WorkRequest) error {
 // stalled owner fails the route at wr's deadline.
 func (r *route) sendMessage(wr *backend.WorkRequest) error {
 	if len(wr.Local) > maxSend {
-		return fmt.Errorf("shm: send of %d bytes, at most %d: %w", len(wr.Local), maxSend, backend.ErrLimit)
+		return fmt.Errorf("shm: send of %d bytes, at most %d: %w", len(wr.Local), maxSend, rdmamgr.ErrLimit)
 	}
 	req, ch := r.newRequest()
 	if !wr.Deadline.IsZero() {
@@ -93,7 +94,7 @@ func (r *route) sendMessage(wr *backend.WorkRequest) error {
 		data = data[n:]
 		if err := writePacket(r.conn, pkt, -1); err != nil {
 			r.forget(req, ch)
-			r.fail(fmt.Errorf("shm: send stalled or owner gone: %v: %w", err, backend.ErrPeerGone))
+			r.fail(fmt.Errorf("shm: send stalled or owner gone: %v: %w", err, rdmamgr.ErrPeerGone))
 			return r.st.Err()
 		}
 	}

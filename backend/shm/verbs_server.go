@@ -82,12 +82,12 @@ func (c *serverConn) checkEvent(m eventMsg) error {
 // sendStart takes the first packet of a message.
 func (c *serverConn) sendStart(d *decoder) error {
 	if c.send != nil {
-		return fmt.Errorf("shm: a message started inside another: %w", backend.ErrProtocol)
+		return fmt.Errorf("shm: a message started inside another: %w", rdmamgr.ErrProtocol)
 	}
 	s := &inSend{req: d.u64(), n: d.u64(), imm: d.u32(), hasImm: d.u8() == 1}
 	data := d.b
 	if d.err != nil || s.n == 0 || s.n > maxSend || uint64(len(data)) > s.n {
-		return fmt.Errorf("shm: message header (%d bytes, %v): %w", s.n, d.err, backend.ErrProtocol)
+		return fmt.Errorf("shm: message header (%d bytes, %v): %w", s.n, d.err, rdmamgr.ErrProtocol)
 	}
 	if in := c.b.theInbox(); in == nil {
 		s.err = fmt.Errorf("no inbox: %w", rdmamgr.ErrNoReceive)
@@ -103,7 +103,7 @@ func (c *serverConn) sendStart(d *decoder) error {
 func (c *serverConn) sendMore(d *decoder) error {
 	req := d.u64()
 	if d.err != nil || c.send == nil || req != c.send.req || uint64(len(d.b)) > c.send.n-c.send.got || len(d.b) == 0 {
-		return fmt.Errorf("shm: message fragment out of place: %w", backend.ErrProtocol)
+		return fmt.Errorf("shm: message fragment out of place: %w", rdmamgr.ErrProtocol)
 	}
 	return c.sendData(d.b)
 }

@@ -31,7 +31,7 @@ func (in *testInbox) Event(ev backend.Event) error {
 	case in.events <- ev:
 		return nil
 	default:
-		return backend.ErrLimit
+		return rdmamgr.ErrLimit
 	}
 }
 

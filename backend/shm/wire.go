@@ -6,7 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
@@ -82,7 +82,7 @@ func (d *decoder) take(n int) []byte {
 		return nil
 	}
 	if n < 0 || n > len(d.b) {
-		d.err = fmt.Errorf("shm: truncated message: %w", backend.ErrProtocol)
+		d.err = fmt.Errorf("shm: truncated message: %w", rdmamgr.ErrProtocol)
 		return nil
 	}
 	p := d.b[:n:n]
@@ -114,7 +114,7 @@ func (d *decoder) u64() uint64 {
 // end fails unless every byte was read.
 func (d *decoder) end() error {
 	if d.err == nil && len(d.b) != 0 {
-		d.err = fmt.Errorf("shm: %d trailing bytes: %w", len(d.b), backend.ErrProtocol)
+		d.err = fmt.Errorf("shm: %d trailing bytes: %w", len(d.b), rdmamgr.ErrProtocol)
 	}
 	return d.err
 }
@@ -122,7 +122,7 @@ func (d *decoder) end() error {
 // version checks the leading version byte.
 func (d *decoder) version() error {
 	if v := d.u8(); d.err == nil && v != protoVersion {
-		d.err = fmt.Errorf("shm: version %d, ours %d: %w", v, protoVersion, backend.ErrVersion)
+		d.err = fmt.Errorf("shm: version %d, ours %d: %w", v, protoVersion, rdmamgr.ErrVersion)
 	}
 	return d.err
 }
@@ -138,7 +138,7 @@ func decodeInfo(p []byte) (routeInfo, error) {
 	i.fbKind = string(d.take(int(d.u8())))
 	n := d.u32()
 	if d.err == nil && n > maxFallbackInfo {
-		return i, fmt.Errorf("shm: fallback info of %d bytes: %w", n, backend.ErrProtocol)
+		return i, fmt.Errorf("shm: fallback info of %d bytes: %w", n, rdmamgr.ErrProtocol)
 	}
 	i.fb = d.take(int(n))
 	return i, d.end()
@@ -162,11 +162,11 @@ func decodeAnswer(p []byte) (routeAnswer, error) {
 	copy(a.token[:], d.take(tokenSize))
 	n := d.u32()
 	if d.err == nil && n > maxFallbackInfo {
-		return a, fmt.Errorf("shm: fallback answer of %d bytes: %w", n, backend.ErrProtocol)
+		return a, fmt.Errorf("shm: fallback answer of %d bytes: %w", n, rdmamgr.ErrProtocol)
 	}
 	a.fb = d.take(int(n))
 	if d.err == nil && a.socket == "" {
-		d.err = fmt.Errorf("shm: answer without a socket: %w", backend.ErrProtocol)
+		d.err = fmt.Errorf("shm: answer without a socket: %w", rdmamgr.ErrProtocol)
 	}
 	return a, d.end()
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -46,7 +47,7 @@ func TestSecretMismatchRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pending.Complete(ctx, answer); !errors.Is(err, backend.ErrUnauthenticated) {
+	if _, err := pending.Complete(ctx, answer); !errors.Is(err, rdmamgr.ErrUnauthenticated) {
 		t.Fatalf("Complete with the wrong secret: %v, want ErrUnauthenticated", err)
 	}
 	if got := b.Served().AuthFail; got == 0 {

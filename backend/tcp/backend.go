@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
@@ -103,7 +104,7 @@ func (b *Backend) serve(ln net.Listener) error {
 		b.mu.Unlock()
 		ln.Close()
 		if b.closed {
-			return backend.ErrClosed
+			return rdmamgr.ErrClosed
 		}
 		return errors.New("tcp: already started")
 	}

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 )
 
 // The initiator's connections. Each connection of a route runs a writer
@@ -126,14 +126,14 @@ func (cc *clientConn) expire(now time.Time) {
 		if c.deadline.IsZero() || !now.After(c.deadline) {
 			return nil
 		}
-		return fmt.Errorf("tcp: %s of %d bytes: %w", c.op.wr.Op, len(c.local), backend.ErrDeadline)
+		return fmt.Errorf("tcp: %s of %d bytes: %w", c.op.wr.Op, len(c.local), rdmamgr.ErrDeadline)
 	})
 }
 
 // failAll fails every chunk still held; called after both loops exited.
 func (cc *clientConn) failAll(err error) {
 	if err == nil {
-		err = backend.ErrClosed
+		err = rdmamgr.ErrClosed
 	}
 	cc.mu.Lock()
 	cc.failing = true

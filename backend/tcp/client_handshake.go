@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 )
 
@@ -33,7 +34,7 @@ func (p *pendingRoute) Complete(ctx context.Context, info []byte) (backend.Route
 		c, err := b.dial(ctx, &d, addr) // tls.go
 		if err != nil {
 			r.closeConns()
-			return nil, fmt.Errorf("tcp: dial %s: %w: %w", addr, backend.ErrPeerGone, err)
+			return nil, fmt.Errorf("tcp: dial %s: %w: %w", addr, rdmamgr.ErrPeerGone, err)
 		}
 		if err := hello(ctx, c, tok, b.cfg.Secret); err != nil {
 			c.Close()
@@ -56,7 +57,7 @@ func (b *Backend) startRoute(r *route) error {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return backend.ErrClosed
+		return rdmamgr.ErrClosed
 	}
 	b.routes[r] = struct{}{}
 	for _, cc := range r.conns {
@@ -84,7 +85,7 @@ func hello(ctx context.Context, c net.Conn, tok [tokenSize]byte, secret backend.
 	_ = c.SetDeadline(dl)
 	var ch [challengeSize]byte
 	if _, err := io.ReadFull(c, ch[:]); err != nil {
-		return fmt.Errorf("challenge: %w: %w", backend.ErrPeerGone, err)
+		return fmt.Errorf("challenge: %w: %w", rdmamgr.ErrPeerGone, err)
 	}
 	nonce, err := decodeChallenge(ch[:])
 	if err != nil {
@@ -93,11 +94,11 @@ func hello(ctx context.Context, c net.Conn, tok [tokenSize]byte, secret backend.
 	var h [helloSize]byte
 	encodeHello(h[:], tok, helloMAC(secret, nonce, tok))
 	if _, err := c.Write(h[:]); err != nil {
-		return fmt.Errorf("hello: %w: %w", backend.ErrPeerGone, err)
+		return fmt.Errorf("hello: %w: %w", rdmamgr.ErrPeerGone, err)
 	}
 	var ack [helloAckSize]byte
 	if _, err := io.ReadFull(c, ack[:]); err != nil {
-		return fmt.Errorf("hello ack: %w: %w", backend.ErrPeerGone, err)
+		return fmt.Errorf("hello ack: %w: %w", rdmamgr.ErrPeerGone, err)
 	}
 	code, err := decodeHelloAck(ack[:])
 	if err != nil {

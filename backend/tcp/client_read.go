@@ -6,7 +6,7 @@ import (
 	"io"
 	"net"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 )
 
 // readLoop reads responses and completes chunks; READ payload lands
@@ -23,9 +23,9 @@ func (cc *clientConn) readLoop() {
 		n, err := readRespHeader(br, &hb)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
-				cc.r.fail(fmt.Errorf("tcp: connection closed: %w", backend.ErrClosed))
+				cc.r.fail(fmt.Errorf("tcp: connection closed: %w", rdmamgr.ErrClosed))
 			} else {
-				cc.r.fail(fmt.Errorf("tcp: read: %w: %w", backend.ErrPeerGone, err))
+				cc.r.fail(fmt.Errorf("tcp: read: %w: %w", rdmamgr.ErrPeerGone, err))
 			}
 			return
 		}
@@ -61,7 +61,7 @@ func readRespHeader(br *connReader, hb *[respMaxSize]byte) (int, error) {
 func (cc *clientConn) onResponse(br *connReader, h *respHeader) error {
 	if h.op == opPing {
 		if h.length != 0 || h.code != 0 {
-			return fmt.Errorf("tcp: malformed ping response: %w", backend.ErrProtocol)
+			return fmt.Errorf("tcp: malformed ping response: %w", rdmamgr.ErrProtocol)
 		}
 		return nil
 	}
@@ -73,7 +73,7 @@ func (cc *clientConn) onResponse(br *connReader, h *respHeader) error {
 		(h.length != 0 && h.length != uint32(len(c.local))) ||
 		(h.op == opRead && h.code == 0 && h.length == 0) {
 		cc.mu.Unlock()
-		return fmt.Errorf("tcp: response for wrid %d does not match: %w", h.wrid, backend.ErrProtocol)
+		return fmt.Errorf("tcp: response for wrid %d does not match: %w", h.wrid, rdmamgr.ErrProtocol)
 	}
 	if c.state == stSending && hasPayload(h.op) {
 		// The writer may still be reading c.local (a peer can answer
@@ -125,7 +125,7 @@ func (cc *clientConn) onPayload(br *connReader, c *chunk, n uint32, abandoned bo
 	if err != nil {
 		// The chunk stays in slots as receiving; drain fails it after
 		// the read loop has exited.
-		return fmt.Errorf("tcp: read payload: %w: %w", backend.ErrPeerGone, err)
+		return fmt.Errorf("tcp: read payload: %w: %w", rdmamgr.ErrPeerGone, err)
 	}
 	return nil
 }

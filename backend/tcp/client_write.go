@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
@@ -73,7 +73,7 @@ func (cc *clientConn) send(c *chunk) ([]*chunk, bool) {
 		return nil, true
 	}
 	if err := cc.writeBatch(); err != nil {
-		cc.r.fail(fmt.Errorf("tcp: write: %w: %w", backend.ErrPeerGone, err))
+		cc.r.fail(fmt.Errorf("tcp: write: %w: %w", rdmamgr.ErrPeerGone, err))
 		return nil, false
 	}
 	return cc.markSent(), true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
@@ -26,10 +27,10 @@ func TestConformance(t *testing.T) {
 			}
 			return b, reg
 		},
-		WrongKeyErr:              buffer.ErrBadKey,
-		ReleasedErr:              buffer.ErrReleased,
-		OutOfRangeErr:            buffer.ErrOutOfRange,
-		RevokedErr:               buffer.ErrRevoked,
+		WrongKeyErr:              rdmamgr.ErrBadKey,
+		ReleasedErr:              rdmamgr.ErrReleased,
+		OutOfRangeErr:            rdmamgr.ErrOutOfRange,
+		RevokedErr:               rdmamgr.ErrRevoked,
 		RouteSurvivesRemoteError: true,
 		Verbs:                    true,
 	})

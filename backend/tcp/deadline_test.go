@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -64,7 +65,7 @@ func TestDeadlineNoResponse(t *testing.T) {
 	h1 := sc.readReq(t)
 	sc.readPayload(t, int(h1.length))
 	res := rec.Wait(t, waitTimeout)
-	if res.WR != first || !errors.Is(res.Err, backend.ErrDeadline) {
+	if res.WR != first || !errors.Is(res.Err, rdmamgr.ErrDeadline) {
 		t.Fatalf("unanswered write completed with %v, want ErrDeadline", res.Err)
 	}
 	assertUp(t, rt)
@@ -112,7 +113,7 @@ func TestLateReadDoesNotTouchMemory(t *testing.T) {
 	if h1.op != opRead || h1.length != n {
 		t.Fatalf("request %+v", h1)
 	}
-	if res := rec.Wait(t, waitTimeout); !errors.Is(res.Err, backend.ErrDeadline) {
+	if res := rec.Wait(t, waitTimeout); !errors.Is(res.Err, rdmamgr.ErrDeadline) {
 		t.Fatalf("late read completed with %v, want ErrDeadline", res.Err)
 	}
 	// The memory is the poster's again; the server answers now.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
@@ -126,21 +127,21 @@ func (h *reqHeader) encode(b []byte) {
 // length.
 func (h *reqHeader) decode(b []byte, maxLen uint32) error {
 	if len(b) < reqHeaderSize {
-		return fmt.Errorf("request header of %d bytes: %w", len(b), backend.ErrProtocol)
+		return fmt.Errorf("request header of %d bytes: %w", len(b), rdmamgr.ErrProtocol)
 	}
 	*h = reqHeader{op: b[0]}
 	if h.op < opWrite || h.op > opFetchAdd {
-		return fmt.Errorf("request op %#x: %w", h.op, backend.ErrProtocol)
+		return fmt.Errorf("request op %#x: %w", h.op, rdmamgr.ErrProtocol)
 	}
 	if len(b) < h.size() {
-		return fmt.Errorf("request header of %d bytes for op %d: %w", len(b), h.op, backend.ErrProtocol)
+		return fmt.Errorf("request header of %d bytes for op %d: %w", len(b), h.op, rdmamgr.ErrProtocol)
 	}
 	flags := b[1]
 	if h.op == opSend {
 		h.hasImm, flags = flags&flagImm != 0, flags&^flagImm
 	}
 	if flags != 0 || b[2] != 0 || b[3] != 0 {
-		return fmt.Errorf("request reserved bits set: %w", backend.ErrProtocol)
+		return fmt.Errorf("request reserved bits set: %w", rdmamgr.ErrProtocol)
 	}
 	h.length = binary.LittleEndian.Uint32(b[4:])
 	h.wrid = binary.LittleEndian.Uint64(b[8:])
@@ -151,17 +152,17 @@ func (h *reqHeader) decode(b []byte, maxLen uint32) error {
 	case h.op == opPing:
 		// A ping carries a wrid and nothing else.
 		if h.length != 0 || h.region != 0 || h.offset != 0 || h.key != (buffer.Key{}) {
-			return fmt.Errorf("ping with a length or a target: %w", backend.ErrProtocol)
+			return fmt.Errorf("ping with a length or a target: %w", rdmamgr.ErrProtocol)
 		}
 		return nil
 	case h.op == opCompareSwap || h.op == opFetchAdd:
 		if h.length != 8 {
-			return fmt.Errorf("%s of %d bytes: %w", opOf(h.op), h.length, backend.ErrProtocol)
+			return fmt.Errorf("%s of %d bytes: %w", opOf(h.op), h.length, rdmamgr.ErrProtocol)
 		}
 	case h.length == 0 || h.length > maxLen:
-		return fmt.Errorf("request length %d (max %d): %w", h.length, maxLen, backend.ErrProtocol)
+		return fmt.Errorf("request length %d (max %d): %w", h.length, maxLen, rdmamgr.ErrProtocol)
 	case h.op == opSend && (h.region != 0 || h.offset != 0 || h.key != (buffer.Key{})):
-		return fmt.Errorf("send with a target: %w", backend.ErrProtocol)
+		return fmt.Errorf("send with a target: %w", rdmamgr.ErrProtocol)
 	}
 	if h.size() == reqHeaderSize {
 		return nil
@@ -177,18 +178,18 @@ func (h *reqHeader) decodeOperands(e []byte) error {
 	case opWriteImm:
 		h.imm, h.total = uint32(lo), hi
 		if lo>>32 != 0 || h.total < uint64(h.length) {
-			return fmt.Errorf("write-imm operands: total %d for %d bytes: %w", h.total, h.length, backend.ErrProtocol)
+			return fmt.Errorf("write-imm operands: total %d for %d bytes: %w", h.total, h.length, rdmamgr.ErrProtocol)
 		}
 	case opSend:
 		h.imm = uint32(lo)
 		if lo>>32 != 0 || hi != 0 || (!h.hasImm && h.imm != 0) {
-			return fmt.Errorf("send operands: %w", backend.ErrProtocol)
+			return fmt.Errorf("send operands: %w", rdmamgr.ErrProtocol)
 		}
 	case opCompareSwap:
 		h.compare, h.swap = lo, hi
 	case opFetchAdd:
 		if lo != 0 {
-			return fmt.Errorf("fetch-add operands: %w", backend.ErrProtocol)
+			return fmt.Errorf("fetch-add operands: %w", rdmamgr.ErrProtocol)
 		}
 		h.swap = hi
 	}
@@ -233,20 +234,20 @@ func (h *respHeader) encode(b []byte) {
 // respSize of its op (the old value of an atomic too).
 func (h *respHeader) decode(b []byte) error {
 	if len(b) < respHeaderSize {
-		return fmt.Errorf("response header of %d bytes: %w", len(b), backend.ErrProtocol)
+		return fmt.Errorf("response header of %d bytes: %w", len(b), rdmamgr.ErrProtocol)
 	}
 	if b[0]&respFlag == 0 {
-		return fmt.Errorf("response without response flag: %w", backend.ErrProtocol)
+		return fmt.Errorf("response without response flag: %w", rdmamgr.ErrProtocol)
 	}
 	*h = respHeader{op: b[0] &^ respFlag}
 	if h.op < opWrite || h.op > opFetchAdd {
-		return fmt.Errorf("response op %#x: %w", h.op, backend.ErrProtocol)
+		return fmt.Errorf("response op %#x: %w", h.op, rdmamgr.ErrProtocol)
 	}
 	if len(b) < h.size() {
-		return fmt.Errorf("response header of %d bytes for op %d: %w", len(b), h.op, backend.ErrProtocol)
+		return fmt.Errorf("response header of %d bytes for op %d: %w", len(b), h.op, rdmamgr.ErrProtocol)
 	}
 	if b[2] != 0 || b[3] != 0 {
-		return fmt.Errorf("response reserved bits set: %w", backend.ErrProtocol)
+		return fmt.Errorf("response reserved bits set: %w", rdmamgr.ErrProtocol)
 	}
 	h.code = b[1]
 	h.length = binary.LittleEndian.Uint32(b[4:])
@@ -255,13 +256,13 @@ func (h *respHeader) decode(b []byte) error {
 		h.value = binary.LittleEndian.Uint64(b[respHeaderSize:])
 	}
 	if h.length != 0 && (h.op != opRead || h.code != 0) {
-		return fmt.Errorf("response payload on %#x code %d: %w", h.op, h.code, backend.ErrProtocol)
+		return fmt.Errorf("response payload on %#x code %d: %w", h.op, h.code, rdmamgr.ErrProtocol)
 	}
 	if h.op == opPing && h.code != 0 {
-		return fmt.Errorf("ping answered with code %d: %w", h.code, backend.ErrProtocol)
+		return fmt.Errorf("ping answered with code %d: %w", h.code, rdmamgr.ErrProtocol)
 	}
 	if h.value != 0 && h.code != 0 {
-		return fmt.Errorf("old value on a refused %s: %w", opOf(h.op), backend.ErrProtocol)
+		return fmt.Errorf("old value on a refused %s: %w", opOf(h.op), rdmamgr.ErrProtocol)
 	}
 	return nil
 }

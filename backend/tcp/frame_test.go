@@ -81,7 +81,7 @@ func TestReqHeaderDecodeRejects(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var h reqHeader
 			err := h.decode(tc.mutate(validReq()), maxLen)
-			if !errors.Is(err, backend.ErrProtocol) {
+			if !errors.Is(err, rdmamgr.ErrProtocol) {
 				t.Fatalf("decode: %v, want ErrProtocol", err)
 			}
 		})
@@ -98,10 +98,10 @@ func TestReqHeaderDecodeRejects(t *testing.T) {
 func TestRespHeaderRoundTrip(t *testing.T) {
 	cases := []respHeader{
 		{op: opWrite, code: 0, wrid: 1},
-		{op: opWrite, code: byte(backend.Code(buffer.ErrBadKey)), wrid: math.MaxUint64},
+		{op: opWrite, code: byte(backend.Code(rdmamgr.ErrBadKey)), wrid: math.MaxUint64},
 		{op: opRead, code: 0, length: 1 << 20, wrid: 99},
 		{op: opRead, code: 0, length: math.MaxUint32, wrid: 5},
-		{op: opRead, code: byte(backend.Code(buffer.ErrAccess)), wrid: 5},
+		{op: opRead, code: byte(backend.Code(rdmamgr.ErrAccess)), wrid: 5},
 		{op: opRead, code: 0, length: 0, wrid: 8}, // decodes; the reader rejects it in context
 	}
 	for _, want := range cases {
@@ -128,7 +128,7 @@ func validResp(op, code byte, length uint32) []byte {
 }
 
 func TestRespHeaderDecodeRejects(t *testing.T) {
-	badKey := byte(backend.Code(buffer.ErrBadKey))
+	badKey := byte(backend.Code(rdmamgr.ErrBadKey))
 	cases := []struct {
 		name string
 		b    []byte
@@ -147,7 +147,7 @@ func TestRespHeaderDecodeRejects(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var h respHeader
-			if err := h.decode(tc.b); !errors.Is(err, backend.ErrProtocol) {
+			if err := h.decode(tc.b); !errors.Is(err, rdmamgr.ErrProtocol) {
 				t.Fatalf("decode: %v, want ErrProtocol", err)
 			}
 		})
@@ -168,7 +168,7 @@ func FuzzReqHeader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte, maxLen uint32) {
 		var h reqHeader
 		if err := h.decode(b, maxLen); err != nil {
-			if !errors.Is(err, backend.ErrProtocol) {
+			if !errors.Is(err, rdmamgr.ErrProtocol) {
 				t.Fatalf("decode error %v is not ErrProtocol", err)
 			}
 			return
@@ -198,7 +198,7 @@ func FuzzRespHeader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var h respHeader
 		if err := h.decode(b); err != nil {
-			if !errors.Is(err, backend.ErrProtocol) {
+			if !errors.Is(err, rdmamgr.ErrProtocol) {
 				t.Fatalf("decode error %v is not ErrProtocol", err)
 			}
 			return

@@ -6,7 +6,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
@@ -59,7 +59,7 @@ func TestVerbHeadersRoundTrip(t *testing.T) {
 			t.Fatalf("round trip of %+v: %+v, %v", want, got, err)
 		}
 		// The fixed part alone is not enough.
-		if err := got.decode(b[:reqHeaderSize], 1<<20); !errors.Is(err, backend.ErrProtocol) {
+		if err := got.decode(b[:reqHeaderSize], 1<<20); !errors.Is(err, rdmamgr.ErrProtocol) {
 			t.Fatalf("decode without the operands: %v, want ErrProtocol", err)
 		}
 	}
@@ -103,7 +103,7 @@ func TestVerbHeadersDecodeRejects(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var h reqHeader
-			if err := h.decode(tc.b, 1<<20); !errors.Is(err, backend.ErrProtocol) {
+			if err := h.decode(tc.b, 1<<20); !errors.Is(err, rdmamgr.ErrProtocol) {
 				t.Fatalf("decode: %v (%+v), want ErrProtocol", err, h)
 			}
 		})
@@ -121,7 +121,7 @@ func TestVerbHeadersDecodeRejects(t *testing.T) {
 		"atomic value cut short":    resp(respHeader{op: opFetchAdd}, func(b []byte) {})[:respMaxSize-1],
 	} {
 		var h respHeader
-		if err := h.decode(b); !errors.Is(err, backend.ErrProtocol) {
+		if err := h.decode(b); !errors.Is(err, rdmamgr.ErrProtocol) {
 			t.Errorf("%s: decode %v, want ErrProtocol", name, err)
 		}
 	}

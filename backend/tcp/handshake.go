@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 )
 
@@ -29,16 +30,16 @@ func encodeChallenge(b []byte, nonce [16]byte) {
 
 func decodeChallenge(b []byte) (nonce [16]byte, err error) {
 	if len(b) < challengeSize {
-		return nonce, fmt.Errorf("challenge of %d bytes: %w", len(b), backend.ErrProtocol)
+		return nonce, fmt.Errorf("challenge of %d bytes: %w", len(b), rdmamgr.ErrProtocol)
 	}
 	if [4]byte(b[0:4]) != helloMagic {
-		return nonce, fmt.Errorf("challenge magic %q: %w", b[0:4], backend.ErrProtocol)
+		return nonce, fmt.Errorf("challenge magic %q: %w", b[0:4], rdmamgr.ErrProtocol)
 	}
 	if v := binary.LittleEndian.Uint16(b[4:]); v != Version {
-		return nonce, fmt.Errorf("challenge version %d, want %d: %w", v, Version, backend.ErrVersion)
+		return nonce, fmt.Errorf("challenge version %d, want %d: %w", v, Version, rdmamgr.ErrVersion)
 	}
 	if b[6] != 0 || b[7] != 0 {
-		return nonce, fmt.Errorf("challenge reserved bits set: %w", backend.ErrProtocol)
+		return nonce, fmt.Errorf("challenge reserved bits set: %w", rdmamgr.ErrProtocol)
 	}
 	copy(nonce[:], b[8:24])
 	return nonce, nil
@@ -63,16 +64,16 @@ func encodeHello(b []byte, token [tokenSize]byte, mac [macSize]byte) {
 
 func decodeHello(b []byte) (tok [tokenSize]byte, mac [macSize]byte, err error) {
 	if len(b) < helloSize {
-		return tok, mac, fmt.Errorf("hello of %d bytes: %w", len(b), backend.ErrProtocol)
+		return tok, mac, fmt.Errorf("hello of %d bytes: %w", len(b), rdmamgr.ErrProtocol)
 	}
 	if [4]byte(b[0:4]) != helloMagic {
-		return tok, mac, fmt.Errorf("hello magic %q: %w", b[0:4], backend.ErrProtocol)
+		return tok, mac, fmt.Errorf("hello magic %q: %w", b[0:4], rdmamgr.ErrProtocol)
 	}
 	if v := binary.LittleEndian.Uint16(b[4:]); v != Version {
-		return tok, mac, fmt.Errorf("hello version %d, want %d: %w", v, Version, backend.ErrVersion)
+		return tok, mac, fmt.Errorf("hello version %d, want %d: %w", v, Version, rdmamgr.ErrVersion)
 	}
 	if b[6] != 0 || b[7] != 0 {
-		return tok, mac, fmt.Errorf("hello reserved bits set: %w", backend.ErrProtocol)
+		return tok, mac, fmt.Errorf("hello reserved bits set: %w", rdmamgr.ErrProtocol)
 	}
 	copy(tok[:], b[8:40])
 	copy(mac[:], b[40:72])
@@ -97,10 +98,10 @@ func encodeHelloAck(b []byte, code byte) {
 
 func decodeHelloAck(b []byte) (code byte, err error) {
 	if len(b) < helloAckSize || [4]byte(b[0:4]) != helloMagic {
-		return 0, fmt.Errorf("bad hello ack: %w", backend.ErrProtocol)
+		return 0, fmt.Errorf("bad hello ack: %w", rdmamgr.ErrProtocol)
 	}
 	if v := binary.LittleEndian.Uint16(b[4:]); v != Version {
-		return 0, fmt.Errorf("hello ack version %d: %w", v, backend.ErrVersion)
+		return 0, fmt.Errorf("hello ack version %d: %w", v, rdmamgr.ErrVersion)
 	}
 	return b[6], nil
 }
@@ -115,14 +116,14 @@ func encodeInitiatorInfo(conns int) []byte {
 
 func decodeInitiatorInfo(b []byte) (conns int, err error) {
 	if len(b) != 4 {
-		return 0, fmt.Errorf("initiator info of %d bytes: %w", len(b), backend.ErrProtocol)
+		return 0, fmt.Errorf("initiator info of %d bytes: %w", len(b), rdmamgr.ErrProtocol)
 	}
 	if v := binary.LittleEndian.Uint16(b[0:]); v != Version {
-		return 0, fmt.Errorf("initiator version %d, want %d: %w", v, Version, backend.ErrVersion)
+		return 0, fmt.Errorf("initiator version %d, want %d: %w", v, Version, rdmamgr.ErrVersion)
 	}
 	conns = int(binary.LittleEndian.Uint16(b[2:]))
 	if conns < 1 || conns > maxConns {
-		return 0, fmt.Errorf("initiator asks for %d connections (1..%d): %w", conns, maxConns, backend.ErrProtocol)
+		return 0, fmt.Errorf("initiator asks for %d connections (1..%d): %w", conns, maxConns, rdmamgr.ErrProtocol)
 	}
 	return conns, nil
 }
@@ -142,15 +143,15 @@ func encodeResponderInfo(addr string, tokens [][tokenSize]byte) []byte {
 
 func decodeResponderInfo(b []byte) (addr string, tokens [][tokenSize]byte, err error) {
 	if len(b) < 6 {
-		return "", nil, fmt.Errorf("responder info of %d bytes: %w", len(b), backend.ErrProtocol)
+		return "", nil, fmt.Errorf("responder info of %d bytes: %w", len(b), rdmamgr.ErrProtocol)
 	}
 	if v := binary.LittleEndian.Uint16(b[0:]); v != Version {
-		return "", nil, fmt.Errorf("responder version %d, want %d: %w", v, Version, backend.ErrVersion)
+		return "", nil, fmt.Errorf("responder version %d, want %d: %w", v, Version, rdmamgr.ErrVersion)
 	}
 	n := int(binary.LittleEndian.Uint16(b[2:]))
 	al := int(binary.LittleEndian.Uint16(b[4:]))
 	if n < 1 || n > maxConns || al < 1 || al > maxAddrSz || len(b) != 6+al+n*tokenSize {
-		return "", nil, fmt.Errorf("responder info n=%d addr=%d size=%d: %w", n, al, len(b), backend.ErrProtocol)
+		return "", nil, fmt.Errorf("responder info n=%d addr=%d size=%d: %w", n, al, len(b), rdmamgr.ErrProtocol)
 	}
 	addr = string(b[6 : 6+al])
 	tokens = make([][tokenSize]byte, n)

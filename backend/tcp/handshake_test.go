@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 )
 
@@ -44,13 +45,13 @@ func TestHelloDecodeRejects(t *testing.T) {
 		b    []byte
 		want error
 	}{
-		{"empty", nil, backend.ErrProtocol},
-		{"short", valid()[:helloSize-1], backend.ErrProtocol},
-		{"bad magic", func() []byte { b := valid(); b[0] = 'X'; return b }(), backend.ErrProtocol},
-		{"garbage", bytes.Repeat([]byte{0xFF}, helloSize), backend.ErrProtocol},
-		{"reserved", func() []byte { b := valid(); b[7] = 1; return b }(), backend.ErrProtocol},
-		{"old version", func() []byte { b := valid(); binary.LittleEndian.PutUint16(b[4:], Version-1); return b }(), backend.ErrVersion},
-		{"new version", func() []byte { b := valid(); binary.LittleEndian.PutUint16(b[4:], Version+1); return b }(), backend.ErrVersion},
+		{"empty", nil, rdmamgr.ErrProtocol},
+		{"short", valid()[:helloSize-1], rdmamgr.ErrProtocol},
+		{"bad magic", func() []byte { b := valid(); b[0] = 'X'; return b }(), rdmamgr.ErrProtocol},
+		{"garbage", bytes.Repeat([]byte{0xFF}, helloSize), rdmamgr.ErrProtocol},
+		{"reserved", func() []byte { b := valid(); b[7] = 1; return b }(), rdmamgr.ErrProtocol},
+		{"old version", func() []byte { b := valid(); binary.LittleEndian.PutUint16(b[4:], Version-1); return b }(), rdmamgr.ErrVersion},
+		{"new version", func() []byte { b := valid(); binary.LittleEndian.PutUint16(b[4:], Version+1); return b }(), rdmamgr.ErrVersion},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,7 +63,7 @@ func TestHelloDecodeRejects(t *testing.T) {
 }
 
 func TestHelloAck(t *testing.T) {
-	for _, code := range []byte{0, byte(backend.Code(backend.ErrUnauthenticated)), byte(backend.Code(backend.ErrVersion)), 0xFF} {
+	for _, code := range []byte{0, byte(backend.Code(rdmamgr.ErrUnauthenticated)), byte(backend.Code(rdmamgr.ErrVersion)), 0xFF} {
 		var b [helloAckSize]byte
 		encodeHelloAck(b[:], code)
 		got, err := decodeHelloAck(b[:])
@@ -72,17 +73,17 @@ func TestHelloAck(t *testing.T) {
 	}
 	var b [helloAckSize]byte
 	encodeHelloAck(b[:], 0)
-	if _, err := decodeHelloAck(b[:helloAckSize-1]); !errors.Is(err, backend.ErrProtocol) {
+	if _, err := decodeHelloAck(b[:helloAckSize-1]); !errors.Is(err, rdmamgr.ErrProtocol) {
 		t.Fatalf("short ack: %v, want ErrProtocol", err)
 	}
 	bad := b
 	bad[1] = 'X'
-	if _, err := decodeHelloAck(bad[:]); !errors.Is(err, backend.ErrProtocol) {
+	if _, err := decodeHelloAck(bad[:]); !errors.Is(err, rdmamgr.ErrProtocol) {
 		t.Fatalf("bad magic ack: %v, want ErrProtocol", err)
 	}
 	bad = b
 	binary.LittleEndian.PutUint16(bad[4:], Version+1)
-	if _, err := decodeHelloAck(bad[:]); !errors.Is(err, backend.ErrVersion) {
+	if _, err := decodeHelloAck(bad[:]); !errors.Is(err, rdmamgr.ErrVersion) {
 		t.Fatalf("version ack: %v, want ErrVersion", err)
 	}
 }
@@ -104,14 +105,14 @@ func TestInitiatorInfo(t *testing.T) {
 		b    []byte
 		want error
 	}{
-		{"empty", nil, backend.ErrProtocol},
-		{"short", encodeInitiatorInfo(1)[:3], backend.ErrProtocol},
-		{"long", append(encodeInitiatorInfo(1), 0), backend.ErrProtocol},
-		{"zero conns", encodeInitiatorInfo(0), backend.ErrProtocol},
-		{"too many conns", encodeInitiatorInfo(maxConns + 1), backend.ErrProtocol},
-		{"max uint16 conns", encodeInitiatorInfo(math.MaxUint16), backend.ErrProtocol},
-		{"version mismatch", withVersion(Version + 1), backend.ErrVersion},
-		{"version zero", withVersion(0), backend.ErrVersion},
+		{"empty", nil, rdmamgr.ErrProtocol},
+		{"short", encodeInitiatorInfo(1)[:3], rdmamgr.ErrProtocol},
+		{"long", append(encodeInitiatorInfo(1), 0), rdmamgr.ErrProtocol},
+		{"zero conns", encodeInitiatorInfo(0), rdmamgr.ErrProtocol},
+		{"too many conns", encodeInitiatorInfo(maxConns + 1), rdmamgr.ErrProtocol},
+		{"max uint16 conns", encodeInitiatorInfo(math.MaxUint16), rdmamgr.ErrProtocol},
+		{"version mismatch", withVersion(Version + 1), rdmamgr.ErrVersion},
+		{"version zero", withVersion(0), rdmamgr.ErrVersion},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,20 +159,20 @@ func TestResponderInfo(t *testing.T) {
 		b    []byte
 		want error
 	}{
-		{"empty", nil, backend.ErrProtocol},
-		{"short", good[:5], backend.ErrProtocol},
-		{"header only", good[:6], backend.ErrProtocol},
-		{"truncated token", good[:len(good)-1], backend.ErrProtocol},
-		{"trailing byte", append(bytes.Clone(good), 0), backend.ErrProtocol},
-		{"count says 1, holds 2", setU16(2, 1), backend.ErrProtocol},
-		{"count says 3, holds 2", setU16(2, 3), backend.ErrProtocol},
-		{"zero tokens", setU16(2, 0), backend.ErrProtocol},
-		{"too many tokens", encodeResponderInfo("a:1", make([][tokenSize]byte, maxConns+1)), backend.ErrProtocol},
-		{"addr length too long", setU16(4, 12), backend.ErrProtocol},
-		{"addr length too short", setU16(4, 10), backend.ErrProtocol},
-		{"empty addr", encodeResponderInfo("", [][tokenSize]byte{testToken(1)}), backend.ErrProtocol},
-		{"addr over max", encodeResponderInfo(strings.Repeat("a", maxAddrSz+1), [][tokenSize]byte{testToken(1)}), backend.ErrProtocol},
-		{"version mismatch", setU16(0, Version+1), backend.ErrVersion},
+		{"empty", nil, rdmamgr.ErrProtocol},
+		{"short", good[:5], rdmamgr.ErrProtocol},
+		{"header only", good[:6], rdmamgr.ErrProtocol},
+		{"truncated token", good[:len(good)-1], rdmamgr.ErrProtocol},
+		{"trailing byte", append(bytes.Clone(good), 0), rdmamgr.ErrProtocol},
+		{"count says 1, holds 2", setU16(2, 1), rdmamgr.ErrProtocol},
+		{"count says 3, holds 2", setU16(2, 3), rdmamgr.ErrProtocol},
+		{"zero tokens", setU16(2, 0), rdmamgr.ErrProtocol},
+		{"too many tokens", encodeResponderInfo("a:1", make([][tokenSize]byte, maxConns+1)), rdmamgr.ErrProtocol},
+		{"addr length too long", setU16(4, 12), rdmamgr.ErrProtocol},
+		{"addr length too short", setU16(4, 10), rdmamgr.ErrProtocol},
+		{"empty addr", encodeResponderInfo("", [][tokenSize]byte{testToken(1)}), rdmamgr.ErrProtocol},
+		{"addr over max", encodeResponderInfo(strings.Repeat("a", maxAddrSz+1), [][tokenSize]byte{testToken(1)}), rdmamgr.ErrProtocol},
+		{"version mismatch", setU16(0, Version+1), rdmamgr.ErrVersion},
 	}
 	for _, tc := range rejects {
 		t.Run(tc.name, func(t *testing.T) {
@@ -194,7 +195,7 @@ func FuzzHello(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tok, mac, err := decodeHello(b)
 		if err != nil {
-			if !errors.Is(err, backend.ErrProtocol) && !errors.Is(err, backend.ErrVersion) {
+			if !errors.Is(err, rdmamgr.ErrProtocol) && !errors.Is(err, rdmamgr.ErrVersion) {
 				t.Fatalf("decode error %v is neither ErrProtocol nor ErrVersion", err)
 			}
 			return
@@ -220,7 +221,7 @@ func FuzzResponderInfo(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		addr, tokens, err := decodeResponderInfo(b)
 		if err != nil {
-			if !errors.Is(err, backend.ErrProtocol) && !errors.Is(err, backend.ErrVersion) {
+			if !errors.Is(err, rdmamgr.ErrProtocol) && !errors.Is(err, rdmamgr.ErrVersion) {
 				t.Fatalf("decode error %v is neither ErrProtocol nor ErrVersion", err)
 			}
 			return
@@ -253,7 +254,7 @@ func FuzzInitiatorInfo(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		n, err := decodeInitiatorInfo(b)
 		if err != nil {
-			if !errors.Is(err, backend.ErrProtocol) && !errors.Is(err, backend.ErrVersion) {
+			if !errors.Is(err, rdmamgr.ErrProtocol) && !errors.Is(err, rdmamgr.ErrVersion) {
 				t.Fatalf("decode error %v is neither ErrProtocol nor ErrVersion", err)
 			}
 			return

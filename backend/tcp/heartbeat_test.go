@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 )
@@ -47,7 +48,7 @@ func TestHeartbeatDetectsSilentPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := rec.Wait(t, waitTimeout)
-	if !errors.Is(res.Err, backend.ErrPeerGone) {
+	if !errors.Is(res.Err, rdmamgr.ErrPeerGone) {
 		t.Fatalf("in-flight read on a silent peer: %v, want ErrPeerGone", res.Err)
 	}
 	select {
@@ -55,7 +56,7 @@ func TestHeartbeatDetectsSilentPeer(t *testing.T) {
 	default:
 		t.Fatal("route still up")
 	}
-	if !errors.Is(rt.Err(), backend.ErrPeerGone) {
+	if !errors.Is(rt.Err(), rdmamgr.ErrPeerGone) {
 		t.Fatalf("route error %v, want ErrPeerGone", rt.Err())
 	}
 }
@@ -71,7 +72,7 @@ func TestHeartbeatDetectsSilentIdlePeer(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("silent idle peer not detected")
 	}
-	if !errors.Is(rt.Err(), backend.ErrPeerGone) {
+	if !errors.Is(rt.Err(), rdmamgr.ErrPeerGone) {
 		t.Fatalf("route error %v, want ErrPeerGone", rt.Err())
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
@@ -115,7 +115,7 @@ func TestHelloTokens(t *testing.T) {
 			t.Fatalf("PrepareRoute: %v", err)
 		}
 		_, err = pending.Complete(context.Background(), encodeResponderInfo(p.b.Addr(), [][tokenSize]byte{tok}))
-		if !errors.Is(err, backend.ErrUnauthenticated) {
+		if !errors.Is(err, rdmamgr.ErrUnauthenticated) {
 			t.Fatalf("Complete with a used token: %v, want ErrUnauthenticated", err)
 		}
 		authFail++

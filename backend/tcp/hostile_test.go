@@ -10,6 +10,7 @@ import (
 	"net"
 	"testing"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -33,54 +34,54 @@ func TestHostileRequests(t *testing.T) {
 		{"wrong key put", backend.OpWrite, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
 			h.Key[5] ^= 0x01
 			return h
-		}, buffer.ErrBadKey, false},
+		}, rdmamgr.ErrBadKey, false},
 		{"wrong key get", backend.OpRead, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
 			h.Key = buffer.Key{}
 			return h
-		}, buffer.ErrBadKey, false},
+		}, rdmamgr.ErrBadKey, false},
 		{"wrong region", backend.OpWrite, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
 			h.Region += 1000
 			return h
-		}, buffer.ErrReleased, false},
+		}, rdmamgr.ErrReleased, false},
 		{"offset past the end", backend.OpWrite, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
 			h.Offset = h.Length + 1
 			return h
-		}, buffer.ErrOutOfRange, false},
+		}, rdmamgr.ErrOutOfRange, false},
 		{"range straddles the end", backend.OpWrite, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
 			h.Offset, h.Length = h.Length-500, 1000
 			return h
-		}, buffer.ErrOutOfRange, false},
+		}, rdmamgr.ErrOutOfRange, false},
 		{"get past the end", backend.OpRead, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
 			h.Offset = 1 << 40
 			return h
-		}, buffer.ErrOutOfRange, false},
+		}, rdmamgr.ErrOutOfRange, false},
 		{"offset+length overflows", backend.OpWrite, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
 			h.Offset = math.MaxUint64 - 10
 			return h
-		}, buffer.ErrOutOfRange, true},
+		}, rdmamgr.ErrOutOfRange, true},
 		{"offset+length wraps to 0 after the first chunk", backend.OpWrite, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
 			// Chunk 0 is out of range; chunk 1's offset wraps around to 0,
 			// inside the region.
 			h.Offset = math.MaxUint64 - (1 << 20) + 1
 			return h
-		}, buffer.ErrOutOfRange, true},
+		}, rdmamgr.ErrOutOfRange, true},
 		{"put to read-only region", backend.OpWrite, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
 			ro, mem := backendtest.Alloc(t, p.regB, n, buffer.AccessRead)
 			backendtest.Random(t, mem)
 			return ro
-		}, buffer.ErrAccess, false},
+		}, rdmamgr.ErrAccess, false},
 		{"get from write-only region", backend.OpRead, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
 			wo, mem := backendtest.Alloc(t, p.regB, n, buffer.AccessWrite)
 			backendtest.Random(t, mem)
 			return wo
-		}, buffer.ErrAccess, false},
+		}, rdmamgr.ErrAccess, false},
 		{"released region", backend.OpWrite, func(t *testing.T, p *pair, h buffer.Buffer) buffer.Buffer {
 			gone, _ := backendtest.Alloc(t, p.regB, n, buffer.AccessReadWrite)
 			if err := p.regB.Release(context.Background(), gone); err != nil {
 				t.Fatalf("Release: %v", err)
 			}
 			return gone
-		}, buffer.ErrReleased, false},
+		}, rdmamgr.ErrReleased, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -297,7 +298,7 @@ func TestStraddleAcrossChunks(t *testing.T) {
 	target.Offset = chunk + 7 // [chunk+7, 5*chunk+7): the last chunk is out of range
 	_, local := backendtest.Alloc(t, p.regA, 4*chunk, buffer.AccessReadWrite)
 	backendtest.Random(t, local)
-	if err := do(t, p.route, backend.OpWrite, local, target); !errors.Is(err, buffer.ErrOutOfRange) {
+	if err := do(t, p.route, backend.OpWrite, local, target); !errors.Is(err, rdmamgr.ErrOutOfRange) {
 		t.Fatalf("put: %v, want ErrOutOfRange", err)
 	}
 	backendtest.AssertSame(t, "owner's memory before the requested range", mem[:chunk+7], before[:chunk+7])

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -28,7 +29,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 	f := newFakeServer(t)
 	failed := f.connect(t, p.a)
 	f.accept(t).c.Close()
-	assertFailed(t, failed, backend.ErrPeerGone)
+	assertFailed(t, failed, rdmamgr.ErrPeerGone)
 	stuck := f.connect(t, p.a)
 	f.accept(t)
 	rec := backendtest.NewRecorder(1)
@@ -50,11 +51,11 @@ func TestNoGoroutineLeak(t *testing.T) {
 	if err := p.a.Close(); err != nil { // closes second, failed and stuck
 		t.Fatalf("Close a: %v", err)
 	}
-	if res := rec.Wait(t, waitTimeout); !errors.Is(res.Err, backend.ErrClosed) {
+	if res := rec.Wait(t, waitTimeout); !errors.Is(res.Err, rdmamgr.ErrClosed) {
 		t.Fatalf("in-flight op at Close: %v, want ErrClosed", res.Err)
 	}
 	for _, rt := range []backend.Route{second, stuck} {
-		assertFailed(t, rt, backend.ErrClosed)
+		assertFailed(t, rt, rdmamgr.ErrClosed)
 	}
 	if err := p.b.Close(); err != nil {
 		t.Fatalf("Close b: %v", err)
@@ -83,7 +84,7 @@ func TestCloseIdempotent(t *testing.T) {
 	if err := rt.Close(); err != nil {
 		t.Fatalf("route Close again: %v", err)
 	}
-	assertFailed(t, rt, backend.ErrClosed)
+	assertFailed(t, rt, rdmamgr.ErrClosed)
 
 	// Backend Close, twice and concurrently; the remaining route goes down.
 	for range 3 {
@@ -99,19 +100,19 @@ func TestCloseIdempotent(t *testing.T) {
 	if err := p.a.Close(); err != nil {
 		t.Fatalf("Close again: %v", err)
 	}
-	assertFailed(t, p.route, backend.ErrClosed)
+	assertFailed(t, p.route, rdmamgr.ErrClosed)
 	if err := p.route.Close(); err != nil {
 		t.Fatalf("route Close after backend Close: %v", err)
 	}
 
 	ctx := context.Background()
-	if _, _, err := p.a.PrepareRoute(ctx, backendtest.OwnerB); !errors.Is(err, backend.ErrClosed) {
+	if _, _, err := p.a.PrepareRoute(ctx, backendtest.OwnerB); !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("PrepareRoute after Close: %v, want ErrClosed", err)
 	}
-	if _, err := p.a.AcceptRoute(ctx, backendtest.OwnerB, encodeInitiatorInfo(1)); !errors.Is(err, backend.ErrClosed) {
+	if _, err := p.a.AcceptRoute(ctx, backendtest.OwnerB, encodeInitiatorInfo(1)); !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("AcceptRoute after Close: %v, want ErrClosed", err)
 	}
-	if err := p.a.Start(ctx); !errors.Is(err, backend.ErrClosed) {
+	if err := p.a.Start(ctx); !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("Start after Close: %v, want ErrClosed", err)
 	}
 
@@ -129,7 +130,7 @@ func TestCloseIdempotent(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close c: %v", err)
 	}
-	if _, err := pending.Complete(ctx, answer); !errors.Is(err, backend.ErrPeerGone) {
+	if _, err := pending.Complete(ctx, answer); !errors.Is(err, rdmamgr.ErrPeerGone) {
 		t.Fatalf("Complete to a closed backend: %v, want ErrPeerGone", err)
 	}
 }
@@ -141,10 +142,10 @@ func TestLifecycleErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, _, err := b.PrepareRoute(ctx, backendtest.OwnerB); !errors.Is(err, ErrNotStarted) {
+	if _, _, err := b.PrepareRoute(ctx, backendtest.OwnerB); !errors.Is(err, rdmamgr.ErrNotStarted) {
 		t.Fatalf("PrepareRoute before Start: %v, want ErrNotStarted", err)
 	}
-	if _, err := b.AcceptRoute(ctx, backendtest.OwnerB, encodeInitiatorInfo(1)); !errors.Is(err, ErrNotStarted) {
+	if _, err := b.AcceptRoute(ctx, backendtest.OwnerB, encodeInitiatorInfo(1)); !errors.Is(err, rdmamgr.ErrNotStarted) {
 		t.Fatalf("AcceptRoute before Start: %v, want ErrNotStarted", err)
 	}
 	if b.Addr() != "" {
@@ -161,13 +162,13 @@ func TestLifecycleErrors(t *testing.T) {
 	if err := b2.Start(ctx); err == nil {
 		t.Fatalf("second Start succeeded")
 	}
-	if _, err := b2.AcceptRoute(ctx, backendtest.OwnerA, []byte{1, 2}); !errors.Is(err, backend.ErrProtocol) {
+	if _, err := b2.AcceptRoute(ctx, backendtest.OwnerA, []byte{1, 2}); !errors.Is(err, rdmamgr.ErrProtocol) {
 		t.Fatalf("AcceptRoute with garbage: %v, want ErrProtocol", err)
 	}
 	if _, err := b2.AcceptRoute(ctx, backendtest.OwnerA, encodeInitiatorInfo(2)); err != nil {
 		t.Fatalf("AcceptRoute: %v", err)
 	}
-	if _, err := b2.AcceptRoute(ctx, backendtest.OwnerA, encodeInitiatorInfo(2)); !errors.Is(err, backend.ErrLimit) {
+	if _, err := b2.AcceptRoute(ctx, backendtest.OwnerA, encodeInitiatorInfo(2)); !errors.Is(err, rdmamgr.ErrLimit) {
 		t.Fatalf("AcceptRoute past MaxPendingTokens: %v, want ErrLimit", err)
 	}
 	a2, _ := newBackend(t, Config{}, backendtest.OwnerA)
@@ -175,7 +176,7 @@ func TestLifecycleErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pending.Complete(ctx, []byte{1, 0}); !errors.Is(err, backend.ErrProtocol) {
+	if _, err := pending.Complete(ctx, []byte{1, 0}); !errors.Is(err, rdmamgr.ErrProtocol) {
 		t.Fatalf("Complete with garbage info: %v, want ErrProtocol", err)
 	}
 	pending.Abort()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -65,10 +66,10 @@ func TestBadResponses(t *testing.T) {
 				sc.readPayload(t, int(h.length))
 			}
 			tc.respond(t, sc, h)
-			if res := rec.Wait(t, waitTimeout); !errors.Is(res.Err, backend.ErrProtocol) {
+			if res := rec.Wait(t, waitTimeout); !errors.Is(res.Err, rdmamgr.ErrProtocol) {
 				t.Fatalf("completed with %v, want ErrProtocol", res.Err)
 			}
-			assertFailed(t, rt, backend.ErrProtocol)
+			assertFailed(t, rt, rdmamgr.ErrProtocol)
 			if tc.op == backend.OpRead {
 				backendtest.AssertSame(t, "local memory", local, pattern)
 			}
@@ -164,7 +165,7 @@ func TestResponseBeforeRequestSent(t *testing.T) {
 	sc.respond(t, respHeader{op: opWrite, wrid: h.wrid + 1}, nil)
 	for range 2 {
 		res := rec.Wait(t, waitTimeout)
-		if !errors.Is(res.Err, backend.ErrProtocol) {
+		if !errors.Is(res.Err, rdmamgr.ErrProtocol) {
 			which := "big"
 			if res.WR == small {
 				which = "small (never sent)"
@@ -172,5 +173,5 @@ func TestResponseBeforeRequestSent(t *testing.T) {
 			t.Fatalf("%s write completed with %v, want ErrProtocol", which, res.Err)
 		}
 	}
-	assertFailed(t, rt, backend.ErrProtocol)
+	assertFailed(t, rt, rdmamgr.ErrProtocol)
 }

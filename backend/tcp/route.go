@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
 )
@@ -98,13 +99,13 @@ func (r *route) chunkCount(wr *backend.WorkRequest) (int, error) {
 		return 1, nil
 	case wr.Op == backend.OpSend:
 		if n > uint64(r.b.cfg.MaxFrameLen) {
-			return 0, fmt.Errorf("tcp: send of %d bytes, frame limit %d: %w", n, r.b.cfg.MaxFrameLen, backend.ErrLimit)
+			return 0, fmt.Errorf("tcp: send of %d bytes, frame limit %d: %w", n, r.b.cfg.MaxFrameLen, rdmamgr.ErrLimit)
 		}
 		return 1, nil
 	}
 	count := (n + r.chunkN - 1) / r.chunkN
 	if count > uint64(cap(r.sem)) {
-		return 0, fmt.Errorf("tcp: %d-byte operation needs %d chunks, limit %d: %w", n, count, cap(r.sem), backend.ErrLimit)
+		return 0, fmt.Errorf("tcp: %d-byte operation needs %d chunks, limit %d: %w", n, count, cap(r.sem), rdmamgr.ErrLimit)
 	}
 	return int(count), nil
 }
@@ -129,7 +130,7 @@ func (r *route) reserve(count int, wr *backend.WorkRequest) error {
 		case r.sem <- struct{}{}:
 		case <-timer.C:
 			r.releaseSem(i)
-			return fmt.Errorf("tcp: waiting for room in flight: %w", backend.ErrDeadline)
+			return fmt.Errorf("tcp: waiting for room in flight: %w", rdmamgr.ErrDeadline)
 		case <-r.Done():
 			r.releaseSem(i)
 			return r.Err()
@@ -164,7 +165,7 @@ func (r *route) fail(err error) {
 	}
 }
 
-// Fail ends the route with err (it should wrap backend.ErrPeerGone when
+// Fail ends the route with err (it should wrap rdmamgr.ErrPeerGone when
 // the peer left): in-flight and later requests fail with it. Close still
 // has to be called. The manager calls it when membership says the peer
 // left.
@@ -181,7 +182,7 @@ func (r *route) closeConns() {
 func (r *route) Close() error {
 	r.closeMu.Lock()
 	defer r.closeMu.Unlock()
-	r.fail(fmt.Errorf("tcp: route closed: %w", backend.ErrClosed))
+	r.fail(fmt.Errorf("tcp: route closed: %w", rdmamgr.ErrClosed))
 	<-r.drained
 	r.b.mu.Lock()
 	delete(r.b.routes, r)
@@ -239,7 +240,7 @@ func (r *route) heartbeat(now time.Time) {
 		}
 		silent := now.Sub(cc.lastHeardAt)
 		if silent >= cfg.PeerTimeout {
-			r.fail(fmt.Errorf("tcp: peer silent for %v: %w", silent.Round(time.Millisecond), backend.ErrPeerGone))
+			r.fail(fmt.Errorf("tcp: peer silent for %v: %w", silent.Round(time.Millisecond), rdmamgr.ErrPeerGone))
 			return
 		}
 		if silent >= cfg.HeartbeatInterval {

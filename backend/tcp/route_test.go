@@ -251,19 +251,19 @@ func TestPostErrors(t *testing.T) {
 		err  error
 		want error
 	}{
-		{"local shorter than remote", post(backend.OpWrite, local[:100], backendtest.Slice(t, hr, 0, 101)), backend.ErrProtocol},
-		{"local longer than remote", post(backend.OpRead, local[:101], backendtest.Slice(t, hr, 0, 100)), backend.ErrProtocol},
-		{"zero length", post(backend.OpWrite, local[:0], backendtest.Slice(t, hr, 0, 0)), backend.ErrProtocol},
-		{"nil local", post(backend.OpRead, nil, backendtest.Slice(t, hr, 0, 0)), backend.ErrProtocol},
-		{"unknown op", post(backend.Op(99), local[:10], backendtest.Slice(t, hr, 0, 10)), backend.ErrProtocol},
-		{"send over the frame limit", post(backend.OpSend, local[:1<<20], buffer.Buffer{}), backend.ErrLimit},
-		{"send of nothing", post(backend.OpSend, nil, buffer.Buffer{}), backend.ErrProtocol},
+		{"local shorter than remote", post(backend.OpWrite, local[:100], backendtest.Slice(t, hr, 0, 101)), rdmamgr.ErrProtocol},
+		{"local longer than remote", post(backend.OpRead, local[:101], backendtest.Slice(t, hr, 0, 100)), rdmamgr.ErrProtocol},
+		{"zero length", post(backend.OpWrite, local[:0], backendtest.Slice(t, hr, 0, 0)), rdmamgr.ErrProtocol},
+		{"nil local", post(backend.OpRead, nil, backendtest.Slice(t, hr, 0, 0)), rdmamgr.ErrProtocol},
+		{"unknown op", post(backend.Op(99), local[:10], backendtest.Slice(t, hr, 0, 10)), rdmamgr.ErrProtocol},
+		{"send over the frame limit", post(backend.OpSend, local[:1<<20], buffer.Buffer{}), rdmamgr.ErrLimit},
+		{"send of nothing", post(backend.OpSend, nil, buffer.Buffer{}), rdmamgr.ErrProtocol},
 		{"atomic at an odd offset", post(backend.OpFetchAdd, nil, backendtest.Slice(t, hr, 4, 8)), rdmamgr.ErrMisaligned},
 		{"atomic on 16 bytes", post(backend.OpCompareSwap, nil, backendtest.Slice(t, hr, 0, 16)), rdmamgr.ErrMisaligned},
 		{"atomic with local memory", post(backend.OpFetchAdd, local[:8], backendtest.Slice(t, hr, 0, 8)), rdmamgr.ErrMisaligned},
-		{"op zero", post(backend.Op(0), local[:10], backendtest.Slice(t, hr, 0, 10)), backend.ErrProtocol},
+		{"op zero", post(backend.Op(0), local[:10], backendtest.Slice(t, hr, 0, 10)), rdmamgr.ErrProtocol},
 		// 5 chunks of 4 KiB can never be in flight on a route of 4.
-		{"more chunks than MaxInFlight", post(backend.OpWrite, local[:5*4096], backendtest.Slice(t, hr, 0, 5*4096)), backend.ErrLimit},
+		{"more chunks than MaxInFlight", post(backend.OpWrite, local[:5*4096], backendtest.Slice(t, hr, 0, 5*4096)), rdmamgr.ErrLimit},
 	}
 	for _, tc := range cases {
 		if !errors.Is(tc.err, tc.want) {
@@ -290,10 +290,10 @@ func TestPostErrors(t *testing.T) {
 	default:
 		t.Fatalf("Done not closed after Close")
 	}
-	if err := p.route.Err(); !errors.Is(err, backend.ErrClosed) {
+	if err := p.route.Err(); !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("Err after Close: %v, want ErrClosed", err)
 	}
-	if err := post(backend.OpWrite, local[:10], backendtest.Slice(t, hr, 0, 10)); !errors.Is(err, backend.ErrClosed) {
+	if err := post(backend.OpWrite, local[:10], backendtest.Slice(t, hr, 0, 10)); !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("Post after Close: %v, want ErrClosed", err)
 	}
 	rec.None(t)
@@ -318,7 +318,7 @@ func TestBackPressure(t *testing.T) {
 	}
 	// The third waits for room and gives up at its deadline.
 	third := &backend.WorkRequest{Op: backend.OpRead, Local: local[:16], Remote: backendtest.Slice(t, remote, 0, 16), Deadline: time.Now().Add(50 * time.Millisecond), Done: rec}
-	if err := rt.Post(third); !errors.Is(err, backend.ErrDeadline) {
+	if err := rt.Post(third); !errors.Is(err, rdmamgr.ErrDeadline) {
 		t.Fatalf("post at the in-flight limit: %v, want ErrDeadline", err)
 	}
 	rec.None(t)

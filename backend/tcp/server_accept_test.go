@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
@@ -159,7 +159,7 @@ func TestListenerDown(t *testing.T) {
 		t.Errorf("Addr %q does not show the dead listener", b.Addr())
 	}
 	_, err := b.AcceptRoute(context.Background(), backendtest.OwnerA, encodeInitiatorInfo(1))
-	if !errors.Is(err, ErrListenerDown) || !errors.Is(err, backend.ErrClosed) {
+	if !errors.Is(err, ErrListenerDown) || !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Errorf("AcceptRoute on a dead listener: %v", err)
 	}
 }
@@ -215,8 +215,8 @@ func TestPreHelloCaps(t *testing.T) {
 	if code := sendHello(t, c, routeToken(t, p.b)); code != rdmapb.Code_RESOURCE_EXHAUSTED {
 		t.Fatalf("hello past MaxServerConns: %v", code)
 	}
-	if !errors.Is(codeErr(0, byte(rdmapb.Code_RESOURCE_EXHAUSTED)), backend.ErrLimit) {
-		t.Fatal("RESOURCE_EXHAUSTED is not backend.ErrLimit")
+	if !errors.Is(codeErr(0, byte(rdmapb.Code_RESOURCE_EXHAUSTED)), rdmamgr.ErrLimit) {
+		t.Fatal("RESOURCE_EXHAUSTED is not rdmamgr.ErrLimit")
 	}
 	for _, c := range silent[1:] {
 		c.Close()

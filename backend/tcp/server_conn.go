@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
@@ -71,7 +72,7 @@ func (b *Backend) serverHello(c net.Conn, ip netip.Addr) (peer uint64, ok bool) 
 	if err == nil {
 		pending = false
 		if !b.helloDone(ip, true) {
-			err = fmt.Errorf("%d data connections served: %w", b.cfg.MaxServerConns, backend.ErrLimit)
+			err = fmt.Errorf("%d data connections served: %w", b.cfg.MaxServerConns, rdmamgr.ErrLimit)
 		}
 	}
 	var ack [helloAckSize]byte
@@ -102,12 +103,12 @@ func (b *Backend) checkHello(hello []byte, nonce [16]byte) (uint64, error) {
 	if b.cfg.Secret.Enabled() {
 		want := helloMAC(b.cfg.Secret, nonce, tok)
 		if !hmac.Equal(mac[:], want[:]) {
-			return 0, fmt.Errorf("hello does not prove the secret: %w", backend.ErrUnauthenticated)
+			return 0, fmt.Errorf("hello does not prove the secret: %w", rdmamgr.ErrUnauthenticated)
 		}
 	}
 	peer, ok := b.takeToken(tok)
 	if !ok {
-		return 0, fmt.Errorf("unknown, used or expired token: %w", backend.ErrUnauthenticated)
+		return 0, fmt.Errorf("unknown, used or expired token: %w", rdmamgr.ErrUnauthenticated)
 	}
 	return peer, nil
 }

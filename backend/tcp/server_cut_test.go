@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -103,7 +104,7 @@ func TestLeaseCutsStalledWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	stallWrite(t, p.b, c, h, payload)
-	waitFor(t, "the lease to end", func() bool { return errors.Is(p.regB.RemoteErr(regionOf(t, p.regB, h)), buffer.ErrExpired) })
+	waitFor(t, "the lease to end", func() bool { return errors.Is(p.regB.RemoteErr(regionOf(t, p.regB, h)), rdmamgr.ErrExpired) })
 	time.Sleep(50 * time.Millisecond) // past expiry by a margin: the rest is sent late
 	finishCut(t, c, payload, mem, before, rdmapb.Code_LEASE_EXPIRED, h2, mem2)
 }
@@ -150,7 +151,7 @@ func TestRevokeCutsStalledRead(t *testing.T) {
 	if n >= respHeaderSize+8<<20 {
 		t.Fatalf("the whole READ went out after the revocation")
 	}
-	if !errors.Is(codeErr(opRead, byte(backend.Code(buffer.ErrRevoked))), buffer.ErrRevoked) {
+	if !errors.Is(codeErr(opRead, byte(backend.Code(rdmamgr.ErrRevoked))), rdmamgr.ErrRevoked) {
 		t.Fatal("REVOKED does not map back")
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
@@ -60,7 +60,7 @@ func (s *serverConn) cut(r *memreg.Region) {
 	// region was revoked or is being released may not wait long for a
 	// peer that stopped reading: a peer that reads gets the rest within
 	// cutGrace, else the write fails and the connection closes.
-	if e := s.b.reg.RemoteErr(r); s.flushing && e != nil && e != buffer.ErrExpired {
+	if e := s.b.reg.RemoteErr(r); s.flushing && e != nil && e != rdmamgr.ErrExpired {
 		for _, g := range s.segs {
 			if g.ref.Region() == r {
 				_ = s.c.SetWriteDeadline(time.Now().Add(cutGrace))
@@ -190,7 +190,7 @@ func (s *serverConn) cutBeforeFlush() error {
 		if !g.ref.Held() {
 			continue
 		}
-		if e := s.b.reg.RemoteErr(g.ref.Region()); e != nil && e != buffer.ErrExpired {
+		if e := s.b.reg.RemoteErr(g.ref.Region()); e != nil && e != rdmamgr.ErrExpired {
 			return e
 		}
 	}

@@ -156,7 +156,7 @@ func (s *serverConn) readTrailer(br *connReader, deadline time.Time) (commit boo
 		return false, nil
 	}
 	s.rejected()
-	return false, fmt.Errorf("tcp: trailer %#x: %w", t, backend.ErrProtocol)
+	return false, fmt.Errorf("tcp: trailer %#x: %w", t, rdmamgr.ErrProtocol)
 }
 
 // serveAtomic runs a compare-swap or fetch-add on the word the peer may

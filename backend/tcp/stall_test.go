@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -55,7 +56,7 @@ func TestStallMidPayload(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("stalled read never completed")
 	}
-	if !errors.Is(res.Err, backend.ErrDeadline) {
+	if !errors.Is(res.Err, rdmamgr.ErrDeadline) {
 		t.Fatalf("stalled read completed with %v, want ErrDeadline", res.Err)
 	}
 	for _, g := range strings.Split(rec.stacks, "\n\n") {
@@ -115,7 +116,7 @@ func TestStallMidWritePayload(t *testing.T) {
 	if h.op != opWrite || h.length != n {
 		t.Fatalf("request %+v", h)
 	}
-	if res := rec.Wait(t, waitTimeout); !errors.Is(res.Err, backend.ErrDeadline) {
+	if res := rec.Wait(t, waitTimeout); !errors.Is(res.Err, rdmamgr.ErrDeadline) {
 		t.Fatalf("stalled write completed with %v, want ErrDeadline", res.Err)
 	}
 	// Reported: the memory is the poster's. Bytes it writes now must never
@@ -178,13 +179,13 @@ func TestServerClosesMidTransfer(t *testing.T) {
 			}
 			sc.c.Close()
 
-			if res := rec.Wait(t, waitTimeout); !errors.Is(res.Err, backend.ErrPeerGone) {
+			if res := rec.Wait(t, waitTimeout); !errors.Is(res.Err, rdmamgr.ErrPeerGone) {
 				t.Fatalf("completed with %v, want ErrPeerGone", res.Err)
 			}
-			assertFailed(t, rt, backend.ErrPeerGone)
+			assertFailed(t, rt, rdmamgr.ErrPeerGone)
 			err := rt.Post(&backend.WorkRequest{Op: op, Local: local[:10], Remote: fakeRemote(10),
 				Deadline: time.Now().Add(waitTimeout), Done: rec})
-			if !errors.Is(err, backend.ErrPeerGone) {
+			if !errors.Is(err, rdmamgr.ErrPeerGone) {
 				t.Fatalf("post after failure: %v, want ErrPeerGone", err)
 			}
 			rec.None(t)

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr"
 )
 
 // Data-plane TLS (--data-tls). A data connection proves its route token
@@ -57,7 +57,7 @@ type tlsServerConn struct {
 func (c *tlsServerConn) handshake() error {
 	c.once.Do(func() {
 		if err := c.Conn.Handshake(); err != nil {
-			c.err = fmt.Errorf("tls: %w: %w", backend.ErrUnauthenticated, err)
+			c.err = fmt.Errorf("tls: %w: %w", rdmamgr.ErrUnauthenticated, err)
 			n := c.b.served.authFail.Add(1)
 			if refusals.allow() {
 				c.b.log.Warn("data connection refused at the TLS handshake", "remote", c.RemoteAddr().String(),
@@ -119,7 +119,7 @@ func (b *Backend) dial(ctx context.Context, d *net.Dialer, addr string) (net.Con
 	tc := tls.Client(c, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("tls: %w: %w", backend.ErrUnauthenticated, err)
+		return nil, fmt.Errorf("tls: %w: %w", rdmamgr.ErrUnauthenticated, err)
 	}
 	return newTLSClientConn(tc), nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
@@ -63,10 +64,10 @@ func TestConformanceTLS(t *testing.T) {
 		NewBackend: func(t testing.TB, owner uint64) (backend.Backend, *memreg.Registry) {
 			return startTLS(t, owner, creds)
 		},
-		WrongKeyErr:              buffer.ErrBadKey,
-		ReleasedErr:              buffer.ErrReleased,
-		OutOfRangeErr:            buffer.ErrOutOfRange,
-		RevokedErr:               buffer.ErrRevoked,
+		WrongKeyErr:              rdmamgr.ErrBadKey,
+		ReleasedErr:              rdmamgr.ErrReleased,
+		OutOfRangeErr:            rdmamgr.ErrOutOfRange,
+		RevokedErr:               rdmamgr.ErrRevoked,
 		RouteSurvivesRemoteError: true,
 		Verbs:                    true,
 	})
@@ -103,7 +104,7 @@ func TestTLSRefusesStrangers(t *testing.T) {
 		if err == nil {
 			rt.Close()
 			t.Errorf("%s: route connected", name)
-		} else if creds != nil && !errors.Is(err, backend.ErrUnauthenticated) {
+		} else if creds != nil && !errors.Is(err, rdmamgr.ErrUnauthenticated) {
 			t.Errorf("%s: %v, want ErrUnauthenticated", name, err)
 		}
 		client.Close()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 )
 
@@ -26,10 +27,10 @@ func (b *Backend) PrepareRoute(ctx context.Context, peerID uint64) (backend.Pend
 	started, closed := b.ln != nil, b.closed
 	b.mu.Unlock()
 	if closed {
-		return nil, nil, backend.ErrClosed
+		return nil, nil, rdmamgr.ErrClosed
 	}
 	if !started {
-		return nil, nil, ErrNotStarted
+		return nil, nil, rdmamgr.ErrNotStarted
 	}
 	return &pendingRoute{b: b, peer: peerID}, encodeInitiatorInfo(b.cfg.ConnsPerRoute), nil
 }
@@ -44,10 +45,10 @@ func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, info []byte) (
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return nil, backend.ErrClosed
+		return nil, rdmamgr.ErrClosed
 	}
 	if b.ln == nil {
-		return nil, ErrNotStarted
+		return nil, rdmamgr.ErrNotStarted
 	}
 	if b.lnErr != nil {
 		return nil, fmt.Errorf("%w: %w", ErrListenerDown, b.lnErr)
@@ -58,7 +59,7 @@ func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, info []byte) (
 		}
 	}
 	if len(b.tokens)+n > b.cfg.MaxPendingTokens {
-		return nil, fmt.Errorf("tcp: %d route tokens pending: %w", len(b.tokens), backend.ErrLimit)
+		return nil, fmt.Errorf("tcp: %d route tokens pending: %w", len(b.tokens), rdmamgr.ErrLimit)
 	}
 	tokens := make([][tokenSize]byte, n)
 	for i := range tokens {

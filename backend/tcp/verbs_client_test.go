@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -108,7 +109,7 @@ func TestStallMidLanePayload(t *testing.T) {
 				t.Fatalf("post: %v", err)
 			}
 			h := sc.readReq(t)
-			if res := rec.Wait(t, waitTimeout); !errors.Is(res.Err, backend.ErrDeadline) {
+			if res := rec.Wait(t, waitTimeout); !errors.Is(res.Err, rdmamgr.ErrDeadline) {
 				t.Fatalf("stalled %s completed with %v, want ErrDeadline", op, res.Err)
 			}
 			payload := sc.readPayload(t, n)
@@ -151,7 +152,7 @@ func TestAtomicResult(t *testing.T) {
 	word := fakeRemote(8)
 	word.Access |= buffer.AccessAtomic
 	rec := backendtest.NewRecorder(1)
-	for _, code := range []byte{0, byte(backend.Code(buffer.ErrAccess))} {
+	for _, code := range []byte{0, byte(backend.Code(rdmamgr.ErrAccess))} {
 		wr := &backend.WorkRequest{Op: backend.OpCompareSwap, Remote: word, Compare: 5, Swap: 6, Result: 99, Deadline: time.Now().Add(waitTimeout), Done: rec}
 		if err := rt.Post(wr); err != nil {
 			t.Fatal(err)
@@ -169,7 +170,7 @@ func TestAtomicResult(t *testing.T) {
 		switch {
 		case code == 0 && (res.Err != nil || wr.Result != 0xABCDEF):
 			t.Fatalf("compare-swap: %v, result %#x", res.Err, wr.Result)
-		case code != 0 && (!errors.Is(res.Err, buffer.ErrAccess) || wr.Result != 99):
+		case code != 0 && (!errors.Is(res.Err, rdmamgr.ErrAccess) || wr.Result != 99):
 			t.Fatalf("refused compare-swap: %v, result %#x", res.Err, wr.Result)
 		}
 	}

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/actor"
-	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/bench"
 )
 
@@ -141,7 +141,7 @@ func benchPeer(ctx context.Context, e *env, a *benchArgs, cfg bench.Config) erro
 	if err != nil {
 		return err
 	}
-	if err := probe(ctx, pid.Address); err != nil {
+	if err := probe(ctx, pid.Address, &a.c); err != nil {
 		return err
 	}
 	if a.metricsListen != "" {
@@ -208,7 +208,7 @@ func benchOutcome(res *bench.Result) error {
 
 // hintSecret adds what to do to an authentication failure.
 func hintSecret(err error) error {
-	if errors.Is(err, backend.ErrUnauthenticated) {
+	if errors.Is(err, rdmamgr.ErrUnauthenticated) {
 		return fmt.Errorf("%w (do both sides use the same --secret-file?)", err)
 	}
 	return err

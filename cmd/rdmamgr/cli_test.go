@@ -90,7 +90,7 @@ func TestCLIDefects(t *testing.T) {
 		"log_level_default_shown_is_effective_serve": {args: []string{"help", "serve"}, stdoutHas: []string{"(default info) [$RDMAMGR_LOG_LEVEL]"}},
 		// "status -h lists flags it ignores"
 		"status_help_lists_only_its_flags": {args: []string{"status", "-h"}, stdoutHas: []string{"--peer", "--timeout", "--json", "--watch"},
-			stdoutNot: []string{"--backend", "--conns", "--secret-file", "--chunk", "--sockbuf", "--rdma-device", "--max-registered"}},
+			stdoutNot: []string{"--backend", "--conns", "--chunk", "--sockbuf", "--rdma-device", "--max-registered"}},
 		"devices_help_has_no_flags": {args: []string{"help", "devices"}, stdoutNot: []string{"--"}},
 		// "extra positional arguments are silently ignored"
 		"extra_argument_status":  usageErr([]string{"status", "--peer", "127.0.0.1:1", "now"}, `unexpected argument "now"`),

@@ -44,7 +44,7 @@ func (c *common) registerLog(fs *flag.FlagSet, def string) {
 // registerManager adds the flags of a command that runs a manager.
 func (c *common) registerManager(fs *flag.FlagSet) {
 	fs.StringVar(&c.backend, "backend", "auto", "data planes, chosen per peer: auto (shm for a peer on this host, else ibverbs where usable, else tcp), shm (shm, else tcp), ibverbs (ibverbs, else tcp) or tcp; status and the log say which each route uses and why")
-	fs.StringVar(&c.secret, "secret-file", "", "`file` holding the deployment's shared secret (≥16 bytes); routes and data connections prove it. Without it, managers bind to loopback only")
+	c.registerSecret(fs)
 	c.rdma = ibverbs.DefaultConfig()
 	fs.StringVar(&c.rdma.Device, "rdma-device", "", "RDMA `device` (default: the first with an active port)")
 	fs.IntVar(&c.rdma.Port, "rdma-port", 0, "RDMA `port` (default: the first active one)")
@@ -54,6 +54,11 @@ func (c *common) registerManager(fs *flag.FlagSet) {
 	fs.IntVar(&c.conns, "conns", tcp.DefaultConfig().ConnsPerRoute, "TCP connections per route")
 	c.registerMaxMsg(fs)
 	c.net.register(fs)
+}
+
+// registerSecret adds --secret-file.
+func (c *common) registerSecret(fs *flag.FlagSet) {
+	fs.StringVar(&c.secret, "secret-file", "", "`file` holding the deployment's shared secret (≥16 bytes); without TLS every control connection proves it, and routes and data connections always do. Without it or TLS, managers bind to loopback only and any local process may use them")
 }
 
 func (c *common) registerMaxMsg(fs *flag.FlagSet) {

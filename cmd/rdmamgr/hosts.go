@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -28,6 +29,9 @@ type netFlags struct {
 	leaseTTL               time.Duration
 
 	creds *certs.Credentials // loaded by load
+	// peerMember is the member name --peer was resolved from: the peer's
+	// certificate must carry it (apply).
+	peerMember string
 }
 
 func (f *netFlags) register(fs *flag.FlagSet) {
@@ -43,6 +47,9 @@ func (f *netFlags) register(fs *flag.FlagSet) {
 
 // load reads the TLS credentials, if any flag names them.
 func (f *netFlags) load() error {
+	if f.creds != nil {
+		return nil
+	}
 	if f.tlsCA == "" && f.tlsCert == "" && f.tlsKey == "" {
 		if f.dataTLS {
 			return usagef("--data-tls needs --tls-ca, --tls-cert and --tls-key")
@@ -58,15 +65,27 @@ func (f *netFlags) load() error {
 }
 
 // apply sets the node's advertised host and control-plane TLS, and the
-// data plane's TLS with --data-tls.
+// data plane's TLS with --data-tls. A peer found by member name must show
+// that member's certificate.
 func (f *netFlags) apply(cfg *node.Config) {
 	cfg.Advertise = f.advertise
-	if f.creds != nil {
-		cfg.ServerTLS, cfg.ClientTLS = f.creds.Server, f.creds.Client
+	if f.creds == nil {
+		return
 	}
-	if f.dataTLS && f.creds != nil {
-		cfg.TCP.ServerTLS, cfg.TCP.ClientTLS = f.creds.Server, f.creds.Client
+	client := f.clientTLS()
+	cfg.ServerTLS, cfg.ClientTLS = f.creds.Server, client
+	if f.dataTLS {
+		cfg.TCP.ServerTLS, cfg.TCP.ClientTLS = f.creds.Server, client
 	}
+}
+
+// clientTLS is our client TLS configuration: with a --peer given by member
+// name, it also requires that member's certificate.
+func (f *netFlags) clientTLS() *tls.Config {
+	if f.peerMember == "" {
+		return f.creds.Client
+	}
+	return certs.RequireName(f.creds.Client, f.peerMember)
 }
 
 // normalizeListen accepts ":PORT", "0.0.0.0:PORT", "[::]:PORT" and
@@ -93,16 +112,31 @@ func replyListen(listen, peer string) (string, error) {
 }
 
 // openMembership connects to etcd when --etcd is set (nil otherwise).
+// With --tls-*, etcd is reached over TLS with this host's certificate (run
+// etcd with --client-cert-auth and the deployment CA), our records are
+// signed with its key and records that do not verify are ignored.
 func (f *netFlags) openMembership(log *slog.Logger) (*membership.Registry, error) {
 	if f.etcd == "" {
 		return nil, nil
 	}
-	return membership.Open(membership.Config{
+	if err := f.load(); err != nil {
+		return nil, err
+	}
+	cfg := membership.Config{
 		Endpoints: strings.Split(f.etcd, ","),
 		Cluster:   f.cluster,
 		TTL:       f.leaseTTL,
 		Logger:    log,
-	})
+	}
+	if f.creds != nil {
+		cfg.TLS = f.creds.Client.Clone()
+		cfg.Identity, cfg.Roots = &f.creds.Pair, f.creds.Pool
+	}
+	reg, err := membership.Open(cfg)
+	if err != nil && f.creds != nil {
+		return nil, fmt.Errorf("%w (with --tls-*, etcd is reached over TLS with this host's certificate: run it with --client-cert-auth, --trusted-ca-file CA, --cert-file, --key-file)", err)
+	}
+	return reg, err
 }
 
 // resolvePeer turns --peer into an actor-system address: HOST:PORT as is,
@@ -126,6 +160,7 @@ func (f *netFlags) resolvePeer(ctx context.Context, peer string, log *slog.Logge
 	if err != nil {
 		return "", "", err
 	}
+	f.peerMember = peer
 	return m.Address, m.Manager, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr/certs"
 	"github.com/rdmamgr/rdmamgr/membership"
 	"github.com/rdmamgr/rdmamgr/node"
 )
@@ -19,6 +20,14 @@ import (
 func (f *netFlags) joinCluster(ctx context.Context, n *node.Node, name string, log *slog.Logger) (leave func(), err error) {
 	if f.etcd == "" {
 		return func() {}, nil
+	}
+	if f.creds != nil {
+		// A name is an identity: the one our certificate carries.
+		if cn := certs.Name(f.creds.Leaf); name == "" {
+			name = cn
+		} else if name != cn {
+			return nil, usagef("--member %q: our certificate (--tls-cert) is member %q's; a member registers only under its certificate's name", name, cn)
+		}
 	}
 	if name == "" {
 		if name, err = os.Hostname(); err != nil {

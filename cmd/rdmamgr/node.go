@@ -44,7 +44,7 @@ func (c *common) nodeConfig(listen string, slogger *slog.Logger, name string, wi
 	if c.net.creds == nil && withManager {
 		listen = loopbackOnly(listen, &c.net, slogger)
 	}
-	cfg := node.Config{Listen: listen, Remote: c.limits.remote, NoManager: !withManager, Logger: slogger}
+	cfg := node.Config{Listen: listen, Secret: secret, Remote: c.limits.remote, NoManager: !withManager, Logger: slogger}
 	cfg.Remote.MaxMessageSize = c.maxMsg
 	c.net.apply(&cfg)
 	if c.logLevel == "debug" {

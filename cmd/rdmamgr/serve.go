@@ -25,7 +25,7 @@ SIGINT or SIGTERM stops it (exit 0).`,
 
 func serveFlags(fs *flag.FlagSet) runFunc {
 	listen := fs.String("listen", "127.0.0.1:8090", "actor-system address `HOST:PORT`, :PORT or [::]:PORT (port 0 picks one); the data listener binds the same host")
-	member := fs.String("member", "", "with --etcd: our member `name` in the cluster (default: the host name)")
+	member := fs.String("member", "", "with --etcd: our member `name` in the cluster (default: the name --tls-cert carries, which it must then be; else the host name)")
 	name := fs.String("name", actor.DefaultName, "manager actor `name`")
 	metricsListen := fs.String("metrics-listen", defaultMetricsListen, "admin listener `HOST:PORT` for /metrics, /healthz, /readyz, /debug/pprof/ (\"\" or off: none)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the daemon's life to this `file`")
@@ -66,6 +66,9 @@ func serve(ctx context.Context, e *env, c *common, listen, name, member, metrics
 		return err
 	}
 	defer n.Close()
+	if c.secret == "" && c.net.creds == nil {
+		sl.Warn("no --secret-file and no --tls-*: the control plane is open: any local process may use this daemon (take buffers, queue pairs, status)")
+	}
 	leave, err := c.net.joinCluster(ctx, n, member, sl)
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
@@ -50,6 +51,7 @@ func statusFlags(fs *flag.FlagSet) runFunc {
 	fs.DurationVar(&a.watch, "watch", 0, "query again every `interval` until interrupted")
 	a.c.registerLog(fs, "warn")
 	a.c.registerMaxMsg(fs)
+	a.c.registerSecret(fs)
 	a.c.net.register(fs)
 	return func(ctx context.Context, e *env) error { return status(ctx, e, a) }
 }
@@ -71,7 +73,7 @@ func status(ctx context.Context, e *env, a *statusArgs) error {
 	qctx, cancel := context.WithTimeout(ctx, a.timeout)
 	pid, lis, err := a.c.net.peerAndListen(qctx, a.peer, a.peerName, a.listen, sl)
 	if err == nil {
-		err = probe(qctx, pid.Address)
+		err = probe(qctx, pid.Address, &a.c)
 	}
 	cancel()
 	if err != nil {
@@ -92,7 +94,7 @@ func (a *statusArgs) query(ctx context.Context, e *env, client *actor.Client) er
 		qctx, cancel := context.WithTimeout(ctx, a.timeout)
 		st, err := client.Status(qctx)
 		cancel()
-		if err != nil && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, actor.ErrTimeout)) {
+		if err != nil && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rdmamgr.ErrTimeout)) {
 			return fmt.Errorf("%s: no answer within --timeout %v", a.peer, a.timeout)
 		}
 		if err != nil {
@@ -118,7 +120,7 @@ func (a *statusArgs) query(ctx context.Context, e *env, client *actor.Client) er
 // probe connects to the manager's address once, so that a refused or
 // unreachable address is reported as such at once instead of as a
 // timeout of the request.
-func probe(ctx context.Context, addr string) error {
+func probe(ctx context.Context, addr string, cm *common) error {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	switch {
@@ -129,7 +131,8 @@ func probe(ctx context.Context, addr string) error {
 	case err != nil:
 		return fmt.Errorf("%s: %w", addr, err)
 	}
-	return c.Close()
+	defer c.Close()
+	return probeAuth(ctx, c, addr, cm) // probe.go
 }
 
 func printStatus(e *env, st *rdmapb.StatusResponse, asJSON bool) error {

@@ -43,6 +43,9 @@ const (
 	// RefusedTLS: a peer failed the control plane's TLS handshake (no
 	// certificate, one from another CA, no TLS at all).
 	RefusedTLS = "tls"
+	// RefusedSecret: a peer did not prove the shared secret on a control
+	// connection (a control plane without TLS, sealed by --secret-file).
+	RefusedSecret = "secret"
 )
 
 // Book counts refusals by reason and writes their log lines sampled: at

@@ -2,7 +2,7 @@
 // namespaces on one bridge (test/netns), a daemon per host, the CLI run
 // inside the hosts, mutual TLS on the control plane and, where a test says
 // so, on the data plane, and a real etcd (Debian's etcd-server) on h1 for
-// membership. All traffic stays between the namespaced hosts; every load
+// membership, over TLS with client certificates from the deployment CA. All traffic stays between the namespaced hosts; every load
 // is bounded by an operation count; namespaces are removed when a test
 // ends, pass or fail.
 //
@@ -21,6 +21,14 @@
 //   - TestLeaseEndsRoutes: a frozen member (SIGSTOP) loses its routes at a
 //     client that follows the cluster when its lease ends: the transfer
 //     fails with the peer gone, "membership lease ended".
+//   - TestAttackMemberName (issue 24 rows 1, 2): host c cannot register as
+//     b; etcd refuses a writer without credentials; with a member's valid
+//     etcd credentials, forged and deleted records of b are ignored by
+//     followers and restored by b, while a verified bench to b by name runs
+//     through, reaching b and not c. The attacker is this test binary run
+//     inside a host (attacker_test.go).
+//   - TestAttackCertFromAnotherHost (row 11): b's certificate used from c's
+//     address is refused at the TLS handshake, and the CLI says why at once.
 //   - TestBenchAcrossHosts (RDMAMGR_XBENCH=1): the README's table, plain
 //     data plane against --data-tls.
 //

@@ -116,6 +116,16 @@ func makeCreds(t *testing.T, hosts []*netns.Host) creds {
 	return creds{dir: dir}
 }
 
+// issue issues one more certificate, NAME=ADDR, into c's directory.
+func (c creds) issue(t *testing.T, name, addr string) {
+	t.Helper()
+	var out proc.Buffer
+	if err := proc.Run(context.Background(), proc.Spec{Path: rdmamgrBin, Args: []string{"certs", "--dir", c.dir, "--host", name + "=" + addr},
+		Stdout: &out, Stderr: &out}); err != nil {
+		t.Fatalf("rdmamgr certs: %v\n%s", err, out.String())
+	}
+}
+
 // flags returns the TLS flags for host h.
 func (c creds) flags(h *netns.Host) []string {
 	return []string{"--tls-ca", filepath.Join(c.dir, "ca.crt"),

@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,9 +16,11 @@ import (
 	"github.com/rdmamgr/rdmamgr/test/netns"
 )
 
-// startEtcd runs a one-node etcd on h, serving clients at h's address; it
-// is killed when t ends. It returns the client endpoint and the process.
-func startEtcd(t *testing.T, h *netns.Host) (string, *proc.Proc) {
+// startEtcd runs a one-node etcd on h, serving clients at h's address over
+// TLS with client certificates from c's CA (its own certificate is issued
+// into c's directory as etcd.crt); it is killed when t ends. It returns the
+// client endpoint and the process.
+func startEtcd(t *testing.T, h *netns.Host, c creds) (string, *proc.Proc) {
 	t.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
@@ -27,10 +30,13 @@ func startEtcd(t *testing.T, h *netns.Host) (string, *proc.Proc) {
 		}
 		t.Skip(msg)
 	}
+	c.issue(t, "etcd", h.Addr)
 	ep := h.Addr + ":2379"
 	var log proc.Buffer
 	p, err := proc.Spawn(spec(h, &log, bin, "--name", "e1", "--data-dir", t.TempDir(),
-		"--listen-client-urls", "http://"+ep, "--advertise-client-urls", "http://"+ep,
+		"--listen-client-urls", "https://"+ep, "--advertise-client-urls", "https://"+ep,
+		"--client-cert-auth", "--trusted-ca-file", filepath.Join(c.dir, "ca.crt"),
+		"--cert-file", filepath.Join(c.dir, "etcd.crt"), "--key-file", filepath.Join(c.dir, "etcd.key"),
 		"--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
 		"--initial-cluster", "e1=http://127.0.0.1:2380", "--log-level", "error"))
 	if err != nil {
@@ -40,9 +46,9 @@ func startEtcd(t *testing.T, h *netns.Host) (string, *proc.Proc) {
 	return ep, p
 }
 
-// members lists the cluster from h.
-func members(t *testing.T, h *netns.Host, ep string) (string, error) {
-	return run(t, h, 30*time.Second, "members", "--etcd", ep, "--cluster", "t")
+// members lists the cluster from h, with h's certificate.
+func members(t *testing.T, h *netns.Host, ep string, c creds) (string, error) {
+	return run(t, h, 30*time.Second, cat([]string{"members", "--etcd", ep, "--cluster", "t"}, c.flags(h))...)
 }
 
 // Three hosts find each other by name through etcd; a killed member leaves
@@ -51,8 +57,8 @@ func TestMembership(t *testing.T) {
 	nt := netns.New(t, 3)
 	h1, h2, h3 := nt.Hosts[0], nt.Hosts[1], nt.Hosts[2]
 	c := makeCreds(t, nt.Hosts)
-	ep, etcd := startEtcd(t, h1)
-	waitEtcd(t, h2, ep)
+	ep, etcd := startEtcd(t, h1, c)
+	waitEtcd(t, h2, ep, c)
 	const ttl = 3 * time.Second
 	cluster := []string{"--etcd", ep, "--cluster", "t"}
 	var ds []*daemon
@@ -60,7 +66,7 @@ func TestMembership(t *testing.T) {
 		ds = append(ds, serve(t, h, cat([]string{"--listen", ":7000", "--member", h.Name, "--lease-ttl", ttl.String()},
 			cluster, c.flags(h))...))
 	}
-	out, err := members(t, h3, ep)
+	out, err := members(t, h3, ep, c)
 	if err != nil {
 		t.Fatalf("members: %v\n%s", err, out)
 	}
@@ -80,7 +86,7 @@ func TestMembership(t *testing.T) {
 	killed := time.Now()
 	var left time.Duration
 	for {
-		out, err := members(t, h1, ep)
+		out, err := members(t, h1, ep, c)
 		if err == nil && !strings.Contains(out, h3.Name+" ") {
 			left = time.Since(killed)
 			break
@@ -129,11 +135,11 @@ func TestMembership(t *testing.T) {
 }
 
 // waitEtcd polls until etcd on ep answers from h.
-func waitEtcd(t *testing.T, h *netns.Host, ep string) {
+func waitEtcd(t *testing.T, h *netns.Host, ep string, c creds) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if _, err := members(t, h, ep); err == nil {
+		if _, err := members(t, h, ep, c); err == nil {
 			return
 		} else if time.Now().After(deadline) {
 			t.Fatalf("etcd not serving: %v", err)
@@ -150,8 +156,8 @@ func TestLeaseEndsRoutes(t *testing.T) {
 	nt := netns.New(t, 3)
 	h1, h2, h3 := nt.Hosts[0], nt.Hosts[1], nt.Hosts[2]
 	c := makeCreds(t, nt.Hosts)
-	ep, _ := startEtcd(t, h1)
-	waitEtcd(t, h2, ep)
+	ep, _ := startEtcd(t, h1, c)
+	waitEtcd(t, h2, ep, c)
 	cluster := []string{"--etcd", ep, "--cluster", "t"}
 	d := serve(t, h3, cat([]string{"--listen", ":7000", "--member", "h3", "--lease-ttl", "1s"}, cluster, c.flags(h3))...)
 	t.Cleanup(func() { _ = d.p.Signal(syscall.SIGCONT) }) // runs before the daemon's stop

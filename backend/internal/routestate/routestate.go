@@ -7,7 +7,6 @@ import (
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
-	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
 // State is why a route ended and what it counted. Its zero value is not
@@ -95,9 +94,9 @@ func (s *State) InFlight() int64 { return s.inflight.Load() }
 func Validate(name string, wr *backend.WorkRequest) error {
 	if wr.Op != backend.OpWrite && wr.Op != backend.OpRead {
 		if wr.Op >= backend.OpWriteImm && wr.Op <= backend.OpFetchAdd {
-			return fmt.Errorf("%s: %s: %w", name, wr.Op, backend.ErrNotSupported)
+			return fmt.Errorf("%s: %s: %w", name, wr.Op, rdmamgr.ErrNotSupported)
 		}
-		return fmt.Errorf("%s: op %d: %w", name, wr.Op, backend.ErrProtocol)
+		return fmt.Errorf("%s: op %d: %w", name, wr.Op, rdmamgr.ErrProtocol)
 	}
 	return validate(name, wr)
 }
@@ -112,7 +111,7 @@ func ValidateAll(name string, wr *backend.WorkRequest) error {
 		return validate(name, wr)
 	case backend.OpSend:
 		if len(wr.Local) == 0 {
-			return fmt.Errorf("%s: send of 0 bytes: %w", name, backend.ErrProtocol)
+			return fmt.Errorf("%s: send of 0 bytes: %w", name, rdmamgr.ErrProtocol)
 		}
 		return nil
 	case backend.OpCompareSwap, backend.OpFetchAdd:
@@ -121,22 +120,22 @@ func ValidateAll(name string, wr *backend.WorkRequest) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("%s: op %d: %w", name, wr.Op, backend.ErrProtocol)
+	return fmt.Errorf("%s: op %d: %w", name, wr.Op, rdmamgr.ErrProtocol)
 }
 
 func validate(name string, wr *backend.WorkRequest) error {
 	n := uint64(len(wr.Local))
 	if n == 0 || n != wr.Remote.Length {
-		return fmt.Errorf("%s: local %d bytes, remote %d: %w", name, n, wr.Remote.Length, backend.ErrProtocol)
+		return fmt.Errorf("%s: local %d bytes, remote %d: %w", name, n, wr.Remote.Length, rdmamgr.ErrProtocol)
 	}
 	if wr.Remote.Offset+n < wr.Remote.Offset {
-		return fmt.Errorf("%s: remote offset %d + %d bytes overflows: %w", name, wr.Remote.Offset, n, buffer.ErrOutOfRange)
+		return fmt.Errorf("%s: remote offset %d + %d bytes overflows: %w", name, wr.Remote.Offset, n, rdmamgr.ErrOutOfRange)
 	}
 	return nil
 }
 
 // OpError is the error of one operation ended early: "NAME: OP of N bytes:
-// CAUSE" (a cancellation's cause, or backend.ErrDeadline).
+// CAUSE" (a cancellation's cause, or rdmamgr.ErrDeadline).
 func OpError(name string, wr *backend.WorkRequest, cause error) error {
 	return fmt.Errorf("%s: %s of %d bytes: %w", name, wr.Op, len(wr.Local), cause)
 }

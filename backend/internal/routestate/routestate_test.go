@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
@@ -19,11 +20,11 @@ func TestValidate(t *testing.T) {
 	}{
 		{"write", &backend.WorkRequest{Op: backend.OpWrite, Local: mem, Remote: buffer.Buffer{Length: 16}}, nil},
 		{"read at an offset", &backend.WorkRequest{Op: backend.OpRead, Local: mem, Remote: buffer.Buffer{Offset: 100, Length: 16}}, nil},
-		{"empty", &backend.WorkRequest{Op: backend.OpWrite, Remote: buffer.Buffer{}}, backend.ErrProtocol},
-		{"lengths differ", &backend.WorkRequest{Op: backend.OpWrite, Local: mem, Remote: buffer.Buffer{Length: 17}}, backend.ErrProtocol},
-		{"unknown op", &backend.WorkRequest{Op: 99, Local: mem, Remote: buffer.Buffer{Length: 16}}, backend.ErrProtocol},
-		{"no op", &backend.WorkRequest{Local: mem, Remote: buffer.Buffer{Length: 16}}, backend.ErrProtocol},
-		{"offset overflows", &backend.WorkRequest{Op: backend.OpRead, Local: mem, Remote: buffer.Buffer{Offset: math.MaxUint64 - 8, Length: 16}}, buffer.ErrOutOfRange},
+		{"empty", &backend.WorkRequest{Op: backend.OpWrite, Remote: buffer.Buffer{}}, rdmamgr.ErrProtocol},
+		{"lengths differ", &backend.WorkRequest{Op: backend.OpWrite, Local: mem, Remote: buffer.Buffer{Length: 17}}, rdmamgr.ErrProtocol},
+		{"unknown op", &backend.WorkRequest{Op: 99, Local: mem, Remote: buffer.Buffer{Length: 16}}, rdmamgr.ErrProtocol},
+		{"no op", &backend.WorkRequest{Local: mem, Remote: buffer.Buffer{Length: 16}}, rdmamgr.ErrProtocol},
+		{"offset overflows", &backend.WorkRequest{Op: backend.OpRead, Local: mem, Remote: buffer.Buffer{Offset: math.MaxUint64 - 8, Length: 16}}, rdmamgr.ErrOutOfRange},
 		{"end at the top", &backend.WorkRequest{Op: backend.OpRead, Local: mem, Remote: buffer.Buffer{Offset: math.MaxUint64 - 16, Length: 16}}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,8 +114,8 @@ func TestStats(t *testing.T) {
 
 func TestOpError(t *testing.T) {
 	wr := &backend.WorkRequest{Op: backend.OpRead, Local: make([]byte, 5)}
-	err := OpError("tcp", wr, backend.ErrDeadline)
-	if !errors.Is(err, backend.ErrDeadline) || err.Error() != "tcp: read of 5 bytes: deadline exceeded" {
+	err := OpError("tcp", wr, rdmamgr.ErrDeadline)
+	if !errors.Is(err, rdmamgr.ErrDeadline) || err.Error() != "tcp: read of 5 bytes: deadline exceeded" {
 		t.Fatalf("OpError = %q", err)
 	}
 }
