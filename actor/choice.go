@@ -21,13 +21,6 @@ type Choice struct {
 	Err  error
 }
 
-func (c Choice) kind() backend.Kind {
-	if c.Backend != nil {
-		return c.Backend.Kind()
-	}
-	return c.Kind
-}
-
 // StartChoices is Start over the started backends of choices, in their
 // order; the left-out ones appear in the reasons of routes set up later.
 func (m *Manager) StartChoices(ctx context.Context, choices []Choice) error {
