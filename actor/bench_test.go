@@ -51,7 +51,7 @@ func benchClient(b *testing.B, remote bool) *Client {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { r.Shutdown(true) })
+	b.Cleanup(func() { remoteguard.Stop(sys, r) })
 	m := startBenchManager(b, sys)
 	csys := NewActorSystem(nil)
 	b.Cleanup(csys.Shutdown)
@@ -59,7 +59,7 @@ func benchClient(b *testing.B, remote bool) *Client {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { cr.Shutdown(true) })
+	b.Cleanup(func() { remoteguard.Stop(csys, cr) })
 	return NewClient(csys, protoactor.NewPID(m.PID().Address, m.PID().Id))
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/control"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
@@ -78,6 +79,10 @@ func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message)
 		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), rdmamgr.ErrClosed)
 	}
 	if errors.Is(res.err, protoactor.ErrDeadLetter) {
+		if why := control.UnreachableOf(c.sys).Why(c.pid.Address); why != nil {
+			// Nothing could be sent: the transport says why, at once.
+			return zero, fmt.Errorf("%s %s: cannot reach %s: %v: %w", verb(msg), PIDString(c.pid), c.pid.Address, why, rdmamgr.ErrUnknownPeer)
+		}
 		// No actor under that PID (never was, or stopped): not a timeout.
 		return zero, fmt.Errorf("%s %s: no such manager: %w", verb(msg), PIDString(c.pid), rdmamgr.ErrUnknownPeer)
 	}

@@ -37,6 +37,10 @@
 // InboxRefused), never dropped silently; with nobody to receive it is
 // refused with ErrNoReceive, and a message larger than the next posted
 // buffer with ErrReceiveTooSmall, which the message stream reports too.
+// One peer has at most two messages landing at once (a receive buffer
+// taken, the payload still arriving, until the backend's deadline):
+// a peer that stalls its messages is refused more with ErrLimit, and the
+// other peers' messages keep flowing.
 //
 // Whether a request is local comes from how it arrived, never from its
 // sender address: the guard in front of protoactor's gRPC endpoint

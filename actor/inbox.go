@@ -24,6 +24,15 @@ type Message struct {
 	Err    error
 }
 
+// maxLandingsPerPeer bounds the messages of one peer landing at once: a
+// receive buffer is taken when a message starts and held until its last
+// byte lands (or the backend's deadline for it passes, FrameTimeout over
+// TCP), so a peer that starts messages and stalls them holds at most
+// this many buffers and queue slots, and the other peers' messages keep
+// flowing. A peer's route sends its messages one after the other on one
+// connection: two leave room for a route being replaced.
+const maxLandingsPerPeer = 2
+
 // inbox is the manager's backend.Inbox: PutWithImm events and Send
 // messages for the subscribers. Bounded: a full queue refuses (the
 // initiator's operation fails with ErrLimit), nothing is dropped silently.
@@ -41,6 +50,9 @@ type inbox struct {
 	reserved int
 	// posted are the receive buffers, in order, with their references.
 	posted []postedRecv
+	// landing counts each peer's messages landing (a receive buffer
+	// taken, the payload still arriving), for maxLandingsPerPeer.
+	landing map[uint64]int
 	// refused counts events and messages refused for a full queue or no
 	// receiver.
 	refused uint64
@@ -80,6 +92,12 @@ func (in *inbox) Recv(peer uint64, n uint64) (backend.Landing, error) {
 	case len(in.msgs)+in.reserved >= cap(in.msgs):
 		in.refused++
 		return nil, fmt.Errorf("message of %d bytes from %016x: the subscriber's queue of %d is full: %w", n, peer, cap(in.msgs), rdmamgr.ErrLimit)
+	case in.landing[peer] >= maxLandingsPerPeer:
+		// A peer's messages come in order on one connection of its
+		// route; more landing at once is a peer holding receive
+		// buffers with stalled payloads, and it gets no more of them.
+		in.refused++
+		return nil, fmt.Errorf("message of %d bytes from %016x: %d of its messages landing already: %w", n, peer, in.landing[peer], rdmamgr.ErrLimit)
 	case len(in.posted) == 0:
 		err = fmt.Errorf("message of %d bytes from %016x: no receive buffer posted: %w", n, peer, rdmamgr.ErrNoReceive)
 	case in.posted[0].h.Length < n:
@@ -93,6 +111,10 @@ func (in *inbox) Recv(peer uint64, n uint64) (backend.Landing, error) {
 	p := in.posted[0]
 	in.posted = in.posted[1:]
 	in.reserved++
+	if in.landing == nil {
+		in.landing = make(map[uint64]int)
+	}
+	in.landing[peer]++
 	return &landing{in: in, p: p, peer: peer, ch: in.msgs}, nil
 }
 
@@ -112,6 +134,11 @@ func (l *landing) Done(n int, imm uint32, hasImm bool, err error) {
 		in := l.in
 		in.mu.Lock()
 		defer in.mu.Unlock()
+		if k := in.landing[l.peer] - 1; k > 0 {
+			in.landing[l.peer] = k
+		} else {
+			delete(in.landing, l.peer)
+		}
 		if in.msgs != l.ch {
 			// Its subscription ended meanwhile (and took its posted
 			// buffers back): nobody to tell, and no slot of a new

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
@@ -73,4 +75,48 @@ func TestLandingOutlivesSubscription(t *testing.T) {
 			t.Fatalf("release %v: %v", b, err)
 		}
 	}
+}
+
+// A peer whose messages stall mid-payload holds at most maxLandingsPerPeer
+// receive buffers: its next message is refused with ErrLimit, another
+// peer's lands, and the peer gets buffers again as its landings end.
+func TestLandingsPerPeerCapped(t *testing.T) {
+	m := startManager(t, newSystem(t), Config{Name: "m"})
+	ctx := testCtx(t)
+	msgs, err := m.SubscribeMessages(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer msgs.Close()
+	for range maxLandingsPerPeer + 2 {
+		if err := m.PostRecv(requestBuf(t, ctx, m.Client(), 64, buffer.AccessReadWrite)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stalled []backend.Landing
+	for i := range maxLandingsPerPeer {
+		l, err := m.inbox.Recv(7, 10)
+		if err != nil {
+			t.Fatalf("landing %d of peer 7: %v", i, err)
+		}
+		stalled = append(stalled, l)
+	}
+	if _, err := m.inbox.Recv(7, 10); !errors.Is(err, rdmamgr.ErrLimit) {
+		t.Fatalf("landing past the per-peer cap: %v, want ErrLimit", err)
+	}
+	other, err := m.inbox.Recv(8, 10)
+	if err != nil {
+		t.Fatalf("another peer's message while peer 7 stalls: %v", err)
+	}
+	other.Done(10, 0, false, nil)
+	if msg := <-msgs.C; msg.Peer != 8 || msg.Err != nil {
+		t.Fatalf("message %+v", msg)
+	}
+	stalled[0].Done(0, 0, false, errors.New("deadline"))
+	l, err := m.inbox.Recv(7, 10)
+	if err != nil {
+		t.Fatalf("peer 7 after one of its landings ended: %v", err)
+	}
+	l.Done(10, 0, false, nil)
+	stalled[1].Done(10, 0, false, nil)
 }

@@ -35,9 +35,6 @@ func TestOrder(t *testing.T) {
 // leaves ibverbs out without it (and shm off Linux), shm and tcp run what
 // they say.
 func TestSelectionRuns(t *testing.T) {
-	if !isolated(t) {
-		return
-	}
 	if ibverbsBuilt() {
 		t.Skip("built with ibverbs: auto may pick a device")
 	}
@@ -81,9 +78,6 @@ func (s *syncBuffer) String() string {
 // "route up" line, that its route runs on TCP because shm and ibverbs were
 // passed over, and why; the peer's status says the route was our choice.
 func TestStatusSaysWhyTCP(t *testing.T) {
-	if !isolated(t) {
-		return
-	}
 	ctx := testCtx(t)
 	var logs syncBuffer
 	a := startNode(t, Config{Backend: KindAuto, Logger: slog.New(slog.NewTextHandler(&logs, nil))})

@@ -40,7 +40,7 @@ var (
 	descListenerUp = desc("data_listener_up", "1 while the TCP data listener accepts connections, 0 once it died (status shows why).")
 	descAcceptRetr = desc("data_accept_retries_total", "Accepts of the TCP data listener retried after a temporary error (EMFILE, ...).")
 	descPending    = desc("data_pending_conns", "TCP data connections accepted that have not finished their hello.")
-	descConnRefuse = desc("data_conns_refused_total", "TCP data connections closed at accept, by cap (pending: unauthenticated caps; full: authenticated slots).", "cap")
+	descConnRefuse = desc("data_conns_refused_total", "TCP data connections closed at accept, by cap (pending: unauthenticated caps; full: authenticated slots; per_peer: the peer's share).", "cap")
 )
 
 // listenerCollector reads the TCP data listener's state at each scrape.
@@ -63,4 +63,5 @@ func (c listenerCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(ls.Pending))
 	ch <- prometheus.MustNewConstMetric(descConnRefuse, prometheus.CounterValue, float64(ls.RefusedPending), "pending")
 	ch <- prometheus.MustNewConstMetric(descConnRefuse, prometheus.CounterValue, float64(ls.RefusedFull), "full")
+	ch <- prometheus.MustNewConstMetric(descConnRefuse, prometheus.CounterValue, float64(ls.RefusedPeer), "per_peer")
 }

@@ -39,4 +39,12 @@
 // manager (its routes, backends and registry), the remote and the actor
 // system are shut down. The node's methods hand out typed clients, so a
 // program needs no protoactor import to use the whole stack.
+//
+// Nodes may start and close at any time, any number per process, while
+// other nodes and the program's own gRPC talk: the control plane runs on
+// remoteguard's transport of protoactor's Remoting protocol, which writes
+// no gRPC global. (protoactor's own remote.Start replaces grpc's global
+// logger on every start, a data race with every gRPC goroutine of the
+// process that no start order avoids; TestStartWhileGRPCTalks checks the
+// start-while-talking case under -race.)
 package node

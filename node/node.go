@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/remote"
 
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
@@ -18,7 +17,7 @@ import (
 // Config.NoManager) a manager with its backends.
 type Node struct {
 	sys    *protoactor.ActorSystem
-	remote *remote.Remote
+	remote *remoteguard.Remote
 	addr   string
 	mgr    *actor.Manager
 	tcp    *tcp.Backend // the manager's TCP backend (owned by the manager)

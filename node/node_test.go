@@ -49,9 +49,6 @@ func startNode(t *testing.T, cfg Config) *Node {
 // own guard, which drops it: Close waited out protoactor's 10 s and
 // returned its timeout.
 func TestManagerPIDAcrossNodes(t *testing.T) {
-	if !isolated(t) {
-		return
-	}
 	ctx := testCtx(t)
 	a, err := Start(ctx, Config{})
 	if err != nil {
@@ -90,9 +87,6 @@ func TestManagerPIDAcrossNodes(t *testing.T) {
 // Close shuts everything down once; concurrent and later calls wait for it
 // and return its result. No goroutine of the node is left.
 func TestCloseIdempotent(t *testing.T) {
-	if !isolated(t) {
-		return
-	}
 	defer goleak.VerifyNone(t, append(protoactorLeftovers, goleak.IgnoreCurrent())...)
 	ctx := testCtx(t)
 	n, err := Start(ctx, Config{})
@@ -134,9 +128,6 @@ func TestCloseIdempotent(t *testing.T) {
 
 // A client-only node has no manager and still asks others.
 func TestNoManager(t *testing.T) {
-	if !isolated(t) {
-		return
-	}
 	ctx := testCtx(t)
 	srv := startNode(t, Config{})
 	cl := startNode(t, Config{NoManager: true})
@@ -151,9 +142,6 @@ func TestNoManager(t *testing.T) {
 
 // Start refuses what it cannot run, and leaves nothing running.
 func TestStartRefuses(t *testing.T) {
-	if !isolated(t) {
-		return
-	}
 	defer goleak.VerifyNone(t, append(protoactorLeftovers, goleak.IgnoreCurrent())...)
 	ctx := testCtx(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -213,9 +201,6 @@ func TestPlaceData(t *testing.T) {
 
 // The node's collector has the manager's metrics and the data listener's.
 func TestCollectorHasDataListener(t *testing.T) {
-	if !isolated(t) {
-		return
-	}
 	n := startNode(t, Config{})
 	reg := prometheusRegistry(t, n)
 	mfs, err := reg.Gather()

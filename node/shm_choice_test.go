@@ -12,9 +12,6 @@ import (
 // the default selection: the route between them is shm, its first choice,
 // and bytes move over it both ways.
 func TestSameHostChoosesSHM(t *testing.T) {
-	if !isolated(t) {
-		return
-	}
 	ctx := testCtx(t)
 	a := startNode(t, Config{})
 	b := startNode(t, Config{})

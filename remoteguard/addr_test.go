@@ -44,7 +44,7 @@ func TestStartWildcard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Shutdown(false)
+	defer Stop(sys, r)
 	h, _, _ := net.SplitHostPort(addr)
 	if ip := net.ParseIP(h); IsWildcard(h) || h == "localhost" || (ip != nil && ip.IsLoopback()) {
 		t.Fatalf("advertised %s", addr)

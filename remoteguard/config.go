@@ -92,11 +92,11 @@ const envelopeSlack = 64 << 10
 
 // serverOptions returns the gRPC server options of c (the guard's come
 // separately).
-func (c Config) serverOptions(book *control.Book, creds credentials.TransportCredentials, probe *prober) []grpc.ServerOption {
+func (c Config) serverOptions(book *control.Book, creds credentials.TransportCredentials) []grpc.ServerOption {
 	limit := c.MaxMessageSize + envelopeSlack
 	return []grpc.ServerOption{
 		grpc.Creds(&connCap{TransportCredentials: creds, max: c.MaxConns, perIP: c.MaxConnsPerIP,
-			byIP: make(map[netip.Addr]int), book: book, probe: probe}),
+			byIP: make(map[netip.Addr]int), book: book}),
 		grpc.MaxRecvMsgSize(limit),
 		grpc.MaxSendMsgSize(limit),
 		grpc.MaxConcurrentStreams(c.MaxStreamsPerConn),
@@ -113,8 +113,7 @@ func (c Config) serverOptions(book *control.Book, creds credentials.TransportCre
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: c.KeepaliveMinTime, PermitWithoutStream: true}),
 		// Stop returns only once every stream handler has: nothing of a
-		// stopped remote runs on (and reads grpc's global logger, which the
-		// next remote.Start in the process writes).
+		// stopped transport runs on.
 		grpc.WaitForHandlers(true),
 	}
 }

@@ -3,7 +3,6 @@ package remoteguard
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -26,7 +25,6 @@ type connCap struct {
 	credentials.TransportCredentials
 	max, perIP int
 	book       *control.Book
-	probe      *prober // Start's probe (serving.go)
 
 	mu   sync.Mutex // guards the fields below
 	n    int
@@ -34,10 +32,6 @@ type connCap struct {
 }
 
 func (c *connCap) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	if c.probe != nil && c.probe.take(raw) {
-		raw.Close()
-		return nil, nil, io.EOF
-	}
 	ip := addrOf(raw.RemoteAddr())
 	c.mu.Lock()
 	n, k := c.n, c.byIP[ip]

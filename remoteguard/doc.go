@@ -1,8 +1,8 @@
-// Package remoteguard starts protoactor remote on a hardened gRPC endpoint,
-// so that nothing a peer sends can crash the process, stop its actors, pass
-// for local or make it dial an address the peer names.
+// Package remoteguard serves protoactor's remote protocol on a hardened gRPC
+// endpoint, so that nothing a peer sends can crash the process, stop its
+// actors, pass for local or make it dial an address the peer names.
 //
-// protoactor's endpoint reader trusts its input: an envelope whose type is
+// protoactor's own endpoint reader trusted its input: an envelope whose type is
 // not linked into this binary, or whose type, target or sender index is out
 // of range, panics on the gRPC handler goroutine and kills the process; its
 // unary methods panic ("implement me"); and a remote Stop or PoisonPill
@@ -62,4 +62,16 @@
 // Start panics); a wildcard bind advertises a routable address of this
 // host, never the wildcard (addr.go). Package node wires this package,
 // the manager and the backends together; most callers want node.Start.
+//
+// The transport (transport*.go) is ours, not protoactor's remote.Remote:
+// it speaks the same Remoting service and messages (protoactor peers and
+// raw-wire clients talk to it unchanged), with one server reader per peer
+// stream and one client endpoint per peer address that dials on the first
+// message, batches envelopes, turns what it cannot deliver into dead
+// letters at once (a request fails without waiting out its timeout) and
+// publishes protoactor's EndpointTerminatedEvent when the peer's stream
+// ends. protoactor's remote.Start writes grpc's global logger
+// (grpclog.SetLoggerV2) on every start, which raced with every gRPC
+// goroutine of the process; nothing here writes a gRPC global. Watching
+// actors of another process is not served.
 package remoteguard

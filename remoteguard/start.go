@@ -8,30 +8,24 @@ import (
 	"strings"
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/remote"
 
 	"github.com/rdmamgr/rdmamgr/internal/control"
 )
 
-// endpointBatch is how many envelopes protoactor puts in one gRPC message;
+// endpointBatch is how many envelopes an endpoint puts in one gRPC message;
 // with the message limit it bounds what one batch may carry.
 const endpointBatch = 64
 
-// endpointQueueInitial is the initial size of protoactor's queue of
-// messages to one peer. The queue grows as needed; protoactor's default
-// initial size, 1,000,000 slots, made every peer cost 16 MB in each
-// direction before a message was sent (node's TestControlConnCost).
-const endpointQueueInitial = 256
-
-// Start starts protoactor remote for sys on addr ("host:port"; port 0
-// picks one) on a hardened gRPC server (cfg, config.go), with message
+// Start serves the control plane of sys on addr ("host:port"; port 0
+// picks one) with our transport of protoactor's Remoting protocol
+// (transport.go) on a hardened gRPC server (cfg, config.go), with message
 // limits set on both sides so an oversize message is an error rather than a
 // dropped connection, and with the guard (guard.go, sender.go). It returns
-// the remote and the address peers use. Unlike remote.Start it returns an
-// error when it cannot listen. Options add mutual TLS and the advertised
-// host; a wildcard bind advertises a routable address of this host, never
-// the wildcard.
-func Start(sys *protoactor.ActorSystem, addr string, cfg Config, opts ...Option) (r *remote.Remote, advertised string, err error) {
+// the transport and the address peers use, or an error when it cannot
+// listen. Options add mutual TLS and the advertised host; a wildcard bind
+// advertises a routable address of this host, never the wildcard. Stop
+// ends it.
+func Start(sys *protoactor.ActorSystem, addr string, cfg Config, opts ...Option) (r *Remote, advertised string, err error) {
 	host, portS, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("remote address %q: %w", addr, err)
@@ -49,26 +43,17 @@ func Start(sys *protoactor.ActorSystem, addr string, cfg Config, opts ...Option)
 	if err != nil {
 		return nil, "", err
 	}
-	probe := newProber()
-	rc := remote.Configure(host, port, remote.WithAdvertisedHost(adv), remote.WithEndpointWriterQueueSize(endpointQueueInitial),
-		remote.WithServerOptions(append(cfg.serverOptions(book, o.serverCredentials(book), probe), g.serverOptions()...)...),
-		remote.WithDialOptions(cfg.dialOptions(o.dialCredentials(), streamsOf(sys))...),
-		remote.WithEndpointWriterBatchSize(endpointBatch),
-	)
-	r = remote.NewRemote(sys, rc)
-	defer func() {
-		if p := recover(); p != nil {
-			streamSets.Delete(sys) // stop.go
-			r, advertised, err = nil, "", fmt.Errorf("start remote on %s: %v", addr, p)
-		}
-	}()
-	r.Start()
-	if port == 0 {
-		_, p, _ := net.SplitHostPort(sys.Address())
-		port, _ = strconv.Atoi(p)
+	r = newRemote(sys,
+		append(cfg.serverOptions(book, o.serverCredentials(book)), g.serverOptions()...),
+		cfg.dialOptions(o.dialCredentials(), streamsOf(sys)),
+		endpointBatch)
+	advertised, err = r.serve(net.JoinHostPort(strings.Trim(host, "[]"), strconv.Itoa(port)), adv)
+	if err != nil {
+		r.stop()
+		streamSets.Delete(sys) // stop.go
+		return nil, "", err
 	}
-	probe.await(host, port) // serving.go
-	return r, sys.Address(), nil
+	return r, advertised, nil
 }
 
 // resolve returns the bind host and port for protoactor's Configure (IPv6

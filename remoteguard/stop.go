@@ -4,24 +4,15 @@ import (
 	"sync"
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/remote"
 )
 
-// Stop stops a remote started by Start and returns once nothing of it runs
-// on: protoactor's hard shutdown stops the server (whose stream handlers
-// Stop waits for: grpc.WaitForHandlers), and then every client connection
-// our dial options opened is closed here, or waited for if a protoactor
-// goroutine is closing it right now. Without that wait a connection's
-// teardown could still be logging through grpc's global logger when the
-// process starts its next remote, whose remote.Start writes that logger
-// (a data race; protoactor gives no hook to wait for its endpoint writers).
-//
-// Not protoactor's graceful shutdown: it sends on a channel that its
-// endpoint reader closes when a peer's stream ends (a data race, and a
-// possible "send on closed channel" panic, whenever a peer is connected as
-// we stop). Peers learn that we left when the connection closes.
-func Stop(sys *protoactor.ActorSystem, r *remote.Remote) {
-	r.Shutdown(false)
+// Stop stops a transport started by Start and returns once nothing of it
+// runs on: its endpoints and their connections are closed, the server
+// is stopped (Stop waits for its stream handlers: grpc.WaitForHandlers),
+// and every client connection our dial options opened is closed. Peers
+// learn that we left when the connection closes. Idempotent.
+func Stop(sys *protoactor.ActorSystem, r *Remote) {
+	r.stop()
 	set := streamsOf(sys)
 	set.closeAll()
 	streamSets.Delete(sys)

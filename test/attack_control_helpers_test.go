@@ -12,7 +12,6 @@ import (
 	"time"
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/remote"
 
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -175,20 +174,39 @@ func (f benchFigures) check(t *testing.T, b *legitBench, phase string) {
 // test's node.
 type attacker struct {
 	sys  *protoactor.ActorSystem
-	r    *remote.Remote
+	r    *remoteguard.Remote
 	addr string
 }
 
-func newAttacker(t *testing.T) *attacker {
-	t.Helper()
+// theAttacker is the test process's one attacker, which TestMain starts
+// right after the test's node, before any test talks, and the attack tests
+// share (each attacks a victim of its own).
+var theAttacker *attacker
+
+func startAttacker() (*attacker, error) {
 	sys := actor.NewActorSystem(nil)
 	r, addr, err := remoteguard.Start(sys, "127.0.0.1:0", remoteguard.Config{})
 	if err != nil {
 		sys.Shutdown()
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Cleanup(func() { r.Shutdown(false); sys.Shutdown() })
-	return &attacker{sys: sys, r: r, addr: addr}
+	return &attacker{sys: sys, r: r, addr: addr}, nil
+}
+
+// close stops the attacker's remote, waiting for its connections, and its
+// actor system.
+func (a *attacker) close() {
+	remoteguard.Stop(a.sys, a.r)
+	a.sys.Shutdown()
+}
+
+// newAttacker returns the test process's attacker.
+func newAttacker(t *testing.T) *attacker {
+	t.Helper()
+	if theAttacker == nil {
+		t.Fatal("no attacker: TestMain starts it")
+	}
+	return theAttacker
 }
 
 // target returns a PID of d's manager for the attacker's own use.

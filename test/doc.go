@@ -3,8 +3,10 @@
 // TestMain builds cmd/rdmamgr once; each test starts the `rdmamgr serve`
 // daemons it needs as child processes (stopped with SIGTERM when the test
 // ends: each must exit 0) and talks to them from the test process's own
-// manager. A process runs at most one protoactor remote, so the test
-// process is exactly one node; every other manager is a separate process.
+// manager. The test process is one node and every other manager is a
+// separate process, with one exception: a daemon receives no Send or
+// PutWithImm (nothing subscribes), so TestAttackDataStalledSends starts
+// its receiver as a second node in the test process, and closes it.
 //
 //   - TestMoveBothWays moves random-sized slices (1 B to 4 MiB) at random
 //     offsets between the test process and 16 MiB buffers at two daemons,

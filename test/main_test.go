@@ -71,7 +71,15 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "start the test's node:", err)
 		return 1
 	}
+	// Every remote of this process starts here, before any test talks
+	// (theAttacker).
+	if theAttacker, err = startAttacker(); err != nil {
+		local.close()
+		fmt.Fprintln(os.Stderr, "start the attacker:", err)
+		return 1
+	}
 	code := m.Run()
+	theAttacker.close()
 	if err := local.close(); err != nil {
 		fmt.Fprintln(os.Stderr, "close the test's manager:", err)
 		code = max(code, 1)

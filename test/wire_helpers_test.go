@@ -45,12 +45,17 @@ var errConnClosed = errors.New("connection closed by the daemon")
 // initiator asking for n data connections, and returns the data address and
 // the single-use tokens the daemon handed out.
 func rawRoute(ctx context.Context, d *daemon, n int) (addr string, tokens [][tokenSize]byte, err error) {
+	return rawRouteAs(ctx, d, n, rand.Uint64()|1)
+}
+
+// rawRouteAs is rawRoute for the initiator id peer.
+func rawRouteAs(ctx context.Context, d *daemon, n int, peer uint64) (addr string, tokens [][tokenSize]byte, err error) {
 	info := make([]byte, 4)
 	binary.LittleEndian.PutUint16(info[0:], wireVersion)
 	binary.LittleEndian.PutUint16(info[2:], uint16(n))
 	hs := &rdmapb.RouteHandshake{
 		Version:       actor.ProtocolVersion,
-		InitiatorId:   rand.Uint64() | 1,
+		InitiatorId:   peer,
 		InitiatorAddr: local.addr,
 		Backend:       string(backend.KindTCP),
 		Endpoint:      info,

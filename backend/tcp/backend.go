@@ -26,6 +26,7 @@ type Backend struct {
 	}
 	lnStats struct {
 		acceptRetries, refusedPending, refusedFull atomic.Uint64
+		refusedPeer, connsEvicted, tokensEvicted   atomic.Uint64
 	}
 	logs struct {
 		noHello, refused, acceptErr, closed logSampler
@@ -41,8 +42,12 @@ type Backend struct {
 	lnErr  error // why the accept loop ended for good; nil while it runs
 	addr   string
 	tokens map[[tokenSize]byte]tokenEntry
-	conns  map[net.Conn]struct{} // server and client connections, closed by Close
-	routes map[*route]struct{}
+	// tokensByPeer and authByPeer count each peer's pending tokens and
+	// authenticated connections, for the per-peer caps.
+	tokensByPeer map[uint64]int
+	authByPeer   map[uint64]int
+	conns        map[net.Conn]struct{} // server and client connections, closed by Close
+	routes       map[*route]struct{}
 	// srv holds the served connections past the hello (for CutRegion).
 	srv map[*serverConn]struct{}
 	// pending counts connections accepted and not through the hello, in
@@ -68,15 +73,17 @@ func New(cfg Config, reg *memreg.Registry, log *slog.Logger) (*Backend, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	b := &Backend{
-		cfg:         cfg.withDefaults(),
-		reg:         reg,
-		log:         log.With("backend", "tcp"),
-		tokens:      make(map[[tokenSize]byte]tokenEntry),
-		conns:       make(map[net.Conn]struct{}),
-		routes:      make(map[*route]struct{}),
-		srv:         make(map[*serverConn]struct{}),
-		pendingByIP: make(map[netip.Addr]int),
-		done:        make(chan struct{}),
+		cfg:          cfg.withDefaults(),
+		reg:          reg,
+		log:          log.With("backend", "tcp"),
+		tokens:       make(map[[tokenSize]byte]tokenEntry),
+		tokensByPeer: make(map[uint64]int),
+		authByPeer:   make(map[uint64]int),
+		conns:        make(map[net.Conn]struct{}),
+		routes:       make(map[*route]struct{}),
+		srv:          make(map[*serverConn]struct{}),
+		pendingByIP:  make(map[netip.Addr]int),
+		done:         make(chan struct{}),
 	}
 	if reg != nil {
 		reg.AddCutter(b)

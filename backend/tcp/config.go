@@ -27,6 +27,11 @@ type Config struct {
 	TokenTTL time.Duration
 	// MaxPendingTokens bounds the tokens handed out and not yet used.
 	MaxPendingTokens int
+	// MaxTokensPerPeer bounds the tokens pending for one peer manager
+	// (default 256: four routes of the most connections). When the table
+	// is full, a peer holding fewer tokens takes the oldest tokens of the
+	// peer holding the most (tokens.go): one peer never holds them all.
+	MaxTokensPerPeer int
 	// HelloTimeout bounds the time a new data connection has to finish
 	// the hello (default 3 s: a hello is one round trip, and a silent
 	// connection must give its slot back soon).
@@ -34,6 +39,15 @@ type Config struct {
 	// MaxServerConns bounds the authenticated connections served at once
 	// (default 4096). Connections still in the hello do not count.
 	MaxServerConns int
+	// MaxConnsPerPeer bounds the authenticated connections of one peer
+	// manager (default 256). When MaxServerConns are served, a peer with
+	// fewer connections than the one holding the most closes one of that
+	// peer's (server_accept.go).
+	MaxConnsPerPeer int
+	// IdleTimeout closes an authenticated connection that sent nothing,
+	// not even a heartbeat ping, for this long (default 30 s; peers ping
+	// an idle connection every HeartbeatInterval).
+	IdleTimeout time.Duration
 	// MaxPendingConns bounds the connections accepted and not yet through
 	// the hello, in all (default 1024); more are closed as they are
 	// accepted, so silent connections cannot starve authenticated ones.
@@ -80,8 +94,11 @@ func DefaultConfig() Config {
 		MaxInFlight:       1024,
 		TokenTTL:          30 * time.Second,
 		MaxPendingTokens:  4096,
+		MaxTokensPerPeer:  256,
 		HelloTimeout:      3 * time.Second,
 		MaxServerConns:    4096,
+		MaxConnsPerPeer:   256,
+		IdleTimeout:       30 * time.Second,
 		MaxPendingConns:   1024,
 		MaxPendingPerIP:   64,
 		WatchdogInterval:  20 * time.Millisecond,
@@ -113,6 +130,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxPendingTokens == 0 {
 		c.MaxPendingTokens = d.MaxPendingTokens
+	}
+	if c.MaxTokensPerPeer == 0 {
+		c.MaxTokensPerPeer = d.MaxTokensPerPeer
+	}
+	if c.MaxConnsPerPeer == 0 {
+		c.MaxConnsPerPeer = d.MaxConnsPerPeer
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = d.IdleTimeout
 	}
 	if c.HelloTimeout == 0 {
 		c.HelloTimeout = d.HelloTimeout
@@ -156,6 +182,10 @@ func (c Config) Verify() error {
 	case c.MaxServerConns < 1 || c.MaxPendingConns < 1 || c.MaxPendingPerIP < 1:
 		return fmt.Errorf("tcp: MaxServerConns %d, MaxPendingConns %d, MaxPendingPerIP %d: want at least 1",
 			c.MaxServerConns, c.MaxPendingConns, c.MaxPendingPerIP)
+	case c.MaxTokensPerPeer < 1 || c.MaxConnsPerPeer < 1:
+		return fmt.Errorf("tcp: MaxTokensPerPeer %d, MaxConnsPerPeer %d: want at least 1", c.MaxTokensPerPeer, c.MaxConnsPerPeer)
+	case c.IdleTimeout < 0 || (c.IdleTimeout > 0 && c.IdleTimeout <= c.HeartbeatInterval):
+		return fmt.Errorf("tcp: IdleTimeout %v must exceed HeartbeatInterval %v", c.IdleTimeout, c.HeartbeatInterval)
 	case c.HelloTimeout < 0 || c.FrameTimeout < 0:
 		return fmt.Errorf("tcp: negative HelloTimeout %v or FrameTimeout %v", c.HelloTimeout, c.FrameTimeout)
 	case c.HeartbeatInterval < 0 || c.PeerTimeout < c.HeartbeatInterval:

@@ -57,8 +57,13 @@
 // The listener survives a hostile network (server_accept.go): Accept
 // errors such as EMFILE are retried with a backoff; connections that have
 // not finished the hello have their own caps (in all and per source
-// address) and a short timeout, and never take an authenticated slot. A
-// listener that fails for good shows in Addr and Listener.
+// address) and a short timeout, and never take an authenticated slot.
+// Authenticated connections and pending route tokens are capped per peer
+// manager (MaxConnsPerPeer, MaxTokensPerPeer); a full table makes room for
+// a peer holding fewer at the expense of the peer holding the most; tokens
+// expire after TokenTTL, and a connection silent for IdleTimeout (no
+// request, no heartbeat ping) is closed. A listener that fails for good
+// shows in Addr and Listener.
 //
 // Leases and revocation cut in-flight work (server_frames.go): a WRITE's
 // payload is read only while remote access to its region holds. A

@@ -23,7 +23,7 @@ func TestThousandIdleRoutes(t *testing.T) {
 	// not fail a route whose peer answers.
 	cfg := Config{HeartbeatInterval: 200 * time.Millisecond, PeerTimeout: testscale.Timeout(2 * time.Second)}
 	a, regA := newBackend(t, cfg, backendtest.OwnerA)
-	b, regB := newBackend(t, Config{}, backendtest.OwnerB)
+	b, regB := newBackend(t, Config{MaxConnsPerPeer: 2 * n * DefaultConfig().ConnsPerRoute}, backendtest.OwnerB)
 	before := memInUse()
 	routes := make([]backend.Route, 0, n)
 	for range n {

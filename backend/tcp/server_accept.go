@@ -25,6 +25,10 @@ import (
 //     source address) and have HelloTimeout to finish; they never take an
 //     authenticated slot (MaxServerConns), so silent connections cannot
 //     starve routes.
+//   - Authenticated connections are capped per peer (MaxConnsPerPeer),
+//     and a full table makes room for a peer holding fewer by closing one
+//     of the heaviest peer's; one silent for IdleTimeout is closed
+//     (server_frames.go).
 
 // Backoff bounds of Accept retries (net/http's).
 const (
@@ -44,8 +48,13 @@ type ListenerState struct {
 	Authenticated int
 	// RefusedPending counts connections closed at once because the
 	// pending caps were full; RefusedFull those refused after the hello
-	// because MaxServerConns connections were served.
-	RefusedPending, RefusedFull uint64
+	// because MaxServerConns connections were served (and no peer held
+	// more than theirs); RefusedPeer those refused because their peer
+	// held MaxConnsPerPeer.
+	RefusedPending, RefusedFull, RefusedPeer uint64
+	// ConnsEvicted counts connections closed to make room for a peer
+	// holding fewer; TokensEvicted pending tokens dropped likewise.
+	ConnsEvicted, TokensEvicted uint64
 }
 
 // Listener returns the data listener's state.
@@ -59,6 +68,9 @@ func (b *Backend) Listener() ListenerState {
 		Authenticated:  b.authed,
 		RefusedPending: b.lnStats.refusedPending.Load(),
 		RefusedFull:    b.lnStats.refusedFull.Load(),
+		RefusedPeer:    b.lnStats.refusedPeer.Load(),
+		ConnsEvicted:   b.lnStats.connsEvicted.Load(),
+		TokensEvicted:  b.lnStats.tokensEvicted.Load(),
 	}
 }
 
@@ -172,9 +184,10 @@ func (b *Backend) admit(c net.Conn) {
 }
 
 // helloDone gives back c's pending slot; when ok (the hello proved a
-// token) it takes an authenticated slot, and reports false if there is
-// none.
-func (b *Backend) helloDone(ip netip.Addr, ok bool) bool {
+// token of peer) it takes an authenticated slot, and reports false if
+// peer holds MaxConnsPerPeer already, or MaxServerConns are served and
+// no peer holds more than peer would (see makeRoomLocked).
+func (b *Backend) helloDone(ip netip.Addr, peer uint64, ok bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.pending--
@@ -186,12 +199,45 @@ func (b *Backend) helloDone(ip netip.Addr, ok bool) bool {
 	if !ok {
 		return false
 	}
-	if b.authed >= b.cfg.MaxServerConns {
+	if b.authByPeer[peer] >= b.cfg.MaxConnsPerPeer {
+		b.lnStats.refusedPeer.Add(1)
+		return false
+	}
+	if b.authed >= b.cfg.MaxServerConns && !b.makeRoomLocked(peer) {
 		b.lnStats.refusedFull.Add(1)
 		return false
 	}
 	b.authed++
+	b.authByPeer[peer]++
 	return true
+}
+
+// makeRoomLocked closes one served connection of the peer holding the
+// most, if it holds more than peer would with one more: a full table
+// takes a newcomer's connection at the expense of the heaviest peer, never
+// of a peer with fewer. The closed connection gives its slot back when its
+// goroutine ends; until then the count may pass MaxServerConns by the
+// connections being closed.
+func (b *Backend) makeRoomLocked(peer uint64) bool {
+	var heavy uint64
+	most := 0
+	for p, k := range b.authByPeer {
+		if p != peer && k > most {
+			heavy, most = p, k
+		}
+	}
+	if most <= b.authByPeer[peer]+1 {
+		return false
+	}
+	for s := range b.srv {
+		if s.peerID == heavy && !s.evicted {
+			s.evicted = true
+			s.c.Close()
+			b.lnStats.connsEvicted.Add(1)
+			return true
+		}
+	}
+	return false
 }
 
 // remoteIP is the source address of c (the zero Addr if unknown: such
@@ -229,6 +275,6 @@ func (s ListenerState) String() string {
 	if s.Err != nil {
 		st = "down: " + s.Err.Error()
 	}
-	return fmt.Sprintf("listener %s, %d pending, %d authenticated, %d accept retries, refused %d pending %d full",
-		st, s.Pending, s.Authenticated, s.AcceptRetries, s.RefusedPending, s.RefusedFull)
+	return fmt.Sprintf("listener %s, %d pending, %d authenticated, %d accept retries, refused %d pending %d full %d per peer, evicted %d connections %d tokens",
+		st, s.Pending, s.Authenticated, s.AcceptRetries, s.RefusedPending, s.RefusedFull, s.RefusedPeer, s.ConnsEvicted, s.TokensEvicted)
 }

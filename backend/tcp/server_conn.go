@@ -24,7 +24,7 @@ func (b *Backend) serveConn(c net.Conn, ip netip.Addr) {
 	if !ok {
 		return
 	}
-	defer b.authDone()
+	defer b.authDone(peer)
 	_ = c.SetDeadline(time.Time{})
 	setSockopts(c, b.cfg.SocketBuffer)
 	s := &serverConn{b: b, c: c, peer: b.peerJoin(peer), peerID: peer}
@@ -49,7 +49,7 @@ func (b *Backend) serverHello(c net.Conn, ip netip.Addr) (peer uint64, ok bool) 
 	pending := true
 	defer func() {
 		if pending {
-			b.helloDone(ip, false)
+			b.helloDone(ip, 0, false)
 		}
 	}()
 	_ = c.SetDeadline(time.Now().Add(b.cfg.HelloTimeout))
@@ -71,8 +71,8 @@ func (b *Backend) serverHello(c net.Conn, ip netip.Addr) (peer uint64, ok bool) 
 	peer, err := b.checkHello(hello[:], nonce)
 	if err == nil {
 		pending = false
-		if !b.helloDone(ip, true) {
-			err = fmt.Errorf("%d data connections served: %w", b.cfg.MaxServerConns, rdmamgr.ErrLimit)
+		if !b.helloDone(ip, peer, true) {
+			err = fmt.Errorf("%d data connections served (at most %d per peer): %w", b.cfg.MaxServerConns, b.cfg.MaxConnsPerPeer, rdmamgr.ErrLimit)
 		}
 	}
 	var ack [helloAckSize]byte
@@ -87,7 +87,7 @@ func (b *Backend) serverHello(c net.Conn, ip netip.Addr) (peer uint64, ok bool) 
 	}
 	encodeHelloAck(ack[:], 0)
 	if _, err := c.Write(ack[:]); err != nil {
-		b.authDone()
+		b.authDone(peer)
 		return 0, false
 	}
 	return peer, true
@@ -113,9 +113,14 @@ func (b *Backend) checkHello(hello []byte, nonce [16]byte) (uint64, error) {
 	return peer, nil
 }
 
-func (b *Backend) authDone() {
+func (b *Backend) authDone(peer uint64) {
 	b.mu.Lock()
 	b.authed--
+	if k := b.authByPeer[peer] - 1; k > 0 {
+		b.authByPeer[peer] = k
+	} else {
+		delete(b.authByPeer, peer)
+	}
 	b.mu.Unlock()
 }
 

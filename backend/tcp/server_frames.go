@@ -44,6 +44,9 @@ type serverConn struct {
 	// flushing: the batch is being written (the write deadline is set
 	// under mu while it is).
 	flushing bool
+	// evicted: closed to make room for another peer (guarded by
+	// Backend.mu; makeRoomLocked).
+	evicted bool
 }
 
 // cut wakes the connection's goroutine if it is blocked in r's memory.
@@ -92,6 +95,15 @@ func (s *serverConn) serve() error {
 	for {
 		if len(s.segs) > 0 && (br.Buffered() == 0 || len(s.segs) >= maxBatchSegs || s.payload >= maxBatchPayload) {
 			if err := s.flush(); err != nil {
+				return err
+			}
+		}
+		if br.Buffered() < reqMaxSize {
+			// Reading the header may wait on the peer: a peer pings an
+			// idle connection every heartbeat, so one silent for
+			// IdleTimeout is gone or hostile, and gives its slot back.
+			// (Payload reads set deadlines of their own.)
+			if err := s.c.SetReadDeadline(time.Now().Add(s.b.cfg.IdleTimeout)); err != nil {
 				return err
 			}
 		}

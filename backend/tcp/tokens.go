@@ -12,13 +12,16 @@ import (
 
 // Route setup on the backend's side: the initiator's info, and the
 // responder's single-use tokens that its data connections must prove
-// (server_conn.go takes them back).
+// (server_conn.go takes them back). Tokens expire after TokenTTL; one peer
+// holds at most MaxTokensPerPeer, and in a full table a peer holding
+// fewer takes the oldest tokens of the one holding the most, so one peer
+// (or a few) can never hold every token while others set up routes.
 
 // tokenEntry is a token handed out by AcceptRoute, until it is used or
 // expires.
 type tokenEntry struct {
-	peer    uint64
-	expires time.Time
+	peer            uint64
+	issued, expires time.Time
 }
 
 // PrepareRoute returns the initiator's info: version and connection count.
@@ -55,10 +58,14 @@ func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, info []byte) (
 	}
 	for t, e := range b.tokens {
 		if now.After(e.expires) {
-			delete(b.tokens, t)
+			b.dropTokenLocked(t, e)
 		}
 	}
-	if len(b.tokens)+n > b.cfg.MaxPendingTokens {
+	if held := b.tokensByPeer[peerID]; held+n > b.cfg.MaxTokensPerPeer {
+		return nil, fmt.Errorf("tcp: %d route tokens pending for peer %016x (MaxTokensPerPeer %d): %w",
+			held, peerID, b.cfg.MaxTokensPerPeer, rdmamgr.ErrLimit)
+	}
+	if len(b.tokens)+n > b.cfg.MaxPendingTokens && !b.evictTokensLocked(peerID, n, len(b.tokens)+n-b.cfg.MaxPendingTokens) {
 		return nil, fmt.Errorf("tcp: %d route tokens pending: %w", len(b.tokens), rdmamgr.ErrLimit)
 	}
 	tokens := make([][tokenSize]byte, n)
@@ -66,7 +73,8 @@ func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, info []byte) (
 		if _, err := rand.Read(tokens[i][:]); err != nil {
 			return nil, fmt.Errorf("tcp: token: %w", err)
 		}
-		b.tokens[tokens[i]] = tokenEntry{peer: peerID, expires: now.Add(b.cfg.TokenTTL)}
+		b.tokens[tokens[i]] = tokenEntry{peer: peerID, issued: now, expires: now.Add(b.cfg.TokenTTL)}
+		b.tokensByPeer[peerID]++
 	}
 	return encodeResponderInfo(b.addr, tokens), nil
 }
@@ -80,6 +88,47 @@ func (b *Backend) takeToken(t [tokenSize]byte) (uint64, bool) {
 	if !ok {
 		return 0, false
 	}
-	delete(b.tokens, t)
+	b.dropTokenLocked(t, e)
 	return e.peer, time.Now().Before(e.expires)
+}
+
+// dropTokenLocked forgets token t (entry e) and counts it out of its
+// peer's share.
+func (b *Backend) dropTokenLocked(t [tokenSize]byte, e tokenEntry) {
+	delete(b.tokens, t)
+	if k := b.tokensByPeer[e.peer] - 1; k > 0 {
+		b.tokensByPeer[e.peer] = k
+	} else {
+		delete(b.tokensByPeer, e.peer)
+	}
+}
+
+// evictTokensLocked makes room in a full table for n more tokens of
+// peer, need of them past the cap: it drops the oldest pending tokens of the peer holding the most,
+// one at a time, as long as that peer would still hold more than peer
+// does with its new ones. It reports whether there is room; a peer that
+// holds its share already is refused, never the others.
+func (b *Backend) evictTokensLocked(peer uint64, n, need int) bool {
+	for ; need > 0; need-- {
+		var heavy uint64
+		most := 0
+		for p, k := range b.tokensByPeer {
+			if p != peer && k > most {
+				heavy, most = p, k
+			}
+		}
+		if most <= b.tokensByPeer[peer]+n {
+			return false
+		}
+		var oldest [tokenSize]byte
+		var oe tokenEntry
+		for t, e := range b.tokens {
+			if e.peer == heavy && (oe.issued.IsZero() || e.issued.Before(oe.issued)) {
+				oldest, oe = t, e
+			}
+		}
+		b.dropTokenLocked(oldest, oe)
+		b.lnStats.tokensEvicted.Add(1)
+	}
+	return true
 }

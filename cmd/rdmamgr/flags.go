@@ -31,6 +31,7 @@ type common struct {
 	rdma     ibverbs.Config
 	metrics  *actor.Metrics // given to the manager startNode builds
 	net      netFlags       // hosts.go: TLS, --advertise, --data-tls, etcd
+	pprof    bool           // serve --pprof: /debug/pprof/ on the admin listener
 }
 
 // registerLog adds --log-level (default def, as the command uses it) and

@@ -208,24 +208,52 @@ func TestSystemdUnit(t *testing.T) {
 	}
 }
 
-// The admin listener serves /healthz, /readyz and /debug/pprof/ beside
-// /metrics; --metrics-listen "" turns it off.
+// The admin listener serves /healthz and /readyz beside /metrics, and
+// /debug/pprof/ only with --pprof; --metrics-listen "" turns it off.
 func TestAdminEndpoints(t *testing.T) {
 	d := startDaemon(t)
-	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready", "/debug/pprof/": "goroutine", "/metrics": "rdmamgr_uptime_seconds"} {
-		resp, err := http.Get("http://" + d.metrics + path)
+	get := func(addr, path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), want) {
-			t.Errorf("GET %s: %d, body lacks %q", path, resp.StatusCode, want)
+		return resp.StatusCode, string(b)
+	}
+	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready", "/metrics": "rdmamgr_uptime_seconds"} {
+		if code, body := get(d.metrics, path); code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("GET %s: %d, body lacks %q", path, code, want)
 		}
+	}
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/goroutine?debug=2"} {
+		if code, _ := get(d.metrics, path); code != http.StatusNotFound {
+			t.Errorf("GET %s without --pprof: %d, want 404", path, code)
+		}
+	}
+	p := startDaemon(t, "--pprof")
+	if code, body := get(p.metrics, "/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
+		t.Errorf("GET /debug/pprof/ with --pprof: %d", code)
+	}
+	if strings.Contains(d.stderr.String()+p.stderr.String(), "WARNING") {
+		t.Errorf("a loopback admin listener was warned about:\n%s%s", d.stderr, p.stderr)
 	}
 	off := startDaemon(t, "--metrics-listen", "")
 	waitFor(t, "the serving line", func() bool { return strings.Contains(off.stderr.String(), "serving") })
 	if !strings.Contains(off.stderr.String(), "metrics=off") || off.metrics != "" {
 		t.Errorf(`--metrics-listen "" still serves metrics:\n%s`, off.stderr.String())
+	}
+}
+
+// Only loopback addresses keep the admin listener off the network.
+func TestAdminLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:8091": true, "[::1]:0": true, "localhost:9100": true, "127.0.0.5:1": true,
+		"0.0.0.0:9100": false, ":9100": false, "[::]:9100": false, "10.1.2.3:9100": false, "example.com:1": false,
+	} {
+		if got := isLoopback(addr); got != want {
+			t.Errorf("isLoopback(%q) = %v, want %v", addr, got, want)
+		}
 	}
 }

@@ -15,7 +15,8 @@ func serveCommand() *command {
 		short:    "run a manager daemon",
 		long: `Runs a manager daemon: the manager actor on --listen, its data listener on the
 same host, and an admin listener (--metrics-listen, default ` + defaultMetricsListen + `) with
-/metrics (Prometheus), /healthz, /readyz and /debug/pprof/. Prints "ready ADDR"
+/metrics (Prometheus), /healthz, /readyz and, with --pprof, /debug/pprof/ (an
+address beyond loopback is warned about on stderr). Prints "ready ADDR"
 on stdout once peers can reach it and, under systemd Type=notify, sends READY=1.
 SIGINT or SIGTERM stops it (exit 0).`,
 		interruptOK: true,
@@ -27,7 +28,8 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 	listen := fs.String("listen", "127.0.0.1:8090", "actor-system address `HOST:PORT`, :PORT or [::]:PORT (port 0 picks one); the data listener binds the same host")
 	member := fs.String("member", "", "with --etcd: our member `name` in the cluster (default: the name --tls-cert carries, which it must then be; else the host name)")
 	name := fs.String("name", actor.DefaultName, "manager actor `name`")
-	metricsListen := fs.String("metrics-listen", defaultMetricsListen, "admin listener `HOST:PORT` for /metrics, /healthz, /readyz, /debug/pprof/ (\"\" or off: none)")
+	metricsListen := fs.String("metrics-listen", defaultMetricsListen, "admin listener `HOST:PORT` for /metrics, /healthz, /readyz (\"\" or off: none; beyond loopback: warned)")
+	pprofOn := fs.Bool("pprof", false, "also serve /debug/pprof/ (command line, goroutines, heap, profiles) on the admin listener")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the daemon's life to this `file`")
 	var c common
 	c.registerLog(fs, "info")
@@ -46,6 +48,7 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 				return usagef("--metrics-listen %q: want HOST:PORT, or \"\" for none", *metricsListen)
 			}
 		}
+		c.pprof = *pprofOn
 		return serve(ctx, e, &c, *listen, *name, *member, *metricsListen, *cpuProfile)
 	}
 }
@@ -77,9 +80,13 @@ func serve(ctx context.Context, e *env, c *common, listen, name, member, metrics
 	admin := "off"
 	if metricsListen != "" {
 		a := newAdminServer(n.Manager(), metricsRegistry(n, c.metrics))
+		if c.pprof {
+			a.servePprof()
+		}
 		if err := a.listen(metricsListen); err != nil {
 			return err
 		}
+		warnAdminExposure(e.stderr, &zl, metricsListen, a.Addr(), c.pprof)
 		defer a.close() // first: /readyz fails before the manager closes
 		admin = "http://" + a.Addr() + "/metrics"
 	}

@@ -1,5 +1,0 @@
-//go:build race
-
-package node
-
-const raceEnabled = true
