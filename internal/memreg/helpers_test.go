@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/testscale"
 )
 
 const testOwner = 0x1122334455667788
 
 // liveness bounds waits for events that must happen; tests never assert
 // on how long anything took.
-const liveness = 10 * time.Second
+var liveness = testscale.Timeout(10 * time.Second)
 
 func newReg(t testing.TB, lim buffer.Limits) *Registry {
 	t.Helper()
