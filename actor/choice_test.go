@@ -158,6 +158,18 @@ func TestRouteSaysWhyItsBackend(t *testing.T) {
 	if want := fmt.Sprintf("why=%q", wantIn); !strings.Contains(bLog.String(), want) {
 		t.Errorf("b's log lacks %s:\n%s", want, bLog)
 	}
+	// Declining a backend for this peer is a choice, not a refusal
+	// (issue 23): not counted, not a warning.
+	st, err := b.Client().Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.Refusals[RefusedHandshake]; n != 0 {
+		t.Errorf("b counted %d handshake refusals for backends it declined: %v", n, st.Refusals)
+	}
+	if strings.Contains(bLog.String(), "route handshake refused") {
+		t.Errorf("b logged its declines as refusals:\n%s", bLog)
+	}
 }
 
 // A route on the first backend says so; a manager with one backend says

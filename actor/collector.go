@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/rdmamgr/rdmamgr/internal/control"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
@@ -68,6 +69,13 @@ func (c managerCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range st.Inbound {
 		routes[routeKey{"in", r.Backend, routeState(r.State)}]++
 	}
+	for _, dir := range []string{"out", "in"} {
+		for _, b := range m.backends { // every series from the start, at 0
+			if k := (routeKey{dir, string(b.Kind()), "up"}); routes[k] == 0 {
+				routes[k] = 0
+			}
+		}
+	}
 	for k, n := range routes {
 		gauge(descRoutes, float64(n), k.dir, k.backend, k.state)
 	}
@@ -89,6 +97,11 @@ func (c managerCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descLeased, float64(st.LeasedBuffers))
 	gauge(descQPs, float64(st.QueuePairs))
 	gauge(descUptime, float64(st.UptimeMs)/1000)
+	for _, reason := range knownRefusals {
+		if _, ok := st.Refusals[reason]; !ok {
+			counter(descRefusals, 0, reason) // every series from the start
+		}
+	}
 	for reason, n := range st.Refusals {
 		counter(descRefusals, n, reason)
 	}
@@ -99,6 +112,12 @@ func (c managerCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descCacheHits, rs.CacheHits)
 	counter(descCacheMiss, rs.CacheMisses)
 }
+
+// knownRefusals are the refusal reasons exported at 0 before their first
+// event, so that absent() and rate() alerts work from the start.
+var knownRefusals = []string{control.RefusedForgedSender, control.RefusedForeignTarget, control.RefusedMalformed,
+	control.RefusedStopActor, control.RefusedUnknownType, control.RefusedNotLocal, control.RefusedLimit,
+	control.RefusedHandshake, control.RefusedConn, control.RefusedStream, control.RefusedTLS}
 
 // routeState reduces a status state ("failed: …", "down: …") to its word.
 func routeState(s string) string {

@@ -49,6 +49,10 @@ type Config struct {
 	MaxRoutes int
 	// RouteTimeout bounds a route setup (10 s).
 	RouteTimeout time.Duration
+	// RouteLinger keeps a route whose last queue pair was released for
+	// this long (DefaultRouteLinger; negative: none), so that queue-pair
+	// churn to a peer reuses its route rather than a handshake each time.
+	RouteLinger time.Duration
 	// OpTimeout is the default deadline of Put and Get (30 s).
 	OpTimeout time.Duration
 	// RequestTimeout bounds actor request round trips (10 s).
@@ -81,6 +85,7 @@ func (c Config) withDefaults() Config {
 	setIfZero(&c.MaxLease, 24*time.Hour)
 	setIfZero(&c.ReapInterval, time.Second)
 	setIfZero(&c.RouteTimeout, 10*time.Second)
+	setIfZero(&c.RouteLinger, DefaultRouteLinger)
 	setIfZero(&c.OpTimeout, queuepair.DefaultTimeout)
 	setIfZero(&c.RequestTimeout, 10*time.Second)
 	setIfZero(&c.MaxMessageSize, DefaultMaxMessageSize)

@@ -18,7 +18,8 @@
 //
 // One route is cached per peer manager: concurrent RequestQueuePair calls for
 // the same peer share one setup, and a failed route is rebuilt by the next
-// request. A setup tries the backends in order of preference and takes the
+// request. A route outlives its last queue pair for Config.RouteLinger (30 s
+// by default), so that queue-pair churn reuses it; then it closes. A setup tries the backends in order of preference and takes the
 // first that connects; a backend that refuses the peer with
 // ErrNotSupported (shm for a peer on another host, one the peer does not
 // run) passes the turn. The route keeps why it runs on its backend (the

@@ -196,11 +196,16 @@ func (m *Manager) acceptRoute(hs *rdmapb.RouteHandshake) *rdmapb.RouteHandshakeR
 			m.inboundUp(hs)
 		}
 	}
-	if resp.Error != nil {
+	switch {
+	case resp.Error == nil:
+	case resp.Error.Code == rdmapb.Code_NOT_SUPPORTED:
+		// A backend that does not serve this peer (shm for another host
+		// or uid, a backend we do not run): the initiator tries its next
+		// one. That is a choice, not a refusal: info, not counted.
+		m.log.Info("route handshake declined: backend not for this peer", "initiator", hs.InitiatorAddr, "backend", hs.Backend, "why", resp.Error.Message)
+		m.noteRefused(hs.InitiatorId, backend.Kind(hs.Backend), toError(resp.Error))
+	default:
 		m.book.Refuse(RefusedHandshake, "route handshake refused", "initiator", hs.InitiatorAddr, "err", resp.Error.Message)
-		if resp.Error.Code == rdmapb.Code_NOT_SUPPORTED {
-			m.noteRefused(hs.InitiatorId, backend.Kind(hs.Backend), toError(resp.Error))
-		}
 	}
 	return resp
 }

@@ -64,6 +64,14 @@ func newPair(t *testing.T) (*protoactor.ActorSystem, *Manager, *Manager) {
 	return sys, startManager(t, sys, Config{Name: "a"}), startManager(t, sys, Config{Name: "b"})
 }
 
+// newPairNoLinger is newPair whose a closes a route with its last queue
+// pair (RouteLinger < 0).
+func newPairNoLinger(t *testing.T) (*protoactor.ActorSystem, *Manager, *Manager) {
+	t.Helper()
+	sys := newSystem(t)
+	return sys, startManager(t, sys, Config{Name: "a", RouteLinger: -1}), startManager(t, sys, Config{Name: "b"})
+}
+
 // ask sends a raw message to pid and returns the reply.
 func ask(t *testing.T, sys *protoactor.ActorSystem, pid *protoactor.PID, msg any) any {
 	t.Helper()

@@ -3,6 +3,7 @@ package actor
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
@@ -84,11 +85,17 @@ func (m *Manager) forgetRemote(region uint64) {
 }
 
 // reaper releases buffers whose lease ran out, and queue pairs never
-// claimed.
+// claimed. Each expired buffer is released on a goroutine of its own, so
+// one whose release waits (a peer's request stalled in it) delays no
+// other's expiry.
 func (m *Manager) reaper() {
 	defer m.wg.Done()
 	t := time.NewTicker(m.cfg.ReapInterval)
 	defer t.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // at stop: releases still waiting give up (the regions are freed once drained)
+	var mu sync.Mutex
+	reaping := make(map[uint64]bool) // regions being released
 	for {
 		select {
 		case <-m.stop:
@@ -97,11 +104,25 @@ func (m *Manager) reaper() {
 		}
 		m.dropUnclaimed(time.Now().Add(-2 * m.cfg.RequestTimeout))
 		for _, r := range m.reg.Expired() {
-			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.OpTimeout)
-			err := m.reg.Release(ctx, m.reg.Handle(r))
-			cancel()
-			m.forgetRemote(r.ID())
-			m.log.Info("lease expired: buffer released", "region", r.ID(), "err", err)
+			mu.Lock()
+			busy := reaping[r.ID()]
+			reaping[r.ID()] = true
+			mu.Unlock()
+			if busy {
+				continue
+			}
+			m.wg.Add(1) // the reaper's own count keeps the group open
+			go func() {
+				defer m.wg.Done()
+				rctx, rcancel := context.WithTimeout(ctx, m.cfg.OpTimeout)
+				err := m.reg.Release(rctx, m.reg.Handle(r))
+				rcancel()
+				m.forgetRemote(r.ID())
+				m.log.Info("lease expired: buffer released", "region", r.ID(), "err", err)
+				mu.Lock()
+				delete(reaping, r.ID())
+				mu.Unlock()
+			}()
 		}
 	}
 }

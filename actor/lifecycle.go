@@ -131,6 +131,11 @@ func (m *Manager) Close() error {
 	m.endLife()
 	pid := m.pid
 	routes := m.routes
+	for _, e := range routes {
+		if e.linger != nil {
+			e.linger.Stop()
+		}
+	}
 	m.routes = make(map[string]*routeEntry)
 	m.qps = make(map[uint64]*qpEntry)
 	m.mu.Unlock()

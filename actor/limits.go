@@ -42,7 +42,10 @@ const (
 	// DefaultHandshakesPerPeer caps the route handshakes one peer has
 	// accepted per handshakeWindow.
 	DefaultHandshakesPerPeer = 64
-	handshakeWindow          = 30 * time.Second
+	// DefaultRouteLinger is how long an idle route outlives its last queue
+	// pair (Config.RouteLinger, serve --route-linger).
+	DefaultRouteLinger = 30 * time.Second
+	handshakeWindow    = 30 * time.Second
 )
 
 // DefaultLimits returns the default registry limits for this machine.

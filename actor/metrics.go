@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,10 +24,17 @@ type Metrics struct {
 	setups  *prometheus.CounterVec
 	downs   *prometheus.CounterVec
 
-	// fast holds the label children of the common backend × op pairs, made
-	// on first use, so the data path does no label lookup.
-	fast [2][2]atomic.Pointer[opMetrics]
+	// fast holds the label children of every known backend × op, made
+	// with the Metrics: the data path does no label lookup, and every
+	// series exists (at 0) from the start, for absent() and rate().
+	fast [len(knownKinds)][len(knownOps)]*opMetrics
 }
+
+// knownKinds and knownOps are the label values made up front.
+var (
+	knownKinds = [...]backend.Kind{backend.KindTCP, backend.KindIBVerbs, backend.KindSHM}
+	knownOps   = [...]backend.Op{backend.OpWrite, backend.OpRead, backend.OpWriteImm, backend.OpSend, backend.OpCompareSwap, backend.OpFetchAdd}
+)
 
 type opMetrics struct {
 	ops, bytes prometheus.Counter
@@ -59,35 +65,35 @@ func NewMetrics() *Metrics {
 			Name: "rdmamgr_route_downs_total", Help: "Routes that went down, by direction.",
 		}, []string{"direction", "backend"}),
 	}
+	for i, k := range knownKinds {
+		for j, op := range knownOps {
+			mt.fast[i][j] = mt.newChildren(k, op)
+		}
+	}
 	return mt
 }
 
-// children returns the label children of kind × op.
-func (mt *Metrics) children(kind backend.Kind, op backend.Op) *opMetrics {
-	i, j := -1, 0
-	switch kind {
-	case backend.KindTCP:
-		i = 0
-	case backend.KindIBVerbs:
-		i = 1
-	}
-	if op == backend.OpRead {
-		j = 1
-	}
-	if i >= 0 {
-		if m := mt.fast[i][j].Load(); m != nil {
-			return m
-		}
-	}
-	m := &opMetrics{
+func (mt *Metrics) newChildren(kind backend.Kind, op backend.Op) *opMetrics {
+	return &opMetrics{
 		ops:     mt.ops.WithLabelValues(string(kind), opName(op)),
 		bytes:   mt.bytes.WithLabelValues(string(kind), opName(op)),
 		latency: mt.latency.WithLabelValues(string(kind), opName(op)),
 	}
-	if i >= 0 {
-		mt.fast[i][j].Store(m)
+}
+
+// children returns the label children of kind × op.
+func (mt *Metrics) children(kind backend.Kind, op backend.Op) *opMetrics {
+	for i, k := range knownKinds {
+		if k != kind {
+			continue
+		}
+		for j, o := range knownOps {
+			if o == op {
+				return mt.fast[i][j]
+			}
+		}
 	}
-	return m
+	return mt.newChildren(kind, op)
 }
 
 func (mt *Metrics) vecs() []prometheus.Collector {
@@ -108,12 +114,23 @@ func (mt *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// opName names an operation as the API does.
+// opName names an operation as the API does, each verb its own label.
 func opName(op backend.Op) string {
-	if op == backend.OpWrite {
+	switch op {
+	case backend.OpWrite:
 		return "put"
+	case backend.OpRead:
+		return "get"
+	case backend.OpWriteImm:
+		return "put_with_imm"
+	case backend.OpSend:
+		return "send"
+	case backend.OpCompareSwap:
+		return "cas"
+	case backend.OpFetchAdd:
+		return "fetch_add"
 	}
-	return "get"
+	return "unknown"
 }
 
 // Observe implements qpbind.Observer.

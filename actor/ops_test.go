@@ -120,8 +120,8 @@ func TestMetricsCountOperations(t *testing.T) {
 			t.Errorf("%v = %v, want %v", c.c.(prometheus.Metric).Desc(), got, c.want)
 		}
 	}
-	if n := len(collect(ma.latency)); n != 1 {
-		t.Errorf("latency histograms: %d series, want 1 (tcp get)", n)
+	if n := len(collect(ma.latency)); n != len(knownKinds)*len(knownOps) {
+		t.Errorf("latency histograms: %d series, want %d (every backend × op)", n, len(knownKinds)*len(knownOps))
 	}
 	mfs, err := registry(t, a, ma).Gather()
 	if err != nil {

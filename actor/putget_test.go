@@ -294,7 +294,7 @@ func TestReleaseBufferThenOps(t *testing.T) {
 // Release lets work already posted finish normally, even when it drops the
 // last reference to the route.
 func TestReleaseQueuePairWithWorkInFlight(t *testing.T) {
-	sys, a, b := newPair(t)
+	sys, a, b := newPairNoLinger(t)
 	ctx := testCtx(t)
 	const n = 32 << 20
 	local := requestBuf(t, ctx, a.Client(), n, buffer.AccessReadWrite)

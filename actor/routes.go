@@ -28,6 +28,9 @@ type routeEntry struct {
 	// refs counts queue pairs on the route; guarded by Manager.mu.
 	refs  int
 	since time.Time // when setup ended
+	// linger, while refs is 0, closes the idle route once it fires
+	// (Config.RouteLinger); guarded by Manager.mu.
+	linger *time.Timer
 }
 
 func peerKey(p *protoactor.PID) string { return p.Address + "/" + p.Id }
@@ -86,12 +89,19 @@ func (m *Manager) refRoute(peer *protoactor.PID) (*routeEntry, error) {
 	}
 	if e == nil {
 		if len(m.routes) >= m.cfg.MaxRoutes {
+			m.evictIdleLocked()
+		}
+		if len(m.routes) >= m.cfg.MaxRoutes {
 			return nil, fmt.Errorf("%d routes, the most allowed (serve --max-routes): %w", len(m.routes), rdmamgr.ErrLimit)
 		}
 		e = &routeEntry{key: key, peer: peer, ready: make(chan struct{})}
 		m.routes[key] = e
 		m.wg.Add(1)
 		go m.setupRoute(e)
+	}
+	if e.linger != nil {
+		e.linger.Stop() // if it fired already, expireRoute sees refs > 0
+		e.linger = nil
 	}
 	e.refs++
 	return e, nil
@@ -143,12 +153,20 @@ func (m *Manager) setupRoute(e *routeEntry) {
 	m.cfg.Metrics.routeSetup("out", "", e.err)
 }
 
-// dropRef releases one reference to e; the last one closes the route.
+// dropRef releases one reference to e. The last one leaves a live route
+// idle for Config.RouteLinger, so that a caller that opens a queue pair
+// per request reuses it instead of a new handshake each time; after that,
+// or at once for a failed or still-starting route, the route closes.
 func (m *Manager) dropRef(e *routeEntry) {
 	m.mu.Lock()
 	e.refs--
 	last := e.refs == 0
 	if last && m.routes[e.key] == e {
+		if m.cfg.RouteLinger > 0 && !m.closed && routeUsable(e) {
+			e.linger = time.AfterFunc(m.cfg.RouteLinger, func() { m.expireRoute(e) })
+			m.mu.Unlock()
+			return
+		}
 		delete(m.routes, e.key)
 	}
 	m.mu.Unlock()
@@ -171,5 +189,53 @@ func (m *Manager) dropRef(e *routeEntry) {
 				e.route.Close()
 			}
 		}()
+	}
+}
+
+// routeUsable reports whether e's setup ended with a live route.
+func routeUsable(e *routeEntry) bool {
+	select {
+	case <-e.ready:
+		return e.err == nil && !routeDead(e.route)
+	default:
+		return false
+	}
+}
+
+// expireRoute closes e once its linger ran out, unless a queue pair took
+// it again meanwhile or the manager is closing (Close closes it then).
+func (m *Manager) expireRoute(e *routeEntry) {
+	m.mu.Lock()
+	if m.closed || e.refs > 0 || m.routes[e.key] != e {
+		m.mu.Unlock()
+		return
+	}
+	delete(m.routes, e.key)
+	e.linger = nil
+	m.wg.Add(1)
+	m.mu.Unlock()
+	defer m.wg.Done()
+	if e.route != nil {
+		e.route.Close()
+	}
+}
+
+// evictIdleLocked closes one lingering route (no queue pair on it) to
+// make room under MaxRoutes. Called with m.mu held.
+func (m *Manager) evictIdleLocked() {
+	for k, e := range m.routes {
+		if e.refs == 0 && e.linger != nil {
+			e.linger.Stop()
+			e.linger = nil
+			delete(m.routes, k)
+			m.wg.Add(1)
+			go func() {
+				defer m.wg.Done()
+				if e.route != nil {
+					e.route.Close()
+				}
+			}()
+			return
+		}
 	}
 }

@@ -21,7 +21,7 @@ import (
 )
 
 func TestRequestQueuePairConcurrent(t *testing.T) {
-	sys, a, b := newPair(t)
+	sys, a, b := newPairNoLinger(t)
 	ctx := testCtx(t)
 	const n = 20
 	qps := make([]*queuepair.QueuePair, n)

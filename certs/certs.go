@@ -126,10 +126,10 @@ func (ca *CA) Save(dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, CAKeyFile), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+	if err := writeKey(filepath.Join(dir, CAKeyFile), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, CACertFile), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}), 0o644)
@@ -160,10 +160,20 @@ func (ca *CA) IssueFiles(dir, name string, hosts []string) (certFile, keyFile st
 		return "", "", err
 	}
 	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	if err := os.WriteFile(keyFile, k, 0o600); err != nil {
+	if err := writeKey(keyFile, k); err != nil {
 		return "", "", err
 	}
 	return certFile, keyFile, os.WriteFile(certFile, c, 0o644)
+}
+
+// writeKey writes a private key with mode 0600, also over an existing
+// file of a wider mode (os.WriteFile keeps an existing file's mode).
+func writeKey(path string, pem []byte) error {
+	_ = os.Chmod(path, 0o600) // narrowed before the key is in it
+	if err := os.WriteFile(path, pem, 0o600); err != nil {
+		return err
+	}
+	return os.Chmod(path, 0o600)
 }
 
 func serial() *big.Int {

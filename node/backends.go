@@ -123,16 +123,25 @@ func startIBVerbs(ctx context.Context, cfg ibverbs.Config, reg *memreg.Registry,
 // placeData puts a TCP data listener left at its default address next to
 // the actor system: bound to the actor system's bind host (listen), port
 // 0, and advertised at the host of its advertised address, so peers on
-// other hosts reach it as they reach the actor system.
+// other hosts reach it as they reach the actor system. A listener given a
+// wildcard address (serve --data-listen :7000) is advertised at that host
+// too.
 func placeData(c *tcp.Config, listen, advertised string) {
-	if c.ListenAddr != "" || c.AdvertiseAddr != "" || c.AdvertiseHost != "" {
+	if c.AdvertiseAddr != "" || c.AdvertiseHost != "" {
 		return
 	}
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		return
+	if c.ListenAddr != "" {
+		host, _, err := net.SplitHostPort(c.ListenAddr)
+		if ip := net.ParseIP(host); err != nil || (host != "" && (ip == nil || !ip.IsUnspecified())) {
+			return
+		}
+	} else {
+		host, _, err := net.SplitHostPort(listen)
+		if err != nil {
+			return
+		}
+		c.ListenAddr = net.JoinHostPort(host, "0")
 	}
-	c.ListenAddr = net.JoinHostPort(host, "0")
 	if ah, _, err := net.SplitHostPort(advertised); err == nil {
 		c.AdvertiseHost = ah
 	}

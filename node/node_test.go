@@ -189,6 +189,11 @@ func TestPlaceData(t *testing.T) {
 		{tcp.Config{}, "[::]:8090", "[fd00::5]:8090", "[::]:0", "fd00::5"},
 		{tcp.Config{ListenAddr: "127.0.0.1:7000"}, "0.0.0.0:8090", "10.0.0.5:8090", "127.0.0.1:7000", ""},
 		{tcp.Config{AdvertiseHost: "h"}, "0.0.0.0:8090", "10.0.0.5:8090", "", "h"},
+		// serve --data-listen :7001 (issue 23): a fixed port, advertised
+		// at the host peers reach the actor system at.
+		{tcp.Config{ListenAddr: ":7001"}, "0.0.0.0:8090", "10.0.0.5:8090", ":7001", "10.0.0.5"},
+		{tcp.Config{ListenAddr: "0.0.0.0:7001"}, "0.0.0.0:8090", "10.0.0.5:8090", "0.0.0.0:7001", "10.0.0.5"},
+		{tcp.Config{ListenAddr: "10.0.0.5:7001"}, "0.0.0.0:8090", "10.0.0.5:8090", "10.0.0.5:7001", ""},
 	} {
 		got := c.cfg
 		placeData(&got, c.listen, c.advertised)

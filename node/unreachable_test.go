@@ -33,3 +33,22 @@ func TestUnreachablePeerSaysWhy(t *testing.T) {
 		}
 	}
 }
+
+// A request that names a node by an address it does not answer at (the
+// same listener under another name, as `status --peer 127.0.0.1:8090` for a
+// daemon advertised at its host's address) is answered at once with the
+// address to use, not dropped to time out.
+func TestWrongAddressSaysWhich(t *testing.T) {
+	a := startNode(t, Config{Backend: backend.KindTCP})
+	b := startNode(t, Config{Backend: backend.KindTCP})
+	_, port, _ := net.SplitHostPort(a.Addr())
+	other := net.JoinHostPort("localhost", port)
+	_, err := b.ClientOf(other, "").Ping(testCtx(t))
+	if !errors.Is(err, rdmamgr.ErrUnknownPeer) || errors.Is(err, rdmamgr.ErrTimeout) {
+		t.Fatalf("ping of %s: %v, want ErrUnknownPeer (not a timeout)", other, err)
+	}
+	if !strings.Contains(err.Error(), "answers at "+a.Addr()) {
+		t.Fatalf("ping of %s: %v, want it to name %s", other, err, a.Addr())
+	}
+	t.Log(err)
+}

@@ -192,6 +192,7 @@ func (g *guard) keep(b *remote.MessageBatch, e *remote.MessageEnvelope, c *connP
 	}
 	if err := g.checkTarget(b.Targets[e.Target]); err != nil {
 		g.book.Refuse(control.RefusedForeignTarget, "dropped a message for another process", "type", name, "from", c.remote.String(), "err", err)
+		g.wrongAddress(b, e)
 		return false
 	}
 	if e.SerializerId == protoSerializerID {
@@ -240,6 +241,25 @@ func (g *guard) validPIDs(mt protoreflect.MessageType, name string, data []byte,
 		return nil
 	}
 	return g.checkSender(c, pid)
+}
+
+// wrongAddress answers a request (an envelope with a checked sender) that
+// named this process by an address it does not answer at, such as
+// 127.0.0.1:8090 for a daemon that advertises 10.0.0.1:8090, so that the
+// caller learns the right address at once instead of timing out. The
+// answer goes only to the sender, which the guard checked is the
+// connection's own peer.
+func (g *guard) wrongAddress(b *remote.MessageBatch, e *remote.MessageEnvelope) {
+	if e.Sender == 0 {
+		return
+	}
+	sender := proto.Clone(b.Senders[e.Sender-1]).(*protoactor.PID)
+	sender.RequestId = e.SenderRequestId
+	g.sys.Root.Send(sender, &rdmapb.ErrorReply{Error: &rdmapb.Error{
+		Code: rdmapb.Code_UNKNOWN_PEER,
+		Message: fmt.Sprintf("this process answers at %s, not %s: name it by that address",
+			g.sys.Address(), b.Targets[e.Target].Address),
+	}})
 }
 
 // unknownType answers an envelope of a type this binary does not link as

@@ -155,6 +155,16 @@ func ProveSecret(ctx context.Context, conn net.Conn, s Prover) error {
 // ctx (at most 5 s) counts as not sealed. The CLI runs it to say at once
 // why a sealed daemon will refuse a client without --secret-file.
 func Sealed(ctx context.Context, conn net.Conn) bool {
+	sealed, _ := Greet(ctx, conn)
+	return sealed
+}
+
+// Greet is Sealed that also reports whether the server said nothing at
+// all before closing the connection (silent): a plain gRPC server sends
+// its settings and a sealed one its challenge, but a TLS server closes on
+// a first record that is not a TLS handshake without a byte, so silent
+// means the control plane most likely requires TLS.
+func Greet(ctx context.Context, conn net.Conn) (sealed, silent bool) {
 	dl := time.Now().Add(5 * time.Second)
 	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
 		dl = d
@@ -162,9 +172,9 @@ func Sealed(ctx context.Context, conn net.Conn) bool {
 	_ = conn.SetDeadline(dl)
 	defer conn.SetDeadline(time.Time{})
 	if _, err := conn.Write(append([]byte(secretMagic), make([]byte, secretNonceLen)...)); err != nil {
-		return false
+		return false, false
 	}
 	got := make([]byte, len(secretMagic))
-	_, err := io.ReadFull(conn, got)
-	return err == nil && bytes.Equal(got, []byte(secretMagic))
+	n, err := io.ReadFull(conn, got)
+	return err == nil && bytes.Equal(got, []byte(secretMagic)), n == 0 && errors.Is(err, io.EOF)
 }

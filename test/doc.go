@@ -39,6 +39,16 @@
 //     secret gets no buffer and no status from a --secret-file daemon, the
 //     CLI says the daemon is sealed, a bench with the secret verifies, and a
 //     daemon with neither secret nor TLS warns that it is open.
+//   - TestAttackSHMSocketFlood (issue 24 row 3): a process of user nobody
+//     (this test binary run again under that uid, attackerEnv) floods a
+//     daemon's abstract shm socket; the daemon's fds stay bounded, verified
+//     shm and TCP benches pass during the flood, refusals are logged once a
+//     second.
+//   - TestAttackSHMStoppedPeer (issue 24 row 5): a `rdmamgr bench` over shm
+//     is SIGSTOPped mid-copy (its state table read through /proc/PID/mem);
+//     its buffers' lease and another peer's take effect at once, with a
+//     verified bench alongside. The row 4 attacks (a peer of the protocol's
+//     own making) are backend/shm's TestAttackExportOnlyThatRegion.
 //
 // Every test checks that the test's manager holds no route and no memory
 // afterwards; TestMain closes the manager after the tests and fails the run

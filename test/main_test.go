@@ -48,7 +48,12 @@ type node struct {
 	mgr  *actor.Manager
 }
 
-func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+func TestMain(m *testing.M) {
+	if code, ran := runAttacker(); ran { // a child process of an attack test
+		os.Exit(code)
+	}
+	os.Exit(testMain(m))
+}
 
 func testMain(m *testing.M) int {
 	flag.Parse()

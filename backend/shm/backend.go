@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
@@ -37,9 +39,11 @@ type Backend struct {
 	host [hostIDSize]byte
 	uid  int
 
-	authFail atomic.Uint64
-	inbox    atomic.Pointer[inboxRef] // SetInbox
-	wg       sync.WaitGroup           // the accept loop and the connections
+	authFail      atomic.Uint64
+	refusedAccept atomic.Uint64 // connections refused at accept (caps, users)
+	logs          logs
+	inbox         atomic.Pointer[inboxRef] // SetInbox
+	wg            sync.WaitGroup           // the accept loop and the connections
 
 	mu sync.Mutex // guards the fields below
 	// started and closed: Start ran; Close ran.
@@ -48,7 +52,13 @@ type Backend struct {
 	name            string // abstract socket name, without '@'
 	tokens          map[[tokenSize]byte]token
 	conns           map[*serverConn]struct{}
-	routes          map[*route]struct{} // routes we initiated, until closed
+	// preAuth counts connections in their handshake, preAuthUID per user;
+	// authed those authenticated, authedPeer per peer manager (admit.go).
+	preAuth    int
+	preAuthUID map[uint32]int
+	authed     int
+	authedPeer map[uint64]int
+	routes     map[*route]struct{} // routes we initiated, until closed
 	// gone sums the counters of connections that ended.
 	gone backend.ServedStats
 }
@@ -71,7 +81,7 @@ func New(cfg Config, reg *memreg.Registry, log *slog.Logger) (*Backend, error) {
 	}
 	return &Backend{cfg: cfg.withDefaults(), reg: reg, log: log.With("backend", "shm"), uid: os.Getuid(),
 		tokens: make(map[[tokenSize]byte]token), conns: make(map[*serverConn]struct{}),
-		routes: make(map[*route]struct{})}, nil
+		routes: make(map[*route]struct{}), preAuthUID: make(map[uint32]int), authedPeer: make(map[uint64]int)}, nil
 }
 
 // Kind implements backend.Backend.
@@ -95,6 +105,13 @@ func (b *Backend) Start(ctx context.Context) error {
 	if b.closed || b.started {
 		ln.Close()
 		return fmt.Errorf("shm: Start after Start or Close: %w", rdmamgr.ErrClosed)
+	}
+	// Processes of our user must not reach our memfds behind the socket's
+	// back (/proc/PID/fd/N, /proc/PID/mem): only root may, once we are not
+	// dumpable. Process-wide: no core dumps either.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		ln.Close()
+		return fmt.Errorf("shm: prctl(PR_SET_DUMPABLE, 0): %w", err)
 	}
 	b.host, b.ln, b.name, b.started = host, ln, name, true
 	b.reg.AddCutter(b)
@@ -233,6 +250,9 @@ func (b *Backend) newToken(peerID uint64, info *routeInfo) ([tokenSize]byte, err
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if n := b.routesOf(peerID); n >= maxRoutesPerPeer {
+		return tok, fmt.Errorf("shm: peer %016x holds %d routes and tokens, the most allowed: %w", peerID, n, rdmamgr.ErrLimit)
+	}
 	if len(b.tokens) >= maxTokens {
 		for k, t := range b.tokens {
 			if now.After(t.expires) {
@@ -247,13 +267,49 @@ func (b *Backend) newToken(peerID uint64, info *routeInfo) ([tokenSize]byte, err
 	return tok, nil
 }
 
-// takeToken removes and returns a live token.
-func (b *Backend) takeToken(tok [tokenSize]byte) (token, bool) {
+// peekToken returns a live token, leaving it in place: a connection that
+// fails to prove it (wrong MAC, process or user) does not use it up, so
+// whoever learnt a token cannot burn the route it was issued for.
+func (b *Backend) peekToken(tok [tokenSize]byte) (token, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	t, ok := b.tokens[tok]
+	if ok && !time.Now().Before(t.expires) {
+		delete(b.tokens, tok)
+		return t, false
+	}
+	return t, ok
+}
+
+// takeToken uses up a token a connection proved, and takes an
+// authenticated slot for its connection; false if the token went
+// meanwhile or the caps are full (the error says which).
+func (b *Backend) takeToken(tok [tokenSize]byte) (token, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.tokens[tok]
+	if !ok {
+		return t, fmt.Errorf("route token already used: %w", rdmamgr.ErrUnauthenticated)
+	}
 	delete(b.tokens, tok)
-	return t, ok && time.Now().Before(t.expires)
+	if b.authed >= maxConns {
+		return t, fmt.Errorf("shm: %d connections served, the most allowed: %w", b.authed, rdmamgr.ErrLimit)
+	}
+	b.authed++
+	b.authedPeer[t.peerID]++
+	return t, nil
+}
+
+// authedDone gives back an authenticated connection's slot.
+func (b *Backend) authedDone(peer uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.authed--
+	if n := b.authedPeer[peer] - 1; n > 0 {
+		b.authedPeer[peer] = n
+	} else {
+		delete(b.authedPeer, peer)
+	}
 }
 
 func (b *Backend) dropToken(tok [tokenSize]byte) {

@@ -3,6 +3,7 @@
 package shm_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -49,5 +50,47 @@ func BenchmarkPost(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkMapRevoke measures a region's life as a peer sees it: the
+// owner allocates it, the peer's first Put maps it, the owner revokes and
+// releases it (go test -run '^$' -bench MapRevoke ./backend/shm). Its
+// parts are timed apart: map (the first Put), revoke and release.
+func BenchmarkMapRevoke(b *testing.B) {
+	for _, n := range []int{64, 4096, 65536, 1 << 20} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			a, regA := newBackend(b, backendtest.OwnerA, shm.Config{})
+			backendtest.CloseAtCleanup(b, timeout, a, regA)
+			o, regB := newBackend(b, backendtest.OwnerB, shm.Config{})
+			backendtest.CloseAtCleanup(b, timeout, o, regB)
+			rt := backendtest.MustConnect(b, timeout, a, o, backendtest.OwnerB, backendtest.OwnerA)
+			ha, _ := backendtest.Alloc(b, regA, n, buffer.AccessReadWrite)
+			var mapT, revT, relT time.Duration
+			ctx := context.Background()
+			b.ResetTimer()
+			for range b.N {
+				hb, err := regB.Allocate(uint64(n), buffer.AccessReadWrite)
+				if err != nil {
+					b.Fatal(err)
+				}
+				t0 := time.Now()
+				if err := backendtest.Do(b, timeout, rt, regA, backend.OpWrite, ha, hb); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				if err := regB.Revoke(ctx, hb); err != nil {
+					b.Fatal(err)
+				}
+				t2 := time.Now()
+				if err := regB.Release(ctx, hb); err != nil {
+					b.Fatal(err)
+				}
+				mapT, revT, relT = mapT+t1.Sub(t0), revT+t2.Sub(t1), relT+time.Since(t2)
+			}
+			b.ReportMetric(float64(mapT.Nanoseconds())/float64(b.N), "map-ns/op")
+			b.ReportMetric(float64(revT.Nanoseconds())/float64(b.N), "revoke-ns/op")
+			b.ReportMetric(float64(relT.Nanoseconds())/float64(b.N), "release-ns/op")
+		})
 	}
 }

@@ -21,8 +21,8 @@ type Config struct {
 	// ErrNotShareable.
 	Fallback backend.Backend
 	// AllowUIDs are the user ids, besides our own, whose processes may
-	// map our memory (SO_PEERCRED). Anyone allowed can read all of this
-	// manager's pooled memory (package doc).
+	// map the regions they hold keys for (SO_PEERCRED); each gets only
+	// those regions' pages, with their access (package doc).
 	AllowUIDs []int
 	// InlineMax is the largest copy done inside Post, in the poster's
 	// goroutine (DefaultInlineMax, 1 MiB: about 35 µs of copying here,

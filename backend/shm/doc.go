@@ -25,18 +25,53 @@
 // A region is handed out on the initiator's first use of it (a map
 // request naming region id, key and the access it needs): the owner runs
 // the same checks as for any remote request (region, key, access,
-// revocation, lease; memreg.AcquireRemote) and passes the region's memfd
-// (SCM_RIGHTS) with the region's offset, length and access. No fd leaves
-// without the key. Caller memory registered in place is not in a memfd:
-// its operations go over Config.Fallback (the node's TCP backend; set up
+// revocation, lease; memreg.AcquireRemote) and passes a memfd of the
+// region's own pages (SCM_RIGHTS; memreg's Ref.ExportFD) with the
+// region's offset, length and access. No fd leaves without the key.
+//
+// # Exported means only that region
+//
+// The memfd a peer gets holds the region's pages and nothing else: a
+// pooled region (a page-granular slot of a slab) is moved out of its
+// slab into a memfd of its own at its first export (its bytes copied,
+// its pages remapped at the same address in the owner; requests on it
+// wait the few microseconds this takes), an unpooled one has its own
+// already. A read-only region's fd is opened read-only and its memfd
+// sealed against writing (F_SEAL_FUTURE_WRITE: no reopening through
+// /proc gives more), so the peer maps it read-only; the owner's own
+// mapping still writes it. A write-only region is not exported. Revoke
+// ends access through the kernel: once the copies in flight are drained
+// (or given up, below), the region's bytes move to a fresh memfd mapped
+// at the same address, so the memfd the peer kept no longer holds the
+// region's memory; writes through it land nowhere the owner reads.
+// Release does the same by freeing: an exported memfd is never reused
+// (a slot is mapped back onto its slab's zeroed pages first). Lease
+// expiry takes effect through the kernel when the manager's reaper
+// releases the region (within its interval, 1 s by default); until then
+// the state table stops honest peers. Caller memory registered in place
+// is not in a memfd, and a registry whose hooks pin memory (ibverbs: the
+// device holds the pages a move would replace) exports nothing: such
+// operations go over Config.Fallback (the node's TCP backend; set up
 // alongside each shm route), or fail with ErrNotShareable without one.
-// A pooled region's memfd is its slab's: the peer could reach every slot
-// of that slab. That is why only processes of a uid the owner serves get
-// fds: such a process could read the owner's memory anyway (ptrace,
-// /proc/PID/mem). Against such peers the checks below keep honest
-// initiators from using stale handles; they cannot stop a hostile one
-// that copies through a mapping it keeps, so do not allow a uid you do
-// not trust with all of the manager's memory.
+// Start makes the process not dumpable (PR_SET_DUMPABLE 0), so other
+// processes of the same user cannot take its memfds through
+// /proc/PID/fd or read /proc/PID/mem (root still can); this also turns
+// off core dumps. Each peer's state table is its own: what a peer writes
+// there misleads only itself, bounds nothing the owner waits for (below),
+// and its served counters (slot 0) are its own claims, reported for it.
+//
+// # The socket is capped
+//
+// Any process of the network namespace can reach the abstract socket. At
+// accept the owner reads the connecting process's user (SO_PEERCRED) and
+// closes at once a connection of a user it does not serve; it lets at
+// most 64 connections (16 per user) be in their handshake at a time, each
+// for at most 5 s, and closes the ones past that at once. At most 1024
+// connections are served, and one peer manager holds at most 64 routes
+// (tokens waiting and connections). A token is used up only by the
+// connection that proves it: a wrong MAC, pid or user leaves it to the
+// process it was issued for. Refusals are logged once a second at most,
+// with the count of the others.
 //
 // # After Revoke or Release returns, no copy touches the region
 //
@@ -58,6 +93,15 @@
 // ends (peer closed or died) is cut the same way; a dead process's counts
 // never drop, so its drain is bounded (100 ms: a dead process copies
 // nothing).
+//
+// No peer holds a cut for long: a live peer's count that has not dropped
+// 2 s after the cut (a peer stopped mid-copy, by SIGSTOP or a debugger, or
+// one that writes its table to look busy) ends that peer's connection and
+// lets the reference go. So Revoke and Release return within about 2 s
+// whatever a peer does. The region is then quarantined (memreg): its
+// memory, which the stopped peer may still write when it resumes, is
+// never handed to another buffer. Lease expiry is likewise bounded per
+// region: the manager's reaper releases each expired buffer on its own.
 //
 // # An owner that dies or shrinks its memory cannot crash the initiator
 //

@@ -28,3 +28,16 @@ var (
 	errOwnerGone   = fmt.Errorf("shm: owner closed the connection: %w", rdmamgr.ErrPeerGone)
 	errCopyFault   = fmt.Errorf("shm: fault while copying shared memory: %w", rdmamgr.ErrPeerGone)
 )
+
+// uidRefused: the peer is on this host but runs as a uid we do not serve
+// (Config.AllowUIDs). It matches ErrNotSameHost and rdmamgr.ErrNotSupported
+// (the manager tries its next backend), and its text says what it is, so
+// that a route's reason does not claim the peer is on another host.
+type uidRefused struct{ uid uint32 }
+
+func (e uidRefused) Error() string {
+	return fmt.Sprintf("peer runs as uid %d, which this manager does not serve (serve --shm-allow-uid): %v", e.uid, rdmamgr.ErrNotSupported)
+}
+
+func (e uidRefused) Is(target error) bool { return target == ErrNotSameHost }
+func (e uidRefused) Unwrap() error        { return rdmamgr.ErrNotSupported }

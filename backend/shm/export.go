@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -21,6 +23,16 @@ import (
 // route had finished its copies first.
 const drainBound = 100 * time.Millisecond
 
+// stuckBound is how long a cut waits for a live peer's copies in the
+// region (a variable for tests). A running peer leaves within one 256 KiB
+// piece; one stopped mid-copy (SIGSTOP, a debugger) or that writes its
+// table to look busy does not. Past the bound the owner gives up on the
+// peer: it ends the peer's connection (its route fails) and lets the
+// region go, quarantined (memreg: its memory is never handed to another
+// buffer, since the peer may still write it). So Revoke and Release
+// return within stuckBound whatever the peer does.
+var stuckBound = 2 * time.Second
+
 // export is one region a connection's peer mapped: the reference that
 // keeps it registered (a remote reference: Revoke and Release wait for
 // it) and its slot in the state table.
@@ -32,9 +44,11 @@ type export struct {
 
 func u32(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
 
-// mapRegion answers a map request: the region's memfd and its place in
-// it, after the same checks as any remote request (region, key, access,
-// revocation, lease). It returns the reply and the fd to pass (-1: none).
+// mapRegion answers a map request: a memfd holding the region's pages
+// only (memreg's Ref.ExportFD: read-only for a read-only region) and the
+// region's place in it, after the same checks as any remote request
+// (region, key, access, revocation, lease). It returns the reply and the
+// fd to pass (-1: none), which the caller closes once passed.
 func (c *serverConn) mapRegion(m mapMsg) (mappedMsg, int) {
 	rep := mappedMsg{req: m.req}
 	refuse := func(err error) (mappedMsg, int) {
@@ -52,11 +66,18 @@ func (c *serverConn) mapRegion(m mapMsg) (mappedMsg, int) {
 		return refuse(err)
 	}
 	r := ref.Region()
-	fd, off, ok := r.Memfd()
-	if !ok {
+	// Only the region's own pages, with the region's access (memreg).
+	fd, off, err := ref.ExportFD(c.b.reg)
+	if err != nil {
 		ref.Release()
-		return refuse(fmt.Errorf("caller memory: %w", rdmamgr.ErrNotSupported))
+		return refuse(err)
 	}
+	passed := false
+	defer func() {
+		if !passed {
+			unix.Close(fd)
+		}
+	}()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.exports[r.ID()]; e != nil { // mapped again (the peer evicted it): same slot
@@ -84,6 +105,7 @@ func (c *serverConn) mapRegion(m mapMsg) (mappedMsg, int) {
 		rep.slot = slot
 	}
 	rep.off, rep.len, rep.access = off, uint64(r.Len()), r.Access()
+	passed = true
 	return rep, fd
 }
 
@@ -161,14 +183,20 @@ func (c *serverConn) drain(e *export) {
 	defer c.drains.Done()
 	n := c.table.word(e.slot, wInFlight)
 	d := 20 * time.Microsecond
+	start := time.Now()
 	for n.Load() != 0 {
 		select {
 		case <-c.dead:
 			if time.Since(c.deadAt) > drainBound {
-				e.ref.Release()
+				c.giveUp(e, "connection ended")
 				return // the slot dies with the table
 			}
 		default:
+		}
+		if time.Since(start) > stuckBound {
+			c.giveUp(e, "copy stuck in flight")
+			c.conn.Close() // the serving goroutine tears the rest down
+			return
 		}
 		time.Sleep(d)
 		d = min(2*d, 2*time.Millisecond)
@@ -183,6 +211,18 @@ func (c *serverConn) drain(e *export) {
 	}
 	c.free = append(c.free, e.slot)
 	_ = writePacket(c.conn, slotMsg(msgGone, e.slot, e.id), -1) // best effort: the peer also finds it on use
+}
+
+// giveUp lets e's region go while the peer still counts a copy in it: the
+// region is quarantined first, so its memory, which the peer may still
+// write, never becomes another buffer's.
+func (c *serverConn) giveUp(e *export, why string) {
+	e.ref.Region().Quarantine()
+	e.ref.Release()
+	if ok, dropped := c.b.logs.ended.allow(); ok {
+		c.b.log.Warn("shm peer still copies in a region cut: its route ends, the region is quarantined",
+			"peer", fmt.Sprintf("%016x", c.peerID), "region", e.id, "why", why, "suppressed", dropped)
+	}
 }
 
 // served returns the counters of this connection.

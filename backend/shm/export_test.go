@@ -23,6 +23,7 @@ const (
 	MsgWelcome = msgWelcome
 	MsgMap     = msgMap
 	MsgMapped  = msgMapped
+	MsgGone    = msgGone
 	TokenSize  = tokenSize
 )
 
@@ -71,4 +72,34 @@ func EncodeEvent(req uint64, slot uint32, region, off, n uint64, imm uint32) []b
 // EncodeSend builds the first packet of a message of n bytes carrying data.
 func EncodeSend(req, n uint64, data []byte) []byte {
 	return append(sendHeader(nil, req, n, 0, false), data...)
+}
+
+// Socket caps (admit.go).
+const (
+	MaxPreAuthPerUID = maxPreAuthPerUID
+	MaxRoutesPerPeer = maxRoutesPerPeer
+)
+
+// SetStuckBound sets how long a cut waits for a live peer's copies and
+// returns a func that restores it.
+func SetStuckBound(d time.Duration) func() {
+	old := stuckBound
+	stuckBound = d
+	return func() { stuckBound = old }
+}
+
+// InFlight sums the copies the peers count in flight in the regions they
+// mapped from b (their state tables).
+func (b *Backend) InFlight() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var n uint64
+	for c := range b.conns {
+		c.mu.Lock()
+		for _, e := range c.exports {
+			n += c.table.word(e.slot, wInFlight).Load()
+		}
+		c.mu.Unlock()
+	}
+	return n
 }

@@ -5,6 +5,7 @@ package shm_test
 import (
 	"crypto/rand"
 	"errors"
+	"net"
 	"os"
 	"runtime"
 	"testing"
@@ -72,7 +73,8 @@ func TestHostileHandshake(t *testing.T) {
 	r.auth(t, tok, secret.MAC(shm.LabelConn, tok[:], nonce, u32(uint32(os.Getpid()+1))))
 	refused("wrong pid", r)
 
-	// The token was used up by the refused attempt: a replay fails too.
+	// A replay of that token from this process fails on the pid again (a
+	// refused attempt leaves the token to the process it was issued for).
 	r = dialRaw(t, p.b)
 	nonce = r.hello(t)
 	r.auth(t, tok, secret.MAC(shm.LabelConn, tok[:], nonce, u32(uint32(os.Getpid()+1))))
@@ -82,7 +84,8 @@ func TestHostileHandshake(t *testing.T) {
 }
 
 // TestHostileWrongUID: a process of another user holding a valid token
-// and the secret is refused by its credentials (SO_PEERCRED).
+// and the secret is refused by its credentials (SO_PEERCRED), at accept:
+// it gets no hello, no goroutine and no handshake of the owner's.
 func TestHostileWrongUID(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to connect as another uid")
@@ -98,19 +101,32 @@ func TestHostileWrongUID(t *testing.T) {
 			res <- [2]int{-2, int(e)}
 			return
 		}
-		r := dialRaw(t, p.b)
-		r.hello(t)
-		r.auth(t, tok, nil)
-		code, fds := r.welcome(t)
-		r.c.Close()
-		res <- [2]int{code, fds}
+		c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: p.b.Addr(), Net: "unixpacket"})
+		if err != nil {
+			res <- [2]int{-3, 0}
+			return
+		}
+		r := &rawConn{c: c, buf: make([]byte, 512), oob: make([]byte, 64)}
+		m, fds, err := r.read()
+		if err == nil && len(m) > 0 && m[0] == shm.MsgHello { // not expected: play on
+			r.auth(t, tok, nil)
+			m, fds, err = r.read()
+		}
+		c.Close()
+		got := 0
+		if err == nil {
+			got = 1
+		}
+		res <- [2]int{got, len(fds)}
 	}()
 	got := <-res
-	if got[0] == -2 {
+	switch {
+	case got[0] == -2:
 		t.Fatalf("setresuid: errno %d", got[1])
-	}
-	if got[0] == 0 || got[1] != 0 {
-		t.Fatalf("peer of uid 65534: welcome code %d with %d fds, want a refusal without fds", got[0], got[1])
+	case got[0] == -3:
+		t.Fatal("peer of uid 65534 could not dial")
+	case got[0] != 0 || got[1] != 0:
+		t.Fatalf("peer of uid 65534 got an answer (%d fds): want the connection closed at accept", got[1])
 	}
 	waitAuthFail(t, p.b, 1)
 	checkServes(t, p)

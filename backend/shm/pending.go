@@ -49,7 +49,7 @@ func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, p []byte) ([]b
 		return nil, ErrNotSameHost
 	}
 	if !b.uidAllowed(info.uid) {
-		return nil, fmt.Errorf("shm: peer runs as uid %d, not allowed: %w", info.uid, ErrNotSameHost)
+		return nil, uidRefused{uid: info.uid}
 	}
 	tok, err := b.newToken(peerID, &info)
 	if err != nil {
@@ -173,6 +173,9 @@ func (b *Backend) handshake(conn *net.UnixConn, a *routeAnswer) (*table, error) 
 	}
 	if slots != tableSlots || p.fd < 0 {
 		return nil, fmt.Errorf("shm: table of %d slots, fd %d: %w", slots, p.fd, rdmamgr.ErrProtocol)
+	}
+	if fl, err := unix.FcntlInt(uintptr(p.fd), unix.F_GETFL, 0); err != nil || fl&unix.O_ACCMODE != unix.O_RDWR {
+		return nil, fmt.Errorf("shm: state table fd not read-write: %w", rdmamgr.ErrProtocol)
 	}
 	mem, _, err := mapShared(p.fd)
 	if err != nil {

@@ -32,15 +32,23 @@ func (b *Backend) acceptLoop(ln *net.UnixListener) {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			b.log.Warn("accept", "err", err)
+			if ok, dropped := b.logs.accept.allow(); ok {
+				b.log.Warn("accept", "err", err, "suppressed", dropped)
+			}
 			time.Sleep(10 * time.Millisecond) // EMFILE and the like: do not spin
 			continue
 		}
-		sc := &serverConn{b: b, conn: c, exports: make(map[uint64]*export), dead: make(chan struct{})}
+		uid, ok := b.admit(c)
+		if !ok {
+			c.Close()
+			continue
+		}
+		sc := &serverConn{b: b, conn: c, uid: uid, exports: make(map[uint64]*export), dead: make(chan struct{})}
 		b.mu.Lock()
 		if b.closed {
 			b.mu.Unlock()
 			c.Close()
+			b.preAuthDone(uid)
 			continue
 		}
 		b.conns[sc] = struct{}{}
@@ -55,9 +63,13 @@ func (b *Backend) acceptLoop(ln *net.UnixListener) {
 func (c *serverConn) serve() {
 	defer c.b.wg.Done()
 	defer c.teardown()
-	if err := c.authenticate(); err != nil {
+	err := c.authenticate()
+	c.b.preAuthDone(c.uid)
+	if err != nil {
 		c.b.authFail.Add(1)
-		c.b.log.Warn("shm connection refused", "err", err)
+		if ok, dropped := c.b.logs.refused.allow(); ok {
+			c.b.log.Warn("shm connection refused", "err", err, "suppressed", dropped)
+		}
 		return
 	}
 	buf, oob := make([]byte, maxPacket+fragMax), make([]byte, oobSize)
@@ -65,14 +77,16 @@ func (c *serverConn) serve() {
 	for {
 		p, err := readPacket(c.conn, buf, oob)
 		if err != nil {
-			if !errors.Is(err, net.ErrClosed) && !isEOF(err) {
-				c.b.log.Warn("shm connection ended", "peer", fmt.Sprintf("%016x", c.peerID), "err", err)
+			if ok, dropped := c.b.logs.ended.allow(); ok && !errors.Is(err, net.ErrClosed) && !isEOF(err) {
+				c.b.log.Warn("shm connection ended", "peer", fmt.Sprintf("%016x", c.peerID), "err", err, "suppressed", dropped)
 			}
 			return
 		}
 		p.close() // the initiator passes no fds
 		if err := c.handle(p.b); err != nil {
-			c.b.log.Warn("shm connection refused a message", "peer", fmt.Sprintf("%016x", c.peerID), "err", err)
+			if ok, dropped := c.b.logs.ended.allow(); ok {
+				c.b.log.Warn("shm connection refused a message", "peer", fmt.Sprintf("%016x", c.peerID), "err", err, "suppressed", dropped)
+			}
 			return
 		}
 	}
@@ -107,7 +121,7 @@ func (c *serverConn) authenticate() error {
 	if err := d.end(); err != nil || typ != msgAuth {
 		return c.refuse(fmt.Errorf("malformed credentials (type %d): %w", typ, rdmamgr.ErrUnauthenticated))
 	}
-	t, ok := c.b.takeToken(tok)
+	t, ok := c.b.peekToken(tok)
 	if !ok {
 		return c.refuse(fmt.Errorf("unknown or expired route token: %w", rdmamgr.ErrUnauthenticated))
 	}
@@ -122,6 +136,12 @@ func (c *serverConn) authenticate() error {
 	case !c.b.cfg.Secret.Verify(mac, labelConn, tok[:], nonce, u32(t.pid)):
 		return c.refuse(fmt.Errorf("connection MAC does not verify: %w", rdmamgr.ErrUnauthenticated))
 	}
+	// Proved: only now is the token used up (a failed attempt leaves it to
+	// the process it was issued for).
+	if t, err = c.b.takeToken(tok); err != nil {
+		return c.refuse(err)
+	}
+	c.authed, c.authedAs = true, t.peerID
 	fd, tbl, err := newTable()
 	if err != nil {
 		return c.refuse(err)
@@ -158,7 +178,11 @@ func (c *serverConn) handle(p []byte) error {
 			return err
 		}
 		rep, fd := c.mapRegion(m)
-		return writePacket(c.conn, rep.encode(), fd)
+		err := writePacket(c.conn, rep.encode(), fd)
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return err
 	case msgUnmap:
 		slot, id := d.u32(), d.u64()
 		if err := d.end(); err != nil {
@@ -204,6 +228,9 @@ func (c *serverConn) teardown() {
 	}
 	c.mu.Unlock()
 	b := c.b
+	if c.authed {
+		b.authedDone(c.authedAs)
+	}
 	b.mu.Lock()
 	delete(b.conns, c)
 	b.gone.Ops += s.Ops
@@ -219,6 +246,11 @@ type serverConn struct {
 	conn   *net.UnixConn
 	dead   chan struct{} // closed at teardown
 	drains sync.WaitGroup
+	uid    uint32 // SO_PEERCRED at accept
+	// authed: took an authenticated slot, for peer authedAs (the serving
+	// goroutine's only).
+	authed   bool
+	authedAs uint64
 
 	mu sync.Mutex // guards the fields below
 	// peerID is the initiating manager (0 until authenticated).

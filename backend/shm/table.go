@@ -125,10 +125,18 @@ func mapShared(fd int) (mem []byte, id fileID, err error) {
 	}
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
 	const need = unix.F_SEAL_SHRINK | unix.F_SEAL_SEAL
-	if err != nil || seals&need != need || seals&(unix.F_SEAL_WRITE|unix.F_SEAL_FUTURE_WRITE) != 0 {
+	fl, ferr := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	// A read-only region comes as a read-only fd (of a memfd sealed
+	// against writing): mapped read-only.
+	ro := ferr == nil && fl&unix.O_ACCMODE == unix.O_RDONLY
+	if err != nil || ferr != nil || seals&need != need || (!ro && seals&(unix.F_SEAL_WRITE|unix.F_SEAL_FUTURE_WRITE) != 0) {
 		return nil, id, fmt.Errorf("shm: passed memfd not sealed against shrinking (seals %#x, %v): %w", seals, err, rdmamgr.ErrProtocol)
 	}
-	mem, err = unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	prot := unix.PROT_READ | unix.PROT_WRITE
+	if ro {
+		prot = unix.PROT_READ
+	}
+	mem, err = unix.Mmap(fd, 0, int(st.Size), prot, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
 		return nil, id, fmt.Errorf("shm: mmap of a passed memfd (%d bytes): %w", st.Size, err)
 	}

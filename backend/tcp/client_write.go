@@ -152,6 +152,7 @@ func (cc *clientConn) claim(c *chunk) (reqHeader, bool) {
 	}
 	wr := c.op.wr
 	h := reqHeader{op: c.wop, length: uint32(len(c.local)), wrid: c.id, region: c.region, offset: c.offset, key: wr.Remote.Key}
+	h.first = len(c.op.chunks) > 0 && c == &c.op.chunks[0] && (c.wop == opWrite || c.wop == opRead || c.wop == opWriteImm)
 	switch c.wop {
 	case opWriteImm:
 		h.imm, h.total = wr.Imm, uint64(len(wr.Local))

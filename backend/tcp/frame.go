@@ -40,7 +40,10 @@ const (
 	opCompareSwap = byte(6)
 	opFetchAdd    = byte(7)
 
-	flagImm   = 1 // opSend: the imm field carries an immediate value
+	flagImm = 1 // opSend: the imm field carries an immediate value
+	// flagFirst marks the first frame of a write, read or write-imm split
+	// into chunks: the server counts served operations by it, not frames.
+	flagFirst = 2
 	respFlag  = 0x80
 	maxConns  = 64
 	maxAddrSz = 512
@@ -79,6 +82,7 @@ var helloMagic = [4]byte{'R', 'D', 'M', 'T'}
 type reqHeader struct {
 	op     byte
 	hasImm bool
+	first  bool // flagFirst
 	length uint32
 	wrid   uint64
 	region uint64
@@ -100,6 +104,9 @@ func (h *reqHeader) encode(b []byte) {
 	b[1] = 0
 	if h.hasImm {
 		b[1] = flagImm
+	}
+	if h.first {
+		b[1] |= flagFirst
 	}
 	b[2], b[3] = 0, 0
 	binary.LittleEndian.PutUint32(b[4:], h.length)
@@ -139,6 +146,9 @@ func (h *reqHeader) decode(b []byte, maxLen uint32) error {
 	flags := b[1]
 	if h.op == opSend {
 		h.hasImm, flags = flags&flagImm != 0, flags&^flagImm
+	}
+	if h.op == opWrite || h.op == opRead || h.op == opWriteImm {
+		h.first, flags = flags&flagFirst != 0, flags&^flagFirst
 	}
 	if flags != 0 || b[2] != 0 || b[3] != 0 {
 		return fmt.Errorf("request reserved bits set: %w", rdmamgr.ErrProtocol)

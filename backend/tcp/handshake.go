@@ -106,7 +106,9 @@ func decodeHelloAck(b []byte) (code byte, err error) {
 	return b[6], nil
 }
 
-// initiatorInfo is the initiator's endpoint info: version, connections.
+// initiatorInfo is the initiator's endpoint info: version, connections
+// (the top bit of that field says the initiator dials its data connections
+// with TLS, initiatorTLSBit).
 func encodeInitiatorInfo(conns int) []byte {
 	b := make([]byte, 4)
 	binary.LittleEndian.PutUint16(b[0:], Version)
@@ -121,11 +123,29 @@ func decodeInitiatorInfo(b []byte) (conns int, err error) {
 	if v := binary.LittleEndian.Uint16(b[0:]); v != Version {
 		return 0, fmt.Errorf("initiator version %d, want %d: %w", v, Version, rdmamgr.ErrVersion)
 	}
-	conns = int(binary.LittleEndian.Uint16(b[2:]))
+	conns = int(binary.LittleEndian.Uint16(b[2:]) &^ initiatorTLSBit)
 	if conns < 1 || conns > maxConns {
 		return 0, fmt.Errorf("initiator asks for %d connections (1..%d): %w", conns, maxConns, rdmamgr.ErrProtocol)
 	}
 	return conns, nil
+}
+
+// initiatorTLSBit in the initiator info's connection count says that the
+// initiator runs its data connections over TLS (--data-tls), so that a
+// responder that does not (or one that does, facing an initiator that
+// does not) says so at the route handshake instead of failing each data
+// connection's hello.
+const initiatorTLSBit = 1 << 15
+
+// withTLS marks initiator info as dialling with TLS.
+func withTLS(info []byte) []byte {
+	binary.LittleEndian.PutUint16(info[2:], binary.LittleEndian.Uint16(info[2:])|initiatorTLSBit)
+	return info
+}
+
+// initiatorTLS reports whether valid initiator info says TLS.
+func initiatorTLS(info []byte) bool {
+	return binary.LittleEndian.Uint16(info[2:])&initiatorTLSBit != 0
 }
 
 // responderInfo: version, n, addr length, addr, n tokens.

@@ -77,22 +77,32 @@ func (b *Backend) ServedByPeer() map[uint64]backend.PeerServedStats {
 	return out
 }
 
-// servedIn counts a WRITE of n bytes served.
-func (s *serverConn) servedIn(n uint64) {
-	s.b.served.ops.Add(1)
+// servedIn counts n bytes of a WRITE served, and the operation once, at
+// its first frame: served ops are operations, not chunks.
+func (s *serverConn) servedIn(n uint64, first bool) {
+	if first {
+		s.b.served.ops.Add(1)
+	}
 	s.b.served.bytesIn.Add(n)
 	if s.peer != nil {
-		s.peer.ops.Add(1)
+		if first {
+			s.peer.ops.Add(1)
+		}
 		s.peer.bytesIn.Add(n)
 	}
 }
 
-// servedOut counts a READ of n bytes served.
-func (s *serverConn) servedOut(n uint64) {
-	s.b.served.ops.Add(1)
+// servedOut counts n bytes of a READ served, and the operation at its
+// first frame.
+func (s *serverConn) servedOut(n uint64, first bool) {
+	if first {
+		s.b.served.ops.Add(1)
+	}
 	s.b.served.bytesOut.Add(n)
 	if s.peer != nil {
-		s.peer.ops.Add(1)
+		if first {
+			s.peer.ops.Add(1)
+		}
 		s.peer.bytesOut.Add(n)
 	}
 }

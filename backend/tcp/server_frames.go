@@ -78,6 +78,7 @@ func (s *serverConn) cut(r *memreg.Region) {
 type respSeg struct {
 	hdrEnd int
 	ref    memreg.Ref
+	first  bool // the first frame of its READ (servedOut)
 }
 
 const (
@@ -187,7 +188,7 @@ func (s *serverConn) flush() error {
 	if err == nil {
 		for _, g := range s.segs {
 			if mem := g.ref.Bytes(); mem != nil {
-				s.servedOut(uint64(len(mem)))
+				s.servedOut(uint64(len(mem)), g.first)
 			}
 		}
 	}

@@ -62,7 +62,7 @@ func (s *serverConn) serveWriteImm(br *connReader, h *reqHeader) error {
 	case !commit:
 		code = codeAborted
 	default:
-		s.servedIn(uint64(h.length))
+		s.servedIn(uint64(h.length), h.first)
 		ev := backend.Event{Peer: s.peerID, Region: h.region, Offset: end - h.total, Length: h.total, Imm: h.imm}
 		code = byte(backend.Code(s.b.event(ev)))
 	}
@@ -108,7 +108,7 @@ func (s *serverConn) serveSend(br *connReader, h *reqHeader) error {
 		s.appendResp(respHeader{op: h.op, code: codeAborted, wrid: h.wrid}, memreg.Ref{})
 		return nil
 	}
-	s.servedIn(uint64(n))
+	s.servedIn(uint64(n), true) // a send is one frame
 	l.Done(n, h.imm, h.hasImm, nil)
 	s.appendResp(respHeader{op: h.op, wrid: h.wrid}, memreg.Ref{})
 	return nil

@@ -29,6 +29,7 @@ func (s *serverConn) serveRW(br *connReader, h *reqHeader) error {
 	}
 	if h.op == opRead {
 		s.appendResp(respHeader{op: h.op, length: h.length, wrid: h.wrid}, ref)
+		s.segs[len(s.segs)-1].first = h.first
 		return nil
 	}
 	code, err := s.write(br, ref, ref.Bytes())
@@ -36,7 +37,7 @@ func (s *serverConn) serveRW(br *connReader, h *reqHeader) error {
 		return err
 	}
 	if code == 0 {
-		s.servedIn(uint64(h.length))
+		s.servedIn(uint64(h.length), h.first)
 	}
 	s.appendResp(respHeader{op: h.op, code: code, wrid: h.wrid}, memreg.Ref{})
 	return nil

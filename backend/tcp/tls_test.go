@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,6 +97,17 @@ func TestTLSRefusesStrangers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if creds == nil {
+			// The route handshake says it first; a client that claims TLS
+			// anyway (the flag is the top bit of its info's connection
+			// count) is refused at its data connections' hello.
+			_, err := server.AcceptRoute(ctx, 2, info)
+			if !errors.Is(err, rdmamgr.ErrUnauthenticated) || !strings.Contains(err.Error(), "--data-tls on one side only") {
+				t.Fatalf("plain initiator to a TLS responder: %v, want ErrUnauthenticated naming --data-tls", err)
+			}
+			info = append([]byte(nil), info...)
+			info[3] |= 0x80
+		}
 		answer, err := server.AcceptRoute(ctx, 2, info)
 		if err != nil {
 			t.Fatal(err)
@@ -117,5 +129,29 @@ func TestTLSRefusesStrangers(t *testing.T) {
 			t.Fatalf("server counted %d authentication failures, want 2", server.Served().AuthFail)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// An initiator with --data-tls and a responder without are told so at the
+// route handshake (issue 23: it failed after 3 s with an unrelated line).
+func TestTLSOnOneSideOnly(t *testing.T) {
+	client, _ := startTLS(t, 1, tlsCreds(t))
+	defer client.Close()
+	server, err := tcp.New(tcp.Config{ListenAddr: "127.0.0.1:0"}, memreg.NewRegistry(2, buffer.Limits{}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	ctx := context.Background()
+	if err := server.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, info, err := client.PrepareRoute(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = server.AcceptRoute(ctx, 1, info)
+	if !errors.Is(err, rdmamgr.ErrUnauthenticated) || !strings.Contains(err.Error(), "initiator encrypts its data connections, this responder does not") {
+		t.Fatalf("TLS initiator to a plain responder: %v, want ErrUnauthenticated naming --data-tls", err)
 	}
 }

@@ -35,7 +35,11 @@ func (b *Backend) PrepareRoute(ctx context.Context, peerID uint64) (backend.Pend
 	if !started {
 		return nil, nil, rdmamgr.ErrNotStarted
 	}
-	return &pendingRoute{b: b, peer: peerID}, encodeInitiatorInfo(b.cfg.ConnsPerRoute), nil
+	info := encodeInitiatorInfo(b.cfg.ConnsPerRoute)
+	if b.cfg.ClientTLS != nil {
+		info = withTLS(info)
+	}
+	return &pendingRoute{b: b, peer: peerID}, info, nil
 }
 
 // AcceptRoute hands the initiator our data address and single-use tokens.
@@ -43,6 +47,10 @@ func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, info []byte) (
 	n, err := decodeInitiatorInfo(info)
 	if err != nil {
 		return nil, err
+	}
+	if theirs, ours := initiatorTLS(info), b.cfg.ServerTLS != nil; theirs != ours {
+		return nil, fmt.Errorf("tcp: --data-tls on one side only: the initiator %s, this responder %s: give --data-tls to both ends or neither: %w",
+			tlsWord(theirs), tlsWord(ours), rdmamgr.ErrUnauthenticated)
 	}
 	now := time.Now()
 	b.mu.Lock()
@@ -77,6 +85,13 @@ func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, info []byte) (
 		b.tokensByPeer[peerID]++
 	}
 	return encodeResponderInfo(b.addr, tokens), nil
+}
+
+func tlsWord(on bool) string {
+	if on {
+		return "encrypts its data connections"
+	}
+	return "does not encrypt its data connections"
 }
 
 // takeToken consumes a token (single use) and returns the peer it was

@@ -21,10 +21,6 @@ import (
 	"github.com/rdmamgr/rdmamgr/node"
 )
 
-// defaultMetricsListen is the admin listener of serve: loopback only, next
-// to the default actor port 8090.
-const defaultMetricsListen = "127.0.0.1:8091"
-
 // The admin listener's caps: it holds at most adminMaxConns connections
 // (more are closed as they are accepted), a request's header must arrive
 // within adminHeaderTimeout and its body within adminReadTimeout, and a

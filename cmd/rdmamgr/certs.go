@@ -20,12 +20,25 @@ func certsCommand() *command {
 		long: `Makes a deployment CA (unless --dir has one) and a certificate and key per
 --host NAME[=ADDR,ADDR...], as 'cockroach cert' and 'consul tls' do for a quick
 start. Give each host its NAME.crt, NAME.key and ca.crt (--tls-cert, --tls-key,
---tls-ca); keep ca.key private.`,
+--tls-ca); keep ca.key private. Keys are written mode 0600. certs refuses a
+--dir inside a Go package directory or a git work tree (keys do not belong in
+a repository) unless given --force.`,
 		setup: func(fs *flag.FlagSet) runFunc {
-			dir := fs.String("dir", "certs", "`directory` for ca.crt, ca.key and NAME.crt/NAME.key")
+			dir := fs.String("dir", "", "`directory` for ca.crt, ca.key and NAME.crt/NAME.key (required; not in a repository)")
+			force := fs.Bool("force", false, "write into --dir even inside a Go package directory or a git work tree")
 			var hosts multiFlag
 			fs.Var(&hosts, "host", "`NAME[=ADDR,...]`: issue NAME.crt valid for NAME and the addresses (repeatable)")
-			return func(ctx context.Context, e *env) error { return makeCerts(*dir, hosts, e.stdout) }
+			return func(ctx context.Context, e *env) error {
+				if *dir == "" {
+					return usagef("--dir is required")
+				}
+				if !*force {
+					if why := inRepository(*dir); why != "" {
+						return usagef("--dir %s is %s: keys do not belong there (give a directory outside, or --force)", *dir, why)
+					}
+				}
+				return makeCerts(*dir, hosts, e.stdout)
+			}
 		},
 	}
 }
@@ -62,6 +75,40 @@ func makeCerts(dir string, hosts []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "host %s: %s %s for %s\n", name, c, k, strings.Join(sans, ","))
 	}
 	return nil
+}
+
+// inRepository says why dir (or, where it does not exist yet, its nearest
+// existing parent) is no place for keys: a Go package directory, or inside
+// a git work tree; "" where it is neither.
+func inRepository(dir string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return ""
+	}
+	d := abs
+	for {
+		if _, err := os.Stat(d); err == nil {
+			break
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return ""
+		}
+		d = parent
+	}
+	if gofiles, _ := filepath.Glob(filepath.Join(d, "*.go")); len(gofiles) > 0 {
+		return "a Go package directory"
+	}
+	for p := d; ; {
+		if _, err := os.Lstat(filepath.Join(p, ".git")); err == nil {
+			return "inside the git work tree " + p
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return ""
+		}
+		p = parent
+	}
 }
 
 type multiFlag []string

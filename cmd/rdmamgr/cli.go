@@ -77,6 +77,15 @@ func (e usageError) Unwrap() error { return e.error }
 
 func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
 
+// refusalError is a daemon that cannot do what its flags say (a
+// non-loopback --listen without TLS): exit 2 and one line, no hint, so that
+// a service manager's log shows the reason alone.
+type refusalError struct{ error }
+
+func (e refusalError) Unwrap() error { return e.error }
+
+func refusef(format string, a ...any) error { return refusalError{fmt.Errorf(format, a...)} }
+
 // errInterrupted ends a command that a signal stopped after it reported
 // what it had.
 var errInterrupted = errors.New("interrupted")
@@ -126,7 +135,12 @@ func runCtx(ctx context.Context, args []string, e *env) int {
 	fs.SetOutput(io.Discard) // errors and help are printed here, once
 	fs.Usage = func() {}
 	runner := c.setup(fs)
+	yesNoBools(fs)
+	secondsDurations(fs)
 	err := ff.Parse(fs, rest, ff.WithEnvVarPrefix(envPrefix))
+	if err == nil {
+		emptyEnv(fs)
+	}
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprint(e.stdout, commandHelp(c))
@@ -147,7 +161,11 @@ func exitStatus(ctx context.Context, name string, interruptOK bool, err error, e
 	var sc signalCause
 	signalled := errors.As(context.Cause(ctx), &sc)
 	var ue usageError
+	var re refusalError
 	switch {
+	case errors.As(err, &re):
+		fmt.Fprintf(e.stderr, "rdmamgr %s: %v\n", name, re.error)
+		return exitUsage
 	case errors.As(err, &ue):
 		fmt.Fprintf(e.stderr, "rdmamgr %s: %v\nRun 'rdmamgr help %s' for usage.\n", name, ue.error, strings.Fields(name)[0])
 		return exitUsage
@@ -164,6 +182,60 @@ func exitStatus(ctx context.Context, name string, interruptOK bool, err error, e
 		return exitFailure
 	}
 	return exitOK
+}
+
+// emptyEnv applies the RDMAMGR_* variables that are set but empty, which
+// ff skips: an empty variable sets its flag to "" where "" means something
+// (--metrics-listen: off; a size: the default; --shm-allow-uid: none), and
+// is ignored for a flag that takes a number, duration or boolean. A flag on
+// the command line still wins.
+func emptyEnv(fs *flag.FlagSet) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] {
+			return
+		}
+		if v, ok := os.LookupEnv(envName(f.Name)); ok && v == "" {
+			old := f.Value.String()
+			if fs.Set(f.Name, "") != nil {
+				_ = fs.Set(f.Name, old) // a number's Set stores 0 as it fails
+			}
+		}
+	})
+}
+
+// yesNoBool is a boolean flag that also takes yes/no and on/off, as
+// environment files spell them (RDMAMGR_DATA_TLS=yes).
+type yesNoBool struct{ flag.Value }
+
+func (b yesNoBool) IsBoolFlag() bool { return true }
+
+func (b yesNoBool) Set(s string) error {
+	switch strings.ToLower(s) {
+	case "yes", "on", "y":
+		s = "true"
+	case "no", "off", "n":
+		s = "false"
+	}
+	if err := b.Value.Set(s); err != nil {
+		return errors.New("want true or false (or yes/no, on/off)")
+	}
+	return nil
+}
+
+// yesNoBools makes every boolean flag of fs a yesNoBool.
+func yesNoBools(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+			f.Value = yesNoBool{f.Value}
+		}
+	})
+}
+
+// envName is the environment variable of flag name.
+func envName(name string) string {
+	return envPrefix + "_" + strings.ToUpper(strings.NewReplacer("-", "_", ".", "_", "/", "_").Replace(name))
 }
 
 // flagError rewrites the flag package's and ff's parse errors in our

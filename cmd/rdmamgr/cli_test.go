@@ -90,7 +90,12 @@ func TestCLIDefects(t *testing.T) {
 		"log_level_default_shown_is_effective_serve": {args: []string{"help", "serve"}, stdoutHas: []string{"(default info) [$RDMAMGR_LOG_LEVEL]"}},
 		// "status -h lists flags it ignores"
 		"status_help_lists_only_its_flags": {args: []string{"status", "-h"}, stdoutHas: []string{"--peer", "--timeout", "--json", "--watch"},
-			stdoutNot: []string{"--backend", "--conns", "--chunk", "--sockbuf", "--rdma-device", "--max-registered"}},
+			stdoutNot: []string{"--backend", "--conns", "--chunk", "--sockbuf", "--rdma-device", "--max-registered", "--data-tls", "--lease-ttl", "--advertise"}},
+		// "help lists flags a command ignores" (issue 23): members showed --advertise, --data-tls, --lease-ttl
+		"members_help_lists_only_its_flags": {args: []string{"help", "members"}, stdoutHas: []string{"--etcd", "--cluster", "--tls-ca"},
+			stdoutNot: []string{"--advertise", "--data-tls", "--lease-ttl", "--backend"}},
+		"bench_help_has_no_lease":   {args: []string{"help", "bench"}, stdoutHas: []string{"--data-tls", "--peer"}, stdoutNot: []string{"--lease-ttl"}},
+		"serve_help_has_lease":      {args: []string{"help", "serve"}, stdoutHas: []string{"--lease-ttl", "--data-tls"}},
 		"devices_help_has_no_flags": {args: []string{"help", "devices"}, stdoutNot: []string{"--"}},
 		// "extra positional arguments are silently ignored"
 		"extra_argument_status":  usageErr([]string{"status", "--peer", "127.0.0.1:1", "now"}, `unexpected argument "now"`),

@@ -29,9 +29,12 @@ type common struct {
 	chunk    string
 	limits   limitFlags
 	rdma     ibverbs.Config
+	shmUIDs  uidList        // --shm-allow-uid
 	metrics  *actor.Metrics // given to the manager startNode builds
 	net      netFlags       // hosts.go: TLS, --advertise, --data-tls, etcd
 	pprof    bool           // serve --pprof: /debug/pprof/ on the admin listener
+	// dataListen is serve --data-listen ("": next to the actor system).
+	dataListen string
 }
 
 // registerLog adds --log-level (default def, as the command uses it) and
@@ -52,6 +55,7 @@ func (c *common) registerManager(fs *flag.FlagSet) {
 	fs.IntVar(&c.rdma.GIDIndex, "rdma-gid-index", -1, "GID `index` (-1: the first RoCE v2 GID with an IPv4 address, else 0)")
 	fs.StringVar(&c.chunk, "chunk", "", "TCP: operations larger than this `size` are split and striped over the route's connections (default 1MiB)")
 	fs.StringVar(&c.sockbuf, "sockbuf", "", "TCP socket send/receive buffer `size` for data connections (e.g. 4MiB; default: the kernel's autotuning)")
+	fs.Var(&c.shmUIDs, "shm-allow-uid", "shm: user `ids` or names (comma separated) whose processes may map this manager's memory, besides its own uid; others get TCP (anyone allowed can read all of its pooled memory)")
 	fs.IntVar(&c.conns, "conns", tcp.DefaultConfig().ConnsPerRoute, "TCP connections per route")
 	c.registerMaxMsg(fs)
 	c.net.register(fs)
@@ -59,11 +63,12 @@ func (c *common) registerManager(fs *flag.FlagSet) {
 
 // registerSecret adds --secret-file.
 func (c *common) registerSecret(fs *flag.FlagSet) {
-	fs.StringVar(&c.secret, "secret-file", "", "`file` holding the deployment's shared secret (≥16 bytes); without TLS every control connection proves it, and routes and data connections always do. Without it or TLS, managers bind to loopback only and any local process may use them")
+	fs.StringVar(&c.secret, "secret-file", "", "`file` holding the deployment's shared secret (≥16 bytes); without TLS every control connection proves it, and routes and data connections always do. It does not replace TLS: without --tls-* a daemon serves loopback only, with or without a secret (and without either, any local process may use it)")
 }
 
 func (c *common) registerMaxMsg(fs *flag.FlagSet) {
-	fs.IntVar(&c.maxMsg, "max-message-size", actor.DefaultMaxMessageSize, "largest control message in `bytes` (gRPC limit on both sides)")
+	c.maxMsg = actor.DefaultMaxMessageSize
+	fs.Var(sizeInt{&c.maxMsg, 1 << 30}, "max-message-size", "largest control message, a `size` (gRPC limit on both sides)")
 }
 
 // logLevel is a flag.Value that accepts only zerolog's level names.
@@ -83,6 +88,13 @@ func (l *logLevel) Set(s string) error {
 	return fmt.Errorf("want one of %s", strings.Join(logLevels, ", "))
 }
 
+// Log timestamps: console lines carry the date and milliseconds, JSON
+// lines RFC 3339 with sub-second digits (zerolog's default is seconds).
+const (
+	consoleTime = "2006-01-02 15:04:05.000"
+	jsonTime    = "2006-01-02T15:04:05.000000Z07:00"
+)
+
 // logger returns a zerolog logger on stderr and a slog view of it for the
 // library packages.
 func (c *common) logger(stderr io.Writer) (zerolog.Logger, *slog.Logger, error) {
@@ -92,8 +104,12 @@ func (c *common) logger(stderr io.Writer) (zerolog.Logger, *slog.Logger, error) 
 	}
 	var w io.Writer = stderr
 	if !c.logJSON {
-		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly, NoColor: true}
+		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: consoleTime, NoColor: true}
 	}
+	zerolog.TimeFieldFormat = jsonTime // the CLI's own process: set once per command
+	// Durations with their unit ("1.5s", "250ms"), not a bare number of
+	// milliseconds.
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString
 	// Warnings are sampled as a backstop (100 a second): a flood of bad
 	// input must not become a flood of log lines. The refusals themselves
 	// are counted in status, and the manager samples its own lines.

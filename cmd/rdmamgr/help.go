@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,6 +12,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
+	"github.com/rdmamgr/rdmamgr/backend/shm"
 )
 
 // mainUsage lists the commands.
@@ -93,16 +96,38 @@ func versionCommand() *command {
 
 func printVersion(w io.Writer) {
 	fmt.Fprintf(w, "rdmamgr %s\n", actor.Version())
+	fmt.Fprintf(w, "backends %s\n", builtBackends())
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		fmt.Fprintf(w, "go %s\n", runtime.Version())
 		return
 	}
 	fmt.Fprintf(w, "module %s\ngo %s %s/%s\n", bi.Main.Path, bi.GoVersion, runtime.GOOS, runtime.GOARCH)
+	rev := "unknown (built outside a git checkout, or with -buildvcs=false)"
 	for _, s := range bi.Settings {
 		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				defer fmt.Fprintln(w, "vcs.modified true (uncommitted changes)")
+			}
 		case "-tags", "CGO_ENABLED", "vcs.time":
 			fmt.Fprintf(w, "%s %s\n", s.Key, s.Value)
 		}
 	}
+	fmt.Fprintf(w, "revision %s\n", rev)
+}
+
+// builtBackends lists the data planes compiled into this binary (TCP
+// always; shm on Linux; ibverbs with -tags ibverbs).
+func builtBackends() string {
+	b := []string{"tcp"}
+	if _, err := shm.New(shm.Config{}, nil, nil); !errors.Is(err, shm.ErrNotBuilt) {
+		b = append(b, "shm")
+	}
+	if _, err := ibverbs.Devices(); !errors.Is(err, ibverbs.ErrNotBuilt) {
+		b = append(b, "ibverbs")
+	}
+	return strings.Join(b, " ")
 }

@@ -34,14 +34,27 @@ type netFlags struct {
 	peerMember string
 }
 
+// register adds the network flags of a command that runs a manager:
+// registerClient's, --advertise and --data-tls.
 func (f *netFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.advertise, "advertise", "", "HOST[:PORT] peers use to reach us (actor system and data listener); default: the bind address, or for a wildcard bind a routable address of this host")
+	f.registerClient(fs)
+	fs.BoolVar(&f.dataTLS, "data-tls", false, "encrypt data connections too (TLS with the same certificates; costs throughput, see README)")
+}
+
+// registerClient adds what a command that only asks a daemon or etcd
+// needs: TLS credentials and etcd.
+func (f *netFlags) registerClient(fs *flag.FlagSet) {
 	fs.StringVar(&f.tlsCA, "tls-ca", "", "CA certificate of the deployment (rdmamgr certs); with --tls-cert and --tls-key the control plane runs mutual TLS 1.3")
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "this host's certificate")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "this host's key")
-	fs.BoolVar(&f.dataTLS, "data-tls", false, "encrypt data connections too (TLS with the same certificates; costs throughput, see README)")
 	fs.StringVar(&f.etcd, "etcd", "", "etcd endpoints (comma-separated host:port) holding the cluster's membership")
 	fs.StringVar(&f.cluster, "cluster", "default", "cluster name in etcd")
+	f.leaseTTL = membership.DefaultTTL
+}
+
+// registerLease adds --lease-ttl (serve: the member's own lease).
+func (f *netFlags) registerLease(fs *flag.FlagSet) {
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", membership.DefaultTTL, "membership lease: a member that dies leaves within this")
 }
 

@@ -26,21 +26,28 @@ type limitFlags struct {
 	remoteLease       time.Duration
 	maxRoutes         int
 	handshakesPerPeer int
+	routeLinger       time.Duration
 	remote            remoteguard.Config
+	// defaults of the size flags as printed by -h: a flag left at its
+	// default is not passed on, so that the library derives it (a smaller
+	// --max-registered clamps --max-region and --max-remote).
+	defRegion, defRemote, defRegistered string
 }
 
 func (l *limitFlags) register(fs *flag.FlagSet) {
 	d := actor.DefaultLimits()
-	fs.StringVar(&l.maxRegistered, "max-registered", fmtSize(d.MaxBytes),
+	l.defRegistered, l.defRegion, l.defRemote = fmtSize(d.MaxBytes), fmtSize(d.MaxRegion), fmtSize(actor.DefaultMaxRemoteBytes())
+	fs.StringVar(&l.maxRegistered, "max-registered", l.defRegistered,
 		fmt.Sprintf("most bytes the manager registers in all (%d%% of physical memory)", actor.DefaultRegisteredShare))
-	fs.StringVar(&l.maxRegion, "max-region", fmtSize(d.MaxRegion), "largest single buffer (a quarter of physical memory)")
+	fs.StringVar(&l.maxRegion, "max-region", l.defRegion, "largest single buffer (a quarter of physical memory, at most --max-registered)")
 	fs.IntVar(&l.maxRegions, "max-regions", d.MaxRegions, "most registered regions (16384, or a quarter of vm.max_map_count if lower)")
-	fs.StringVar(&l.maxRemote, "max-remote", fmtSize(actor.DefaultMaxRemoteBytes()),
-		"most bytes remote peers may hold through request_buffer at once (a quarter of physical memory)")
+	fs.StringVar(&l.maxRemote, "max-remote", l.defRemote,
+		"most bytes remote peers may hold through request_buffer at once (a quarter of physical memory, at most --max-registered)")
 	fs.IntVar(&l.maxRemotePerPeer, "max-remote-buffers", actor.DefaultMaxRemoteBuffersPerPeer, "most buffers one remote peer may hold")
 	fs.DurationVar(&l.remoteLease, "remote-lease", actor.DefaultRemoteLease, "lease given to buffers remote peers request without one (0: none)")
 	fs.IntVar(&l.maxRoutes, "max-routes", actor.DefaultMaxRoutes, "most routes to peers")
 	fs.IntVar(&l.handshakesPerPeer, "handshakes-per-peer", actor.DefaultHandshakesPerPeer, "most route handshakes accepted from one peer per 30 s")
+	fs.DurationVar(&l.routeLinger, "route-linger", actor.DefaultRouteLinger, "how long a route outlives its last queue pair, for the next one to reuse (0: closes with it)")
 	r := remoteguard.DefaultConfig()
 	fs.IntVar(&l.remote.MaxConns, "grpc-max-conns", r.MaxConns, "most control (gRPC) connections served at once")
 	fs.IntVar(&l.remote.MaxConnsPerIP, "grpc-max-conns-per-ip", r.MaxConnsPerIP, "most control connections from one address")
@@ -50,12 +57,12 @@ func (l *limitFlags) register(fs *flag.FlagSet) {
 
 func (l *limitFlags) apply(cfg *actor.Config) error {
 	for _, f := range []struct {
-		name, v string
-		dst     *uint64
-	}{{"max-registered", l.maxRegistered, &cfg.Limits.MaxBytes}, {"max-region", l.maxRegion, &cfg.Limits.MaxRegion},
-		{"max-remote", l.maxRemote, &cfg.MaxRemoteBytes}} {
-		if f.v == "" {
-			continue
+		name, v, def string
+		dst          *uint64
+	}{{"max-registered", l.maxRegistered, l.defRegistered, &cfg.Limits.MaxBytes}, {"max-region", l.maxRegion, l.defRegion, &cfg.Limits.MaxRegion},
+		{"max-remote", l.maxRemote, l.defRemote, &cfg.MaxRemoteBytes}} {
+		if f.v == "" || f.v == f.def {
+			continue // the library's default, clamped to --max-registered
 		}
 		n, err := parseSize(f.v)
 		if err != nil {
@@ -80,5 +87,9 @@ func (l *limitFlags) apply(cfg *actor.Config) error {
 	}
 	cfg.MaxRoutes = l.maxRoutes
 	cfg.HandshakesPerPeer = l.handshakesPerPeer
+	cfg.RouteLinger = l.routeLinger
+	if l.routeLinger <= 0 {
+		cfg.RouteLinger = -1 // asked for none
+	}
 	return nil
 }

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/certs"
@@ -34,32 +36,87 @@ func (f *netFlags) joinCluster(ctx context.Context, n *node.Node, name string, l
 			return nil, usagef("--member: no name given and no host name: %v", err)
 		}
 	}
-	reg, err := f.openMembership(log)
-	if err != nil {
-		return nil, err
-	}
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	g, err := reg.Register(rctx, membership.Member{
+	m := membership.Member{
 		Name:    name,
 		Address: n.Addr(),
 		Manager: n.ManagerPID().Id,
 		Data:    n.DataAddr(),
 		ID:      fmt.Sprintf("%016x", n.Manager().ID()),
-	})
+	}
+	j := &joined{}
+	err = j.try(ctx, f, m, n, log)
+	if err == nil {
+		return j.leave, nil // set by try
+	}
+	var ue usageError
+	if errors.As(err, &ue) || errors.Is(err, membership.ErrNotOurName) {
+		return nil, err
+	}
+	// etcd down at start: serve anyway and register when it comes (a
+	// running member re-registers by itself the same way), rather than
+	// exit and have a service manager restart us in a loop.
+	log.Warn("etcd not reachable: serving, not a member yet; registering when it answers", "etcd", f.etcd, "cluster", f.cluster, "err", err)
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+			select {
+			case <-rctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			err := j.try(rctx, f, m, n, log)
+			if err == nil || rctx.Err() != nil {
+				return
+			}
+			log.Debug("etcd still not reachable", "etcd", f.etcd, "err", err)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		if j.leave != nil {
+			j.leave()
+		}
+	}, nil
+}
+
+// joined is a membership once registered: leave undoes it (a no-op
+// before).
+type joined struct {
+	mu    sync.Mutex
+	leave func()
+}
+
+// try opens the registry and registers m (within 10 s); on success j
+// leaves with the registration.
+func (j *joined) try(ctx context.Context, f *netFlags, m membership.Member, n *node.Node, log *slog.Logger) error {
+	reg, err := f.openMembership(log)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	g, err := reg.Register(rctx, m)
 	cancel()
 	if err != nil {
 		reg.Close()
-		return nil, err
+		return err
 	}
-	log.Info("member of cluster", "cluster", f.cluster, "name", name, "etcd", f.etcd, "lease_ttl", f.leaseTTL)
+	log.Info("member of cluster", "cluster", f.cluster, "name", m.Name, "etcd", f.etcd, "lease_ttl", f.leaseTTL)
 	stop := follow(reg, n, log)
-	return func() {
+	j.mu.Lock()
+	j.leave = func() {
 		stop()
 		if err := g.Close(); err != nil {
 			log.Warn("leaving the cluster", "err", err)
 		}
 		reg.Close()
-	}, nil
+	}
+	j.mu.Unlock()
+	return nil
 }
 
 func membersCommand() *command {
@@ -72,7 +129,7 @@ address, manager, data address and id. 'serve --etcd ... --member NAME'
 registers a member with a lease; '--peer NAME' finds one.`,
 		setup: func(fs *flag.FlagSet) runFunc {
 			var nf netFlags
-			nf.register(fs)
+			nf.registerClient(fs)
 			return func(ctx context.Context, e *env) error {
 				if nf.etcd == "" {
 					return usagef("--etcd is required")
@@ -96,6 +153,9 @@ func listMembers(ctx context.Context, nf *netFlags, stdout io.Writer) error {
 	ms, err := reg.List(ctx)
 	if err != nil {
 		return err
+	}
+	if len(ms) == 0 {
+		fmt.Fprintf(stdout, "no members in cluster %q (etcd %s)\n", nf.cluster, nf.etcd)
 	}
 	for _, m := range ms {
 		fmt.Fprintf(stdout, "%s %s %s data=%s id=%s\n", m.Name, m.Address, m.Manager, m.Data, m.ID)

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -41,6 +43,10 @@ func (c *common) nodeConfig(listen string, slogger *slog.Logger, name string, wi
 	if err := c.net.load(); err != nil {
 		return node.Config{}, err
 	}
+	if withManager {
+		warnReadable(slogger, "--secret-file", c.secret)
+		warnReadable(slogger, "--tls-key", c.net.tlsKey)
+	}
 	if c.net.creds == nil && withManager {
 		listen = loopbackOnly(listen, &c.net, slogger)
 	}
@@ -61,9 +67,11 @@ func (c *common) nodeConfig(listen string, slogger *slog.Logger, name string, wi
 		return node.Config{}, usagef("--backend %q: want auto, shm, ibverbs or tcp", c.backend)
 	}
 	cfg.Backend, cfg.IBVerbs = backend.Kind(c.backend), c.rdma
+	cfg.SHM.AllowUIDs = c.shmUIDs
 	if err := c.tcpConfig(&cfg.TCP); err != nil {
 		return node.Config{}, err
 	}
+	cfg.TCP.ListenAddr = c.dataListen
 	cfg.Manager = actor.Config{Name: name, Secret: secret, MaxMessageSize: c.maxMsg, Logger: slogger, Metrics: c.metrics}
 	if err := c.limits.apply(&cfg.Manager); err != nil {
 		return node.Config{}, err
@@ -102,12 +110,52 @@ func loopbackOnly(listen string, nf *netFlags, log *slog.Logger) string {
 	if err != nil {
 		return listen
 	}
-	if ip := net.ParseIP(strings.Trim(host, "[]")); ((ip != nil && ip.IsLoopback()) || host == "localhost") && nf.advertise == "" {
+	if isLoopbackHost(host) && nf.advertise == "" {
 		return listen
 	}
 	log.Warn("no --tls-ca/--tls-cert/--tls-key: binding to loopback only; make credentials with 'rdmamgr certs' to serve other hosts", "asked", listen, "advertise", nf.advertise)
 	nf.advertise = ""
 	return net.JoinHostPort("127.0.0.1", port)
+}
+
+// warnReadable warns when file (a secret or a private key) is readable by
+// its group or others: anyone who reads it joins the deployment.
+func warnReadable(log *slog.Logger, flagName, file string) {
+	if file == "" {
+		return
+	}
+	st, err := os.Stat(file)
+	if err != nil || st.Mode().Perm()&0o077 == 0 {
+		return
+	}
+	log.Warn(flagName+" file is readable by group or others; chmod 600 it", "file", file, "mode", fmt.Sprintf("%#o", st.Mode().Perm()))
+}
+
+// isLoopbackHost reports whether host (of HOST:PORT, maybe bracketed) is a
+// loopback address or "localhost".
+func isLoopbackHost(host string) bool {
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return (ip != nil && ip.IsLoopback()) || host == "localhost"
+}
+
+// checkServeReach refuses a daemon asked to serve other hosts without TLS
+// credentials: it could only bind loopback, and a unit that reports ready
+// yet no other host can reach is worse than one that does not start.
+func checkServeReach(flagName, listen string, nf *netFlags) error {
+	if nf.tlsCA != "" || nf.tlsCert != "" || nf.tlsKey != "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil // normalizeListen said so already
+	}
+	if !isLoopbackHost(host) {
+		return refusef("--%s %s serves other hosts, which needs --tls-ca, --tls-cert and --tls-key (make them with 'rdmamgr certs'); without them listen on loopback (127.0.0.1:PORT)", flagName, listen)
+	}
+	if nf.advertise != "" {
+		return refusef("--advertise %s needs --tls-ca, --tls-cert and --tls-key (make them with 'rdmamgr certs'); without them a daemon serves this host only", nf.advertise)
+	}
+	return nil
 }
 
 func peerPID(addr, name string) (*protoactor.PID, error) {

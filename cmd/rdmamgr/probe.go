@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/certs"
 	"github.com/rdmamgr/rdmamgr/remoteguard"
@@ -30,8 +32,12 @@ func probeAuth(ctx context.Context, c net.Conn, addr string, cm *common) error {
 	}
 	if nf.creds == nil {
 		if cm.secret == "" {
-			if remoteguard.Sealed(ctx, c) {
+			sealed, silent := remoteguard.Greet(ctx, c)
+			if sealed {
 				return fmt.Errorf("%s: the peer's control plane is sealed by a shared secret: %w", addr, remoteguard.ErrSecret)
+			}
+			if silent {
+				return fmt.Errorf("%s closed the connection without a word: it requires TLS (give --tls-ca, --tls-cert and --tls-key; rdmamgr certs makes them): %w", addr, rdmamgr.ErrUnauthenticated)
 			}
 			return nil
 		}
@@ -52,7 +58,7 @@ func probeAuth(ctx context.Context, c net.Conn, addr string, cm *common) error {
 	cfg.NextProtos = []string{"h2"}
 	tc := tls.Client(c, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
-		return fmt.Errorf("%s: TLS: %w", addr, err)
+		return tlsProbeError(addr, nf.tlsCA, err)
 	}
 	// In TLS 1.3 the server judges our certificate after our side of the
 	// handshake is done: its verdict is its first bytes (gRPC's settings)
@@ -67,4 +73,34 @@ func probeAuth(ctx context.Context, c net.Conn, addr string, cm *common) error {
 		return fmt.Errorf("%s refused our certificate %q (%v): does it name the address we reach the peer from?", addr, certs.Name(nf.creds.Leaf), err)
 	}
 	return nil
+}
+
+// tlsProbeError says what a failed TLS handshake with the peer means: a
+// certificate of another deployment's CA, one that does not name the
+// address dialled, or a peer without TLS.
+func tlsProbeError(addr, ca string, err error) error {
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var rh tls.RecordHeaderError
+	switch {
+	case errors.As(err, &ua):
+		return fmt.Errorf("%s: its certificate is not signed by --tls-ca %s (another deployment's CA?): %w", addr, ca, err)
+	case errors.As(err, &he):
+		return fmt.Errorf("%s: its certificate is not for this address (it is for %s): use the address the daemon answers at: %w", addr, certNames(he.Certificate), err)
+	case errors.As(err, &rh):
+		return fmt.Errorf("%s does not speak TLS (a daemon without --tls-*): drop --tls-ca, --tls-cert and --tls-key, or give them to the daemon", addr)
+	}
+	return fmt.Errorf("%s: TLS: %w", addr, err)
+}
+
+// certNames lists the names and addresses a certificate is valid for.
+func certNames(c *x509.Certificate) string {
+	if c == nil {
+		return "?"
+	}
+	s := append([]string(nil), c.DNSNames...)
+	for _, ip := range c.IPAddresses {
+		s = append(s, ip.String())
+	}
+	return strings.Join(s, ", ")
 }

@@ -125,7 +125,11 @@ func TestReadmeCLIBlockRuns(t *testing.T) {
 		cmd = exec.CommandContext(ctx, "bash", "-c", script)
 	}
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "RDMAMGR_METRICS_LISTEN=") // the README's default port, 8091
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "RDMAMGR_METRICS_LISTEN=") { // the README's default port, 8091
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

@@ -2,8 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"strconv"
+	"syscall"
+
+	"github.com/rs/zerolog"
 
 	"github.com/rdmamgr/rdmamgr/actor"
 )
@@ -14,11 +20,14 @@ func serveCommand() *command {
 		synopsis: "[--listen HOST:PORT] [flags]",
 		short:    "run a manager daemon",
 		long: `Runs a manager daemon: the manager actor on --listen, its data listener on the
-same host, and an admin listener (--metrics-listen, default ` + defaultMetricsListen + `) with
-/metrics (Prometheus), /healthz, /readyz and, with --pprof, /debug/pprof/ (an
-address beyond loopback is warned about on stderr). Prints "ready ADDR"
-on stdout once peers can reach it and, under systemd Type=notify, sends READY=1.
-SIGINT or SIGTERM stops it (exit 0).`,
+same host (a free port, or --data-listen), and an admin listener with /metrics
+(Prometheus), /healthz, /readyz and, with --pprof, /debug/pprof/ on 127.0.0.1
+at the --listen port + 1 (a free port when that one is taken or --listen's
+port is 0; the "serving" line names it; --metrics-listen sets it, an address
+beyond loopback is warned about on stderr). Prints "ready ADDR" on stdout once
+peers can reach it and, under systemd Type=notify, sends READY=1. SIGINT or
+SIGTERM stops it (exit 0). A --listen other than loopback needs --tls-ca,
+--tls-cert and --tls-key: without them serve refuses to start (exit 2).`,
 		interruptOK: true,
 		setup:       serveFlags,
 	}
@@ -28,22 +37,36 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 	listen := fs.String("listen", "127.0.0.1:8090", "actor-system address `HOST:PORT`, :PORT or [::]:PORT (port 0 picks one); the data listener binds the same host")
 	member := fs.String("member", "", "with --etcd: our member `name` in the cluster (default: the name --tls-cert carries, which it must then be; else the host name)")
 	name := fs.String("name", actor.DefaultName, "manager actor `name`")
-	metricsListen := fs.String("metrics-listen", defaultMetricsListen, "admin listener `HOST:PORT` for /metrics, /healthz, /readyz (\"\" or off: none; beyond loopback: warned)")
+	metricsListen := fs.String("metrics-listen", autoMetricsListen, "admin listener `HOST:PORT` for /metrics, /healthz, /readyz (\"\" or off: none; auto: 127.0.0.1 at the --listen port + 1, or a free port; beyond loopback: warned)")
 	pprofOn := fs.Bool("pprof", false, "also serve /debug/pprof/ (command line, goroutines, heap, profiles) on the admin listener")
+	dataListen := fs.String("data-listen", "", "data listener `HOST:PORT` (TCP backend; default: the --listen host, a free port); a wildcard host is advertised as --listen's")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the daemon's life to this `file`")
 	var c common
 	c.registerLog(fs, "info")
 	c.registerManager(fs)
+	c.net.registerLease(fs)
 	c.limits.register(fs)
 	return func(ctx context.Context, e *env) error {
 		var err error
 		if *listen, err = normalizeListen(*listen); err != nil {
 			return err
 		}
+		if err := checkServeReach("listen", *listen, &c.net); err != nil {
+			return err
+		}
+		if *dataListen != "" {
+			if _, _, err := net.SplitHostPort(*dataListen); err != nil {
+				return usagef("--data-listen %q: want HOST:PORT or :PORT", *dataListen)
+			}
+			if err := checkServeReach("data-listen", *dataListen, &c.net); err != nil {
+				return err
+			}
+			c.dataListen = *dataListen
+		}
 		if *metricsListen == "off" {
 			*metricsListen = ""
 		}
-		if *metricsListen != "" {
+		if *metricsListen != "" && *metricsListen != autoMetricsListen {
 			if _, _, err := splitHostPort(*metricsListen); err != nil {
 				return usagef("--metrics-listen %q: want HOST:PORT, or \"\" for none", *metricsListen)
 			}
@@ -83,10 +106,14 @@ func serve(ctx context.Context, e *env, c *common, listen, name, member, metrics
 		if c.pprof {
 			a.servePprof()
 		}
-		if err := a.listen(metricsListen); err != nil {
+		if err := listenAdmin(a, metricsListen, listen, zl); err != nil {
 			return err
 		}
-		warnAdminExposure(e.stderr, &zl, metricsListen, a.Addr(), c.pprof)
+		asked := metricsListen
+		if asked == autoMetricsListen {
+			asked = a.Addr() // loopback
+		}
+		warnAdminExposure(e.stderr, &zl, asked, a.Addr(), c.pprof)
 		defer a.close() // first: /readyz fails before the manager closes
 		admin = "http://" + a.Addr() + "/metrics"
 	}
@@ -103,4 +130,41 @@ func serve(ctx context.Context, e *env, c *common, listen, name, member, metrics
 	zl.Info().Str("cause", context.Cause(ctx).Error()).Msg("shutting down")
 	_ = sdNotify("STOPPING=1")
 	return nil
+}
+
+// autoMetricsListen is --metrics-listen's default: see listenAdmin.
+const autoMetricsListen = "auto"
+
+// listenAdmin binds the admin listener. An address given explicitly must
+// bind. The default (auto) takes 127.0.0.1 at the --listen port + 1, and a
+// free port where that one is taken or --listen's port is 0: a second
+// daemon on the host never fails to start for its admin port.
+func listenAdmin(a *adminServer, metricsListen, listen string, zl zerolog.Logger) error {
+	if metricsListen != autoMetricsListen {
+		return a.listen(metricsListen)
+	}
+	want := adminFor(listen)
+	err := a.listen(want)
+	if err == nil || want == "127.0.0.1:0" {
+		return err
+	}
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return err
+	}
+	if err := a.listen("127.0.0.1:0"); err != nil {
+		return err
+	}
+	zl.Warn().Str("taken", want).Str("metrics", a.Addr()).Msg("admin port taken: serving /metrics on a free port (set --metrics-listen to choose)")
+	return nil
+}
+
+// adminFor is the admin address auto picks for listen: 127.0.0.1 at its
+// port + 1, or port 0 where listen's port is 0 (or the last one).
+func adminFor(listen string) string {
+	_, port, err := net.SplitHostPort(listen)
+	p, perr := strconv.Atoi(port)
+	if err != nil || perr != nil || p <= 0 || p >= 65535 {
+		return "127.0.0.1:0"
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p+1))
 }

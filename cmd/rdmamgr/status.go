@@ -52,7 +52,7 @@ func statusFlags(fs *flag.FlagSet) runFunc {
 	a.c.registerLog(fs, "warn")
 	a.c.registerMaxMsg(fs)
 	a.c.registerSecret(fs)
-	a.c.net.register(fs)
+	a.c.net.registerClient(fs)
 	return func(ctx context.Context, e *env) error { return status(ctx, e, a) }
 }
 

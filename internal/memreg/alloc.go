@@ -65,7 +65,7 @@ func (g *Registry) allocOwn(size uint64, access buffer.Access) (*Region, error) 
 	rounded := int((size + uint64(g.pageSize) - 1) &^ uint64(g.pageSize-1))
 	m, ok := g.owned.get(rounded)
 	if !ok {
-		fd, mapping, err := memfdMap("rdmamgr-region", rounded)
+		fd, mapping, err := memfdMapOpen("rdmamgr-region", rounded)
 		if err != nil {
 			return nil, err
 		}

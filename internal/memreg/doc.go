@@ -27,12 +27,14 @@
 // # Allocated memory: memfd, pooled
 //
 // Allocate's memory lives in memfds (close-on-exec, mapped shared, sealed
-// so nobody can shrink or grow them), so a backend can pass it to another
-// process on the host: Region.Memfd gives the fd and the region's offset
-// in it, valid while the region is registered (off Linux, memfd_other.go:
-// plain Go memory and no fd; Memfd says so). Allocations of up to
+// so nobody can shrink or grow them). Region.Memfd gives the fd and the
+// region's offset in it, valid while the region is registered, for the
+// owner's own use; a backend that passes a region to another process uses
+// Ref.ExportFD (below). Off Linux (memfd_other.go) it is plain Go memory
+// with no fd, and Memfd says so. Allocations of up to
 // MaxPooled (64 KiB) are slots of slabs: one SlabSize (1 MiB) memfd per
-// slab, slots of one power-of-two size class from 64 B (pool.go says why).
+// slab, slots of one power-of-two size class of whole pages, from 4 KiB
+// (pool.go says why).
 // A pooled region is still a region of its own: its own id, key, bounds,
 // lease and revocation, exactly like an unpooled one. Its slot goes back
 // to the pool only when the region is freed, that is after its release
@@ -43,8 +45,8 @@
 // no memory) and the memfd is kept for the next allocation of the same
 // page-rounded size, at most 2 in the process (shared by its registries),
 // of up to 16 MiB each (owned.go); but a memfd that
-// Region.Memfd handed out is unmapped and closed, never reused, as another
-// process may hold it. (A slice from Bytes kept past Release
+// was exported (Region.Memfd or Ref.ExportFD called) is unmapped and
+// closed, never reused, as another process may hold it. (A slice from Bytes kept past Release
 // now points into another buffer's slot, where it used to fault: the rule
 // that it is invalid after Release matters more.)
 //
@@ -55,11 +57,29 @@
 // MaxBytes. An empty slab is unmapped at once, except two spares (2 MiB),
 // re-carved for whichever class needs a slab next, so allocating and
 // releasing in a loop maps nothing. (The fds kept open with no buffer are
-// thus two spare slabs per registry and two spare memfds per process.) A slab's fd covers every slot of the slab: a backend that hands
-// a pooled region's fd to another process gives it the whole slab, so it
-// must only do so for a peer trusted with all of this manager's pooled
-// memory (a process of the same user, which could read it through /proc
-// anyway), and enforce keys and bounds on its side of the copy.
+// thus two spare slabs per registry and two spare memfds per process.)
+//
+// # Exporting a region to another process
+//
+// Ref.ExportFD hands out a new fd of a memfd that holds the region's
+// pages and nothing else: an unpooled region's own memfd; a pooled one's
+// slot moved out of its slab into a fresh memfd (the bytes copied, the
+// fresh memfd mapped over the slot at the same address, so every slice of
+// the region stays valid; references taken meanwhile wait, and the move
+// waits up to 100 ms for those already held, else the export fails). A
+// read-only region's fd is read-only and its memfd sealed against writing
+// (F_SEAL_FUTURE_WRITE); a write-only one is not exported. Revoke of an
+// exported region, once its remote references drained, moves its bytes
+// again, to a fresh memfd that never left the process, waiting (ctx) for
+// the local references: whatever another process kept of the old one no
+// longer reaches the region. The owner must not write the region through
+// Bytes while it is exported for the first time or revoked (the rule that
+// Bytes is for between transfers). When an exported pooled region is
+// freed its slot is mapped back onto the slab's (punched, zero) pages and
+// the private memfd closed. A registry whose hooks pin memory (an RDMA
+// device) exports nothing (ErrNotSupported). Region.Quarantine marks a
+// region another process may still write after its release: its memory
+// is never reused.
 //
 // # Registration cache
 //

@@ -72,7 +72,7 @@ func eventually(t testing.TB, what string, cond func() bool) {
 func idle(st Stats) bool { return st.Regions == 0 && st.Bytes == 0 }
 
 // alignOf is the alignment Allocate promises for size bytes: the slot size
-// (a power of two from 64 B) when pooled, capped at the page size.
+// (a power of two from 4 KiB) when pooled, capped at the page size.
 func alignOf(size uint64) uintptr {
 	page := uintptr(os.Getpagesize())
 	c, ok := classOf(size)

@@ -73,7 +73,12 @@ func (g *Registry) Revoke(ctx context.Context, b buffer.Buffer) error {
 			}
 		}
 	}
-	return waitZero(ctx, &r.remote, r.id)
+	if err := waitZero(ctx, &r.remote, r.id); err != nil {
+		return err
+	}
+	// Through the kernel: a process that was handed the region's memfd
+	// keeps a mapping of pages that are no longer the region's.
+	return g.unexport(ctx, r)
 }
 
 // Revoker is implemented by hooks that must cut hardware access when a

@@ -13,13 +13,23 @@ import (
 // under the owner (which would turn the owner's accesses into SIGBUS) nor
 // change the seals.
 func memfdMap(name string, size int) (fd int, mem []byte, err error) {
+	return memfdMapSeals(name, size, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL)
+}
+
+// memfdMapOpen is memfdMap without F_SEAL_SEAL: seals can still be added
+// when the memfd is exported (sealExport).
+func memfdMapOpen(name string, size int) (fd int, mem []byte, err error) {
+	return memfdMapSeals(name, size, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW)
+}
+
+func memfdMapSeals(name string, size, seals int) (fd int, mem []byte, err error) {
 	fd, err = unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return -1, nil, fmt.Errorf("memfd_create: %w", err)
 	}
 	if err = unix.Ftruncate(fd, int64(size)); err != nil {
 		err = fmt.Errorf("ftruncate memfd to %d bytes: %w", size, err)
-	} else if _, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+	} else if _, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
 		err = fmt.Errorf("seal memfd: %w", err)
 	} else if mem, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
 		err = fmt.Errorf("mmap memfd of %d bytes: %w", size, err)

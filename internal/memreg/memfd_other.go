@@ -26,3 +26,8 @@ func memfdUnmap(int, []byte) {}
 func punchHole(fd, n int) error {
 	return fmt.Errorf("punch %d bytes of fd %d: %w", n, fd, rdmamgr.ErrNotSupported)
 }
+
+// memfdMapOpen is memfdMap (there are no seals to leave open).
+func memfdMapOpen(name string, size int) (fd int, mem []byte, err error) {
+	return memfdMap(name, size)
+}

@@ -9,24 +9,28 @@ import (
 	"github.com/rdmamgr/rdmamgr"
 )
 
-// Size classes of pooled allocation: powers of two from 64 B to 64 KiB.
+// Size classes of pooled allocation: powers of two from 4 KiB to 64 KiB.
 //
-//   - 64 B at least: a cache line, so two buffers never share one (no false
-//     sharing between owners) and 8-byte atomics are always aligned.
+//   - A page at least: a slot never shares a page with another, so a
+//     region exported to another process (export.go) can move into a memfd
+//     of its own without taking a neighbour along; it is also a whole
+//     number of cache lines (no false sharing between owners) and 8-byte
+//     atomics are always aligned. A buffer smaller than a page costs a page
+//     of slab memory, never more of the caller's limits.
 //   - Powers of two: a slot wastes less than half of itself (a quarter on
 //     average); the waste costs slab memory only, never the caller's limits.
 //   - 64 KiB at most: above it a buffer's own memfd and mapping cost little
 //     beside the data it holds, zeroing a slot on reuse would cost as much as
 //     the fresh pages the kernel gives, and a 1 MiB slab still holds 16 slots.
 const (
-	minClassShift = 6  // 64 B
+	minClassShift = 12 // 4 KiB
 	maxClassShift = 16 // 64 KiB
 	numClasses    = maxClassShift - minClassShift + 1
 
 	// MaxPooled is the largest Allocate served from a slab.
 	MaxPooled = 1 << maxClassShift
 	// SlabSize is the size of one slab: one memfd and one mapping, carved
-	// into equal slots of one class (16 to 16384 slots).
+	// into equal slots of one class (16 to 256 slots).
 	SlabSize = 1 << 20
 )
 

@@ -19,7 +19,7 @@ func TestSizeClasses(t *testing.T) {
 		size uint64
 		slot uint64 // 0: not pooled
 	}{
-		{1, 64}, {8, 64}, {64, 64}, {65, 128}, {1000, 1024}, {4095, 4096}, {4096, 4096},
+		{1, 4096}, {8, 4096}, {64, 4096}, {65, 4096}, {1000, 4096}, {4095, 4096}, {4096, 4096},
 		{4097, 8192}, {MaxPooled - 1, MaxPooled}, {MaxPooled, MaxPooled}, {MaxPooled + 1, 0}, {1 << 20, 0},
 	} {
 		c, ok := classOf(tc.size)

@@ -81,7 +81,7 @@ func (g *Registry) AcquireRemote(id uint64, key buffer.Key, off, n uint64, need 
 		r.remote.Add(-1)
 		return Ref{}, rdmamgr.ErrExpired
 	}
-	if !r.refs.Enter() {
+	if !r.enter() {
 		r.remote.Add(-1)
 		return Ref{}, rdmamgr.ErrReleased
 	}
@@ -109,7 +109,7 @@ func (g *Registry) AcquireLocal(b buffer.Buffer) (Ref, error) {
 	default:
 		err = buffer.CheckRange(uint64(len(r.mem)), b.Offset, b.Length)
 	}
-	if err == nil && !r.refs.Enter() {
+	if err == nil && !r.enter() {
 		err = rdmamgr.ErrReleased
 	}
 	if err != nil {

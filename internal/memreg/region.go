@@ -3,6 +3,7 @@ package memreg
 import (
 	"runtime"
 	"sync/atomic"
+	"time"
 
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/refgate"
@@ -36,6 +37,13 @@ type Region struct {
 	slab     *Slab
 	mapping  []byte
 	exported atomic.Bool // Memfd was called: the fd may have left the process
+	// quarantined: a peer may still write the memory after the region is
+	// freed (Quarantine); it is never handed to another region.
+	quarantined atomic.Bool
+	// exp is the private memfd of an exported region (export.go); moving
+	// is set while its pages move (new references wait).
+	exp    exportState
+	moving atomic.Bool
 
 	// holds counts the Registers that share this region through the
 	// registration cache (KindUser; 1 otherwise). Guarded by Registry.mu.
@@ -103,6 +111,35 @@ func (r *Region) Memfd() (fd int, off uint64, ok bool) {
 	}
 	r.exported.Store(true)
 	return r.fd, r.fdOff, true
+}
+
+// Quarantine marks a region whose memory another process may still write
+// after its release (a peer stopped or hostile mid-copy, that a backend
+// gave up waiting for): when the region is freed, its memory is never
+// given to another region. A region exported with Ref.ExportFD needs no
+// more (its pages left the slab, and its memfd is never reused); any
+// other pooled region's slot stays taken (its slab stays mapped) for the
+// life of the process.
+func (r *Region) Quarantine() { r.quarantined.Store(true) }
+
+// enter takes a reference unless the region's release started; while the
+// region's pages move (export.go) it waits. The reference is counted
+// before moving is read, and the mover sets moving before it counts the
+// references (both sequentially consistent): either this sees the move or
+// the mover sees the reference and waits for it.
+func (r *Region) enter() bool {
+	for {
+		if !r.refs.Enter() {
+			return false
+		}
+		if !r.moving.Load() {
+			return true
+		}
+		r.refs.Leave()
+		for r.moving.Load() {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
 }
 
 // Slab returns the slab a pooled region was carved from (nil otherwise).

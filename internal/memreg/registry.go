@@ -252,13 +252,20 @@ func (g *Registry) free(r *Region) {
 		_ = h.DeregisterRegion(r)
 	}
 	switch {
-	case r.slab != nil:
+	case r.slab != nil && r.exp.mem != nil && !g.freeExported(r):
+		// The slot could not be mapped back onto its slab: it stays taken.
+	case r.slab != nil && r.quarantined.Load() && !r.exported.Load():
+		// Another process may still write the slot (it was never moved to
+		// a memfd of its own): it stays taken, and the slab mapped.
+	case r.slab != nil: // an exported slot was mapped back onto fresh pages
 		clear(r.mem) // no previous owner's byte in a reused slot
 		if s := g.pool.put(r.slab, r.fdOff); s != nil {
 			g.freeSlab(s)
 		}
 	case r.kind == KindAllocated && r.exported.Load():
 		memfdUnmap(r.fd, r.mapping) // another process may hold the fd: never reuse it
+	case r.kind == KindAllocated && r.quarantined.Load():
+		memfdUnmap(r.fd, r.mapping)
 	case r.kind == KindAllocated:
 		g.owned.put(ownedMap{fd: r.fd, mem: r.mapping})
 	case r.kind == KindUser:

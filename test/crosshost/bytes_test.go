@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr/internal/proc"
 	"github.com/rdmamgr/rdmamgr/test/netns"
 )
 
@@ -73,7 +74,7 @@ func TestBytesAcrossHosts(t *testing.T) {
 
 // A peer without credentials, or with a certificate of another CA, gets
 // nothing; refusals are counted and logged; a manager without credentials
-// binds loopback only; a loopback reply address toward another host is an
+// refuses a wildcard bind; a loopback reply address toward another host is an
 // immediate error.
 func TestHostileAcrossHosts(t *testing.T) {
 	nt := netns.New(t, 3)
@@ -116,10 +117,11 @@ func TestHostileAcrossHosts(t *testing.T) {
 		t.Errorf("status does not count the TLS refusals:\n%s", out)
 	}
 
-	// Without credentials, a wildcard bind becomes loopback.
-	plain := serve(t, h3, "--listen", "0.0.0.0:7002")
-	if plain.addr != "127.0.0.1:7002" {
-		t.Errorf("serve without credentials on 0.0.0.0: ready %s, want 127.0.0.1:7002", plain.addr)
+	// Without credentials, a wildcard bind refuses to start (issue 23: it
+	// bound loopback and reported ready).
+	if out, err := run(t, h3, 30*time.Second, "serve", "--listen", "0.0.0.0:7002"); proc.ExitCode(err) != 2 ||
+		!strings.Contains(out, "--tls-ca") || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+		t.Errorf("serve without credentials on 0.0.0.0: %v, want exit 2 and one line:\n%s", err, out)
 	}
 
 	// A loopback reply address toward another host fails at once.

@@ -11,7 +11,7 @@
 //     every pair of hosts, and with --data-tls.
 //   - TestHostileAcrossHosts: a peer without credentials, or with a
 //     certificate from another CA, gets no buffer, queue pair or status; a
-//     manager without credentials binds loopback only; a loopback reply
+//     daemon without credentials refuses a wildcard bind; a loopback reply
 //     address toward another host is refused at once.
 //   - TestKillRestartAcrossHosts and TestSoakAcrossHosts: SIGKILL and
 //     restart at the same address; bounded verified load from two hosts.
@@ -29,6 +29,12 @@
 //     inside a host (attacker_test.go).
 //   - TestAttackCertFromAnotherHost (row 11): b's certificate used from c's
 //     address is refused at the TLS handshake, and the CLI says why at once.
+//   - TestReadmeTwoHosts: README.md's "Two hosts" walk-through, its two sh
+//     blocks read from the README at test time, runs line by line with bash
+//     as written on hosts at the README's addresses (A 10.0.0.1, B 10.0.0.2,
+//     etcd 10.0.0.3), each line on the host its comment names, each host
+//     with its own HOME holding ca.crt and its own pair; every command exits
+//     0 and every --verify bench checks out.
 //   - TestBenchAcrossHosts (RDMAMGR_XBENCH=1): the README's table, plain
 //     data plane against --data-tls.
 //
