@@ -20,13 +20,6 @@ type Choice struct {
 	Err  error
 }
 
-func (c Choice) kind() backend.Kind {
-	if c.Backend != nil {
-		return c.Backend.Kind()
-	}
-	return c.Kind
-}
-
 // Route reasons when no backend was passed over.
 const (
 	whyFirst = "first choice"

@@ -37,7 +37,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
 
 	"github.com/rdmamgr/rdmamgr"
 )
@@ -113,13 +112,38 @@ func Open(cfg Config) (*Registry, error) {
 		Endpoints:   cfg.Endpoints,
 		DialTimeout: cfg.DialTimeout,
 		TLS:         cfg.TLS,
-		DialOptions: []grpc.DialOption{grpc.WithBlock()},
 		Logger:      zapNop(),
 	})
+	if err == nil {
+		if err = reachable(cli, cfg); err != nil {
+			cli.Close()
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("membership: etcd %v: %w", cfg.Endpoints, err)
 	}
 	return &Registry{cfg: cfg, cli: cli}, nil
+}
+
+// reachable asks the endpoints for their status until one answers, for at
+// most DialTimeout: Open fails at once when etcd is not there (what
+// grpc.WithBlock did before gRPC deprecated it).
+func reachable(cli *clientv3.Client, cfg Config) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.DialTimeout)
+	defer cancel()
+	for {
+		var err error
+		for _, ep := range cfg.Endpoints {
+			if _, err = cli.Status(ctx, ep); err == nil {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Close closes the etcd client.

@@ -94,12 +94,35 @@ func TestAttackControlConnFlood(t *testing.T) {
 	}
 	peak := run.v.peakSample()
 	refused := refusalCount(t, d, actor.RefusedConn) - refused0
-	t.Logf("%d dials, %d connections closed by the daemon, %d refused over the caps; victim fds peak %d",
-		dials, closedByDaemon.Load(), refused, peak.fds)
-	// Held: at most the per-address cap. Besides, connections over the cap
-	// hold an fd between accept and close: a handful at a time.
-	if limit := run.base.fds + remoteguard.DefaultConfig().MaxConnsPerIP + 96; peak.fds > limit {
-		t.Errorf("victim held %d fds during the flood, more than %d", peak.fds, limit)
+	// Held: at most the per-address cap, while the attacker still holds
+	// all its connections open. A connection over the cap holds an fd
+	// from accept until the daemon closes it, and on a loaded machine
+	// hundreds can wait for that at once, so the peak measures the
+	// machine, not the cap: what the daemon holds is what is left once
+	// it has closed those (the silent ones within the cap stay until
+	// their handshake timeout, the handshaken ones until idle).
+	capped := run.base.fds + remoteguard.DefaultConfig().MaxConnsPerIP + attackFDSlack
+	mu.Lock()
+	holding := len(conns)
+	mu.Unlock()
+	held, err := readProc(d.p.Pid())
+	for deadline := time.Now().Add(attackSettle); err == nil && held.fds > capped && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		held, err = readProc(d.p.Pid())
+	}
+	if err != nil {
+		t.Fatalf("read the victim's /proc: %v", err)
+	}
+	t.Logf("%d dials, %d connections closed by the daemon, %d refused over the caps; victim fds peak %d, %d once it closed the refused ones",
+		dials, closedByDaemon.Load(), refused, peak.fds, held.fds)
+	if held.fds > capped {
+		t.Errorf("victim holds %d fds while the attacker holds %d connections, more than %d (baseline %d + the per-address cap %d + %d)",
+			held.fds, holding, capped, run.base.fds, remoteguard.DefaultConfig().MaxConnsPerIP, attackFDSlack)
+	}
+	// Had the daemon kept every connection, its fds would have passed the
+	// 2,200 the attacker holds at once.
+	if limit := run.base.fds + (silent+200)/2; peak.fds > limit {
+		t.Errorf("victim's fds peaked at %d during the flood, more than %d", peak.fds, limit)
 	}
 	if refused == 0 || closedByDaemon.Load() < silent/2 {
 		t.Errorf("the daemon refused %d connections and closed %d of %d silent ones", refused, closedByDaemon.Load(), silent)

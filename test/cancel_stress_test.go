@@ -11,11 +11,12 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/testscale"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
 var (
-	cancelOps      = flag.Int("cancel.ops", 10000, "TestCancelStress: operations to end by deadline or cancellation, at least")
+	cancelOps      = flag.Int("cancel.ops", 0, "TestCancelStress: operations to end by deadline or cancellation, at least (0: 10000, 1000 under -race)")
 	cancelDuration = flag.Duration("cancel.duration", 3*time.Minute, "TestCancelStress: bound on its run time")
 )
 
@@ -23,11 +24,21 @@ var (
 // backend: operations to a daemon are ended by deadlines and cancellations
 // at random points of their life, their memory is reused the moment Wait
 // reports, and watched for a round more; neighbours on two queue pairs to
-// the same daemon must all succeed. Long run:
+// the same daemon must all succeed. The race detector slows each operation
+// several times: under -race the default is 1,000 operations, which keeps
+// every way to end one well covered (CI also runs it without -race, with
+// 10,000). Long run:
 //
 //	go test -count=1 -timeout 2h -run TestCancelStress -v ./test -args -cancel.ops=1000000 -cancel.duration=1h
 func TestCancelStress(t *testing.T) {
 	const maxSize = 512 << 10
+	ops := *cancelOps
+	if ops == 0 {
+		ops = 10000
+		if testscale.Race {
+			ops = 1000
+		}
+	}
 	checkLocalClean(t)
 	d := startDaemons(t, 1)[0]
 	r := newRand(t)
@@ -46,13 +57,13 @@ func TestCancelStress(t *testing.T) {
 		Local:      lb,
 		LocalMem:   lmem,
 		MaxSize:    maxSize,
-		Victims:    *cancelOps,
+		Victims:    ops,
 		Duration:   *cancelDuration,
 		Timeout:    time.Minute,
 		Seed:       rand.Uint64(),
 	})
 	t.Logf("cancel stress over TCP to a daemon process: %s", rep)
-	if rep.Ended < *cancelOps && !t.Failed() {
-		t.Errorf("only %d operations ended early within %v (want %d)", rep.Ended, *cancelDuration, *cancelOps)
+	if rep.Ended < ops && !t.Failed() {
+		t.Errorf("only %d operations ended early within %v (want %d)", rep.Ended, *cancelDuration, ops)
 	}
 }

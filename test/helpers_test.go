@@ -216,7 +216,7 @@ func refusedWith(err error, want codes.Code) error {
 // does.
 func remotingStream(t *testing.T, ctx context.Context, d *daemon) remote.Remoting_ReceiveClient {
 	t.Helper()
-	conn, err := grpc.DialContext(ctx, d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatalf("grpc dial %s: %v", d.addr, err)
 	}

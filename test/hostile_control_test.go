@@ -215,7 +215,7 @@ func hostileControlCases() []hostileCase {
 			name: "unary actor-protocol calls",
 			want: []error{errRefused},
 			run: func(t *testing.T, ctx context.Context, h *hostileEnv) error {
-				conn, err := grpc.DialContext(ctx, h.d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+				conn, err := grpc.NewClient(h.d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 				if err != nil {
 					t.Fatal(err)
 				}

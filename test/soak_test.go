@@ -78,8 +78,20 @@ const (
 // corruption: both must be 0. Goroutines and file descriptors must not
 // grow, and every daemon must be reached again after its last restart.
 //
-// CI runs it for -soak.duration (40 s); longer runs take the flag.
+// CI runs it for -soak.duration (40 s); longer runs take the flag. With
+// -short (and neither flag given) it runs 8 s with a kill every 2 s: four
+// kills and restarts, every check the same.
 func TestSoak(t *testing.T) {
+	if testing.Short() {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["soak.duration"] {
+			*soakDuration = 8 * time.Second
+		}
+		if !set["soak.kill-every"] {
+			*soakKillEvery = 2 * time.Second
+		}
+	}
 	if *soakDaemons < 1 || *soakWorkers < 1 || *soakDuration <= 0 {
 		t.Fatalf("-soak.daemons %d, -soak.workers %d, -soak.duration %v: need at least 1 daemon, 1 worker and a duration",
 			*soakDaemons, *soakWorkers, *soakDuration)

@@ -55,9 +55,6 @@ type routeInfo struct {
 	version   uint8 // set by decode; encode always writes infoVersion
 }
 
-// atomics reports whether the sender's device runs atomics.
-func (ri *routeInfo) atomics() bool { return ri.flags&infoAtomics != 0 }
-
 func (ri *routeInfo) encode() []byte {
 	b := make([]byte, infoSize)
 	b[0] = infoVersion

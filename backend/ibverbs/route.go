@@ -206,3 +206,7 @@ func (r *route) Cancel(wr *backend.WorkRequest) {
 	}
 	r.opsMu.Unlock()
 }
+
+// atomics reports whether the sender of ri runs atomics (here, not in
+// info.go: only the ibverbs build reads it).
+func (ri *routeInfo) atomics() bool { return ri.flags&infoAtomics != 0 }

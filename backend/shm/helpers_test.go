@@ -17,9 +17,12 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend/shm"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	"github.com/rdmamgr/rdmamgr/internal/testscale"
 )
 
-const timeout = 30 * time.Second
+// timeout bounds the waits of the tests (a hang guard, scaled for -race
+// and load).
+var timeout = testscale.Timeout(30 * time.Second)
 
 // pair is two shm backends and a route from A to B.
 type pair struct {

@@ -12,9 +12,16 @@ import (
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
-// fastWatchdog is the initiator config of the deadline tests.
+// fastWatchdog is the initiator config of the deadline tests. Heartbeats
+// are not what they test, and the fake server answers no ping: a ping
+// would reach it in place of the request it waits for (the 32 MiB buffers
+// take a second to fill under -race), and its silence while it reads a
+// long payload would fail the route with ErrPeerGone. So heartbeats come
+// only after waitTimeout (a test that wants them sets its own), and an
+// idle connection is closed only after longer still.
 func fastWatchdog() Config {
-	return Config{ConnsPerRoute: 1, WatchdogInterval: 5 * time.Millisecond}
+	return Config{ConnsPerRoute: 1, WatchdogInterval: 5 * time.Millisecond,
+		HeartbeatInterval: waitTimeout, PeerTimeout: 2 * waitTimeout, IdleTimeout: 3 * waitTimeout}
 }
 
 func assertUp(t *testing.T, rt backend.Route) {

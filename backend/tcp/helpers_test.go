@@ -11,6 +11,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	"github.com/rdmamgr/rdmamgr/internal/testscale"
 )
 
 // The package's tests use backendtest's helpers (memory, completions,
@@ -18,19 +19,25 @@ import (
 // types and to waitTimeout.
 
 // waitTimeout bounds every wait of the tests; it is a hang guard, never an
-// assertion on how fast something happens.
-const waitTimeout = 30 * time.Second
+// assertion on how fast something happens (scaled for -race and load).
+var waitTimeout = testscale.Timeout(30 * time.Second)
 
 // TestMain fails the package's tests if any goroutine is left after them.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // newBackend returns a started backend on 127.0.0.1:0 serving a fresh
-// registry of owner; both are closed at cleanup.
+// registry of owner; both are closed at cleanup. A config that leaves the
+// peer timeout at its default gets it scaled by testscale: a peer slowed
+// by -race and a loaded machine is not a dead one, except in the tests
+// that set their own.
 func newBackend(t testing.TB, cfg Config, owner uint64) (*Backend, *memreg.Registry) {
 	t.Helper()
 	reg := memreg.NewRegistry(owner, buffer.Limits{})
 	if cfg.ListenAddr == "" {
 		cfg.ListenAddr = "127.0.0.1:0"
+	}
+	if cfg.PeerTimeout == 0 {
+		cfg.PeerTimeout = testscale.Timeout(DefaultConfig().PeerTimeout)
 	}
 	b, err := New(cfg, reg, nil)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
+	"github.com/rdmamgr/rdmamgr/internal/testscale"
 )
 
 // TestThousandIdleRoutes opens 1,000 routes between two backends, checks
@@ -17,7 +18,10 @@ func TestThousandIdleRoutes(t *testing.T) {
 		t.Skip("1,000 routes")
 	}
 	const n = 1000
-	cfg := Config{HeartbeatInterval: 200 * time.Millisecond, PeerTimeout: 2 * time.Second}
+	// Heartbeats keep idle routes up: pings every 200 ms, and a peer
+	// timeout long enough that a machine slowed by -race and load does
+	// not fail a route whose peer answers.
+	cfg := Config{HeartbeatInterval: 200 * time.Millisecond, PeerTimeout: testscale.Timeout(2 * time.Second)}
 	a, regA := newBackend(t, cfg, backendtest.OwnerA)
 	b, regB := newBackend(t, Config{MaxConnsPerPeer: 2 * n * DefaultConfig().ConnsPerRoute}, backendtest.OwnerB)
 	before := memInUse()

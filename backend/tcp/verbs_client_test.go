@@ -22,6 +22,7 @@ func TestLaneFrames(t *testing.T) {
 	f := newFakeServer(t)
 	cfg := fastWatchdog()
 	cfg.ChunkSize, cfg.ConnsPerRoute = 4096, 2
+	cfg.HeartbeatInterval = time.Second // the idle connection's ping ends the test
 	a, regA := newBackend(t, cfg, backendtest.OwnerA)
 	rt := f.connect(t, a)
 	lane, other := f.accept(t), f.accept(t)

@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rdmamgr/rdmamgr/test/netns"
 )
 
 const repoRoot = "../.."
@@ -71,8 +74,12 @@ func TestReadmeGoExampleRuns(t *testing.T) {
 }
 
 // Every command of the README's CLI block runs as written, in order, in a
-// directory that looks like a checkout (the README's ports are fixed:
-// 8090 and 8091 must be free).
+// directory that looks like a checkout. The README's ports are fixed
+// (8090 and 8091), so the block runs in a network namespace of its own
+// (test/netns), whose loopback no other process on the machine uses;
+// without root it runs on the machine's loopback if both ports are free,
+// and skips otherwise. set -x stamps each command with the seconds since
+// the start, so a failure shows which one was slow.
 func TestReadmeCLIBlockRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs a baseline bench")
@@ -101,10 +108,22 @@ func TestReadmeCLIBlockRuns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	script := "set -euo pipefail\ntrap 'kill %1 2>/dev/null || true' EXIT\nset -x\n" + block + "wait\n"
+	script := "set -euo pipefail\ntrap 'kill %1 2>/dev/null || true' EXIT\nPS4='+ ${SECONDS}s '\nset -x\n" + block + "wait\n"
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-c", script)
+	var cmd *exec.Cmd
+	if nsErr := netns.Available(); nsErr == nil {
+		cmd = netns.New(t, 1).Hosts[0].Command(ctx, "bash", "-c", script)
+	} else {
+		for _, port := range []string{"8090", "8091"} {
+			l, err := net.Listen("tcp", "127.0.0.1:"+port)
+			if err != nil {
+				t.Skipf("no network namespace here (%v), and port %s is taken: %v", nsErr, port, err)
+			}
+			l.Close()
+		}
+		cmd = exec.CommandContext(ctx, "bash", "-c", script)
+	}
 	cmd.Dir = dir
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "RDMAMGR_METRICS_LISTEN=") { // the README's default port, 8091
@@ -116,6 +135,13 @@ func TestReadmeCLIBlockRuns(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("README CLI block: %v\n%s", err, out.String())
 	}
+	var steps []string
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(line, "+ ") {
+			steps = append(steps, line)
+		}
+	}
+	t.Logf("the block's commands, each with the seconds since the start:\n%s", strings.Join(steps, "\n"))
 	for _, want := range []string{"ready 127.0.0.1:8090", "verify: ok", "routes out: 0", "rdmamgr_served_ops_total", "no devices (built without ibverbs)", "ratio", "rdmamgr (devel)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())

@@ -30,7 +30,8 @@
 // so nobody can shrink or grow them). Region.Memfd gives the fd and the
 // region's offset in it, valid while the region is registered, for the
 // owner's own use; a backend that passes a region to another process uses
-// Ref.ExportFD (below). Allocations of up to
+// Ref.ExportFD (below). Off Linux (memfd_other.go) it is plain Go memory
+// with no fd, and Memfd says so. Allocations of up to
 // MaxPooled (64 KiB) are slots of slabs: one SlabSize (1 MiB) memfd per
 // slab, slots of one power-of-two size class of whole pages, from 4 KiB
 // (pool.go says why).

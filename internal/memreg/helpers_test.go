@@ -4,19 +4,18 @@ import (
 	"context"
 	"errors"
 	"os"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/testscale"
 )
 
 const testOwner = 0x1122334455667788
 
 // liveness bounds waits for events that must happen; tests never assert
 // on how long anything took.
-const liveness = 10 * time.Second
+var liveness = testscale.Timeout(10 * time.Second)
 
 func newReg(t testing.TB, lim buffer.Limits) *Registry {
 	t.Helper()
@@ -66,21 +65,6 @@ func eventually(t testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-}
-
-// mapped reports whether every page of [p, p+n) is mapped (msync fails
-// with ENOMEM on unmapped pages).
-func mapped(t testing.TB, p unsafe.Pointer, n int) bool {
-	t.Helper()
-	_, _, e := syscall.Syscall(syscall.SYS_MSYNC, uintptr(p), uintptr(n), syscall.MS_ASYNC)
-	switch e {
-	case 0:
-		return true
-	case syscall.ENOMEM:
-		return false
-	}
-	t.Fatalf("msync: %v", e)
-	return false
 }
 
 // idle reports whether st shows nothing held: no region, no byte (slabs

@@ -1,10 +1,6 @@
 package memreg
 
-import (
-	"sync"
-
-	"golang.org/x/sys/unix"
-)
+import "sync"
 
 // maxOwnedSpares bounds the memfds of freed unpooled regions kept for
 // reuse, and maxOwnedSpare their size. They hold no memory (their pages
@@ -56,7 +52,7 @@ func (o *ownedSpares) get(size int) (ownedMap, bool) {
 // put keeps m after punching its pages out; it unmaps and closes m when
 // the spares are full, m is too large or the punch fails.
 func (o *ownedSpares) put(m ownedMap) {
-	if unix.Fallocate(m.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, int64(len(m.mem))) == nil {
+	if punchHole(m.fd, len(m.mem)) == nil {
 		o.mu.Lock()
 		kept := o.n < o.max && len(m.mem) <= maxOwnedSpare
 		if kept {

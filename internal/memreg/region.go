@@ -103,9 +103,10 @@ func (r *Region) Revoked() bool { return r.revoked.Load() }
 // stays open while the region is registered (the registry closes it after
 // the region is freed); a receiver dups it. A pooled region's fd is its
 // slab's, which holds other regions too (see the package doc). An unpooled
-// region's memfd is never reused once Memfd was called.
+// region's memfd is never reused once Memfd was called. Off Linux there
+// are no memfds (memfd_other.go): ok is false for every region.
 func (r *Region) Memfd() (fd int, off uint64, ok bool) {
-	if r.kind != KindAllocated {
+	if r.kind != KindAllocated || r.fd < 0 {
 		return -1, 0, false
 	}
 	r.exported.Store(true)

@@ -24,10 +24,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -72,6 +72,9 @@ func Require(t testing.TB) {
 
 // Available reports why namespaces cannot be made, or nil.
 func Available() error {
+	if runtime.GOOS != "linux" {
+		return errors.New("network namespaces are Linux only")
+	}
 	if _, err := exec.LookPath("ip"); err != nil {
 		return errors.New("no ip command (iproute2)")
 	}
@@ -130,7 +133,7 @@ func New(t testing.TB, n int) *Net {
 func (h *Host) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	path, args := h.Wrap(name, args...)
 	c := exec.CommandContext(ctx, path, args...)
-	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	c.SysProcAttr = deathSignal()
 	return c
 }
 
@@ -169,8 +172,6 @@ func Sweep() {
 	}
 }
 
-func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
-
 // removeNS kills the processes in ns and deletes it, retrying briefly while
 // they exit.
 func removeNS(ns string) {
@@ -178,7 +179,7 @@ func removeNS(ns string) {
 		out, _ := exec.Command("ip", "netns", "pids", ns).Output()
 		for _, f := range strings.Fields(string(out)) {
 			if pid, err := strconv.Atoi(f); err == nil {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+				kill(pid)
 			}
 		}
 		if ip("netns", "del", ns) == nil || !exists(ns) {

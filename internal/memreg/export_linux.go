@@ -3,7 +3,6 @@ package memreg
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -18,24 +17,9 @@ import (
 // region's pages and nothing else, with no more access than the region
 // grants, and loses the region's memory when it is revoked or freed.
 
-// errNotExportable: the region cannot be handed to another process; its
-// bytes must travel another way.
-var errNotExportable = fmt.Errorf("region cannot be exported to another process: %w", rdmamgr.ErrNotSupported)
-
 // moveQuiesce bounds how long promoting a pooled region waits for the
 // requests in it to finish (new ones wait while it moves).
 const moveQuiesce = 100 * time.Millisecond
-
-// exportState is a region's private memfd: the memfd its pages live in
-// once it was exported (a pooled region's slot is moved out of its slab
-// into one of its own; an unpooled region's is its own memfd).
-type exportState struct {
-	mu     sync.Mutex // serialises ExportFD and unexport of the region
-	fd     int        // the private memfd (-1: none yet)
-	mem    []byte     // the owner's mapping of it: the region's pages
-	off    uint64     // the region's offset in it
-	passed bool       // an fd of it was handed out
-}
 
 // ExportFD returns a new fd (the caller closes it once passed) of a memfd
 // that holds exactly the pages of the region f references, the region at

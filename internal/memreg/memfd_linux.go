@@ -46,3 +46,9 @@ func memfdUnmap(fd int, mem []byte) {
 	_ = unix.Munmap(mem)
 	_ = unix.Close(fd)
 }
+
+// punchHole frees the pages of the first n bytes of memfd fd (they read as
+// zeros afterwards), keeping its size.
+func punchHole(fd, n int) error {
+	return unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, int64(n))
+}

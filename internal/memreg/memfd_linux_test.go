@@ -3,7 +3,9 @@ package memreg
 import (
 	"context"
 	"errors"
+	"syscall"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -88,4 +90,19 @@ func TestMemfd(t *testing.T) {
 	if fd, _, ok := g.regionOf(t, u).Memfd(); ok || fd != -1 {
 		t.Errorf("caller memory reports memfd %d", fd)
 	}
+}
+
+// mapped reports whether every page of [p, p+n) is mapped (msync fails
+// with ENOMEM on unmapped pages).
+func mapped(t testing.TB, p unsafe.Pointer, n int) bool {
+	t.Helper()
+	_, _, e := syscall.Syscall(syscall.SYS_MSYNC, uintptr(p), uintptr(n), syscall.MS_ASYNC)
+	switch e {
+	case 0:
+		return true
+	case syscall.ENOMEM:
+		return false
+	}
+	t.Fatalf("msync: %v", e)
+	return false
 }
