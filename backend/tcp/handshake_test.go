@@ -251,6 +251,7 @@ func FuzzInitiatorInfo(f *testing.F) {
 	f.Add(encodeInitiatorInfo(0))
 	f.Add([]byte{2, 0, 1, 0})
 	f.Add([]byte{1})
+	f.Add(withTLS(encodeInitiatorInfo(2)))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		n, err := decodeInitiatorInfo(b)
 		if err != nil {
@@ -263,6 +264,9 @@ func FuzzInitiatorInfo(f *testing.F) {
 			t.Fatalf("decode accepted %d connections", n)
 		}
 		enc := encodeInitiatorInfo(n)
+		if initiatorTLS(b) {
+			enc = withTLS(enc)
+		}
 		if !bytes.Equal(enc, b) {
 			t.Fatalf("re-encoding differs: got %x, want %x", enc, b)
 		}
