@@ -57,3 +57,31 @@ func TestRouteLingerExpires(t *testing.T) {
 		t.Errorf("routes after the linger: %v", rs)
 	}
 }
+
+// A lingering route whose peer goes away leaves the table at once, not
+// when its linger runs out (the cancel stress test found a dead route
+// still listed after its daemon exited).
+func TestLingeringRouteGoneWithPeer(t *testing.T) {
+	sys := newSystem(t)
+	ctx := testCtx(t)
+	a := startManager(t, sys, Config{Name: "a", RouteLinger: time.Hour})
+	b := startManager(t, sys, Config{Name: "b"})
+	qp := requestQP(t, ctx, a, b.PID())
+	r := qp.Route()
+	qp.Release()
+	if rs := routes(t, ctx, a); len(rs) != 1 {
+		t.Fatalf("released route does not linger: %v", rs)
+	}
+	b.Close()
+	select {
+	case <-r.Done():
+	case <-ctx.Done():
+		t.Fatal("route not down after its peer closed")
+	}
+	for len(routes(t, ctx, a)) != 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("dead route still listed: %v", routes(t, ctx, a))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -86,6 +86,7 @@ func (m *Manager) routeUp(e *routeEntry) {
 		<-r.Done()
 		m.log.Info("route down", "direction", "out", "peer", e.key, "peer_id", fmt.Sprintf("%016x", e.peerID), "backend", e.kind, "err", r.Err())
 		m.cfg.Metrics.routeDown("out", e.kind)
+		m.forgetLingering(e) // routes.go
 	}()
 }
 

@@ -202,6 +202,26 @@ func routeUsable(e *routeEntry) bool {
 	}
 }
 
+// forgetLingering closes and forgets e at once if it lingers (no queue
+// pair holds it) and its route went down: a dead route is never reused,
+// so it does not wait out its linger in the table. (A route that goes
+// down while queue pairs hold it is forgotten when the last is released:
+// dropRef lingers only usable routes.)
+func (m *Manager) forgetLingering(e *routeEntry) {
+	m.mu.Lock()
+	if e.refs > 0 || e.linger == nil || m.routes[e.key] != e {
+		m.mu.Unlock()
+		return
+	}
+	e.linger.Stop()
+	e.linger = nil
+	delete(m.routes, e.key)
+	m.mu.Unlock()
+	if e.route != nil {
+		e.route.Close()
+	}
+}
+
 // expireRoute closes e once its linger ran out, unless a queue pair took
 // it again meanwhile or the manager is closing (Close closes it then).
 func (m *Manager) expireRoute(e *routeEntry) {
