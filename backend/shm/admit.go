@@ -4,8 +4,8 @@ package shm
 
 import (
 	"net"
-	"sync/atomic"
-	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend/internal/logsample"
 )
 
 // Caps on the socket, so no process of the host can take the owner's fds
@@ -80,29 +80,13 @@ func (b *Backend) routesOf(peer uint64) int {
 func (b *Backend) refuseConn(why string, args ...any) {
 	b.authFail.Add(1)
 	b.refusedAccept.Add(1)
-	if ok, dropped := b.logs.refused.allow(); ok {
+	if ok, dropped := b.logs.refused.Allow(); ok {
 		b.log.Warn("shm connection refused: "+why, append(args, "suppressed", dropped)...)
 	}
 }
 
-// logSampler lets one log line through per second and counts the rest, so
-// a flood of refusals cannot flood the log.
-type logSampler struct {
-	next    atomic.Int64 // unix nanoseconds before which lines are dropped
-	dropped atomic.Uint64
-}
-
-// allow reports whether a line may be logged now, and how many were
-// dropped since the last one.
-func (s *logSampler) allow() (bool, uint64) {
-	now := time.Now().UnixNano()
-	next := s.next.Load()
-	if now < next || !s.next.CompareAndSwap(next, now+int64(time.Second)) {
-		s.dropped.Add(1)
-		return false, 0
-	}
-	return true, s.dropped.Swap(0)
-}
+// logSampler bounds log lines about peers (package logsample).
+type logSampler = logsample.Sampler
 
 // logs are the backend's sampled warnings.
 type logs struct {

@@ -219,7 +219,7 @@ func (c *serverConn) drain(e *export) {
 func (c *serverConn) giveUp(e *export, why string) {
 	e.ref.Region().Quarantine()
 	e.ref.Release()
-	if ok, dropped := c.b.logs.ended.allow(); ok {
+	if ok, dropped := c.b.logs.ended.Allow(); ok {
 		c.b.log.Warn("shm peer still copies in a region cut: its route ends, the region is quarantined",
 			"peer", fmt.Sprintf("%016x", c.peerID), "region", e.id, "why", why, "suppressed", dropped)
 	}

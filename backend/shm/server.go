@@ -32,7 +32,7 @@ func (b *Backend) acceptLoop(ln *net.UnixListener) {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			if ok, dropped := b.logs.accept.allow(); ok {
+			if ok, dropped := b.logs.accept.Allow(); ok {
 				b.log.Warn("accept", "err", err, "suppressed", dropped)
 			}
 			time.Sleep(10 * time.Millisecond) // EMFILE and the like: do not spin
@@ -67,7 +67,7 @@ func (c *serverConn) serve() {
 	c.b.preAuthDone(c.uid)
 	if err != nil {
 		c.b.authFail.Add(1)
-		if ok, dropped := c.b.logs.refused.allow(); ok {
+		if ok, dropped := c.b.logs.refused.Allow(); ok {
 			c.b.log.Warn("shm connection refused", "err", err, "suppressed", dropped)
 		}
 		return
@@ -77,14 +77,14 @@ func (c *serverConn) serve() {
 	for {
 		p, err := readPacket(c.conn, buf, oob)
 		if err != nil {
-			if ok, dropped := c.b.logs.ended.allow(); ok && !errors.Is(err, net.ErrClosed) && !isEOF(err) {
+			if ok, dropped := c.b.logs.ended.Allow(); ok && !errors.Is(err, net.ErrClosed) && !isEOF(err) {
 				c.b.log.Warn("shm connection ended", "peer", fmt.Sprintf("%016x", c.peerID), "err", err, "suppressed", dropped)
 			}
 			return
 		}
 		p.close() // the initiator passes no fds
 		if err := c.handle(p.b); err != nil {
-			if ok, dropped := c.b.logs.ended.allow(); ok {
+			if ok, dropped := c.b.logs.ended.Allow(); ok {
 				c.b.log.Warn("shm connection refused a message", "peer", fmt.Sprintf("%016x", c.peerID), "err", err, "suppressed", dropped)
 			}
 			return

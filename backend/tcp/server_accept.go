@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend/internal/logsample"
 )
 
 // The accept side of the data listener. Two ideas keep it alive under a
@@ -91,7 +92,7 @@ func (b *Backend) acceptLoop(ln net.Listener) {
 			}
 			delay = acceptBackoff(delay)
 			b.lnStats.acceptRetries.Add(1)
-			if ok, dropped := b.logs.acceptErr.allow(); ok {
+			if ok, dropped := b.logs.acceptErr.Allow(); ok {
 				b.log.Warn("accept failed; retrying", "err", err, "delay", delay, "suppressed", dropped)
 			}
 			t := time.NewTimer(delay)
@@ -169,7 +170,7 @@ func (b *Backend) admit(c net.Conn) {
 		c.Close()
 		b.lnStats.refusedPending.Add(1)
 		b.served.authFail.Add(1)
-		if ok, dropped := b.logs.refused.allow(); ok {
+		if ok, dropped := b.logs.refused.Allow(); ok {
 			b.log.Warn("data connection refused: too many before the hello",
 				"remote", ip.String(), "pending", n, "pending_from_addr", nIP, "suppressed", dropped)
 		}
@@ -251,24 +252,8 @@ func remoteIP(c net.Conn) netip.Addr {
 	return netip.Addr{}
 }
 
-// logSampler lets one log line through per second and counts the rest, so
-// a flood of refusals cannot flood the log.
-type logSampler struct {
-	next    atomic.Int64 // unix nanoseconds before which lines are dropped
-	dropped atomic.Uint64
-}
-
-// allow reports whether a line may be logged now, and how many were
-// dropped since the last one.
-func (s *logSampler) allow() (bool, uint64) {
-	now := time.Now().UnixNano()
-	next := s.next.Load()
-	if now < next || !s.next.CompareAndSwap(next, now+int64(time.Second)) {
-		s.dropped.Add(1)
-		return false, 0
-	}
-	return true, s.dropped.Swap(0)
-}
+// logSampler bounds log lines about peers (package logsample).
+type logSampler = logsample.Sampler
 
 func (s ListenerState) String() string {
 	st := "up"

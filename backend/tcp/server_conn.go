@@ -34,7 +34,7 @@ func (b *Backend) serveConn(c net.Conn, ip netip.Addr) {
 	}
 	defer b.untrackServer(s)
 	if err := s.serve(); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-		if ok, dropped := b.logs.closed.allow(); ok {
+		if ok, dropped := b.logs.closed.Allow(); ok {
 			b.log.Warn("data connection closed", "remote", ip.String(), "err", err, "suppressed", dropped)
 		}
 	}
@@ -63,7 +63,7 @@ func (b *Backend) serverHello(c net.Conn, ip netip.Addr) (peer uint64, ok bool) 
 	var hello [helloSize]byte
 	if _, err := io.ReadFull(c, hello[:]); err != nil {
 		b.served.authFail.Add(1)
-		if ok, dropped := b.logs.noHello.allow(); ok {
+		if ok, dropped := b.logs.noHello.Allow(); ok {
 			b.log.Warn("data connection without hello", "remote", ip.String(), "err", err, "suppressed", dropped)
 		}
 		return 0, false
@@ -78,7 +78,7 @@ func (b *Backend) serverHello(c net.Conn, ip netip.Addr) (peer uint64, ok bool) 
 	var ack [helloAckSize]byte
 	if err != nil {
 		b.served.authFail.Add(1)
-		if ok, dropped := b.logs.refused.allow(); ok {
+		if ok, dropped := b.logs.refused.Allow(); ok {
 			b.log.Warn("data connection refused", "remote", ip.String(), "err", err, "suppressed", dropped)
 		}
 		encodeHelloAck(ack[:], byte(backend.Code(err)))
