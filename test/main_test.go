@@ -106,8 +106,9 @@ func startNode() (*node, error) {
 	// TCP: these suites test the TCP data plane and the control plane
 	// (hostile frames, served counters, kills); the daemons run the
 	// default selection, and our routes to them stay TCP because we
-	// choose. shm has suites of its own.
-	n, err := rnode.Start(ctx, rnode.Config{Logger: logger, Backend: backend.KindTCP})
+	// choose. shm has suites of its own. Routes close with their last
+	// queue pair (no linger): every test checks that it leaves no route.
+	n, err := rnode.Start(ctx, rnode.Config{Logger: logger, Backend: backend.KindTCP, Manager: actor.Config{RouteLinger: -1}})
 	if err != nil {
 		return nil, err
 	}

@@ -62,7 +62,7 @@ func TestPeerStopped(t *testing.T) {
 	for i := range uint64(4) {
 		l := 2*n - i*1000 // two chunks or more: every connection
 		do, ro := 4*n+i*777, i*n+i
-		if err := wait(qp.Get(ctx, slice(dst, do, l), slice(remote, ro, l))); err != nil {
+		if err := wait(qp.Get(context.Background(), slice(dst, do, l), slice(remote, ro, l))); err != nil {
 			t.Fatalf("get %d after the daemon resumed: %v", i, err)
 		}
 		if got, want := dstMem[do:do+l], srcMem[ro:ro+l]; !bytes.Equal(got, want) {
@@ -84,17 +84,17 @@ func TestPeerStopped(t *testing.T) {
 	signal(t, d, syscall.SIGCONT)
 	// One operation's deadline does not take the route down: the same
 	// queue pair serves the next operation.
-	if err := wait(qp.Get(ctx, slice(dst, 0, n), slice(remote, 0, n))); err != nil {
+	if err := wait(qp.Get(context.Background(), slice(dst, 0, n), slice(remote, 0, n))); err != nil {
 		t.Errorf("old queue pair after the stalled put: %v", err)
 	}
 	qp.Release()
 	qp2 := queuePair(t, d)
 	fill(r, srcMem)
-	if err := wait(qp2.Put(ctx, src, remote)); err != nil {
+	if err := wait(qp2.Put(context.Background(), src, remote)); err != nil {
 		t.Fatalf("put on a new queue pair: %v", err)
 	}
 	clear(dstMem)
-	if err := wait(qp2.Get(ctx, dst, remote)); err != nil {
+	if err := wait(qp2.Get(context.Background(), dst, remote)); err != nil {
 		t.Fatalf("get on a new queue pair: %v", err)
 	}
 	if !bytes.Equal(dstMem, srcMem) {
