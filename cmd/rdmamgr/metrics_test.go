@@ -149,7 +149,10 @@ func checkMidRun(t *testing.T, d *daemon, benchStderr *proc.Buffer, count, size 
 			bm := scrape(t, m[1])
 			ops := value(bm, "rdmamgr_ops_total", map[string]string{"op": "put", "backend": "tcp"})
 			hist := value(bm, "rdmamgr_op_duration_seconds", map[string]string{"op": "put", "backend": "tcp"})
-			if ops > count || hist != ops {
+			// A scrape is no snapshot: operations complete between the
+			// counter and the histogram being read, so mid-run the two
+			// may differ by what completed meanwhile (seen: 5 and 7).
+			if ops > count || hist > count {
 				t.Errorf("bench's metrics mid-run: %v ops, %v latency samples (of %v)", ops, hist, count)
 			}
 		}
