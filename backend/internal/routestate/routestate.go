@@ -70,6 +70,12 @@ func (s *State) Unbegin() { s.inflight.Add(-1) }
 // End counts the outcome of an operation about to be reported with err.
 func (s *State) End(wr *backend.WorkRequest, err error) {
 	s.inflight.Add(-1)
+	s.Count(wr, err)
+}
+
+// Count counts the outcome of an operation reported at once, inside its
+// Post (never in flight, so without Begin).
+func (s *State) Count(wr *backend.WorkRequest, err error) {
 	if err != nil {
 		s.errs.Add(1)
 		return
