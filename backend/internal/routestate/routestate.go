@@ -89,6 +89,23 @@ func (s *State) Count(wr *backend.WorkRequest, err error) {
 	}
 }
 
+// CountMany counts outcomes reported at once, like Count: ops that
+// succeeded moving put and got bytes, errs that failed.
+func (s *State) CountMany(ops, put, got, errs uint64) {
+	if ops != 0 {
+		s.ops.Add(ops)
+	}
+	if put != 0 {
+		s.bytesPut.Add(put)
+	}
+	if got != 0 {
+		s.bytesGot.Add(got)
+	}
+	if errs != 0 {
+		s.errs.Add(errs)
+	}
+}
+
 // InFlight returns the operations posted and not yet reported.
 func (s *State) InFlight() int64 { return s.inflight.Load() }
 
