@@ -56,6 +56,7 @@ func newRoute(b *Backend, peerID uint64, conn *net.UnixConn, tbl *table, fb back
 		room: make(chan struct{}, b.cfg.MaxInFlight), wake: make(chan struct{}, 1), poke: make(chan struct{}, 1),
 		stop: make(chan struct{}), replies: make(map[uint64]chan mapReply)}
 	r.cache = newMapCache(b.cfg.MaxMapped, &r.gate)
+	tbl.clock = &b.clock
 	r.st.Init()
 	r.wg.Add(2)
 	go r.reader()
