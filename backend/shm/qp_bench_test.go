@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/backend/shm"
@@ -47,7 +49,8 @@ func newQPBench(b *testing.B, n int) *qpBench {
 // `depth` posted before the first is waited for. Its p50-ns metric is the
 // median of each operation's post-to-Wait time at depth 1 (with one clock
 // read in it), p50win-ns/op the median over windows of 256 operations of
-// their time per operation (a figure robust to preemption, unlike ns/op).
+// their time per operation and cpu-ns/op the process's CPU time per
+// operation (figures robust to preemption, unlike ns/op).
 // go test -run '^$' -bench QueuePair ./backend/shm
 func BenchmarkQueuePair(b *testing.B) {
 	const window = 256
@@ -70,6 +73,7 @@ func BenchmarkQueuePair(b *testing.B) {
 					b.SetBytes(int64(n))
 					b.ReportAllocs()
 					b.ResetTimer()
+					cpu0 := cpuTime(b)
 					w0, wn := time.Now(), 0
 					for i := 0; i < b.N; i += depth {
 						var t0 time.Time
@@ -95,6 +99,7 @@ func BenchmarkQueuePair(b *testing.B) {
 						}
 					}
 					b.StopTimer()
+					b.ReportMetric(float64((cpuTime(b)-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 					if len(lat) > 0 {
 						slices.Sort(lat)
 						b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
@@ -107,4 +112,13 @@ func BenchmarkQueuePair(b *testing.B) {
 			}
 		}
 	}
+}
+
+// cpuTime is the CPU time (user and system) the process used so far.
+func cpuTime(b *testing.B) time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
