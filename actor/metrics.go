@@ -133,8 +133,13 @@ func opName(op backend.Op) string {
 	return "unknown"
 }
 
-// Observe implements qpbind.Observer.
-func (mt *Metrics) Observe(kind backend.Kind, op backend.Op, n uint64, d time.Duration, err error) {
+// metricsObserver is Metrics as the queue pairs' qpbind.Observer: the
+// method the interface needs stays off Metrics' public API.
+type metricsObserver Metrics
+
+// Observe counts one finished operation.
+func (o *metricsObserver) Observe(kind backend.Kind, op backend.Op, n uint64, d time.Duration, err error) {
+	mt := (*Metrics)(o)
 	if err != nil {
 		mt.errs.WithLabelValues(string(kind), opName(op), ErrorKind(err)).Inc()
 		return

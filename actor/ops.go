@@ -139,7 +139,7 @@ func (m *Manager) observer() qpbind.Observer {
 	if m.cfg.Metrics == nil {
 		return nil
 	}
-	return m.cfg.Metrics
+	return (*metricsObserver)(m.cfg.Metrics)
 }
 
 // statusOps adds inbound routes, version, uptime, leases and queue pairs to

@@ -14,6 +14,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
 	"github.com/rdmamgr/rdmamgr/backend/shm"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
 
 // mainUsage lists the commands.
@@ -123,7 +124,7 @@ func printVersion(w io.Writer) {
 // always; shm on Linux; ibverbs with -tags ibverbs).
 func builtBackends() string {
 	b := []string{"tcp"}
-	if _, err := shm.New(shm.Config{}, nil, nil); !errors.Is(err, shm.ErrNotBuilt) {
+	if _, err := wiring.NewBackend[*shm.Backend](shm.Config{}, nil, nil); !errors.Is(err, shm.ErrNotBuilt) {
 		b = append(b, "shm")
 	}
 	if _, err := ibverbs.Devices(); !errors.Is(err, ibverbs.ErrNotBuilt) {

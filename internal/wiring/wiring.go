@@ -6,7 +6,10 @@
 // ManagerRegistry is set by package actor and used by package node, the
 // one place that builds backends over a manager's registry. NewQueuePair
 // is set by package queuepair and used by package actor, which binds queue
-// pairs to routes (and by the backends' tests).
+// pairs to routes (and by the backends' tests). SetBackend and NewBackend
+// carry the backends' constructors (backends.go): each backend package
+// sets its own, and package node builds the backends over the manager's
+// registry.
 package wiring
 
 import (
