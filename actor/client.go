@@ -108,11 +108,15 @@ func (c *Client) Ping(ctx context.Context) (uint64, error) {
 }
 
 // RequestBuffer asks the manager for size bytes of registered memory that
-// remote peers may use with access. WithLease gives it a lease.
+// remote peers may use with access. WithLease gives it a lease; WithMemory
+// registers the caller's own memory instead of allocating.
 func (c *Client) RequestBuffer(ctx context.Context, size uint64, access buffer.Access, opts ...BufferOption) (buffer.Buffer, error) {
 	var o bufferOptions
 	for _, f := range opts {
 		f(&o)
+	}
+	if o.inPlace {
+		return c.registerInPlace(ctx, size, access, o)
 	}
 	req := &rdmapb.RequestBuffer{Size: size, Access: uint32(access)}
 	if o.leased {
@@ -141,6 +145,9 @@ type BufferOption func(*bufferOptions)
 type bufferOptions struct {
 	leased bool
 	lease  time.Duration
+	// inPlace and mem: WithMemory.
+	inPlace bool
+	mem     []byte
 }
 
 // WithLease gives the buffer a lease (> 0) on the owner's clock, capped by
@@ -148,6 +155,39 @@ type bufferOptions struct {
 // access ends (rdmamgr.ErrExpired) and the owner reclaims the buffer.
 func WithLease(lease time.Duration) BufferOption {
 	return func(o *bufferOptions) { o.leased, o.lease = true, lease }
+}
+
+// WithMemory registers p itself, in place, rather than memory the manager
+// allocates: size must be len(p), and p stays pinned and registered until
+// the buffer is released (ReleaseBuffer), so the caller must not reuse it
+// before. Registering the same memory with the same access again shares
+// one registration (each RequestBuffer is matched by one ReleaseBuffer).
+// Only a client of a manager in this process (Manager.Client,
+// node.Node.Client) registers memory in place: elsewhere rdmamgr.ErrNotLocal.
+// It takes no lease (rdmamgr.ErrInvalid with WithLease).
+func WithMemory(p []byte) BufferOption {
+	return func(o *bufferOptions) { o.inPlace, o.mem = true, p }
+}
+
+// registerInPlace is RequestBuffer with WithMemory: the local manager's
+// registry registers o.mem, without a round trip through the actor.
+func (c *Client) registerInPlace(ctx context.Context, size uint64, access buffer.Access, o bufferOptions) (buffer.Buffer, error) {
+	switch {
+	case c.local == nil:
+		return buffer.Buffer{}, fmt.Errorf("request buffer in place: %w", rdmamgr.ErrNotLocal)
+	case uint64(len(o.mem)) != size:
+		return buffer.Buffer{}, fmt.Errorf("request buffer of %d bytes in place of %d: %w", size, len(o.mem), rdmamgr.ErrInvalid)
+	case o.leased:
+		return buffer.Buffer{}, fmt.Errorf("request buffer in place with a lease: %w", rdmamgr.ErrInvalid)
+	}
+	if err := ctx.Err(); err != nil {
+		return buffer.Buffer{}, err
+	}
+	b, err := c.local.reg.Register(o.mem, access)
+	if err != nil {
+		return buffer.Buffer{}, fmt.Errorf("request buffer in place: %w", err)
+	}
+	return b, nil
 }
 
 // ReleaseBuffer releases a buffer at its owner; it returns once no byte of

@@ -1,7 +1,7 @@
 // Package actor implements the RdmaManager actor and the typed client that
 // talks to it.
 //
-// A Manager owns one endpoint's memory registrations (a memreg.Registry),
+// A Manager owns one endpoint's memory registrations (its registry),
 // the data-plane backends it is given and the routes to peer managers. Its
 // actor answers RequestBuffer, ReleaseBuffer, RenewLease, RevokeBuffer,
 // RequestQueuePair, ReleaseQueuePair, the manager-to-manager

@@ -153,16 +153,6 @@ func (m *Manager) PeerClient(pid *protoactor.PID) *Client {
 // released.
 func (m *Manager) Bytes(b buffer.Buffer) ([]byte, error) { return m.reg.Bytes(b) }
 
-// Register registers the caller's memory in place (pinned until released).
-func (m *Manager) Register(p []byte, access buffer.Access) (buffer.Buffer, error) {
-	return m.reg.Register(p, access)
-}
-
-// Release releases a buffer of this manager, waiting for in-flight work.
-func (m *Manager) Release(ctx context.Context, b buffer.Buffer) error {
-	return m.reg.Release(ctx, b)
-}
-
 // kinds names the running backends, preferred first ("ibverbs+tcp").
 func (m *Manager) kinds() string {
 	s := make([]string, len(m.backends))
