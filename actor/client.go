@@ -27,9 +27,12 @@ type Client struct {
 	maxMsg  int
 }
 
-// NewClient returns a client of the manager at pid, sending from sys.
+// NewClient returns a client of the manager at pid, sending from sys (an
+// actor system without a manager of its own, or a program's own system)
+// with the default request timeout and message limit. From a node,
+// node.Node.ClientOf gives one that keeps its manager's limits.
 func NewClient(sys *protoactor.ActorSystem, pid *protoactor.PID) *Client {
-	return &Client{sys: sys, pid: pid, timeout: 10 * time.Second, maxMsg: control.DefaultMaxMessageSize}
+	return &Client{sys: sys, pid: pid, timeout: defaultRequestTimeout, maxMsg: control.DefaultMaxMessageSize}
 }
 
 // PID returns the manager's PID.

@@ -36,7 +36,7 @@ func TestRequestBufferWithMemory(t *testing.T) {
 		opts []BufferOption
 		want error
 	}{
-		{"a peer's client", a.PeerClient(b.PID()), 4096, nil, rdmamgr.ErrNotLocal},
+		{"a peer's client", a.peerClient(b.PID()), 4096, nil, rdmamgr.ErrNotLocal},
 		{"a client from a bare system", NewClient(sys, a.PID()), 4096, nil, rdmamgr.ErrNotLocal},
 		{"a size other than len(p)", a.Client(), 4095, nil, rdmamgr.ErrInvalid},
 		{"a lease", a.Client(), 4096, []BufferOption{WithLease(1e9)}, rdmamgr.ErrInvalid},

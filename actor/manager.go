@@ -103,6 +103,9 @@ func (m *Manager) ID() uint64 { return m.id }
 
 func init() {
 	wiring.ManagerRegistry = func(m any) *memreg.Registry { return m.(*Manager).reg }
+	wiring.PeerClient = func(m any, addr, name string) any {
+		return m.(*Manager).peerClient(protoactor.NewPID(addr, name))
+	}
 }
 
 // Logger returns the manager's logger (its lines carry the manager's id).
@@ -133,15 +136,16 @@ func (m *Manager) Served() backend.ServedStats {
 // Client returns a typed client bound to this manager, able to hand out
 // queue pairs.
 func (m *Manager) Client() *Client {
-	c := m.PeerClient(m.PID())
+	c := m.peerClient(m.PID())
 	c.local = m
 	return c
 }
 
-// PeerClient returns a typed client of the manager at pid (in another
+// peerClient returns a typed client of the manager at pid (in another
 // process, or another in this one), sending from this manager's actor
-// system with its request timeout and message limit.
-func (m *Manager) PeerClient(pid *protoactor.PID) *Client {
+// system with its request timeout and message limit: node.Node.ClientOf
+// (through wiring.PeerClient).
+func (m *Manager) peerClient(pid *protoactor.PID) *Client {
 	c := NewClient(m.sys, pid)
 	c.timeout = m.cfg.RequestTimeout
 	c.maxMsg = m.cfg.MaxMessageSize
