@@ -42,17 +42,17 @@ func (c *Client) PID() *protoactor.PID { return c.pid }
 func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message) (T, error) {
 	var zero T
 	if n := proto.Size(msg); n > c.maxMsg {
-		return zero, fmt.Errorf("%s %s: %d bytes, limit %d (--max-message-size): %w", verb(msg), PIDString(c.pid), n, c.maxMsg, rdmamgr.ErrMessageTooLarge)
+		return zero, fmt.Errorf("%s %s: %d bytes, limit %d (--max-message-size): %w", verb(msg), pidString(c.pid), n, c.maxMsg, rdmamgr.ErrMessageTooLarge)
 	}
-	if err := CheckReply(c.sys.Address(), c.pid.Address); err != nil {
-		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), err)
+	if err := checkReply(c.sys.Address(), c.pid.Address); err != nil {
+		return zero, fmt.Errorf("%s %s: %w", verb(msg), pidString(c.pid), err)
 	}
 	timeout := c.timeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
 	}
 	if timeout <= 0 {
-		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), context.DeadlineExceeded)
+		return zero, fmt.Errorf("%s %s: %w", verb(msg), pidString(c.pid), context.DeadlineExceeded)
 	}
 	// A client of a manager in this process fails at once when the manager
 	// is closed: protoactor drops requests still queued when an actor stops,
@@ -62,7 +62,7 @@ func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message)
 		closed = c.local.stop
 		select {
 		case <-closed:
-			return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), rdmamgr.ErrClosed)
+			return zero, fmt.Errorf("%s %s: %w", verb(msg), pidString(c.pid), rdmamgr.ErrClosed)
 		default:
 		}
 	}
@@ -77,28 +77,28 @@ func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message)
 	select {
 	case res = <-ch:
 	case <-ctx.Done():
-		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), ctx.Err())
+		return zero, fmt.Errorf("%s %s: %w", verb(msg), pidString(c.pid), ctx.Err())
 	case <-closed:
-		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), rdmamgr.ErrClosed)
+		return zero, fmt.Errorf("%s %s: %w", verb(msg), pidString(c.pid), rdmamgr.ErrClosed)
 	}
 	if errors.Is(res.err, protoactor.ErrDeadLetter) {
 		if why := control.UnreachableOf(c.sys).Why(c.pid.Address); why != nil {
 			// Nothing could be sent: the transport says why, at once.
-			return zero, fmt.Errorf("%s %s: cannot reach %s: %v: %w", verb(msg), PIDString(c.pid), c.pid.Address, why, rdmamgr.ErrUnknownPeer)
+			return zero, fmt.Errorf("%s %s: cannot reach %s: %v: %w", verb(msg), pidString(c.pid), c.pid.Address, why, rdmamgr.ErrUnknownPeer)
 		}
 		// No actor under that PID (never was, or stopped): not a timeout.
-		return zero, fmt.Errorf("%s %s: no such manager: %w", verb(msg), PIDString(c.pid), rdmamgr.ErrUnknownPeer)
+		return zero, fmt.Errorf("%s %s: no such manager: %w", verb(msg), pidString(c.pid), rdmamgr.ErrUnknownPeer)
 	}
 	if res.err != nil {
-		return zero, fmt.Errorf("%s %s: no answer within %v: %w", verb(msg), PIDString(c.pid), timeout.Round(time.Millisecond), rdmamgr.ErrTimeout)
+		return zero, fmt.Errorf("%s %s: no answer within %v: %w", verb(msg), pidString(c.pid), timeout.Round(time.Millisecond), rdmamgr.ErrTimeout)
 	}
 	switch v := res.v.(type) {
 	case T:
 		return v, nil
 	case *rdmapb.ErrorReply:
-		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), toError(v.Error))
+		return zero, fmt.Errorf("%s %s: %w", verb(msg), pidString(c.pid), toError(v.Error))
 	}
-	return zero, fmt.Errorf("%s %s: reply %T: %w", verb(msg), PIDString(c.pid), res.v, rdmamgr.ErrBadResponse)
+	return zero, fmt.Errorf("%s %s: reply %T: %w", verb(msg), pidString(c.pid), res.v, rdmamgr.ErrBadResponse)
 }
 
 // Ping checks the manager is alive and returns its id.
@@ -133,11 +133,11 @@ func (c *Client) RequestBuffer(ctx context.Context, size uint64, access buffer.A
 		return buffer.Buffer{}, err
 	}
 	if err := toError(r.Error); err != nil {
-		return buffer.Buffer{}, fmt.Errorf("request buffer of %d bytes from %s: %w", size, PIDString(c.pid), err)
+		return buffer.Buffer{}, fmt.Errorf("request buffer of %d bytes from %s: %w", size, pidString(c.pid), err)
 	}
 	b, err := buffer.FromProto(r.Buffer)
 	if err != nil {
-		return buffer.Buffer{}, fmt.Errorf("request buffer from %s: reply: %w: %w", PIDString(c.pid), rdmamgr.ErrBadResponse, err)
+		return buffer.Buffer{}, fmt.Errorf("request buffer from %s: reply: %w: %w", pidString(c.pid), rdmamgr.ErrBadResponse, err)
 	}
 	return b, nil
 }
@@ -201,7 +201,7 @@ func (c *Client) ReleaseBuffer(ctx context.Context, b buffer.Buffer) error {
 		return err
 	}
 	if err := toError(r.Error); err != nil {
-		return fmt.Errorf("release buffer %v at %s: %w", b, PIDString(c.pid), err)
+		return fmt.Errorf("release buffer %v at %s: %w", b, pidString(c.pid), err)
 	}
 	return nil
 }
@@ -230,7 +230,7 @@ func (c *Client) RequestQueuePair(ctx context.Context, peer *protoactor.PID) (*q
 		return nil, err
 	}
 	if err := toError(r.Error); err != nil {
-		return nil, fmt.Errorf("request queue pair to %s: %w", PIDString(peer), err)
+		return nil, fmt.Errorf("request queue pair to %s: %w", pidString(peer), err)
 	}
 	return c.local.takeQueuePair(r.QpId)
 }
@@ -253,7 +253,7 @@ func (c *Client) RenewLease(ctx context.Context, b buffer.Buffer, lease time.Dur
 		return 0, err
 	}
 	if err := toError(r.Error); err != nil {
-		return 0, fmt.Errorf("renew lease of %v at %s: %w", b, PIDString(c.pid), err)
+		return 0, fmt.Errorf("renew lease of %v at %s: %w", b, pidString(c.pid), err)
 	}
 	return time.Duration(r.LeaseMs) * time.Millisecond, nil
 }
@@ -267,7 +267,7 @@ func (c *Client) RevokeBuffer(ctx context.Context, b buffer.Buffer) error {
 		return err
 	}
 	if err := toError(r.Error); err != nil {
-		return fmt.Errorf("revoke %v at %s: %w", b, PIDString(c.pid), err)
+		return fmt.Errorf("revoke %v at %s: %w", b, pidString(c.pid), err)
 	}
 	return nil
 }

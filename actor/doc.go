@@ -53,8 +53,9 @@
 //
 // Across hosts (docs/multihost.md): callers listen on the local address of
 // their route to the peer (ReplyListen); a loopback reply address toward
-// another host fails at once (CheckReply, ErrUnreachableReply). DropPeer
-// ends the routes to a peer that left the cluster (membership).
+// another host fails at once with ErrUnreachableReply (every request and
+// handshake checks it: addr.go). DropPeer ends the routes to a peer that
+// left the cluster (membership).
 //
 // Contract: New does no I/O; Start spawns the actor and takes ownership of
 // the backends; Close is idempotent and waits for every goroutine the

@@ -111,8 +111,8 @@ func init() {
 // Logger returns the manager's logger (its lines carry the manager's id).
 func (m *Manager) Logger() *slog.Logger { return m.log }
 
-// Backend returns the manager's preferred backend (nil before Start).
-func (m *Manager) Backend() backend.Backend {
+// preferred returns the manager's preferred backend (nil before Start).
+func (m *Manager) preferred() backend.Backend {
 	if len(m.backends) == 0 {
 		return nil
 	}

@@ -39,8 +39,8 @@ type inboundRoute struct {
 	since  time.Time
 }
 
-// PIDString is the one spelling of a PID in logs and errors: "address/id".
-func PIDString(p *protoactor.PID) string {
+// pidString is the one spelling of a PID in logs and errors: "address/id".
+func pidString(p *protoactor.PID) string {
 	if p == nil {
 		return "<nil>"
 	}
