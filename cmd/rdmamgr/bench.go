@@ -45,6 +45,8 @@ type benchArgs struct {
 	peer, peerName, listen string
 	op, size               string
 	count, concurrency     int
+	inflight               int
+	procs                  int
 	warmup, maxErrors      int
 	verify, ring           bool
 	timeout                time.Duration
@@ -87,6 +89,7 @@ func (a *benchArgs) register(fs *flag.FlagSet) {
 	fs.IntVar(&a.warmup, "warmup", 10, "untimed operations first")
 	fs.IntVar(&a.maxErrors, "max-errors", 0, "stop after more than this many failed operations")
 	fs.BoolVar(&a.verify, "verify", false, "check every byte of every operation")
+	fs.IntVar(&a.inflight, "inflight", 0, "operations in flight, posted and reaped by one goroutine (--ring --concurrency N); with --baseline: at sizes up to 4KiB, default 64 (0: --concurrency)")
 	fs.BoolVar(&a.ring, "ring", false, "one goroutine keeps --concurrency operations in flight with a ring of reusable work requests (default: one goroutine per operation in flight)")
 	fs.DurationVar(&a.timeout, "timeout", 10*time.Minute, "bound on the whole run")
 	fs.StringVar(&a.jsonPath, "json", "", "also write the figures as JSON to this `file` (\"-\": stdout, instead of the text)")
@@ -113,6 +116,10 @@ func (a *benchArgs) config() (bench.Config, error) {
 	switch {
 	case a.count < 1:
 		return bench.Config{}, usagef("--count %d: want at least 1", a.count)
+	case a.inflight != 0 && a.concurrency != 1:
+		return bench.Config{}, usagef("--inflight N is --ring --concurrency N: give one of --inflight and --concurrency")
+	case a.inflight < 0 || a.inflight > 4096:
+		return bench.Config{}, usagef("--inflight %d: want 1 to 4096", a.inflight)
 	case a.concurrency < 1 || a.concurrency > 4096:
 		return bench.Config{}, usagef("--concurrency %d: want 1 to 4096", a.concurrency)
 	case a.warmup < 0 || a.maxErrors < 0:
@@ -121,6 +128,9 @@ func (a *benchArgs) config() (bench.Config, error) {
 		return bench.Config{}, usagef("--timeout %v: want a positive duration", a.timeout)
 	case size*uint64(a.concurrency) > 8<<30:
 		return bench.Config{}, usagef("--size × --concurrency over 8 GiB")
+	}
+	if a.inflight > 0 {
+		a.concurrency, a.ring = a.inflight, true
 	}
 	return bench.Config{Op: a.op, Size: size, Count: a.count, Concurrency: a.concurrency, Ring: a.ring,
 		Warmup: a.warmup, Verify: a.verify, MaxErrors: a.maxErrors, ProgressEvery: progressEvery}, nil
