@@ -38,6 +38,10 @@ type Config struct {
 	// so far.
 	Progress      func(ops, bytes uint64, elapsed time.Duration)
 	ProgressEvery time.Duration
+	// Start, when not nil, is called after the warm-up and before the
+	// timed phase (bench --procs starts its processes' timed phases
+	// together this way); an error ends the run before it (Result.Stop).
+	Start func(ctx context.Context) error
 }
 
 // Result counts only operations that succeeded: bytes and latencies are
@@ -111,6 +115,12 @@ func Run(ctx context.Context, mgr *actor.Manager, peer *actor.Client, cfg Config
 		}
 		b = &benchRun{cfg: cfg, qp: b.qp, local: b.local, remote: b.remote, check: b.check,
 			localMem: b.localMem, checkMem: b.checkMem, pattern: b.pattern}
+	}
+	if cfg.Start != nil {
+		if err := cfg.Start(ctx); err != nil {
+			res.Stop = fmt.Errorf("start: %w", err)
+			return res, nil
+		}
 	}
 	res.Elapsed, res.Stop = b.phase(ctx, cfg.Count, cfg.Progress)
 	res.Ops, res.Verified = b.ops.Load(), b.verified.Load()

@@ -52,6 +52,13 @@ func benchBaseline(ctx context.Context, e *env, a *benchArgs, set map[string]boo
 	if err != nil {
 		return err
 	}
+	if a.bl.procs > 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		return benchProcs(ctx, e, a, cfg, exe, stdout)
+	}
 	pid, err := peerPID(cfg.ManagerAddr, a.peerName)
 	if err != nil {
 		return err
@@ -93,6 +100,12 @@ func (a *benchArgs) baselineConfig(set map[string]bool) (baseline.Config, error)
 	memcpy := against == baseline.AgainstMemcpy
 	if memcpy && !set["sizes"] {
 		bl.sizes = sameHostSizes
+	}
+	if bl.procs < 0 || bl.procs > 64 {
+		return baseline.Config{}, usagef("--procs %d: want 1 to 64", bl.procs)
+	}
+	if bl.procs > 0 && !set["sizes"] {
+		bl.sizes = procsSizes
 	}
 	sizes, err := parseSizeList(bl.sizes)
 	if err != nil {

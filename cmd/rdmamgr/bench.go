@@ -46,9 +46,9 @@ type benchArgs struct {
 	op, size               string
 	count, concurrency     int
 	inflight               int
-	procs                  int
 	warmup, maxErrors      int
 	verify, ring           bool
+	startOnStdin           bool
 	timeout                time.Duration
 	cpuProfile, memProfile string
 	jsonPath               string
@@ -90,6 +90,7 @@ func (a *benchArgs) register(fs *flag.FlagSet) {
 	fs.IntVar(&a.maxErrors, "max-errors", 0, "stop after more than this many failed operations")
 	fs.BoolVar(&a.verify, "verify", false, "check every byte of every operation")
 	fs.IntVar(&a.inflight, "inflight", 0, "operations in flight, posted and reaped by one goroutine (--ring --concurrency N); with --baseline: at sizes up to 4KiB, default 64 (0: --concurrency)")
+	fs.BoolVar(&a.startOnStdin, "start-on-stdin", false, "after the warm-up print \""+startLine+"\" and wait for a line on stdin before the timed run (bench --procs starts its processes so)")
 	fs.BoolVar(&a.ring, "ring", false, "one goroutine keeps --concurrency operations in flight with a ring of reusable work requests (default: one goroutine per operation in flight)")
 	fs.DurationVar(&a.timeout, "timeout", 10*time.Minute, "bound on the whole run")
 	fs.StringVar(&a.jsonPath, "json", "", "also write the figures as JSON to this `file` (\"-\": stdout, instead of the text)")
@@ -179,8 +180,11 @@ func benchPeer(ctx context.Context, e *env, a *benchArgs, cfg bench.Config) erro
 	if err != nil {
 		return err
 	}
-	if e.tty && a.jsonPath != "-" {
+	if e.tty && a.jsonPath != "-" && !a.startOnStdin {
 		cfg.Progress = progressLine(e.stdout)
+	}
+	if a.startOnStdin {
+		cfg.Start = waitStart(e.stdout)
 	}
 	res, err := bench.Run(ctx, n.Manager(), actor.NewClient(n.System(), pid), cfg)
 	if cfg.Progress != nil {
