@@ -184,3 +184,50 @@ func TestSameHostTable(t *testing.T) {
 		t.Errorf("tcp run without the placeholder notes:\n%s", out)
 	}
 }
+
+// fakeRdmamgr writes, for bench --json PATH, a canned report whose ours
+// runs at 1, 0.5 and 2 times the baseline in its first, second and third
+// call of each kind (tcp, shm, --procs), so the median is 1 and the range
+// 0.50–2.00. UCX sm (fakePerftest) does 8-byte puts at 0.5 MiB/s: 65536/s.
+const fakeRdmamgr = `#!/bin/bash
+json=""; kind=tcp
+while [ $# -gt 0 ]; do
+  case "$1" in --json) json=$2; shift ;; --procs) kind=procs ;; shm) kind=shm ;; esac
+  shift
+done
+n=$(( $(cat "$STATE/$kind" 2>/dev/null || echo 0) + 1 )); echo $n >"$STATE/$kind"
+f=$(echo "1 0.5 2" | cut -d' ' -f$n)
+case $kind in
+  tcp) echo "{\"throughput\": [{\"size\": \"8B\", \"op\": \"put\", \"inflight\": 64, \"ours_ops_s\": $(awk "BEGIN{print 1000*$f}"), \"tcp_ops_s\": 1000, \"ratio\": $f}],
+    \"latency\": {\"ours_p50_us\": 30, \"tcp_p50_us\": 30, \"ratio_p50\": 1}, \"pipeline\": {\"depth\": 64, \"ours_ops_s\": 500, \"tcp_ops_s\": 1000, \"ratio\": 0.5}}" >"$json" ;;
+  shm) echo "{\"throughput\": [{\"size\": \"8B\", \"size_bytes\": 8, \"op\": \"put\", \"inflight\": 64, \"ours_ops_s\": $(awk "BEGIN{print 65536*$f}")}]}" >"$json" ;;
+  procs) echo "{\"throughput\": [{\"size\": \"4KiB\", \"op\": \"get\", \"inflight\": 64, \"ours_ops_s\": $(awk "BEGIN{print 2000*$f}"), \"tcp_ops_s\": 2000, \"ratio\": $f}]}" >"$json" ;;
+esac
+`
+
+func TestOpRateScript(t *testing.T) {
+	needTools(t, "bash", "awk", "jq")
+	env := fakeUCX(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "rdmamgr")
+	if err := os.WriteFile(bin, []byte(fakeRdmamgr), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env = append(env, "RDMAMGR="+bin, "STATE="+dir)
+	out := script(t, env, "oprate.sh", "--runs", "3", "--procs", "4")
+	for _, want := range []string{
+		"CPUs, 3 runs each: median (lowest–highest)\n",
+		"\n| 8B | put | 64 | 1000 | 1000 | 1.00 (0.50–2.00) |\n",
+		"\n| 8B get p50 µs (lower is better) |  | 1 | 30.0 | 30.0 | 1.00 (1.00–1.00) |\n",
+		"\n| 64B put pipeline (request/response) |  | 64 | 500 | 1000 | 0.50 (0.50–0.50) |\n",
+		"\n## shm, 64 in flight, placement split: ours against UCX sm with as many outstanding\n",
+		"\n| 8B | put | 64 | 65536 | 65536 | 1.00 (0.50–2.00) |\n",
+		"\n## 4 bench processes against one manager (TCP, placement any), against 4 plain TCP streams\n",
+		"\n| 4KiB | get | 64 | 2000 | 2000 | 1.00 (0.50–2.00) |\n",
+		"Reproduce: `bench/oprate.sh --no-tcp --no-shm --procs 4 --inflight 64`",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

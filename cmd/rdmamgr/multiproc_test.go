@@ -86,3 +86,28 @@ func TestBenchInflightFlags(t *testing.T) {
 		t.Errorf("--inflight 32: %+v, %v", cfg, err)
 	}
 }
+
+// bench --inflight 32 against a daemon, as a process: 8-byte gets and puts
+// with 32 in flight from one goroutine, every byte checked, ops/s beside
+// MiB/s.
+func TestBenchInflightRuns(t *testing.T) {
+	d := startDaemon(t)
+	for _, op := range []string{"put", "get"} {
+		args := []string{"bench", "--peer", d.addr, "--op", op, "--size", "8B", "--count", "500", "--inflight", "32", "--verify", "--json", "-"}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		var stdout, stderr proc.Buffer
+		err := proc.Run(ctx, proc.Spec{Path: testBinary(t), Args: args, Stdout: &stdout, Stderr: &stderr})
+		cancel()
+		if err != nil {
+			t.Fatalf("rdmamgr %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+		}
+		var doc benchDoc
+		if err := json.Unmarshal([]byte(stdout.String()), &doc); err != nil {
+			t.Fatalf("%v:\n%s", err, stdout.String())
+		}
+		if doc.Concurrency != 32 || doc.Ops != 500 || doc.Verified != 500*8 || doc.Mismatches != 0 || doc.Errors != 0 ||
+			doc.OpsPerSec <= 0 || doc.MiBPerSec <= 0 || !doc.Complete {
+			t.Errorf("%s: %+v", op, doc)
+		}
+	}
+}
