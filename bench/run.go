@@ -24,10 +24,10 @@ type Config struct {
 	Size        uint64 // bytes per operation
 	Count       int    // timed operations
 	Concurrency int    // operations in flight, each on its own slot of the buffers
-	// Ring: one goroutine keeps Concurrency operations in flight, posting
-	// the next on a slot as soon as that slot's operation completed (a
-	// ring of reusable work requests, waited for oldest first), instead
-	// of one goroutine per slot that posts and waits.
+	// Ring: one goroutine keeps Concurrency operations in flight through
+	// a completion queue, posting the next on every slot reaped as one
+	// chain (a ring of reusable work requests; ring.go), instead of one
+	// goroutine per slot that posts and waits.
 	Ring   bool
 	Warmup int  // untimed operations first
 	Verify bool // check every byte of every operation
