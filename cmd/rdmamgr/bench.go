@@ -15,7 +15,7 @@ import (
 func benchCommand() *command {
 	return &command{
 		name:     "bench",
-		synopsis: "--peer ADDR [--op put|get] [--size SIZE] [--count N] [flags]\n       rdmamgr bench --baseline [--against tcp|memcpy] [--sizes LIST] [--ops put,get] [--placement any|same|split] [flags]",
+		synopsis: "--peer ADDR [--op put|get] [--size SIZE] [--count N] [--inflight N] [flags]\n       rdmamgr bench --baseline [--against tcp|memcpy] [--sizes LIST] [--ops put,get] [--placement any|same|split] [--procs N] [flags]",
 		short:    "measure puts or gets to a manager (or, with --baseline, against plain Go TCP or memcpy)",
 		long: `Moves data to (put) or from (get) the manager at --peer and reports throughput
 and latency (p50, p99, p99.9, max) of the operations that succeeded. The run
@@ -26,7 +26,12 @@ Interrupted (ctrl-C), it reports the partial figures and exits 130.
 With --baseline it measures a table of sizes and ops, an 8-byte Get round
 trip and a 64-byte Put pipeline, each against a plain Go TCP baseline in the
 same run, and prints the ratios (starting its own manager unless --peer is
-given). --json FILE writes the figures of either mode as JSON ("-": stdout).
+given). Every row has ops/s beside MiB/s; sizes up to 4KiB run --inflight
+(default 64) operations in flight, posted in chains and reaped in batches
+through a completion queue by one goroutine. With --procs N the table is N
+bench processes against the one manager, their timed phases started
+together, against N plain TCP streams: totals and the ratio. --json FILE
+writes the figures of either mode as JSON ("-": stdout).
 
 With --against memcpy (the default of --backend shm) the baseline of every
 row is one thread copying between two buffers of the same size, the same
