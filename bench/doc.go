@@ -6,7 +6,7 @@
 // (package bench/baseline holds the plain-TCP side and the comparison).
 //
 // A Result counts only operations that succeeded; a run stops early when
-// its context ends, when the peer is gone (ErrPeerGone) or when more than
+// its context ends, when the peer is gone (rdmamgr.ErrPeerGone) or when more than
 // Config.MaxErrors operations failed (ErrTooManyErrors), and says why in
 // Result.Stop. The data path allocates nothing per operation: each worker
 // reuses one work request on its own slot of the buffers. With

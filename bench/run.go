@@ -93,7 +93,7 @@ func Run(ctx context.Context, mgr *actor.Manager, peer *actor.Client, cfg Config
 	}
 	res := &Result{}
 	defer func() {
-		if errors.Is(res.Stop, ErrPeerGone) {
+		if errors.Is(res.Stop, rdmamgr.ErrPeerGone) {
 			return // nobody to release it at
 		}
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -322,7 +322,7 @@ func (b *benchRun) fail(err error) {
 	n := b.errs.Add(1)
 	switch {
 	case errors.Is(err, rdmamgr.ErrPeerGone):
-		b.stopRun(ErrPeerGone)
+		b.stopRun(fmt.Errorf("bench: %w", rdmamgr.ErrPeerGone))
 	case n > int64(b.cfg.MaxErrors):
 		b.stopRun(ErrTooManyErrors)
 	}

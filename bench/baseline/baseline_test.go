@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/bench"
 )
 
@@ -223,12 +224,12 @@ func TestRun(t *testing.T) {
 func TestRunStopsOnEarlyStop(t *testing.T) {
 	s := startServer(t)
 	ours := func(ctx context.Context, c bench.Config) (*bench.Result, error) {
-		return &bench.Result{Ops: 5, Stop: bench.ErrPeerGone}, nil
+		return &bench.Result{Ops: 5, Stop: rdmamgr.ErrPeerGone}, nil
 	}
 	cfg := Config{Sizes: []uint64{4096}, Ops: []string{"put"}, Concurrency: 1, Conns: 1, LatCount: 1, PipeCount: 1, PipeDepth: 1,
 		Placement: Placement{Mode: "any", BenchCPU: -1, ServerCPU: -1}, ServerAddr: s.Addr()}
 	rep, err := Run(testCtx(t), cfg, ours, io.Discard)
-	if rep != nil || !errors.Is(err, bench.ErrPeerGone) || !strings.Contains(err.Error(), "put 4KiB: stopped after 5 operations") {
+	if rep != nil || !errors.Is(err, rdmamgr.ErrPeerGone) || !strings.Contains(err.Error(), "put 4KiB: stopped after 5 operations") {
 		t.Fatalf("Run: %v, %v", rep, err)
 	}
 }
