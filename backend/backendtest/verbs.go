@@ -24,6 +24,7 @@ func RunVerbs(t *testing.T, f Factory) {
 	}{
 		{"EventAfterBytes", testEventAfterBytes},
 		{"EventOrder", testEventOrder},
+		{"OrderAfterPuts", testOrderAfterPuts}, // order.go
 		{"ImmNeedsNotify", testImmNeedsNotify},
 		{"NoReceiver", testNoReceiver},
 		{"EventFlood", testEventFlood},
