@@ -120,7 +120,10 @@
 // A Put or Get of at most Config.InlineMax bytes (1 MiB) on a region already
 // mapped runs inside Post, in the caller's goroutine: it is complete when
 // Post returns (its Completer was called). Others (first use of a region,
-// larger copies) go to the route's copier goroutine in order; a queued
+// larger copies) go to the route's copier goroutine in order (PutWithImm
+// and Send always do, so their event or message comes after every Put and
+// atomic posted before them: RC's order; a Put to a region on the fallback
+// route is ordered only among the fallback route's operations); a queued
 // operation is cancelled at once, a running copy between chunks, and
 // deadlines are checked at start and between chunks. A map request the
 // owner does not answer within 5 s fails the route. Bounds and access are
