@@ -174,3 +174,31 @@ func TestFenceOrderManyConns(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkFenceHooks is the fence's cost on a Put's path: the hooks
+// Post and the completion call (fenceHold, fenceCount, fenceDone), with
+// no notice held; Parallel has every P posting and completing at once.
+func BenchmarkFenceHooks(b *testing.B) {
+	newOpW := func() *op { return &op{wr: &backend.WorkRequest{Op: backend.OpWrite}} }
+	b.Run("Serial", func(b *testing.B) {
+		r, o := &route{}, newOpW()
+		b.ReportAllocs()
+		for b.Loop() {
+			r.fenceHold(o)
+			r.fenceCount(o)
+			r.fenceDone(o)
+		}
+	})
+	b.Run("Parallel", func(b *testing.B) {
+		r := &route{}
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			o := newOpW()
+			for pb.Next() {
+				r.fenceHold(o)
+				r.fenceCount(o)
+				r.fenceDone(o)
+			}
+		})
+	})
+}
