@@ -37,6 +37,23 @@ func orderGroups(maxPut int) [][]int {
 	}
 }
 
+// noticeKinds returns the notices A's routes carry: PutWithImm, Send,
+// SendWithImm (with withImm[i] set); it skips the test if none.
+func (p *VerbsPair) noticeKinds(t *testing.T) (kinds []backend.Op, withImm []bool) {
+	for _, k := range []struct {
+		op  backend.Op
+		imm bool
+	}{{backend.OpWriteImm, false}, {backend.OpSend, false}, {backend.OpSend, true}} {
+		if p.carries(k.op) {
+			kinds, withImm = append(kinds, k.op), append(withImm, k.imm)
+		}
+	}
+	if len(kinds) == 0 {
+		t.Skipf("the %s backend carries neither PutWithImm nor Send", p.A.Kind())
+	}
+	return kinds, withImm
+}
+
 // orderPut is one Put of the plan: A's [off, off+n) to B's.
 type orderPut struct{ off, n int }
 
@@ -52,19 +69,7 @@ func testOrderAfterPuts(t *testing.T, f Factory) {
 	groups := orderGroups(min(4<<20, f.MaxSize))
 	p := NewVerbsPair(t, f, 2*len(groups), 2*len(groups))
 	p.Need(t, backend.OpWrite)
-	var kinds []backend.Op // notices: OpWriteImm, OpSend, OpSend with imm
-	var withImm []bool
-	for _, k := range []struct {
-		op  backend.Op
-		imm bool
-	}{{backend.OpWriteImm, false}, {backend.OpSend, false}, {backend.OpSend, true}} {
-		if p.carries(k.op) {
-			kinds, withImm = append(kinds, k.op), append(withImm, k.imm)
-		}
-	}
-	if len(kinds) == 0 {
-		t.Skipf("the %s backend carries neither PutWithImm nor Send", p.A.Kind())
-	}
+	kinds, withImm := p.noticeKinds(t)
 
 	// Layout: each Put of a round has its own range, the same in A and B.
 	var puts [][]orderPut
@@ -170,4 +175,66 @@ func testOrderAfterPuts(t *testing.T, f Factory) {
 	}
 	// The faults (the first of each kind) are reported by NewVerbsPair's
 	// cleanup; clear nothing here.
+}
+
+// testOrderAfterAtomics: FetchAdds in flight ahead of each notice; on
+// delivery the owner's word holds the sum of every FetchAdd posted before
+// it (RC executes a queue pair's atomics before the requests after them).
+func testOrderAfterAtomics(t *testing.T, f Factory) {
+	const rounds, adds = 24, 8
+	p := NewVerbsPair(t, f, 2, 2)
+	p.Need(t, backend.OpFetchAdd)
+	kinds, withImm := p.noticeKinds(t)
+	hw, lw := Alloc(t, p.RegB, 8, accessAtomic)
+	w := ownerWord(t, lw, 0)
+	w.Store(0)
+	hn, ln := Alloc(t, p.RegA, noticeBytes, buffer.AccessReadWrite)
+	hi, _ := Alloc(t, p.RegB, noticeBytes, accessNotify)
+	rbuf, _ := Alloc(t, p.RegB, noticeBytes, buffer.AccessReadWrite)
+	var checked, early atomic.Int64
+	check := func(id uint32) error {
+		checked.Add(1)
+		if got, want := w.Load(), uint64(id+1)*adds; got < want {
+			early.Add(1)
+			return fmt.Errorf("notice %d with the word at %d: want at least %d", id, got, want)
+		}
+		return nil
+	}
+	p.Inbox.SetCheck(func(ev backend.Event) error { return check(ev.Imm) })
+	p.Inbox.SetMessageCheck(func(m Message) error { return check(binary.LittleEndian.Uint32(m.Mem)) })
+	rec := NewRecorder(adds + 1)
+	for r := range rounds {
+		deadline := time.Now().Add(f.Timeout)
+		for range adds {
+			wr, _ := VerbWR(t, p.RegA, backend.OpFetchAdd, buffer.Buffer{}, hw, Operands{Swap: 1}, deadline, rec)
+			if err := p.Route.Post(wr); err != nil {
+				t.Fatalf("round %d: post fetch-add: %v", r, err)
+			}
+		}
+		k := r % len(kinds)
+		binary.LittleEndian.PutUint32(ln, uint32(r))
+		remote := hi
+		if kinds[k] != backend.OpWriteImm {
+			remote = buffer.Buffer{}
+			p.post(t, rbuf)
+		}
+		wr, release := VerbWR(t, p.RegA, kinds[k], hn, remote, Operands{Imm: uint32(r), HasImm: withImm[k]}, deadline, rec)
+		if err := p.Route.Post(wr); err != nil {
+			t.Fatalf("round %d: post %s: %v", r, kinds[k], err)
+		}
+		for range adds + 1 {
+			if res := rec.Wait(t, f.Timeout); res.Err != nil {
+				t.Fatalf("round %d: %s: %v", r, res.WR.Op, res.Err)
+			}
+		}
+		release()
+		if kinds[k] == backend.OpWriteImm {
+			nextEvent(t, p.Inbox, f.Timeout)
+		} else {
+			nextMessage(t, p.Inbox, f.Timeout)
+		}
+	}
+	if n := early.Load(); n > 0 || checked.Load() != rounds {
+		t.Errorf("%d of %d notices (of %d) reached the owner before the FetchAdds posted ahead of them", n, checked.Load(), rounds)
+	}
 }
