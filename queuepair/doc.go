@@ -88,9 +88,10 @@
 // effect of every CompareAndSwap and FetchAdd posted before it. A Put that
 // fails (an error, a cancel, its deadline) is not waited for beyond its
 // report, and its remote bytes are undefined: the notice behind it is still
-// delivered. Not promised: that a Get sees the bytes of a Put posted
-// before it, or (on TCP) that an atomic sees them: wait for the Put's
-// completion first. Buffers of shm peers that are not memfd-backed go over
+// delivered. Not promised: that a Get or an atomic sees the bytes of a Put
+// posted before it (TCP stripes them over its connections, shm may run
+// them before a Put waiting for its copier): wait for the Put's completion
+// first. Buffers of shm peers that are not memfd-backed go over
 // the TCP fallback route, ordered only among themselves.
 //
 // # Errors
