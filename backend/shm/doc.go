@@ -132,7 +132,10 @@
 // (backend.ListPoster) does the same for a chain, copying each run of small
 // Puts and Gets on one region under one reference and one state-table
 // count, and reports each in order. Others (first use of a region,
-// larger copies) go to the route's copier goroutine in order; a queued
+// larger copies) go to the route's copier goroutine in order (PutWithImm
+// and Send always do, so their event or message comes after every Put and
+// atomic posted before them: RC's order; a Put to a region on the fallback
+// route is ordered only among the fallback route's operations); a queued
 // operation is cancelled at once, a running copy between chunks, and
 // deadlines are checked at start and between chunks. A map request the
 // owner does not answer within 5 s fails the route. Bounds and access are
