@@ -46,9 +46,8 @@ type clientConn struct {
 	lastHeard   uint64
 	lastHeardAt time.Time
 
-	mu      sync.Mutex // guards slots, nextID, failing and chunk states
-	slots   map[uint64]*chunk
-	nextID  uint64
+	mu      sync.Mutex // guards slots, failing and chunk states
+	slots   slotTable
 	failing bool
 
 	// wmu is held by whoever writes: the writer goroutine, or a poster
@@ -72,7 +71,7 @@ type clientConn struct {
 }
 
 func newClientConn(r *route, c net.Conn, queue int) *clientConn {
-	return &clientConn{r: r, c: c, slots: make(map[uint64]*chunk), sendq: make(chan *chunk, queue), lastHeardAt: time.Now()}
+	return &clientConn{r: r, c: c, sendq: make(chan *chunk, queue), lastHeardAt: time.Now()}
 }
 
 // enqueue gives c an id and queues it for the writer; on a connection
@@ -84,10 +83,8 @@ func (cc *clientConn) enqueue(c *chunk) {
 		c.finish(cc.r.Err())
 		return
 	}
-	cc.nextID++
-	c.id = cc.nextID
+	c.id = cc.slots.put(c)
 	c.state = stQueued
-	cc.slots[c.id] = c
 	cc.mu.Unlock()
 	if cc.writeInline(c) {
 		return
@@ -138,8 +135,11 @@ func (cc *clientConn) failAll(err error) {
 	cc.mu.Lock()
 	cc.failing = true
 	var left []*chunk
-	for id, c := range cc.slots {
-		delete(cc.slots, id)
+	for _, c := range cc.slots.chunks {
+		if c == nil {
+			continue
+		}
+		cc.slots.del(c.id)
 		if c.state != stAbandoned {
 			left = append(left, c)
 		}

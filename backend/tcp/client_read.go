@@ -66,7 +66,7 @@ func (cc *clientConn) onResponse(br *connReader, h *respHeader) error {
 		return nil
 	}
 	cc.mu.Lock()
-	c := cc.slots[h.wrid]
+	c := cc.slots.get(h.wrid)
 	// A response for a request not yet sent (queued) or already
 	// answered cannot be genuine.
 	if c == nil || c.state == stQueued || c.state == stAnswered || c.wop != h.op ||
@@ -91,7 +91,7 @@ func (cc *clientConn) onResponse(br *connReader, h *respHeader) error {
 		c.state = stReceiving
 	}
 	if abandoned || h.length == 0 {
-		delete(cc.slots, h.wrid)
+		cc.slots.del(h.wrid)
 	}
 	cc.mu.Unlock()
 

@@ -189,7 +189,7 @@ func (cc *clientConn) markSent() []*chunk {
 			if c.state == stSending {
 				c.state = stAbandoned // its response is still to come and be dropped
 			} else {
-				delete(cc.slots, c.id)
+				cc.slots.del(c.id)
 			}
 			answered = append(answered, c)
 			continue
@@ -198,7 +198,7 @@ func (cc *clientConn) markSent() []*chunk {
 		case stSending:
 			c.state = stSent
 		case stAnswered:
-			delete(cc.slots, c.id)
+			cc.slots.del(c.id)
 			answered = append(answered, c)
 		}
 	}

@@ -114,7 +114,7 @@ func newOp(r *route, wr *backend.WorkRequest, count int) *op {
 func (c *chunk) finish(err error) {
 	o := c.op
 	r := o.r
-	<-r.sem
+	r.sem.release(1)
 	if err != nil {
 		e := err // only a failure pays for the pointer
 		o.firstErr.CompareAndSwap(nil, &e)

@@ -25,7 +25,7 @@ type route struct {
 	b      *Backend
 	peer   uint64
 	conns  []*clientConn // fixed after Complete
-	sem    chan struct{} // one token per chunk in flight
+	sem    *inflightSem  // room for chunks in flight
 	next   atomic.Uint32 // round-robin start
 	chunkN uint64
 
@@ -42,7 +42,7 @@ func newRoute(b *Backend, peer uint64) *route {
 	r := &route{
 		b:       b,
 		peer:    peer,
-		sem:     make(chan struct{}, b.cfg.MaxInFlight),
+		sem:     newInflightSem(b.cfg.MaxInFlight),
 		drained: make(chan struct{}),
 		kick:    make(chan struct{}, 1),
 		chunkN:  uint64(b.cfg.ChunkSize),
@@ -104,42 +104,42 @@ func (r *route) chunkCount(wr *backend.WorkRequest) (int, error) {
 		return 1, nil
 	}
 	count := (n + r.chunkN - 1) / r.chunkN
-	if count > uint64(cap(r.sem)) {
-		return 0, fmt.Errorf("tcp: %d-byte operation needs %d chunks, limit %d: %w", n, count, cap(r.sem), rdmamgr.ErrLimit)
+	if count > uint64(r.sem.max) {
+		return 0, fmt.Errorf("tcp: %d-byte operation needs %d chunks, limit %d: %w", n, count, r.sem.max, rdmamgr.ErrLimit)
 	}
 	return int(count), nil
 }
 
-// reserve takes count slots of the in-flight semaphore, all of them before
+// reserve takes count units of the in-flight room, all of them before
 // any chunk is queued, so a partly posted op never waits on itself. It
 // waits (back-pressure) until there is room, wr's deadline passes, the
-// route fails or wr's poster gives up.
+// route fails or wr's poster gives up. Only a wait reads the clock.
 func (r *route) reserve(count int, wr *backend.WorkRequest) error {
-	var timer *time.Timer
-	for i := range count {
-		select {
-		case r.sem <- struct{}{}:
-			continue
-		default:
+	s, k := r.sem, int64(count)
+	if s.tryTake(k) {
+		return nil
+	}
+	s.waiters.Add(1)
+	defer s.waiters.Add(-1)
+	timer := time.NewTimer(time.Until(wr.Deadline))
+	defer timer.Stop()
+	for {
+		if s.tryTake(k) {
+			if s.waiters.Load() > 1 {
+				s.wake() // pass the wake-up on: there may be room left
+			}
+			return nil
 		}
-		if timer == nil {
-			timer = time.NewTimer(time.Until(wr.Deadline))
-			defer timer.Stop()
-		}
 		select {
-		case r.sem <- struct{}{}:
+		case <-s.room:
 		case <-timer.C:
-			r.releaseSem(i)
 			return fmt.Errorf("tcp: waiting for room in flight: %w", rdmamgr.ErrDeadline)
 		case <-r.Done():
-			r.releaseSem(i)
 			return r.Err()
 		case <-wr.Cancel:
-			r.releaseSem(i)
 			return fmt.Errorf("tcp: waiting for room in flight: %w", errCanceledWait)
 		}
 	}
-	return nil
 }
 
 // stripe queues o's chunks on the connections, round-robin from the next
@@ -148,12 +148,6 @@ func (r *route) stripe(o *op) {
 	start := int(r.next.Add(1))
 	for i := range o.chunks {
 		r.conns[(start+i)%len(r.conns)].enqueue(&o.chunks[i])
-	}
-}
-
-func (r *route) releaseSem(n int) {
-	for range n {
-		<-r.sem
 	}
 }
 
