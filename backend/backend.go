@@ -171,6 +171,15 @@ type Route interface {
 	Close() error
 }
 
+// ListPoster is implemented by a Route that can post a chain of work
+// requests at the cost of one: PostList posts wrs in order under one lock
+// and one wake-up of whatever sends. n is the number posted; if n <
+// len(wrs) then wrs[n] was not posted and err says why, and wrs[n+1:] are
+// untouched. It may wait for room in flight as Post does.
+type ListPoster interface {
+	PostList(wrs []*WorkRequest) (n int, err error)
+}
+
 // RouteStats are counters of a Route.
 type RouteStats struct {
 	Ops      uint64

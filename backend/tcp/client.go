@@ -25,8 +25,8 @@ const (
 	// round of scheduling.
 	yieldInFlight = 8
 
-	// sendQueue bounds a connection's queue of frames; a full queue is
-	// back-pressure on Post (the route's semaphore bounds the total anyway).
+	// sendQueue bounds the heartbeat pings a connection's ring takes
+	// (the route's in-flight room bounds the chunks).
 	sendQueue = 128
 
 	// inlineMax is the largest chunk a poster writes itself when the
@@ -36,28 +36,33 @@ const (
 )
 
 // clientConn is one connection of a route: a writer and a reader goroutine.
+//
+// Posters put chunks on the connection's submission ring (pend) under mu,
+// in posting order; the writer drains it in batches, one writev each. A
+// poster wakes the writer only when it sleeps: one wake-up per batch.
 type clientConn struct {
-	r     *route
-	c     net.Conn
-	sendq chan *chunk
+	r *route
+	c net.Conn
 
 	heard atomic.Uint64 // responses read; the heartbeat watches it move
 	// lastHeard and lastHeardAt are owned by the watchdog.
 	lastHeard   uint64
 	lastHeardAt time.Time
 
-	mu      sync.Mutex // guards slots, failing and chunk states
+	mu      sync.Mutex // guards slots, pend, sleeping, failing and chunk states
 	slots   slotTable
+	pend    []*chunk // the submission ring: queued chunks, in posting order
 	failing bool
+	// sleeping says the writer waits on wake for work; the poster that
+	// finds it so clears it and sends the one wake-up.
+	sleeping bool
+	wake     chan struct{}
 
 	// wmu is held by whoever writes: the writer goroutine, or a poster
 	// writing its own small frame (client_write.go). It guards the
-	// writer scratch below.
-	wmu sync.Mutex
-	// queued counts the chunks put in sendq and not yet taken by a writer
-	// under wmu: a poster writes its frame itself only when it is 0, so
-	// frames keep their posting order.
-	queued  atomic.Int32
+	// writer scratch below. A writer takes chunks off pend only while it
+	// holds wmu, so frames go out in posting order.
+	wmu     sync.Mutex
 	inlined atomic.Uint64 // frames written by their poster (tests read it)
 
 	// writer scratch, under wmu
@@ -70,50 +75,71 @@ type clientConn struct {
 	sending []*chunk
 }
 
-func newClientConn(r *route, c net.Conn, queue int) *clientConn {
-	return &clientConn{r: r, c: c, sendq: make(chan *chunk, queue), lastHeardAt: time.Now()}
+func newClientConn(r *route, c net.Conn) *clientConn {
+	return &clientConn{r: r, c: c, wake: make(chan struct{}, 1), lastHeardAt: time.Now()}
 }
 
-// enqueue gives c an id and queues it for the writer; on a connection
-// that is failing it finishes c with the route's error.
-func (cc *clientConn) enqueue(c *chunk) {
+// enqueue gives each chunk of the chain head (linked by next) an id and
+// puts the chain on the ring under one lock, waking the writer at most
+// once; on a connection that is failing it finishes them with the route's
+// error. A chain of one small chunk, with nothing else in flight on the
+// route, is written by the poster itself (writeInline).
+func (cc *clientConn) enqueue(head *chunk) {
 	cc.mu.Lock()
 	if cc.failing {
 		cc.mu.Unlock()
-		c.finish(cc.r.Err())
+		err := cc.r.Err()
+		for c := head; c != nil; {
+			next := c.next
+			c.next = nil
+			c.finish(err)
+			c = next
+		}
 		return
 	}
-	c.id = cc.slots.put(c)
-	c.state = stQueued
+	inline := head.next == nil && len(cc.pend) == 0 && len(head.local) <= inlineMax && cc.r.InFlight() <= 1
+	for c := head; c != nil; {
+		next := c.next
+		c.next = nil
+		c.id = cc.slots.put(c)
+		c.state = stQueued
+		cc.pend = append(cc.pend, c)
+		c = next
+	}
+	if inline && cc.wmu.TryLock() {
+		// Nothing queued and no writer at work: later posters queue
+		// behind this frame, since the writer needs wmu to take them.
+		cc.pend = cc.pend[:0]
+		cc.mu.Unlock()
+		cc.writeInline(head)
+		return
+	}
+	cc.kickLocked()
 	cc.mu.Unlock()
-	if cc.writeInline(c) {
-		return
-	}
-	cc.queued.Add(1)
-	select {
-	case cc.sendq <- c: // the common case, without a select's cost
-		return
-	default:
-	}
-	select {
-	case cc.sendq <- c:
-	case <-cc.r.Done():
-		// The writer is gone; the chunk is in slots and drain fails it.
-		cc.queued.Add(-1)
+}
+
+// kickLocked wakes the writer if it sleeps; called with mu held.
+func (cc *clientConn) kickLocked() {
+	if cc.sleeping {
+		cc.sleeping = false
+		select {
+		case cc.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// push queues a frame for the writer unless the queue is full, and
-// reports whether it did.
+// push queues a frame for the writer unless the ring holds sendQueue
+// already, and reports whether it did.
 func (cc *clientConn) push(c *chunk) bool {
-	cc.queued.Add(1)
-	select {
-	case cc.sendq <- c:
-		return true
-	default:
-		cc.queued.Add(-1)
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.failing || len(cc.pend) >= sendQueue {
 		return false
 	}
+	cc.pend = append(cc.pend, c)
+	cc.kickLocked()
+	return true
 }
 
 // expire ends chunks past their deadline with ErrDeadline, as a cancel
@@ -144,16 +170,10 @@ func (cc *clientConn) failAll(err error) {
 			left = append(left, c)
 		}
 	}
+	// Chunks on the ring were in slots too; drop the ring.
+	clear(cc.pend)
+	cc.pend = cc.pend[:0]
 	cc.mu.Unlock()
-	// Chunks still in sendq were in slots too; drop the queue.
-	for {
-		select {
-		case <-cc.sendq:
-			continue
-		default:
-		}
-		break
-	}
 	for _, c := range left {
 		c.finish(err)
 	}

@@ -20,10 +20,18 @@
 // side reads a connection through a 4 KiB buffer that grows to 64 KiB
 // for a burst (reader.go): one read then takes in a batch of small frames,
 // and the owner answers the batch with one writev. A connection's frames
-// are written by its writer goroutine, which gathers what many posters
-// queued into one writev; an operation alone in flight, of at most 64 KiB,
-// is written by its poster instead (client_write.go), in posting order
-// still. Every
+// are written by its writer goroutine: posters put their chunks on the
+// connection's submission ring under one lock (a chain of them at once
+// with PostList, the route's backend.ListPoster), waking the writer only
+// when it sleeps, and the writer drains the ring in batches of up to 64
+// frames, one writev each; an operation alone in flight, of at most 64
+// KiB, is written by its poster instead (client_write.go), in posting
+// order still. A connection's chunks in flight sit in a table indexed by
+// slot (slots.go); a frame's id is the slot and its generation, which
+// moves on when the slot is freed, so an answer naming an id not held now
+// (forged, or for a slot freed and reused) is a protocol violation and
+// completes nothing. Posting and completing read no clock and use no
+// channel per operation: room in flight is an atomic count (sem.go). Every
 // header field is validated: a malformed header closes the connection, a
 // request that fails the key, access or bounds check is answered with its
 // error code and changes nothing.

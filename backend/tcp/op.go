@@ -34,7 +34,7 @@ var opPool = sync.Pool{New: func() any { return new(op) }}
 // and is finished (its op's count taken) exactly once, by whichever loop
 // or canceller last touched its memory.
 const (
-	stQueued    = iota // in sendq, not yet written
+	stQueued    = iota // on the ring, not yet written
 	stSending          // writer is writing it
 	stSent             // written, awaiting response
 	stReceiving        // reader is reading its payload
@@ -45,8 +45,9 @@ const (
 // chunk is one frame's worth of an op.
 type chunk struct {
 	op       *op
-	wop      byte // the frame's wire op
-	id       uint64
+	wop      byte   // the frame's wire op
+	id       uint64 // slot and generation (slots.go)
+	next     *chunk // links a chain being queued (enqueue)
 	local    []byte
 	region   uint64
 	offset   uint64
@@ -105,6 +106,7 @@ func newOp(r *route, wr *backend.WorkRequest, count int) *op {
 		c.deadline = wr.Deadline
 		c.answer, c.cause, c.interrupted = nil, nil, false
 		c.stop.Store(false)
+		c.next = nil
 	}
 	return o
 }
