@@ -29,6 +29,17 @@ const (
 	// (the route's in-flight room bounds the chunks).
 	sendQueue = 128
 
+	// A small frame posted while at least wireLow of the connection's
+	// frames are on the wire unanswered does not wake a sleeping writer
+	// until wakeFrames are queued or the reader takes in answers (which
+	// wakes the writer when frames wait): the answers to come keep the
+	// connection busy meanwhile, and the writer then sends many frames
+	// with one writev, as a plain pipeline flushes before it waits. A
+	// frame with more than coalesceMax bytes wakes the writer at once.
+	wireLow     = 16
+	wakeFrames  = 16
+	coalesceMax = 2 << 10
+
 	// inlineMax is the largest chunk a poster writes itself when the
 	// connection has nothing queued (client_write.go): a larger one goes
 	// to the writer goroutine, so Post does not wait for its bytes.
@@ -81,7 +92,8 @@ func newClientConn(r *route, c net.Conn) *clientConn {
 
 // enqueue gives each chunk of the chain head (linked by next) an id and
 // puts the chain on the ring under one lock, waking the writer at most
-// once; on a connection that is failing it finishes them with the route's
+// once (and, for small frames behind many on the wire, not at once: see
+// wireLow); on a connection that is failing it finishes them with the route's
 // error. A chain of one small chunk, with nothing else in flight on the
 // route, is written by the poster itself (writeInline).
 func (cc *clientConn) enqueue(head *chunk) {
@@ -98,9 +110,11 @@ func (cc *clientConn) enqueue(head *chunk) {
 		return
 	}
 	inline := head.next == nil && len(cc.pend) == 0 && len(head.local) <= inlineMax && cc.r.InFlight() <= 1
+	now := false // wake the writer now rather than let frames gather
 	for c := head; c != nil; {
 		next := c.next
 		c.next = nil
+		now = now || len(c.local) > coalesceMax
 		c.id = cc.slots.put(c)
 		c.state = stQueued
 		cc.pend = append(cc.pend, c)
@@ -114,7 +128,9 @@ func (cc *clientConn) enqueue(head *chunk) {
 		cc.writeInline(head)
 		return
 	}
-	cc.kickLocked()
+	if now || len(cc.pend) >= wakeFrames || cc.slots.held-len(cc.pend) < wireLow {
+		cc.kickLocked()
+	}
 	cc.mu.Unlock()
 }
 

@@ -109,6 +109,9 @@ func (cc *clientConn) onResponses(br *connReader, hs []respHeader, done *doneBat
 			break
 		}
 	}
+	if len(cc.pend) > 0 {
+		cc.kickLocked() // frames held back for a batch (wireLow) go now
+	}
 	cc.mu.Unlock()
 	done.finish()
 	if err != nil || payload == nil {

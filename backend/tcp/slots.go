@@ -11,6 +11,7 @@ type slotTable struct {
 	chunks []*chunk // by slot; nil when free
 	gens   []uint32 // the slot's current generation, never 0
 	free   []uint32 // free slots, a stack
+	held   int      // slots in use
 }
 
 // put takes a slot for c and returns c's wire id.
@@ -23,6 +24,7 @@ func (t *slotTable) put(c *chunk) uint64 {
 	s := t.free[len(t.free)-1]
 	t.free = t.free[:len(t.free)-1]
 	t.chunks[s] = c
+	t.held++
 	return uint64(t.gens[s])<<32 | uint64(s)
 }
 
@@ -48,4 +50,5 @@ func (t *slotTable) del(id uint64) {
 		t.gens[s] = 1
 	}
 	t.free = append(t.free, s)
+	t.held--
 }
