@@ -39,6 +39,9 @@ const (
 	wireLow     = 16
 	wakeFrames  = 16
 	coalesceMax = 2 << 10
+	// smallRun is the number of single-chunk ops of at most coalesceMax
+	// bytes posted on one connection before the next takes over.
+	smallRun = 32
 
 	// inlineMax is the largest chunk a poster writes itself when the
 	// connection has nothing queued (client_write.go): a larger one goes
@@ -75,6 +78,7 @@ type clientConn struct {
 	// holds wmu, so frames go out in posting order.
 	wmu     sync.Mutex
 	inlined atomic.Uint64 // frames written by their poster (tests read it)
+	writevs atomic.Uint64 // batches written (benchmarks read it)
 
 	// writer scratch, under wmu
 	hdrs   [maxWriteBatch][reqMaxSize]byte

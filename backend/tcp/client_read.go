@@ -87,10 +87,14 @@ func (d *doneBatch) add(c *chunk, err error) {
 
 // finish finishes the batch's chunks and empties it.
 func (d *doneBatch) finish() {
+	if d.n == 0 {
+		return
+	}
+	d.cs[0].op.r.sem.release(int64(d.n)) // one route: the connection's
 	for i := range d.n {
 		c, err := d.cs[i], d.errs[i]
 		d.cs[i], d.errs[i] = nil, nil
-		c.finish(err)
+		c.end(err)
 	}
 	d.n = 0
 }

@@ -146,6 +146,7 @@ func (cc *clientConn) add(c *chunk, nh, bytes int) (int, int) {
 // goes on with the cancelled payloads swapped for zeros (unloan).
 func (cc *clientConn) writeBatch() error {
 	cc.iovBuf = cc.iov[:0]
+	cc.writevs.Add(1)
 	_, err := cc.iov.WriteTo(cc.c)
 	for err != nil && isTimeout(err) && cc.unloan() {
 		// A cancelled WRITE's payload was swapped for zeros (the

@@ -114,9 +114,15 @@ func newOp(r *route, wr *backend.WorkRequest, count int) *op {
 // finish records a chunk's outcome; the last chunk completes the op. Called
 // only once neither loop of the chunk's connection can touch its memory.
 func (c *chunk) finish(err error) {
+	c.op.r.sem.release(1)
+	c.end(err)
+}
+
+// end is finish less giving back the chunk's room in flight, which the
+// caller did (for a batch at once).
+func (c *chunk) end(err error) {
 	o := c.op
 	r := o.r
-	r.sem.release(1)
 	if err != nil {
 		e := err // only a failure pays for the pointer
 		o.firstErr.CompareAndSwap(nil, &e)

@@ -94,6 +94,12 @@ func (r *route) queue(o *op) {
 		return
 	}
 	start, n := int(r.next.Add(1)), len(r.conns)
+	if len(o.chunks) == 1 && len(o.wr.Local) <= coalesceMax {
+		// Runs of small ops on one connection: their frames share
+		// writevs, and their answers reads, as they would not if
+		// striped one by one.
+		start /= smallRun
+	}
 	for j := range min(n, len(o.chunks)) {
 		r.conns[(start+j)%n].enqueue(link(o.chunks, j, n))
 	}
