@@ -1,6 +1,15 @@
 package tcp
 
-import "testing"
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/backendtest"
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
 
 // TestSlotTableGeneration: an id whose slot was freed and taken again
 // finds nothing, so a late or forged answer cannot complete the chunk that
@@ -35,4 +44,49 @@ func TestSlotTableGeneration(t *testing.T) {
 	if idA>>32 == 0 || idB>>32 == 0 {
 		t.Fatalf("generation 0 handed out: %#x %#x", idA, idB)
 	}
+}
+
+// TestStaleGenerationAnswer: an answer naming the id of an operation that
+// completed, whose slot the next operation now holds under a new
+// generation, is a protocol violation: the route fails and the operation
+// holding the slot fails with it rather than completing with the stale
+// answer (an index by slot alone would complete it: it passes on the old
+// map too, which never reused ids; it guards the slot table).
+func TestStaleGenerationAnswer(t *testing.T) {
+	f := newFakeServer(t)
+	a, regA := newBackend(t, fastWatchdog(), backendtest.OwnerA)
+	rt := f.connect(t, a)
+	sc := f.accept(t)
+	_, local := backendtest.Alloc(t, regA, 100, buffer.AccessReadWrite)
+	rec := backendtest.NewRecorder(2)
+	post := func() (*backend.WorkRequest, reqHeader) {
+		wr := &backend.WorkRequest{Op: backend.OpWrite, Local: local, Remote: fakeRemote(100),
+			Deadline: time.Now().Add(waitTimeout), Done: rec}
+		if err := rt.Post(wr); err != nil {
+			t.Fatalf("post: %v", err)
+		}
+		h := sc.readReq(t)
+		sc.readPayload(t, int(h.length))
+		return wr, h
+	}
+	first, h1 := post()
+	sc.respond(t, respHeader{op: opWrite, wrid: h1.wrid}, nil)
+	if res := rec.Wait(t, waitTimeout); res.WR != first || res.Err != nil {
+		t.Fatalf("first write: %v", res.Err)
+	}
+	second, h2 := post()
+	if uint32(h2.wrid) != uint32(h1.wrid) || h2.wrid == h1.wrid {
+		t.Fatalf("ids %#x then %#x: want the slot reused under a new generation", h1.wrid, h2.wrid)
+	}
+	sc.respond(t, respHeader{op: opWrite, wrid: h1.wrid}, nil) // stale
+	res := rec.Wait(t, waitTimeout)
+	if res.WR != second || !errors.Is(res.Err, rdmamgr.ErrProtocol) {
+		t.Fatalf("second write after a stale answer: %v, want ErrProtocol", res.Err)
+	}
+	select {
+	case <-rt.Done():
+	case <-time.After(waitTimeout):
+		t.Fatal("route still up after a stale answer")
+	}
+	rec.None(t)
 }
