@@ -31,7 +31,13 @@
 // moves on when the slot is freed, so an answer naming an id not held now
 // (forged, or for a slot freed and reused) is a protocol violation and
 // completes nothing. Posting and completing read no clock and use no
-// channel per operation: room in flight is an atomic count (sem.go). Every
+// channel per operation: room in flight is an atomic count (sem.go). A
+// small frame posted behind many unanswered ones on its connection waits
+// on the ring for company (up to 16 frames, or until the reader takes in
+// answers, which wakes the writer), and small single-chunk operations go
+// in runs of 32 per connection, so a pipeline of small operations costs
+// few writevs and reads; the reader matches a batch of answers under one
+// hold of the connection's lock and finishes them together. Every
 // header field is validated: a malformed header closes the connection, a
 // request that fails the key, access or bounds check is answered with its
 // error code and changes nothing.
@@ -57,7 +63,8 @@
 // A write-imm larger than a chunk is sent as plain WRITEs on the lane and
 // a last write-imm frame that names the whole range; the event comes after
 // all of it (a cancel of it delivers no event). Plain Puts, Gets and the
-// atomics are striped over the route's connections: a PutWithImm's event
+// atomics are spread over the route's connections (chunks round-robin,
+// small operations in runs): a PutWithImm's event
 // does not order Puts posted before it (wait for their completion first,
 // unlike an RDMA RC queue pair). A send is one frame: at most MaxFrameLen
 // bytes (ErrLimit at Post).

@@ -7,11 +7,11 @@ import (
 var _ backend.ListPoster = (*route)(nil)
 
 // PostList implements backend.ListPoster: it posts wrs in order as Post
-// does, but queues consecutive single-chunk operations as one chain on one
-// connection (one lock, one wake-up of its writer), the lane's operations
-// on the lane. An operation of several chunks, one for another
-// connection, or a wait for room in flight first queues the chain built
-// so far, so each connection still sees the list in posting order.
+// does, but queues consecutive single-chunk operations (not write-imms or
+// sends) as one chain on one connection: one lock, one wake-up of its
+// writer. An operation of several chunks, a write-imm or send, or a wait
+// for room in flight first queues the chain built so far, so each
+// connection still sees the list in posting order.
 func (r *route) PostList(wrs []*backend.WorkRequest) (int, error) {
 	b := listBatch{r: r}
 	idle := false
@@ -42,37 +42,26 @@ type listBatch struct {
 	head, tail *chunk
 }
 
-// add queues o's chunks: on the chain when they go on one connection,
-// else (striped) at once, after the chain.
+// add queues o's chunk on the chain when o is a single-chunk op off the
+// lane; any other op goes through queue, as Post's do (one place for
+// whatever must see a write-imm or a send before it is queued), after the
+// chain.
 func (b *listBatch) add(o *op) {
-	r := b.r
-	var cc *clientConn
-	switch {
-	case lane(o.wr):
-		cc = r.conns[0]
-	case len(o.chunks) == 1:
-		cc = b.cc
-		if cc == nil {
-			cc = r.conns[int(r.next.Add(1))%len(r.conns)]
-		}
-	default:
+	if len(o.chunks) != 1 || lane(o.wr) {
 		b.flush()
-		r.queue(o)
+		b.r.queue(o)
 		return
 	}
-	if cc != b.cc {
-		b.flush()
-		b.cc = cc
+	if b.cc == nil {
+		b.cc = b.r.conns[int(b.r.next.Add(1))%len(b.r.conns)]
 	}
-	for i := range o.chunks {
-		c := &o.chunks[i]
-		if b.tail == nil {
-			b.head = c
-		} else {
-			b.tail.next = c
-		}
-		b.tail = c
+	c := &o.chunks[0]
+	if b.tail == nil {
+		b.head = c
+	} else {
+		b.tail.next = c
 	}
+	b.tail = c
 }
 
 // flush queues the chain built so far on its connection.

@@ -23,12 +23,16 @@ func TestPostList(t *testing.T) {
 	if !ok {
 		t.Fatal("the tcp route is no backend.ListPoster")
 	}
+	const imm = 8 // wrs[imm] of the first list is a write-imm
 	sizes := []int{64, 8, 5000, 64, 4096, 9000, 1, 64, 64, 64, 64, 64, 12288, 64, 64, 64, 64, 64, 64, 64}
 	total := 0
 	for _, n := range sizes {
 		total += n
 	}
-	remote, _ := backendtest.Alloc(t, p.regB, total, buffer.AccessReadWrite)
+	in := backendtest.NewInbox(p.regB, 4, 1)
+	p.b.SetInbox(in)
+	t.Cleanup(in.Close)
+	remote, _ := backendtest.Alloc(t, p.regB, total, buffer.AccessReadWrite|buffer.AccessNotify)
 	src := backendtest.RandomData(t, total)
 	dst := make([]byte, total)
 	list := func(op backend.Op, local []byte) ([]*backend.WorkRequest, *backendtest.Recorder) {
@@ -58,10 +62,22 @@ func TestPostList(t *testing.T) {
 			local = dst
 		}
 		wrs, rec := list(op, local)
+		if op == backend.OpWrite {
+			// a write-imm among them: it goes through queue, on the lane
+			wrs[imm].Op, wrs[imm].Imm = backend.OpWriteImm, 77
+		}
 		if n, err := lp.PostList(wrs); n != len(wrs) || err != nil {
 			t.Fatalf("PostList(%d %vs) = %d, %v", len(wrs), op, n, err)
 		}
 		wait(rec, len(wrs))
+	}
+	select {
+	case ev := <-in.Events():
+		if ev.Imm != 77 || ev.Length != uint64(sizes[imm]) {
+			t.Fatalf("event %+v, want imm 77 over %d bytes", ev, sizes[imm])
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("no event for the write-imm of the list")
 	}
 	if i := backendtest.FirstDiff(dst, src); i >= 0 {
 		t.Fatalf("byte %d read back differs", i)

@@ -52,7 +52,7 @@ func newRoute(b *Backend, peer uint64) *route {
 }
 
 // Post splits wr into chunks and queues them: round-robin on the
-// connections, except the chunks of a write-imm or a send, which all go
+// connections (a small single-chunk op in runs of smallRun), except the chunks of a write-imm or a send, which all go
 // on the lane (the route's first connection), in posting order.
 func (r *route) Post(wr *backend.WorkRequest) error {
 	o, wasIdle, err := r.prepare(wr, nil)
