@@ -194,9 +194,7 @@ func (r *route) fenceRelease() {
 		for i, o := range batch {
 			batch[i] = nil
 			wr := o.wr // o may be recycled once its last chunk is queued
-			for j := range o.chunks {
-				r.conns[0].enqueue(&o.chunks[j])
-			}
+			r.conns[0].enqueue(link(o.chunks, 0, 1))
 			if wr.CancelCause() != nil { // cancelled while it was being queued
 				r.Cancel(wr)
 			}
