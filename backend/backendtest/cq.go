@@ -106,7 +106,7 @@ func testCQPutGet(t *testing.T, f Factory) {
 			Random(t, la)
 			Random(t, lb)
 			wantA, wantB := bytes.Clone(la), bytes.Clone(lb)
-			copy(wantB[o[1]:o[1]+n], la[o[0]:o[0]+n])                          // Put into B's first half
+			copy(wantB[o[1]:o[1]+n], la[o[0]:o[0]+n])                     // Put into B's first half
 			copy(wantA[half+o[0]:half+o[0]+n], lb[half+o[1]:half+o[1]+n]) // Get from B's second half
 			qp.PostOps(context.Background(), wrs, []queuepair.Op{
 				queuepair.PutOp(Slice(t, ha, o[0], n), Slice(t, hb, o[1], n)),
