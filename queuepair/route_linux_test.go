@@ -204,4 +204,3 @@ func benchWait(b *testing.B, e *routeEnv, wrs []*queuepair.WorkRequest, ops []qu
 		}
 	}
 }
-
