@@ -87,18 +87,18 @@ func (r *reaper) forget() string {
 	return r.twice
 }
 
-// reported waits until the queue reported w and returns w's outcome, or
-// a description of what went wrong.
-func (r *reaper) reported(w *queuepair.WorkRequest, timeout time.Duration) (error, string) {
+// reported waits until the queue reported w and returns a description of
+// what went wrong ("" if nothing) and w's outcome.
+func (r *reaper) reported(w *queuepair.WorkRequest, timeout time.Duration) (wrong string, outcome error) {
 	select {
 	case <-r.await(w):
 		done, err := w.Poll()
 		if !done {
-			return nil, "the completion queue reported a pending operation"
+			return "the completion queue reported a pending operation", nil
 		}
-		return err, ""
+		return "", err
 	case <-time.After(timeout):
-		return nil, fmt.Sprintf("not reported through the completion queue within %v", timeout)
+		return fmt.Sprintf("not reported through the completion queue within %v", timeout), nil
 	}
 }
 
@@ -113,17 +113,17 @@ func (v *victim) runCQ(e StressEnv, rp *reaper, qp *queuepair.QueuePair, op queu
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		w = qp.Submit(ctx, op).Requests()[0]
-		err, wrong = rp.reported(w, e.Timeout)
+		wrong, err = rp.reported(w, e.Timeout)
 	case kindTinyDeadline:
 		ctx, cancel := context.WithTimeout(context.Background(), v.delay)
 		w = qp.Submit(ctx, op).Requests()[0]
-		err, wrong = rp.reported(w, e.Timeout) // ended by Submit's ctx
+		wrong, err = rp.reported(w, e.Timeout) // ended by Submit's ctx
 		cancel()
 	case kindCancelLater:
 		ctx, cancel := context.WithCancel(context.Background())
 		w = qp.Submit(ctx, op).Requests()[0]
 		time.AfterFunc(v.delay, cancel)
-		err, wrong = rp.reported(w, e.Timeout)
+		wrong, err = rp.reported(w, e.Timeout)
 		cancel()
 	case kindWaitDeadline:
 		// Per-operation Wait keeps working for an operation a queue
@@ -133,7 +133,7 @@ func (v *victim) runCQ(e StressEnv, rp *reaper, qp *queuepair.QueuePair, op queu
 		ctx, cancel := context.WithTimeout(context.Background(), v.delay)
 		werr := w.Wait(ctx)
 		cancel()
-		err, wrong = rp.reported(w, e.Timeout)
+		wrong, err = rp.reported(w, e.Timeout)
 		if wrong == "" && err != werr {
 			wrong = fmt.Sprintf("Wait returned %v, the completion queue reported %v", werr, err)
 		}
