@@ -22,18 +22,18 @@ func TestCheckReply(t *testing.T) {
 		{"127.0.0.1:5000", "nonhost", false},
 	}
 	for _, c := range cases {
-		err := CheckReply(c.self, c.peer)
+		err := checkReply(c.self, c.peer)
 		if c.bad != errors.Is(err, rdmamgr.ErrUnreachableReply) {
-			t.Errorf("CheckReply(%q, %q) = %v", c.self, c.peer, err)
+			t.Errorf("checkReply(%q, %q) = %v", c.self, c.peer, err)
 		}
 	}
 }
 
 func TestReplyHost(t *testing.T) {
-	if h, err := ReplyHost("127.0.0.1:7000"); err != nil || h != "127.0.0.1" {
-		t.Fatalf("ReplyHost(loopback) = %q, %v", h, err)
+	if h, err := replyHost("127.0.0.1:7000"); err != nil || h != "127.0.0.1" {
+		t.Fatalf("replyHost(loopback) = %q, %v", h, err)
 	}
-	if _, err := ReplyHost("no-port"); err == nil {
-		t.Fatal("ReplyHost without a port worked")
+	if _, err := replyHost("no-port"); err == nil {
+		t.Fatal("replyHost without a port worked")
 	}
 }

@@ -90,7 +90,7 @@ func TestSecretMismatch(t *testing.T) {
 func TestHandshakeReplayAndForgery(t *testing.T) {
 	s := secret(t, "one deployment's shared secret")
 	_, b := authPair(t, s, s)
-	tb := b.Backend()
+	tb := b.preferred()
 	_, info, err := tb.PrepareRoute(context.Background(), 0)
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
@@ -86,7 +87,7 @@ func startChoices(t *testing.T, sys *protoactor.ActorSystem, name string, choice
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb, err := tcp.New(tcp.Config{}, m.reg, m.Logger())
+	tb, err := wiring.NewBackend[*tcp.Backend](tcp.Config{}, m.reg, m.Logger())
 	if err == nil {
 		err = tb.Start(testCtx(t))
 	}

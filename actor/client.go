@@ -27,9 +27,12 @@ type Client struct {
 	maxMsg  int
 }
 
-// NewClient returns a client of the manager at pid, sending from sys.
+// NewClient returns a client of the manager at pid, sending from sys (an
+// actor system without a manager of its own, or a program's own system)
+// with the default request timeout and message limit. From a node,
+// node.Node.ClientOf gives one that keeps its manager's limits.
 func NewClient(sys *protoactor.ActorSystem, pid *protoactor.PID) *Client {
-	return &Client{sys: sys, pid: pid, timeout: 10 * time.Second, maxMsg: control.DefaultMaxMessageSize}
+	return &Client{sys: sys, pid: pid, timeout: defaultRequestTimeout, maxMsg: control.DefaultMaxMessageSize}
 }
 
 // PID returns the manager's PID.
@@ -39,17 +42,17 @@ func (c *Client) PID() *protoactor.PID { return c.pid }
 func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message) (T, error) {
 	var zero T
 	if n := proto.Size(msg); n > c.maxMsg {
-		return zero, fmt.Errorf("%s %s: %d bytes, limit %d (--max-message-size): %w", verb(msg), PIDString(c.pid), n, c.maxMsg, rdmamgr.ErrMessageTooLarge)
+		return zero, fmt.Errorf("%s %s: %d bytes, limit %d (--max-message-size): %w", verb(msg), pidString(c.pid), n, c.maxMsg, rdmamgr.ErrMessageTooLarge)
 	}
-	if err := CheckReply(c.sys.Address(), c.pid.Address); err != nil {
-		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), err)
+	if err := checkReply(c.sys.Address(), c.pid.Address); err != nil {
+		return zero, fmt.Errorf("%s %s: %w", verb(msg), pidString(c.pid), err)
 	}
 	timeout := c.timeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
 	}
 	if timeout <= 0 {
-		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), context.DeadlineExceeded)
+		return zero, fmt.Errorf("%s %s: %w", verb(msg), pidString(c.pid), context.DeadlineExceeded)
 	}
 	// A client of a manager in this process fails at once when the manager
 	// is closed: protoactor drops requests still queued when an actor stops,
@@ -59,7 +62,7 @@ func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message)
 		closed = c.local.stop
 		select {
 		case <-closed:
-			return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), rdmamgr.ErrClosed)
+			return zero, fmt.Errorf("%s %s: %w", verb(msg), pidString(c.pid), rdmamgr.ErrClosed)
 		default:
 		}
 	}
@@ -74,28 +77,28 @@ func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message)
 	select {
 	case res = <-ch:
 	case <-ctx.Done():
-		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), ctx.Err())
+		return zero, fmt.Errorf("%s %s: %w", verb(msg), pidString(c.pid), ctx.Err())
 	case <-closed:
-		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), rdmamgr.ErrClosed)
+		return zero, fmt.Errorf("%s %s: %w", verb(msg), pidString(c.pid), rdmamgr.ErrClosed)
 	}
 	if errors.Is(res.err, protoactor.ErrDeadLetter) {
 		if why := control.UnreachableOf(c.sys).Why(c.pid.Address); why != nil {
 			// Nothing could be sent: the transport says why, at once.
-			return zero, fmt.Errorf("%s %s: cannot reach %s: %v: %w", verb(msg), PIDString(c.pid), c.pid.Address, why, rdmamgr.ErrUnknownPeer)
+			return zero, fmt.Errorf("%s %s: cannot reach %s: %v: %w", verb(msg), pidString(c.pid), c.pid.Address, why, rdmamgr.ErrUnknownPeer)
 		}
 		// No actor under that PID (never was, or stopped): not a timeout.
-		return zero, fmt.Errorf("%s %s: no such manager: %w", verb(msg), PIDString(c.pid), rdmamgr.ErrUnknownPeer)
+		return zero, fmt.Errorf("%s %s: no such manager: %w", verb(msg), pidString(c.pid), rdmamgr.ErrUnknownPeer)
 	}
 	if res.err != nil {
-		return zero, fmt.Errorf("%s %s: no answer within %v: %w", verb(msg), PIDString(c.pid), timeout.Round(time.Millisecond), rdmamgr.ErrTimeout)
+		return zero, fmt.Errorf("%s %s: no answer within %v: %w", verb(msg), pidString(c.pid), timeout.Round(time.Millisecond), rdmamgr.ErrTimeout)
 	}
 	switch v := res.v.(type) {
 	case T:
 		return v, nil
 	case *rdmapb.ErrorReply:
-		return zero, fmt.Errorf("%s %s: %w", verb(msg), PIDString(c.pid), toError(v.Error))
+		return zero, fmt.Errorf("%s %s: %w", verb(msg), pidString(c.pid), toError(v.Error))
 	}
-	return zero, fmt.Errorf("%s %s: reply %T: %w", verb(msg), PIDString(c.pid), res.v, rdmamgr.ErrBadResponse)
+	return zero, fmt.Errorf("%s %s: reply %T: %w", verb(msg), pidString(c.pid), res.v, rdmamgr.ErrBadResponse)
 }
 
 // Ping checks the manager is alive and returns its id.
@@ -108,11 +111,15 @@ func (c *Client) Ping(ctx context.Context) (uint64, error) {
 }
 
 // RequestBuffer asks the manager for size bytes of registered memory that
-// remote peers may use with access. WithLease gives it a lease.
+// remote peers may use with access. WithLease gives it a lease; WithMemory
+// registers the caller's own memory instead of allocating.
 func (c *Client) RequestBuffer(ctx context.Context, size uint64, access buffer.Access, opts ...BufferOption) (buffer.Buffer, error) {
 	var o bufferOptions
 	for _, f := range opts {
 		f(&o)
+	}
+	if o.inPlace {
+		return c.registerInPlace(ctx, size, access, o)
 	}
 	req := &rdmapb.RequestBuffer{Size: size, Access: uint32(access)}
 	if o.leased {
@@ -126,11 +133,11 @@ func (c *Client) RequestBuffer(ctx context.Context, size uint64, access buffer.A
 		return buffer.Buffer{}, err
 	}
 	if err := toError(r.Error); err != nil {
-		return buffer.Buffer{}, fmt.Errorf("request buffer of %d bytes from %s: %w", size, PIDString(c.pid), err)
+		return buffer.Buffer{}, fmt.Errorf("request buffer of %d bytes from %s: %w", size, pidString(c.pid), err)
 	}
 	b, err := buffer.FromProto(r.Buffer)
 	if err != nil {
-		return buffer.Buffer{}, fmt.Errorf("request buffer from %s: reply: %w: %w", PIDString(c.pid), rdmamgr.ErrBadResponse, err)
+		return buffer.Buffer{}, fmt.Errorf("request buffer from %s: reply: %w: %w", pidString(c.pid), rdmamgr.ErrBadResponse, err)
 	}
 	return b, nil
 }
@@ -141,6 +148,9 @@ type BufferOption func(*bufferOptions)
 type bufferOptions struct {
 	leased bool
 	lease  time.Duration
+	// inPlace and mem: WithMemory.
+	inPlace bool
+	mem     []byte
 }
 
 // WithLease gives the buffer a lease (> 0) on the owner's clock, capped by
@@ -148,6 +158,39 @@ type bufferOptions struct {
 // access ends (rdmamgr.ErrExpired) and the owner reclaims the buffer.
 func WithLease(lease time.Duration) BufferOption {
 	return func(o *bufferOptions) { o.leased, o.lease = true, lease }
+}
+
+// WithMemory registers p itself, in place, rather than memory the manager
+// allocates: size must be len(p), and p stays pinned and registered until
+// the buffer is released (ReleaseBuffer), so the caller must not reuse it
+// before. Registering the same memory with the same access again shares
+// one registration (each RequestBuffer is matched by one ReleaseBuffer).
+// Only a client of a manager in this process (Manager.Client,
+// node.Node.Client) registers memory in place: elsewhere rdmamgr.ErrNotLocal.
+// It takes no lease (rdmamgr.ErrInvalid with WithLease).
+func WithMemory(p []byte) BufferOption {
+	return func(o *bufferOptions) { o.inPlace, o.mem = true, p }
+}
+
+// registerInPlace is RequestBuffer with WithMemory: the local manager's
+// registry registers o.mem, without a round trip through the actor.
+func (c *Client) registerInPlace(ctx context.Context, size uint64, access buffer.Access, o bufferOptions) (buffer.Buffer, error) {
+	switch {
+	case c.local == nil:
+		return buffer.Buffer{}, fmt.Errorf("request buffer in place: %w", rdmamgr.ErrNotLocal)
+	case uint64(len(o.mem)) != size:
+		return buffer.Buffer{}, fmt.Errorf("request buffer of %d bytes in place of %d: %w", size, len(o.mem), rdmamgr.ErrInvalid)
+	case o.leased:
+		return buffer.Buffer{}, fmt.Errorf("request buffer in place with a lease: %w", rdmamgr.ErrInvalid)
+	}
+	if err := ctx.Err(); err != nil {
+		return buffer.Buffer{}, err
+	}
+	b, err := c.local.reg.Register(o.mem, access)
+	if err != nil {
+		return buffer.Buffer{}, fmt.Errorf("request buffer in place: %w", err)
+	}
+	return b, nil
 }
 
 // ReleaseBuffer releases a buffer at its owner; it returns once no byte of
@@ -158,7 +201,7 @@ func (c *Client) ReleaseBuffer(ctx context.Context, b buffer.Buffer) error {
 		return err
 	}
 	if err := toError(r.Error); err != nil {
-		return fmt.Errorf("release buffer %v at %s: %w", b, PIDString(c.pid), err)
+		return fmt.Errorf("release buffer %v at %s: %w", b, pidString(c.pid), err)
 	}
 	return nil
 }
@@ -187,7 +230,7 @@ func (c *Client) RequestQueuePair(ctx context.Context, peer *protoactor.PID) (*q
 		return nil, err
 	}
 	if err := toError(r.Error); err != nil {
-		return nil, fmt.Errorf("request queue pair to %s: %w", PIDString(peer), err)
+		return nil, fmt.Errorf("request queue pair to %s: %w", pidString(peer), err)
 	}
 	return c.local.takeQueuePair(r.QpId)
 }
@@ -210,7 +253,7 @@ func (c *Client) RenewLease(ctx context.Context, b buffer.Buffer, lease time.Dur
 		return 0, err
 	}
 	if err := toError(r.Error); err != nil {
-		return 0, fmt.Errorf("renew lease of %v at %s: %w", b, PIDString(c.pid), err)
+		return 0, fmt.Errorf("renew lease of %v at %s: %w", b, pidString(c.pid), err)
 	}
 	return time.Duration(r.LeaseMs) * time.Millisecond, nil
 }
@@ -224,7 +267,7 @@ func (c *Client) RevokeBuffer(ctx context.Context, b buffer.Buffer) error {
 		return err
 	}
 	if err := toError(r.Error); err != nil {
-		return fmt.Errorf("revoke %v at %s: %w", b, PIDString(c.pid), err)
+		return fmt.Errorf("revoke %v at %s: %w", b, pidString(c.pid), err)
 	}
 	return nil
 }

@@ -89,10 +89,14 @@ func DefaultConfig() Config {
 		RouteTimeout:            10 * time.Second,
 		RouteLinger:             30 * time.Second,
 		OpTimeout:               queuepair.DefaultTimeout,
-		RequestTimeout:          10 * time.Second,
+		RequestTimeout:          defaultRequestTimeout,
 		MaxMessageSize:          control.DefaultMaxMessageSize,
 	}
 }
+
+// defaultRequestTimeout is Config.RequestTimeout's default, and that of a
+// client made by NewClient.
+const defaultRequestTimeout = 10 * time.Second
 
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()

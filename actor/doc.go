@@ -1,7 +1,7 @@
 // Package actor implements the RdmaManager actor and the typed client that
 // talks to it.
 //
-// A Manager owns one endpoint's memory registrations (a memreg.Registry),
+// A Manager owns one endpoint's memory registrations (its registry),
 // the data-plane backends it is given and the routes to peer managers. Its
 // actor answers RequestBuffer, ReleaseBuffer, RenewLease, RevokeBuffer,
 // RequestQueuePair, ReleaseQueuePair, the manager-to-manager
@@ -53,8 +53,9 @@
 //
 // Across hosts (docs/multihost.md): callers listen on the local address of
 // their route to the peer (ReplyListen); a loopback reply address toward
-// another host fails at once (CheckReply, ErrUnreachableReply). DropPeer
-// ends the routes to a peer that left the cluster (membership).
+// another host fails at once with ErrUnreachableReply (every request and
+// handshake checks it: addr.go). DropPeer ends the routes to a peer that
+// left the cluster (membership).
 //
 // Contract: New does no I/O; Start spawns the actor and takes ownership of
 // the backends; Close is idempotent and waits for every goroutine the

@@ -86,7 +86,7 @@ func FuzzManagerMessages(f *testing.F) {
 			if err != nil {
 				t.Fatalf("manager handed out a bad handle: %v", err)
 			}
-			if err := m.Release(context.Background(), b); err != nil {
+			if err := m.reg.Release(context.Background(), b); err != nil {
 				t.Fatalf("release: %v", err)
 			}
 		}

@@ -101,7 +101,7 @@ func (m *Manager) handshake(ctx context.Context, e *routeEntry, b backend.Backen
 // handshake is retried in short attempts, each with a fresh nonce, within
 // ctx.
 func (m *Manager) askHandshake(ctx context.Context, e *routeEntry, kind backend.Kind, info []byte) (*rdmapb.RouteHandshakeResponse, []byte, error) {
-	if err := CheckReply(m.sys.Address(), e.peer.Address); err != nil {
+	if err := checkReply(m.sys.Address(), e.peer.Address); err != nil {
 		return nil, nil, fmt.Errorf("handshake with %s: %w", e.key, err)
 	}
 	for {

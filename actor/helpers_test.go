@@ -10,6 +10,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
@@ -127,7 +128,7 @@ func startTCP(ctx context.Context, m *Manager, tc ...tcp.Config) error {
 		c = tc[0]
 	}
 	c.Secret = m.cfg.Secret
-	b, err := tcp.New(c, m.reg, m.Logger())
+	b, err := wiring.NewBackend[*tcp.Backend](c, m.reg, m.Logger())
 	if err != nil {
 		return err
 	}

@@ -71,7 +71,7 @@ func TestLandingOutlivesSubscription(t *testing.T) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for _, b := range bufs {
-		if err := m.Release(rctx, b); err != nil {
+		if err := m.reg.Release(rctx, b); err != nil {
 			t.Fatalf("release %v: %v", b, err)
 		}
 	}

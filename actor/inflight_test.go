@@ -11,14 +11,14 @@ import (
 )
 
 // The initiator releases its local buffer (caller memory, pinned) while
-// gets into it are in flight: once Release returns, the memory is the
+// gets into it are in flight: once ReleaseBuffer returns, the memory is the
 // caller's and no byte of those gets lands in it any more.
 func TestReleaseLocalWithGetsInFlight(t *testing.T) {
 	sys, a, b := newPair(t)
 	ctx := testCtx(t)
 	const n, parts = 16 << 20, 8
 	user := make([]byte, n)
-	local, err := a.Register(user, buffer.AccessReadWrite)
+	local, err := a.Client().RequestBuffer(ctx, n, buffer.AccessReadWrite, WithMemory(user))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,12 +31,12 @@ func TestReleaseLocalWithGetsInFlight(t *testing.T) {
 		r, _ := remote.Slice(i*n/parts, n/parts)
 		ws = append(ws, qp.Get(ctx, l, r))
 	}
-	if err := a.Release(ctx, local); err != nil {
+	if err := a.Client().ReleaseBuffer(ctx, local); err != nil {
 		t.Fatalf("release with gets in flight: %v", err)
 	}
 	for i, w := range ws {
 		if done, _ := w.Poll(); !done {
-			t.Fatalf("get %d still pending after Release returned", i)
+			t.Fatalf("get %d still pending after ReleaseBuffer returned", i)
 		}
 	}
 	pattern := bytes.Repeat([]byte{0xAB}, n)
@@ -67,7 +67,7 @@ func TestCloseWithGetsInFlight(t *testing.T) {
 	ctx := testCtx(t)
 	const n, parts = 16 << 20, 8
 	user := make([]byte, n)
-	local, err := a.Register(user, buffer.AccessReadWrite)
+	local, err := a.Client().RequestBuffer(ctx, n, buffer.AccessReadWrite, WithMemory(user))
 	if err != nil {
 		t.Fatal(err)
 	}

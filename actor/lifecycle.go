@@ -106,7 +106,7 @@ func (m *Manager) start(ctx context.Context, backends []backend.Backend, choices
 	m.mu.Unlock()
 	go m.reaper()
 	m.startOps()
-	m.log.Info("manager started", "pid", PIDString(pid), "backends", m.kinds(), "data", m.dataAddr())
+	m.log.Info("manager started", "pid", pidString(pid), "backends", m.kinds(), "data", m.dataAddr())
 	return nil
 }
 
@@ -151,7 +151,7 @@ func (m *Manager) Close() error {
 		// A fresh PID resolves through our own system, never through a
 		// process another system cached in one (PID).
 		if err := m.sys.Root.PoisonFuture(protoactor.NewPID(pid.Address, pid.Id)).Wait(); err != nil {
-			errs = append(errs, fmt.Errorf("stop manager actor %s: %w", PIDString(pid), err))
+			errs = append(errs, fmt.Errorf("stop manager actor %s: %w", pidString(pid), err))
 		}
 	}
 	m.wg.Wait()

@@ -103,13 +103,16 @@ func (m *Manager) ID() uint64 { return m.id }
 
 func init() {
 	wiring.ManagerRegistry = func(m any) *memreg.Registry { return m.(*Manager).reg }
+	wiring.PeerClient = func(m any, addr, name string) any {
+		return m.(*Manager).peerClient(protoactor.NewPID(addr, name))
+	}
 }
 
 // Logger returns the manager's logger (its lines carry the manager's id).
 func (m *Manager) Logger() *slog.Logger { return m.log }
 
-// Backend returns the manager's preferred backend (nil before Start).
-func (m *Manager) Backend() backend.Backend {
+// preferred returns the manager's preferred backend (nil before Start).
+func (m *Manager) preferred() backend.Backend {
 	if len(m.backends) == 0 {
 		return nil
 	}
@@ -133,15 +136,16 @@ func (m *Manager) Served() backend.ServedStats {
 // Client returns a typed client bound to this manager, able to hand out
 // queue pairs.
 func (m *Manager) Client() *Client {
-	c := m.PeerClient(m.PID())
+	c := m.peerClient(m.PID())
 	c.local = m
 	return c
 }
 
-// PeerClient returns a typed client of the manager at pid (in another
+// peerClient returns a typed client of the manager at pid (in another
 // process, or another in this one), sending from this manager's actor
-// system with its request timeout and message limit.
-func (m *Manager) PeerClient(pid *protoactor.PID) *Client {
+// system with its request timeout and message limit: node.Node.ClientOf
+// (through wiring.PeerClient).
+func (m *Manager) peerClient(pid *protoactor.PID) *Client {
 	c := NewClient(m.sys, pid)
 	c.timeout = m.cfg.RequestTimeout
 	c.maxMsg = m.cfg.MaxMessageSize
@@ -152,16 +156,6 @@ func (m *Manager) PeerClient(pid *protoactor.PID) *Client {
 // reading it between transfers. The slice is invalid once the buffer is
 // released.
 func (m *Manager) Bytes(b buffer.Buffer) ([]byte, error) { return m.reg.Bytes(b) }
-
-// Register registers the caller's memory in place (pinned until released).
-func (m *Manager) Register(p []byte, access buffer.Access) (buffer.Buffer, error) {
-	return m.reg.Register(p, access)
-}
-
-// Release releases a buffer of this manager, waiting for in-flight work.
-func (m *Manager) Release(ctx context.Context, b buffer.Buffer) error {
-	return m.reg.Release(ctx, b)
-}
 
 // kinds names the running backends, preferred first ("ibverbs+tcp").
 func (m *Manager) kinds() string {

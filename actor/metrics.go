@@ -133,10 +133,15 @@ func opName(op backend.Op) string {
 	return "unknown"
 }
 
-// Observe implements qpbind.Observer.
-func (mt *Metrics) Observe(kind backend.Kind, op backend.Op, n uint64, d time.Duration, err error) {
+// metricsObserver is Metrics as the queue pairs' qpbind.Observer: the
+// method the interface needs stays off Metrics' public API.
+type metricsObserver Metrics
+
+// Observe counts one finished operation.
+func (o *metricsObserver) Observe(kind backend.Kind, op backend.Op, n uint64, d time.Duration, err error) {
+	mt := (*Metrics)(o)
 	if err != nil {
-		mt.errs.WithLabelValues(string(kind), opName(op), ErrorKind(err)).Inc()
+		mt.errs.WithLabelValues(string(kind), opName(op), errorKind(err)).Inc()
 		return
 	}
 	m := mt.children(kind, op)
@@ -152,7 +157,7 @@ func (mt *Metrics) routeSetup(direction string, kind backend.Kind, err error) {
 	}
 	result := "ok"
 	if err != nil {
-		result = ErrorKind(err)
+		result = errorKind(err)
 	}
 	mt.setups.WithLabelValues(direction, string(kind), result).Inc()
 }
@@ -164,10 +169,10 @@ func (mt *Metrics) routeDown(direction string, kind backend.Kind) {
 	}
 }
 
-// ErrorKind classifies err for metrics and logs: "canceled",
+// errorKind classifies err for metrics and logs: "canceled",
 // "deadline_exceeded", "peer_gone", "unauthenticated", "bad_key", ... (the
 // wire code, lower case).
-func ErrorKind(err error) string {
+func errorKind(err error) string {
 	if errors.Is(err, context.Canceled) {
 		return "canceled"
 	}

@@ -24,7 +24,7 @@ func TestMetricsLabelEveryVerbFromTheStart(t *testing.T) {
 	}
 	for op, name := range map[backend.Op]string{backend.OpWriteImm: "put_with_imm", backend.OpSend: "send",
 		backend.OpCompareSwap: "cas", backend.OpFetchAdd: "fetch_add"} {
-		mt.Observe(backend.KindTCP, op, 8, time.Microsecond, nil)
+		(*metricsObserver)(mt).Observe(backend.KindTCP, op, 8, time.Microsecond, nil)
 		if got := sample(t, mt.ops.WithLabelValues("tcp", name)); got != 1 {
 			t.Errorf("%v counted under op=%s: %v, want 1", op, name, got)
 		}

@@ -39,8 +39,8 @@ type inboundRoute struct {
 	since  time.Time
 }
 
-// PIDString is the one spelling of a PID in logs and errors: "address/id".
-func PIDString(p *protoactor.PID) string {
+// pidString is the one spelling of a PID in logs and errors: "address/id".
+func pidString(p *protoactor.PID) string {
 	if p == nil {
 		return "<nil>"
 	}
@@ -139,7 +139,7 @@ func (m *Manager) observer() qpbind.Observer {
 	if m.cfg.Metrics == nil {
 		return nil
 	}
-	return m.cfg.Metrics
+	return (*metricsObserver)(m.cfg.Metrics)
 }
 
 // statusOps adds inbound routes, version, uptime, leases and queue pairs to

@@ -17,11 +17,11 @@ func TestPoolAndCacheMetrics(t *testing.T) {
 	b := requestBuf(t, ctx, m.Client(), 4096, buffer.AccessReadWrite)
 	p := make([]byte, 100)
 	for range 3 {
-		h, err := m.Register(p, buffer.AccessRead)
+		h, err := m.Client().RequestBuffer(ctx, uint64(len(p)), buffer.AccessRead, WithMemory(p))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer m.Release(context.Background(), h)
+		defer m.Client().ReleaseBuffer(context.Background(), h)
 	}
 	got := gauges(t, m, "rdmamgr_pool_slab_bytes", "rdmamgr_registration_cache_hits_total", "rdmamgr_registration_cache_misses_total")
 	if got[0] != memreg.SlabSize || got[1] != 2 || got[2] != 1 {

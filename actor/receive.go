@@ -44,7 +44,7 @@ func (a *managerActor) Receive(ctx protoactor.Context) {
 	case *rdmapb.StatusRequest:
 		ctx.Respond(m.status())
 	default:
-		m.book.Refuse(RefusedUnknownType, "unknown message", "type", fmt.Sprintf("%T", msg), "sender", PIDString(ctx.Sender()))
+		m.book.Refuse(RefusedUnknownType, "unknown message", "type", fmt.Sprintf("%T", msg), "sender", pidString(ctx.Sender()))
 		if ctx.Sender() != nil {
 			ctx.Respond(&rdmapb.ErrorReply{Error: fromError(fmt.Errorf("message %T: %w", msg, rdmamgr.ErrUnknownMessage))})
 		}

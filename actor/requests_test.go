@@ -126,7 +126,7 @@ func (e *malformedEnv) releaseBuffer(t *testing.T) {
 func (e *malformedEnv) routeHandshake(t *testing.T) {
 	sys, a, b := e.sys, e.a, e.b
 	ctx := testCtx(t)
-	_, info, err := a.Backend().PrepareRoute(ctx, 0)
+	_, info, err := a.preferred().PrepareRoute(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

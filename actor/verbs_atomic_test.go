@@ -37,7 +37,7 @@ func TestAtomicsEndToEnd(t *testing.T) {
 
 	// A word at an odd address is refused by the owner.
 	raw := make([]byte, 72)
-	odd, err := b.Register(raw[1:65], buffer.AccessReadWrite|buffer.AccessAtomic)
+	odd, err := b.Client().RequestBuffer(ctx, 64, buffer.AccessReadWrite|buffer.AccessAtomic, WithMemory(raw[1:65]))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -214,7 +214,7 @@ func sendRefusals(t *testing.T, ctx context.Context, b *Manager, msgs *Messages,
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := b.Release(rctx, rb); err != nil {
+	if err := b.Client().ReleaseBuffer(rctx, rb); err != nil {
 		t.Fatalf("release of a buffer posted to a closed subscription: %v", err)
 	}
 }

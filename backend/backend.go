@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/buffer"
-	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // Kind names a backend.
@@ -88,9 +87,10 @@ type Completer interface {
 type WorkRequest struct {
 	Op    Op
 	Local []byte // local memory, already resolved and referenced; len == Remote.Length
-	// LocalRegion is the region Local lies in (its BackendData and RDMA
-	// keys give an RDMA backend the local key).
-	LocalRegion *memreg.Region
+	// LocalRegion is the registered region Local lies in, set by package
+	// queuepair for the module's RDMA backend (its keys give the local
+	// key); it is opaque outside the module, which is why it is an any.
+	LocalRegion any
 	Remote      buffer.Buffer // remote handle, already validated as owned by the route's peer
 	Deadline    time.Time     // the backend fails the request with ErrDeadline after it
 	Done        Completer

@@ -165,7 +165,7 @@ func (b *benchRun) release(mgr *actor.Manager) {
 	defer cancel()
 	for _, l := range []buffer.Buffer{b.local, b.check} {
 		if l.Length > 0 {
-			_ = mgr.Release(ctx, l)
+			_ = mgr.Client().ReleaseBuffer(ctx, l)
 		}
 	}
 }

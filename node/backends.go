@@ -39,7 +39,7 @@ func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised
 	tcfg := cfg.TCP
 	tcfg.Secret = cfg.Manager.Secret
 	placeData(&tcfg, cfg.Listen, advertised)
-	t, err := tcp.New(tcfg, reg, log)
+	t, err := wiring.NewBackend[*tcp.Backend](tcfg, reg, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -98,7 +98,7 @@ func leftOut(log *slog.Logger, k backend.Kind, err error) {
 func startSHM(ctx context.Context, cfg Config, t *tcp.Backend, reg *memreg.Registry, log *slog.Logger) (backend.Backend, error) {
 	scfg := cfg.SHM
 	scfg.Secret, scfg.Fallback = cfg.Manager.Secret, t
-	b, err := shm.New(scfg, reg, log)
+	b, err := wiring.NewBackend[*shm.Backend](scfg, reg, log)
 	if err != nil {
 		return nil, fmt.Errorf("shm: %w", err)
 	}
@@ -110,7 +110,7 @@ func startSHM(ctx context.Context, cfg Config, t *tcp.Backend, reg *memreg.Regis
 }
 
 func startIBVerbs(ctx context.Context, cfg ibverbs.Config, reg *memreg.Registry, log *slog.Logger) (backend.Backend, error) {
-	b, err := ibverbs.New(cfg, reg, log)
+	b, err := wiring.NewBackend[backend.Backend](cfg, reg, log)
 	if err != nil {
 		return nil, err
 	}

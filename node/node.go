@@ -10,6 +10,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 	"github.com/rdmamgr/rdmamgr/remoteguard"
 )
 
@@ -142,9 +143,8 @@ func (n *Node) ClientOf(addr, name string) *actor.Client {
 	if name == "" {
 		name = actor.DefaultName
 	}
-	pid := protoactor.NewPID(addr, name)
 	if n.mgr != nil {
-		return n.mgr.PeerClient(pid)
+		return wiring.PeerClient(n.mgr, addr, name).(*actor.Client)
 	}
-	return actor.NewClient(n.sys, pid)
+	return actor.NewClient(n.sys, protoactor.NewPID(addr, name))
 }

@@ -32,7 +32,7 @@
 //     address every few seconds; it reports operations, bytes, errors by
 //     kind, corrupted bytes and wrong completions (both must be 0), and
 //     goroutines and file descriptors before and after (no growth).
-//     -soak.duration runs it longer (default 40 s).
+//     -soak.duration runs it longer (default 20 s, a kill every 3 s).
 //   - TestSharedSecret and TestRemoteCap check --secret-file and
 //     --max-remote across processes.
 //   - TestAttackControlWithoutSecret (issue 24 row 6): a process without the

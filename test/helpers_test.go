@@ -73,7 +73,7 @@ func localBuffer(t *testing.T, size uint64) (buffer.Buffer, []byte) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := local.mgr.Release(ctx, b); err != nil {
+		if err := local.mgr.Client().ReleaseBuffer(ctx, b); err != nil {
 			t.Errorf("release local buffer: %v", err)
 		}
 	})

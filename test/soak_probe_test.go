@@ -48,7 +48,7 @@ func reachDaemon(r *rand.Rand, sl *fixedDaemon, size uint64) (err error) {
 			return fmt.Errorf("local buffer: %w", err)
 		}
 		defer func() {
-			if rerr := local.mgr.Release(ctx, bufs[i]); rerr != nil && err == nil {
+			if rerr := local.mgr.Client().ReleaseBuffer(ctx, bufs[i]); rerr != nil && err == nil {
 				err = fmt.Errorf("release local buffer: %w", rerr)
 			}
 		}()

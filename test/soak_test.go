@@ -22,10 +22,10 @@ import (
 )
 
 var (
-	soakDuration  = flag.Duration("soak.duration", 40*time.Second, "how long TestSoak moves data while it kills and restarts daemons")
+	soakDuration  = flag.Duration("soak.duration", 20*time.Second, "how long TestSoak moves data while it kills and restarts daemons")
 	soakDaemons   = flag.Int("soak.daemons", 3, "daemons TestSoak runs")
 	soakWorkers   = flag.Int("soak.workers", 6, "TestSoak's concurrent workers")
-	soakKillEvery = flag.Duration("soak.kill-every", 4*time.Second, "TestSoak SIGKILLs a random daemon this often and restarts it at the same address (0: never)")
+	soakKillEvery = flag.Duration("soak.kill-every", 3*time.Second, "TestSoak SIGKILLs a random daemon this often and restarts it at the same address (0: never)")
 )
 
 const (

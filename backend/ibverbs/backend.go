@@ -12,6 +12,7 @@ import (
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
 
 // Backend is the ibverbs data plane of one manager: one device port, one
@@ -76,9 +77,11 @@ var (
 	_ backend.Capabilities = (*Backend)(nil)
 )
 
-// New returns a backend for reg's regions. It does no I/O: Start opens the
-// device.
-func New(cfg Config, reg *memreg.Registry, log *slog.Logger) (backend.Backend, error) {
+func init() { wiring.SetBackend(newIBVerbs) }
+
+// newIBVerbs returns a backend for reg's regions. It does no I/O: Start
+// opens the device. Package node reaches it through wiring.NewBackend.
+func newIBVerbs(cfg Config, reg *memreg.Registry, log *slog.Logger) (backend.Backend, error) {
 	if err := cfg.Verify(); err != nil {
 		return nil, err
 	}

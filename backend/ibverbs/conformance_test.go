@@ -36,7 +36,7 @@ func factory(cfg Config) backendtest.Factory {
 func newStarted(t testing.TB, cfg Config, owner uint64) (*Backend, *memreg.Registry) {
 	t.Helper()
 	reg := memreg.NewRegistry(owner, buffer.Limits{})
-	b, err := New(cfg, reg, testLogger())
+	b, err := newIBVerbs(cfg, reg, testLogger())
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

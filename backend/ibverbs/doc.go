@@ -5,9 +5,11 @@
 //
 //	CGO_ENABLED=1 go build -tags ibverbs ./...
 //
-// Without the tag this package is a stub: New and Devices return ErrNotBuilt,
-// which wraps rdmamgr.ErrNotSupported, so callers can fall back to another
-// backend with errors.Is(err, rdmamgr.ErrNotSupported). The route-info codec,
+// Package node builds the backend over its manager's registry from
+// node.Config.IBVerbs. Without the tag this package is a stub: building the
+// backend and Devices return ErrNotBuilt, which wraps
+// rdmamgr.ErrNotSupported, so callers can fall back to another backend with
+// errors.Is(err, rdmamgr.ErrNotSupported). The route-info codec,
 // the configuration and their tests build either way.
 //
 // # Shape

@@ -68,7 +68,7 @@ func TestStartPicksDevicePortAndGID(t *testing.T) {
 
 	cfg.Device = "no-such-device"
 	reg := memreg.NewRegistry(3, buffer.Limits{})
-	b3, err := New(cfg, reg, nil)
+	b3, err := newIBVerbs(cfg, reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestStartPicksDevicePortAndGID(t *testing.T) {
 
 func TestCloseWithoutStart(t *testing.T) {
 	reg := memreg.NewRegistry(1, buffer.Limits{})
-	b, err := New(DefaultConfig(), reg, nil)
+	b, err := newIBVerbs(DefaultConfig(), reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestRegionsBeforeStart(t *testing.T) {
 	requireDevices(t)
 	regA := memreg.NewRegistry(1, buffer.Limits{})
 	ha, la := backendtest.Alloc(t, regA, 4096, buffer.AccessReadWrite)
-	be, err := New(DefaultConfig(), regA, testLogger())
+	be, err := newIBVerbs(DefaultConfig(), regA, testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}

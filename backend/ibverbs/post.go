@@ -13,6 +13,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // Post posts wr: a Put or Get (with a notice: PutWithImm) as RDMA WRITE or
@@ -270,7 +271,7 @@ func (r *route) postFailed(o *op, ids []uint64, posted int, perr error) error {
 // localKey checks that wr.Local lies in wr.LocalRegion, which this backend
 // registered, and returns its lkey and address.
 func (r *route) localKey(wr *backend.WorkRequest) (uint32, uint64, error) {
-	reg := wr.LocalRegion
+	reg, _ := wr.LocalRegion.(*memreg.Region)
 	if reg == nil {
 		return 0, 0, fmt.Errorf("ibverbs: work request without its local region: %w", rdmamgr.ErrInvalid)
 	}

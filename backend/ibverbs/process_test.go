@@ -54,7 +54,7 @@ func childMain() int {
 		return 1
 	}
 	reg := memreg.NewRegistry(owner, buffer.Limits{})
-	be, err := New(DefaultConfig(), reg, testLogger())
+	be, err := newIBVerbs(DefaultConfig(), reg, testLogger())
 	if err != nil {
 		return fail(err)
 	}

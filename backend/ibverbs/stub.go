@@ -7,11 +7,14 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
 
-// New reports that the binary was built without ibverbs support. The error
-// wraps rdmamgr.ErrNotSupported.
-func New(cfg Config, reg *memreg.Registry, log *slog.Logger) (backend.Backend, error) {
+func init() { wiring.SetBackend(newIBVerbs) }
+
+// newIBVerbs reports that the binary was built without ibverbs support.
+// The error wraps rdmamgr.ErrNotSupported.
+func newIBVerbs(cfg Config, reg *memreg.Registry, log *slog.Logger) (backend.Backend, error) {
 	return nil, ErrNotBuilt
 }
 

@@ -32,13 +32,13 @@ func checkNotBuilt(t *testing.T, what string, err error) {
 
 func TestNewNotBuilt(t *testing.T) {
 	reg := memreg.NewRegistry(1, buffer.Limits{})
-	b, err := New(Config{Device: "mlx5_0", Port: 1, GIDIndex: 3}, reg, slog.Default())
+	b, err := newIBVerbs(Config{Device: "mlx5_0", Port: 1, GIDIndex: 3}, reg, slog.Default())
 	checkNotBuilt(t, "New", err)
 	if b != nil {
 		t.Errorf("New returned a backend %v with its error", b)
 	}
-	_, err = New(Config{}, nil, nil)
-	checkNotBuilt(t, "New(zero config)", err)
+	_, err = newIBVerbs(Config{}, nil, nil)
+	checkNotBuilt(t, "newIBVerbs(zero config)", err)
 }
 
 func TestDevicesNotBuilt(t *testing.T) {

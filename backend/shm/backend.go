@@ -20,6 +20,7 @@ import (
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
 
 // tokenTTL is how long a route token from AcceptRoute waits for its
@@ -71,8 +72,11 @@ type token struct {
 	expires time.Time
 }
 
-// New returns a backend serving reg; it does no I/O.
-func New(cfg Config, reg *memreg.Registry, log *slog.Logger) (*Backend, error) {
+func init() { wiring.SetBackend(newSHM) }
+
+// newSHM returns a backend serving reg; it does no I/O. Package node
+// reaches it through wiring.NewBackend.
+func newSHM(cfg Config, reg *memreg.Registry, log *slog.Logger) (*Backend, error) {
 	if reg == nil {
 		return nil, errors.New("shm: nil registry")
 	}
@@ -114,7 +118,7 @@ func (b *Backend) Start(ctx context.Context) error {
 		return fmt.Errorf("shm: prctl(PR_SET_DUMPABLE, 0): %w", err)
 	}
 	b.host, b.ln, b.name, b.started = host, ln, name, true
-	b.reg.AddCutter(b)
+	b.reg.AddCutter(memreg.CutterFunc(b.cutRegion))
 	b.wg.Add(1)
 	go b.acceptLoop(ln)
 	return nil
@@ -182,10 +186,10 @@ func (b *Backend) ServedByPeer() map[uint64]backend.PeerServedStats {
 	return out
 }
 
-// CutRegion implements memreg.Cutter: every connection that mapped r
+// cutRegion is b's memreg.Cutter (Start): every connection that mapped r
 // learns through its state table that r is revoked, released or has a new
 // lease; the registry then waits for the copies in flight.
-func (b *Backend) CutRegion(r *memreg.Region) {
+func (b *Backend) cutRegion(r *memreg.Region) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for c := range b.conns {

@@ -13,6 +13,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
 
 // newBackend returns a started shm backend over a fresh registry of
@@ -21,7 +22,7 @@ import (
 func newBackend(t testing.TB, owner uint64, cfg shm.Config) (*shm.Backend, *memreg.Registry) {
 	t.Helper()
 	reg := memreg.NewRegistry(owner, buffer.Limits{})
-	fb, err := tcp.New(tcp.Config{ListenAddr: "127.0.0.1:0", Secret: cfg.Secret}, reg, nil)
+	fb, err := wiring.NewBackend[*tcp.Backend](tcp.Config{ListenAddr: "127.0.0.1:0", Secret: cfg.Secret}, reg, nil)
 	if err != nil {
 		t.Fatalf("tcp.New: %v", err)
 	}

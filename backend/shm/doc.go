@@ -1,7 +1,8 @@
 // Package shm is the same-host backend: one-sided Put and Get between
 // processes on one host through shared memory, with no socket and no
 // owner CPU on the data path. The initiator maps the owner's region on
-// first use (cached per route) and copies with memmove.
+// first use (cached per route) and copies with memmove. Package node
+// builds it over its manager's registry from node.Config.SHM.
 //
 // # Route setup: who may map what
 //
@@ -131,5 +132,5 @@
 // see the copies).
 //
 // Contract: as every backend's (package backend). Linux only: elsewhere
-// New returns ErrNotBuilt.
+// its construction fails with ErrNotBuilt (node's "auto" leaves it out).
 package shm

@@ -139,7 +139,7 @@ func (c *serverConn) setSlot(e *export, r *memreg.Region) {
 	t.word(e.slot, wState).Store(stAlive)
 }
 
-// cutRegion is Backend.CutRegion for this connection.
+// cutRegion is Backend.cutRegion for this connection.
 func (c *serverConn) cutRegion(r *memreg.Region) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -8,14 +8,17 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
 
 // Backend is the shm backend; this build has none (not Linux).
 type Backend struct{}
 
-// New returns ErrNotBuilt: shared memory between processes needs Linux
-// (memfd, SCM_RIGHTS, SO_PEERCRED).
-func New(Config, *memreg.Registry, *slog.Logger) (*Backend, error) { return nil, ErrNotBuilt }
+func init() { wiring.SetBackend(newSHM) }
+
+// newSHM returns ErrNotBuilt: shared memory between processes needs
+// Linux (memfd, SCM_RIGHTS, SO_PEERCRED).
+func newSHM(Config, *memreg.Registry, *slog.Logger) (*Backend, error) { return nil, ErrNotBuilt }
 
 func (b *Backend) Kind() backend.Kind          { return backend.KindSHM }
 func (b *Backend) Start(context.Context) error { return ErrNotBuilt }

@@ -13,6 +13,7 @@ import (
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
 
 // Backend is the TCP data plane of one manager.
@@ -48,7 +49,7 @@ type Backend struct {
 	authByPeer   map[uint64]int
 	conns        map[net.Conn]struct{} // server and client connections, closed by Close
 	routes       map[*route]struct{}
-	// srv holds the served connections past the hello (for CutRegion).
+	// srv holds the served connections past the hello (for cutRegion).
 	srv map[*serverConn]struct{}
 	// pending counts connections accepted and not through the hello, in
 	// all and per source address; authed counts those past it.
@@ -64,8 +65,11 @@ type Backend struct {
 
 var _ backend.Backend = (*Backend)(nil)
 
-// New returns a backend serving reg's regions. It does no I/O.
-func New(cfg Config, reg *memreg.Registry, log *slog.Logger) (*Backend, error) {
+func init() { wiring.SetBackend(newTCP) }
+
+// newTCP returns a backend serving reg's regions. It does no I/O.
+// Package node reaches it through wiring.NewBackend.
+func newTCP(cfg Config, reg *memreg.Registry, log *slog.Logger) (*Backend, error) {
 	if err := cfg.Verify(); err != nil {
 		return nil, err
 	}
@@ -86,7 +90,7 @@ func New(cfg Config, reg *memreg.Registry, log *slog.Logger) (*Backend, error) {
 		done:         make(chan struct{}),
 	}
 	if reg != nil {
-		reg.AddCutter(b)
+		reg.AddCutter(memreg.CutterFunc(b.cutRegion))
 	}
 	return b, nil
 }

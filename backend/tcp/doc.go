@@ -1,6 +1,7 @@
 // Package tcp is the pure-Go data plane: one-sided WRITE and READ between
 // registered regions of two managers over plain TCP, and PutWithImm, Send
-// and the atomics.
+// and the atomics. Package node builds it over its manager's registry
+// from node.Config.TCP (a program never constructs one itself).
 //
 // Each manager runs one data listener. A route is set up by the actors'
 // handshake: the responder hands the initiator its data address and one

@@ -140,11 +140,11 @@ func (b *Backend) untrackServer(s *serverConn) {
 	b.mu.Unlock()
 }
 
-// CutRegion implements memreg.Cutter: a served connection stalled in r's
+// cutRegion is b's memreg.Cutter (newTCP): a served connection stalled in r's
 // memory (a WRITE payload that stopped arriving, a batch of READ payloads
 // the peer stopped reading) is woken to check RemoteErr again, so the
 // registry's wait for r's remote requests is short.
-func (b *Backend) CutRegion(r *memreg.Region) {
+func (b *Backend) cutRegion(r *memreg.Region) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for s := range b.srv {

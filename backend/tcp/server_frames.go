@@ -21,7 +21,7 @@ var aLongTimeAgo = time.Unix(1, 0)
 const cutGrace = 250 * time.Millisecond
 
 // serverConn serves one authenticated connection; used by one goroutine,
-// and by CutRegion through cut.
+// and by cutRegion through cut.
 //
 // Responses are batched: while more requests are already buffered, response
 // headers and READ payloads (still in their regions, referenced) accumulate

@@ -131,7 +131,7 @@ func managerMemory(m *actor.Manager) baseline.Memory {
 			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			for _, b := range got {
-				_ = m.Release(rctx, b)
+				_ = m.Client().ReleaseBuffer(rctx, b)
 			}
 		}
 		var mem [2][]byte

@@ -129,7 +129,8 @@ func newDemoRun(ctx context.Context, a, b *node.Node, size uint64) (*demoRun, er
 	var err error
 	// b's manager PID goes to a's actor system, as a PID handed from process
 	// to process would.
-	if d.remote, err = a.Manager().PeerClient(b.ManagerPID()).RequestBuffer(ctx, size, buffer.AccessReadWrite); err != nil {
+	pb := b.ManagerPID()
+	if d.remote, err = a.ClientOf(pb.Address, pb.Id).RequestBuffer(ctx, size, buffer.AccessReadWrite); err != nil {
 		return nil, fmt.Errorf("request remote buffer: %w", err)
 	}
 	if d.local, err = ca.RequestBuffer(ctx, size, buffer.AccessReadWrite); err != nil {

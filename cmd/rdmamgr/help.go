@@ -12,8 +12,10 @@ import (
 	"text/tabwriter"
 
 	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
 	"github.com/rdmamgr/rdmamgr/backend/shm"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
 
 // mainUsage lists the commands.
@@ -122,12 +124,12 @@ func printVersion(w io.Writer) {
 // builtBackends lists the data planes compiled into this binary (TCP
 // always; shm on Linux; ibverbs with -tags ibverbs).
 func builtBackends() string {
-	b := []string{"tcp"}
-	if _, err := shm.New(shm.Config{}, nil, nil); !errors.Is(err, shm.ErrNotBuilt) {
-		b = append(b, "shm")
+	b := []string{string(backend.KindTCP)}
+	if _, err := wiring.NewBackend[*shm.Backend](shm.Config{}, nil, nil); !errors.Is(err, shm.ErrNotBuilt) {
+		b = append(b, string(backend.KindSHM))
 	}
 	if _, err := ibverbs.Devices(); !errors.Is(err, ibverbs.ErrNotBuilt) {
-		b = append(b, "ibverbs")
+		b = append(b, string(backend.KindIBVerbs))
 	}
 	return strings.Join(b, " ")
 }

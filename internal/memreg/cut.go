@@ -12,6 +12,13 @@ type Cutter interface {
 	CutRegion(r *Region)
 }
 
+// CutterFunc adapts a function to a Cutter, so that a data plane's public
+// type need not carry a CutRegion method.
+type CutterFunc func(r *Region)
+
+// CutRegion calls f(r).
+func (f CutterFunc) CutRegion(r *Region) { f(r) }
+
 // AddCutter registers c; it is called for every later revocation and
 // release.
 func (g *Registry) AddCutter(c Cutter) {

@@ -3,10 +3,14 @@
 // another package of the module calls it. Programs outside the module
 // cannot import an internal package, so these stay out of the public API.
 //
-// ManagerRegistry is set by package actor and used by package node, the
-// one place that builds backends over a manager's registry. NewQueuePair
+// ManagerRegistry and PeerClient are set by package actor and used by
+// package node, the one place that builds backends over a manager's
+// registry and hands out clients of peers. NewQueuePair
 // is set by package queuepair and used by package actor, which binds queue
-// pairs to routes (and by the backends' tests).
+// pairs to routes (and by the backends' tests). SetBackend and NewBackend
+// carry the backends' constructors (backends.go): each backend package
+// sets its own, and package node builds the backends over the manager's
+// registry.
 package wiring
 
 import (
@@ -17,6 +21,11 @@ import (
 
 // ManagerRegistry returns the registry of an *actor.Manager.
 var ManagerRegistry func(manager any) *memreg.Registry
+
+// PeerClient returns an *actor.Client of the manager named name at addr,
+// sending from an *actor.Manager's actor system with its request timeout
+// and message limit (node.Node.ClientOf).
+var PeerClient func(manager any, addr, name string) any
 
 // NewQueuePair binds a *queuepair.QueuePair to route; it does no I/O.
 var NewQueuePair func(id, peerID uint64, route backend.Route, local qpbind.Resolver, opt qpbind.Options) any
