@@ -14,6 +14,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
@@ -24,7 +25,7 @@ import (
 func newTCP(t testing.TB, owner uint64) (backend.Backend, *memreg.Registry) {
 	t.Helper()
 	reg := memreg.NewRegistry(owner, buffer.Limits{})
-	b, err := tcp.New(tcp.Config{ListenAddr: "127.0.0.1:0"}, reg, nil)
+	b, err := wiring.NewBackend[*tcp.Backend](tcp.Config{ListenAddr: "127.0.0.1:0"}, reg, nil)
 	if err != nil {
 		t.Fatalf("tcp.New: %v", err)
 	}
@@ -38,7 +39,7 @@ func newSHM(t testing.TB, owner uint64) (backend.Backend, *memreg.Registry) {
 	t.Helper()
 	fb, reg := newTCP(t, owner)
 	t.Cleanup(func() { fb.Close() })
-	b, err := shm.New(shm.Config{Fallback: fb}, reg, nil)
+	b, err := wiring.NewBackend[*shm.Backend](shm.Config{Fallback: fb}, reg, nil)
 	if err != nil {
 		t.Fatalf("shm.New: %v", err)
 	}
