@@ -303,3 +303,33 @@ func TestCQCancelled(t *testing.T) {
 	}
 	e.qp.Release()
 }
+
+// Reaped means released, under a completer on another goroutine: the
+// moment the queue hands a request over, its local region holds no
+// reference (a release that may not wait succeeds) and it is done.
+func TestCQReapedIsReleased(t *testing.T) {
+	e := newEnv(t, qpbind.Options{})
+	defer e.qp.Release()
+	stop := completeAll(e.route)
+	defer stop()
+	cq := NewCompletionQueue(1)
+	e.qp.SetCompletionQueue(cq)
+	remote := alloc(t, e.remote, 64, buffer.AccessReadWrite)
+	w := new(WorkRequest)
+	out := make([]*WorkRequest, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 300 {
+		local := alloc(t, e.local, 64, buffer.AccessReadWrite)
+		e.qp.PostGet(context.Background(), w, local, remote)
+		if _, err := cq.Wait(ctx, out); err != nil {
+			t.Fatal(err)
+		}
+		if done, err := w.Poll(); !done || err != nil {
+			t.Fatalf("use %d: reaped request: %v %v", i, done, err)
+		}
+		if !drained(t, e.local, local) {
+			t.Fatalf("use %d: local region still referenced when the queue reported the request", i)
+		}
+	}
+}
