@@ -23,7 +23,7 @@ import (
 // right bytes; victims succeed or end with their context's error.
 func testCQCancel(t *testing.T, f Factory) {
 	p := NewPair(t, f)
-	const rounds, perRound = 16, 8
+	const rounds, perRound = 10, 8
 	slot := min(f.MaxSize, 512<<10)
 	ha, la := Alloc(t, p.RegA, perRound*slot, buffer.AccessReadWrite)
 	hb, lb := Alloc(t, p.RegB, perRound*slot, buffer.AccessReadWrite)
