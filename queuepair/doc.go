@@ -109,6 +109,26 @@
 // rdmamgr.ErrProtocol; the manager builds a new route for the next queue
 // pair request.
 //
+// # Ordering
+//
+// As on an RDMA RC queue pair: a PutWithImm's event and a Send's or
+// SendWithImm's message reach the owner's subscriber only after the bytes
+// of every Put (and PutWithImm) posted before them on the queue pair have
+// landed, on every backend, so data Puts followed by a PutWithImm as the
+// notice (rv's protocol) need no wait in between. "Before" is posting
+// order: a Post that returned before the notice's Post began (concurrent
+// posts are unordered). The backends keep it route-wide (every queue pair
+// to one peer shares the route), which is stronger. Events and messages of
+// one queue pair come in posting order. A notice also comes after the
+// effect of every CompareAndSwap and FetchAdd posted before it. A Put that
+// fails (an error, a cancel, its deadline) is not waited for beyond its
+// report, and its remote bytes are undefined: the notice behind it is still
+// delivered. Not promised: that a Get or an atomic sees the bytes of a Put
+// posted before it (TCP stripes them over its connections, shm may run
+// them before a Put waiting for its copier): wait for the Put's completion
+// first. Buffers of shm peers that are not memfd-backed go over
+// the TCP fallback route, ordered only among themselves.
+//
 // # Errors
 //
 // A context that ended yields an error for which

@@ -36,6 +36,9 @@ func (r *route) Cancel(wr *backend.WorkRequest) {
 		return
 	}
 	err := routestate.OpError("tcp", wr, cause)
+	if r.fenceCancel(wr, err) { // fence.go: a notice not queued yet
+		return
+	}
 	for _, cc := range r.conns {
 		cc.endChunks(func(c *chunk) error {
 			if c.op.wr == wr {

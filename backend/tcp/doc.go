@@ -50,9 +50,15 @@
 // A write-imm larger than a chunk is sent as plain WRITEs on the lane and
 // a last write-imm frame that names the whole range; the event comes after
 // all of it (a cancel of it delivers no event). Plain Puts, Gets and the
-// atomics are striped over the route's connections: a PutWithImm's event
-// does not order Puts posted before it (wait for their completion first,
-// unlike an RDMA RC queue pair). A send is one frame: at most MaxFrameLen
+// atomics are striped over the route's connections; the fence (fence.go)
+// keeps RC's order anyway: a write-imm or send posted while WRITEs or
+// atomics posted before it are in flight is held (Post does not wait for
+// them) and queued on the lane once they are answered, so its event or
+// message comes after their bytes. A held notice that is cancelled or
+// passes its deadline completes at once with nothing sent; one behind a
+// WRITE that fails is still sent, after that failure is reported. An
+// atomic is not held behind earlier WRITEs (it may overtake them: wait for
+// their completion), nor a Get. A send is one frame: at most MaxFrameLen
 // bytes (ErrLimit at Post).
 //
 // The listener survives a hostile network (server_accept.go): Accept
@@ -88,7 +94,8 @@
 // frames, batched responses), server_write.go (WRITE and READ),
 // server_verbs.go (write-imm, send, atomics) and verbs.go (the inbox); the
 // client side is client_handshake.go (dial and hello), route.go (route
-// state, striping, the lane, watchdog), op.go (the op/chunk state machine), client.go,
+// state, striping, the lane, watchdog), fence.go (notices after earlier
+// WRITEs and atomics), op.go (the op/chunk state machine), client.go,
 // client_write.go and client_read.go (a connection's writer and reader)
 // and cancel.go (ending one chunk early). Done, Err, Stats and work-request
 // validation are shared with the other backends (backend/internal/routestate).

@@ -19,6 +19,9 @@ type op struct {
 	r         *route
 	one       [1]chunk // the chunk of a single-chunk op
 	chunks    []chunk  // the op's chunks (one[:] or allocated)
+	// fenceEpoch is 1 + the fence epoch a WRITE or atomic counts in, 0
+	// if none (fence.go); set at Post, cleared by fenceDone.
+	fenceEpoch uint64
 }
 
 var opPool = sync.Pool{New: func() any { return new(op) }}
@@ -121,6 +124,9 @@ func (c *chunk) finish(err error) {
 	}
 	if o.remaining.Add(-1) != 0 {
 		return
+	}
+	if o.fenceEpoch != 0 {
+		r.fenceDone(o) // fence.go: may release notices held behind o
 	}
 	wr := o.wr
 	var final error

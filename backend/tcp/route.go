@@ -31,6 +31,8 @@ type route struct {
 
 	kick chan struct{} // wakes the watchdog when work is posted
 
+	fence fence // fence.go: notices after earlier WRITEs and atomics
+
 	drained chan struct{} // closed once every chunk is completed after fail
 	ioWG    sync.WaitGroup
 	closeMu sync.Mutex // serialises Close
@@ -70,11 +72,14 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 	}
 	wasIdle := r.Begin()
 	o := newOp(r, wr, count)
-	if wr.Op == backend.OpWriteImm || wr.Op == backend.OpSend {
+	switch {
+	case r.fenceHold(o): // fence.go: held behind earlier WRITEs and atomics
+	case wr.Op == backend.OpWriteImm || wr.Op == backend.OpSend:
 		for i := range o.chunks {
 			r.conns[0].enqueue(&o.chunks[i])
 		}
-	} else {
+	default:
+		r.fenceCount(o) // fence.go
 		r.stripe(o)
 	}
 	if wr.CancelCause() != nil { // cancelled while it was being queued
@@ -224,6 +229,7 @@ func (r *route) watchdog() {
 		for _, cc := range r.conns {
 			cc.expire(now)
 		}
+		r.fenceExpire(now) // fence.go
 		r.heartbeat(now)
 	}
 }
@@ -254,6 +260,7 @@ func (r *route) heartbeat(now time.Time) {
 func (r *route) drain() {
 	r.ioWG.Wait()
 	err := r.Err()
+	r.fenceClose(err) // fence.go: held notices, the releaser
 	for _, cc := range r.conns {
 		cc.failAll(err)
 		r.b.untrackConn(cc.c)
