@@ -178,7 +178,9 @@ type Route interface {
 // and err says why (as Post's error would), and wrs[n+1:] are untouched:
 // the poster posts or fails them itself. It may wait for room in flight
 // as Post does, under each request's Cancel and Deadline. A posted
-// request completes through its Done exactly once, as after Post.
+// request completes through its Done exactly once, as after Post. The
+// slice is the caller's (reused for the next chain): PostList keeps the
+// requests, never the slice.
 // queuepair.QueuePair.PostOps uses it when the route has it, and a loop
 // of Post otherwise.
 type ListPoster interface {
