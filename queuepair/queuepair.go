@@ -149,12 +149,7 @@ func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote buffer.Buff
 func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote buffer.Buffer, deadline time.Time, ctx context.Context, opd operands) bool {
 	w.reset(op, remote, deadline, ctx)
 	w.wr.Imm, w.wr.HasImm, w.wr.Compare, w.wr.Swap = opd.imm, opd.hasImm, opd.compare, opd.swap
-	if !q.ops.Enter() {
-		w.finish(rdmamgr.ErrReleased)
-		return false
-	}
-	w.qp = q // counted in q.ops until finish
-	if cq := q.cq.Load(); cq != nil {
+	if cq := q.cq.Load(); cq != nil { // first: every refusal below is reported through cq
 		if !cq.reserve() { // reported here, not through the full cq
 			w.finish(fmt.Errorf("%s: completion queue of %d full: %w", op, len(cq.ring), rdmamgr.ErrLimit))
 			return false
@@ -162,6 +157,11 @@ func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote buffer.
 		w.cq = cq // a slot is w's until the cq's Poll hands it over
 		w.inCQ.Store(true)
 	}
+	if !q.ops.Enter() {
+		w.finish(rdmamgr.ErrReleased)
+		return false
+	}
+	w.qp = q // counted in q.ops until finish
 	if q.obs != nil {
 		w.start = time.Now()
 	}
