@@ -102,7 +102,7 @@ type completer WorkRequest
 func (c *completer) Complete(_ *backend.WorkRequest, err error) { (*WorkRequest)(c).finish(err) }
 
 // reset makes w pending for a new operation; it panics if w is pending.
-func (w *WorkRequest) reset(op backend.Op, remote buffer.Buffer, deadline time.Time, ctx context.Context) {
+func (w *WorkRequest) reset(op backend.Op, remote *buffer.Buffer, deadline time.Time, ctx context.Context) {
 	w.settled()
 	if w.inCQ.Load() {
 		panic("queuepair: WorkRequest reused before its completion queue reported it")
@@ -125,7 +125,7 @@ func (w *WorkRequest) reset(op backend.Op, remote buffer.Buffer, deadline time.T
 	w.err = nil
 	w.wr.Reset()
 	w.wr.Op = op
-	w.wr.Remote = remote
+	w.wr.Remote = *remote
 	w.wr.Deadline = deadline
 	w.wr.Done = (*completer)(w)
 	if ctx != nil {

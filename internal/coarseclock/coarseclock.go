@@ -105,7 +105,9 @@ func Mono() int64 {
 
 // Deadline is Now plus d plus Resolution: d from the real now, give or
 // take a few milliseconds.
-func Deadline(d time.Duration) time.Time { return Now().Add(d + Resolution) }
+func Deadline(d time.Duration) time.Time {
+	return base.Add(time.Duration(Mono()-baseMono) + d + Resolution) // one Add: it is per operation
+}
 
 // slow reads the real clock and starts the ticker if a holder wants it.
 func slow() int64 {
