@@ -12,6 +12,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/coarseclock"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 	"github.com/rdmamgr/rdmamgr/internal/qpbind"
 	"github.com/rdmamgr/rdmamgr/internal/refgate"
 	"github.com/rdmamgr/rdmamgr/internal/wiring"
@@ -28,6 +29,7 @@ type QueuePair struct {
 	peerID  uint64
 	route   backend.Route
 	local   qpbind.Resolver
+	reg     *memreg.Registry // local, when it is one: resolved without copying the handle
 	timeout time.Duration
 	onRel   func()
 	kind    backend.Kind
@@ -58,6 +60,7 @@ func newQueuePair(id, peerID uint64, route backend.Route, local qpbind.Resolver,
 	q := &QueuePair{id: id, peerID: peerID, route: route, local: local, timeout: opt.Timeout, onRel: opt.OnRelease, kind: opt.Kind,
 		obs: opt.Observer}
 	q.list, _ = route.(backend.ListPoster)
+	q.reg, _ = local.(*memreg.Registry)
 	coarseclock.Acquire() // deadlines; Release gives it back
 	return q
 }
@@ -176,7 +179,13 @@ func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer
 	if op.Atomic() { // no local memory: the old value comes back in the work request
 		return true
 	}
-	ref, err := q.local.AcquireLocal(*local)
+	var ref memreg.Ref
+	var err error
+	if q.reg != nil {
+		ref, err = q.reg.AcquireLocalOf(local)
+	} else {
+		ref, err = q.local.AcquireLocal(*local)
+	}
 	if err != nil {
 		if errors.Is(err, rdmamgr.ErrInvalid) {
 			err = fmt.Errorf("%w: %w", rdmamgr.ErrNotLocal, err)
