@@ -177,3 +177,49 @@ func hammerOwner(qp *QueuePair, rt *hammerRoute, local, remote buffer.Buffer, it
 	}
 	return nil
 }
+
+// A completion nobody waits for sends no token (Poll reads the state);
+// Done called for the first time after the completion still gets one, a
+// later call no second, and from then on every completion sends one.
+func TestSignalOnlyWhenWanted(t *testing.T) {
+	e := newEnv(t, qpbind.Options{})
+	local := alloc(t, e.local, 64, buffer.AccessReadWrite)
+	remote := alloc(t, e.remote, 64, buffer.AccessReadWrite)
+	var w WorkRequest
+	if err := w.Wait(context.Background()); err != nil { // never posted: nothing to wait for
+		t.Fatalf("Wait of a never-posted request: %v", err)
+	}
+	ctx := context.Background()
+	e.qp.PostPut(ctx, &w, local, remote)
+	complete(e.route.next(t), nil)
+	if done, err := w.Poll(); !done || err != nil {
+		t.Fatalf("poll: %v %v", done, err)
+	}
+	if n := len(w.sig); n != 0 {
+		t.Fatalf("%d token(s) sent with nobody waiting", n)
+	}
+	select {
+	case <-w.Done(): // first call after the completion: Done sends it
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done called after the completion never received")
+	}
+	select {
+	case <-w.Done():
+		t.Fatal("a second token for one completion")
+	default:
+	}
+	for i := range 3 {
+		e.qp.PostGet(ctx, &w, local, remote)
+		select {
+		case <-w.Done():
+			t.Fatalf("use %d: token before the completion", i)
+		default:
+		}
+		complete(e.route.next(t), nil)
+		select {
+		case <-w.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("use %d: Done never received", i)
+		}
+	}
+}
