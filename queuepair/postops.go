@@ -26,7 +26,7 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 	if q.list == nil || len(wrs) == 1 {
 		for i := range ops {
 			o := &ops[i]
-			q.arm(wrs[i], o.Op, o.Local, o.Remote, dl, c, o.operands())
+			q.arm(wrs[i], o.Op, &o.Local, &o.Remote, dl, c, o.operands())
 		}
 		return
 	}
@@ -41,7 +41,7 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 	for ; i < len(ops); i++ {
 		o := &ops[i]
 		w := wrs[i]
-		if q.prepare(w, o.Op, o.Local, o.Remote, dl, c, o.operands()) && q.ready(w) {
+		if q.prepare(w, o.Op, &o.Local, &o.Remote, dl, c, o.operands()) && q.ready(w) {
 			ready = append(ready, &w.wr)
 		}
 	}
