@@ -101,7 +101,9 @@ type Batch struct {
 	watch atomic.Pointer[func() bool] // stops Submit's ctx watcher
 }
 
-// Requests returns the batch's work requests in submission order.
+// Requests returns the batch's work requests in submission order. They
+// belong to the batch: posting one again (PostPut, PostOps...) panics, as
+// the batch's context watcher and Cancel would still act on it.
 func (b *Batch) Requests() []*WorkRequest { return b.wrs }
 
 // Wait waits for every operation and returns their errors joined. When ctx

@@ -107,6 +107,11 @@ func (w *WorkRequest) reset(op backend.Op, remote *buffer.Buffer, deadline time.
 	if w.inCQ.Load() {
 		panic("queuepair: WorkRequest reused before its completion queue reported it")
 	}
+	if w.batch != nil && w.state.Load() != stateIdle {
+		// Its batch's context watcher and Cancel still act on it: a
+		// batch's requests serve that batch once (Submit makes new ones).
+		panic("queuepair: a Submit batch's WorkRequest re-posted")
+	}
 	if !w.state.CompareAndSwap(stateIdle, statePending) && !w.state.CompareAndSwap(stateDone, statePending) {
 		panic("queuepair: WorkRequest reused while pending")
 	}
