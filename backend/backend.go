@@ -171,6 +171,16 @@ type Route interface {
 	Close() error
 }
 
+// ListPoster is an optional Route interface: PostList posts wrs in order
+// under one lock and one wake-up of whatever sends (an RDMA device: one
+// ibv_post_send of a chain, one doorbell). n is how many were posted; if
+// n < len(wrs) then wrs[n] was not posted and err says why, and wrs[n+1:]
+// are untouched. Like Post it may wait for room in flight. Callers fall
+// back to a loop of Post when a route does not implement it.
+type ListPoster interface {
+	PostList(wrs []*WorkRequest) (n int, err error)
+}
+
 // RouteStats are counters of a Route.
 type RouteStats struct {
 	Ops      uint64
