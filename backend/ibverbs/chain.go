@@ -28,6 +28,7 @@ type chain struct {
 	batch wrBuf
 	ids   []uint64
 	ops   []*op
+	now   int64 // unix nanoseconds of its deadline checks' clock read (0: none yet)
 }
 
 var chainPool = sync.Pool{New: func() any { return new(chain) }}
@@ -44,6 +45,7 @@ func (ch *chain) reset() {
 	ch.ids = ch.ids[:0]
 	clear(ch.ops)
 	ch.ops = ch.ops[:0]
+	ch.now = 0
 }
 
 // addOp starts o's work requests at the chain's end.
@@ -80,6 +82,7 @@ func (r *route) PostList(wrs []*backend.WorkRequest) (int, error) {
 			}
 			base = i
 			err = r.prepare(wr, ch, true)
+			ch.now = 0 // it may have waited: the next deadline check reads the clock again
 		}
 		if err != nil {
 			n, serr := r.submit(ch)

@@ -25,7 +25,7 @@ func (r *route) prepSend(wr *backend.WorkRequest, ch *chain, wait bool) error {
 	if err != nil {
 		return err
 	}
-	if err := r.ready(wr); err != nil {
+	if err := r.ready(wr, ch); err != nil {
 		return err
 	}
 	if err := r.reserve(1, true, wr, wait); err != nil {
@@ -60,7 +60,7 @@ func (r *route) prepAtomic(wr *backend.WorkRequest, ch *chain, wait bool) error 
 	if raddr%8 != 0 {
 		return fmt.Errorf("ibverbs: %s on remote address %#x: %w", wr.Op, raddr, rdmamgr.ErrMisaligned)
 	}
-	if err := r.ready(wr); err != nil {
+	if err := r.ready(wr, ch); err != nil {
 		return err
 	}
 	if err := r.reserve(1, false, wr, wait); err != nil {

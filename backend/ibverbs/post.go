@@ -5,6 +5,7 @@ package ibverbs
 import (
 	"context"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/rdmamgr/rdmamgr"
@@ -73,7 +74,7 @@ func (r *route) prepRW(wr *backend.WorkRequest, ch *chain, wait bool) error {
 		return fmt.Errorf("ibverbs: %d-byte operation needs %d work requests of at most %d bytes, limit %d: %w",
 			n, wrs, b.maxMsg, b.inflight, rdmamgr.ErrLimit)
 	}
-	if err := r.ready(wr); err != nil {
+	if err := r.ready(wr, ch); err != nil {
 		return err
 	}
 	if err := r.reserve(wrs, notice, wr, wait); err != nil {
@@ -120,14 +121,20 @@ func (r *route) newOp(wr *backend.WorkRequest, wrs int, ack bool) *op {
 	return o
 }
 
-// ready fails wr if the route has failed or wr's deadline has passed by
-// the backend's coarse clock (no clock read per operation: a deadline
-// that passed since the clock's last tick is the watchdog's, see expire).
-func (r *route) ready(wr *backend.WorkRequest) error {
+// ready fails wr if the route has failed or wr's deadline has passed. The
+// clock is read once per chain (a PostList's operations share the read),
+// and only for operations with a deadline.
+func (r *route) ready(wr *backend.WorkRequest, ch *chain) error {
 	if err := r.Err(); err != nil {
 		return err
 	}
-	if !wr.Deadline.IsZero() && wr.Deadline.UnixNano() <= r.b.coarse.Load() {
+	if wr.Deadline.IsZero() {
+		return nil
+	}
+	if ch.now == 0 {
+		ch.now = time.Now().UnixNano()
+	}
+	if wr.Deadline.UnixNano() <= ch.now {
 		return fmt.Errorf("ibverbs: %s of %d bytes posted after its deadline: %w", wr.Op, len(wr.Local), rdmamgr.ErrDeadline)
 	}
 	return nil
