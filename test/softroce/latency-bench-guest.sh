@@ -10,6 +10,11 @@ D=$RXE_DEV; G=$RXE_GID_INDEX
 SPINS=$(echo "${SPINS:-0,10us,50us,200us}" | tr , " ")
 LN=${LAT_N:-1000}; RN=${RATE_N:-20000}; C=${COUNT:-3}
 fails=0
+if [ -n "${TESTS:-}" ]; then  # a test run first (latency-bench.sh TESTS=regexp)
+  echo "=== ibverbs.test -test.run=$TESTS"
+  ./ibverbs.test -test.v -test.run="$TESTS" -test.count=1 -test.timeout=10m > /tmp/tests.out 2>&1 || fails=$((fails+1))
+  grep -E -- '--- |^(FAIL|PASS|ok)|_test.go' /tmp/tests.out
+fi
 for s in $SPINS; do
   echo "=== ibverbs.test spin=$s"
   RDMAMGR_IBV_SPIN=$s ./ibverbs.test -test.run='^$' -test.bench='BenchmarkVerbsLatency' \

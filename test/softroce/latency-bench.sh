@@ -9,7 +9,8 @@
 # Usage: test/softroce/latency-bench.sh [-v]
 # Environment: SPINS (poller spins to try, comma-separated; 0,10us,50us,200us), LAT_N
 # (latency iterations; 1000), RATE_N (rate operations; 20000), COUNT
-# (repeats of each; 3), and everything run-in-vm.sh reads.
+# (repeats of each; 3), TESTS (a -test.run regexp of tests to run first,
+# one word; none by default), and everything run-in-vm.sh reads.
 #
 # The figures compare the two on the same stack only: under TCG (no KVM)
 # Soft-RoCE is CPU-bound emulation, and both sides share 2 vCPUs.
@@ -22,5 +23,5 @@ out=$(mktemp -d /tmp/rdmamgr-softroce-lbench.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 ( cd "$root" && CGO_ENABLED=1 "${GO:-go}" test -tags ibverbs -c -o "$out/ibverbs.test" ./backend/ibverbs )
 cp "$here/latency-bench-guest.sh" "$out/"
-SOFTROCE_ENV="SPINS=${SPINS:-0,10us,50us,200us} LAT_N=${LAT_N:-1000} RATE_N=${RATE_N:-20000} COUNT=${COUNT:-3} ${SOFTROCE_ENV:-}" \
+SOFTROCE_ENV="SPINS=${SPINS:-0,10us,50us,200us} LAT_N=${LAT_N:-1000} RATE_N=${RATE_N:-20000} COUNT=${COUNT:-3} TESTS=${TESTS:-} ${SOFTROCE_ENV:-}" \
   "$here/run-in-vm.sh" "${VMFLAGS[@]}" "$out" './latency-bench-guest.sh'
