@@ -171,12 +171,18 @@ type Route interface {
 	Close() error
 }
 
-// ListPoster is an optional Route interface: PostList posts wrs in order
-// under one lock and one wake-up of whatever sends (an RDMA device: one
-// ibv_post_send of a chain, one doorbell). n is how many were posted; if
-// n < len(wrs) then wrs[n] was not posted and err says why, and wrs[n+1:]
-// are untouched. Like Post it may wait for room in flight. Callers fall
-// back to a loop of Post when a route does not implement it.
+// ListPoster is an optional interface of a Route: posting a chain of work
+// requests at the cost of one (one lock, one wake-up of whatever sends:
+// one doorbell, as ibv_post_send with a chain). PostList posts wrs in
+// order; n is how many it posted. If n < len(wrs), wrs[n] was not posted
+// and err says why (as Post's error would), and wrs[n+1:] are untouched:
+// the poster posts or fails them itself. It may wait for room in flight
+// as Post does, under each request's Cancel and Deadline. A posted
+// request completes through its Done exactly once, as after Post. The
+// slice is the caller's (reused for the next chain): PostList keeps the
+// requests, never the slice.
+// queuepair.QueuePair.PostOps uses it when the route has it, and a loop
+// of Post otherwise.
 type ListPoster interface {
 	PostList(wrs []*WorkRequest) (n int, err error)
 }

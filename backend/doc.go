@@ -21,6 +21,13 @@
 // AcquireRemote): key, access, bounds, revocation, lease; a rejected
 // request changes nothing at the owner.
 //
+// Ordering (RC's, route-wide): a PutWithImm's event and a Send's message
+// reach the owner's Inbox only after every Put posted before them on the
+// route has landed (a Put that failed is waited for only until it is
+// reported), and after every atomic posted before them; events and
+// messages come in posting order. Conformance: backendtest's
+// OrderAfterPuts.
+//
 // Contract: constructors do no I/O; Start begins it; Close is idempotent and
 // waits for the backend's goroutines. A work request is completed exactly
 // once, and only after the backend can no longer touch its local memory.

@@ -6,12 +6,16 @@
 // (package bench/baseline holds the plain-TCP side and the comparison).
 //
 // A Result counts only operations that succeeded; a run stops early when
-// its context ends, when the peer is gone (ErrPeerGone) or when more than
+// its context ends, when the peer is gone (rdmamgr.ErrPeerGone) or when more than
 // Config.MaxErrors operations failed (ErrTooManyErrors), and says why in
 // Result.Stop. The data path allocates nothing per operation: each worker
 // reuses one work request on its own slot of the buffers. With
 // Config.Ring one goroutine keeps the operations in flight with a ring of
-// reusable work requests (ring.go), as a program pipelining many does.
+// reusable work requests through a completion queue (ring.go: posted in
+// chains with PostOps, reaped in batches with Wait), as a verbs program does
+// (`rdmamgr bench --inflight N`). Config.Start, when set, runs between the
+// warm-up and the timed phase (`rdmamgr bench --baseline --procs N` starts
+// the timed phases of its N bench processes together with it).
 //
 // stats.go has the figures both bench and bench/baseline print: MiB/s,
 // operations per second, percentiles and microseconds.
@@ -21,6 +25,10 @@
 // (ours against plain TCP and UCX's tcp transport), samehost.sh with
 // samehost-table.sh (ours against a single-thread memcpy and UCX's shared
 // memory transports, on one host) and ucx.sh (ucx_perftest at our sizes, over
-// any UCX_TLS). scripts_test.go runs ucx.sh against a fake ucx_perftest and
-// samehost-table.sh on a made-up run, so their parsing is tested.
+// any UCX_TLS; --outstanding N for the op rate) and oprate.sh (the op-rate
+// tables: small operations with many in flight against a plain TCP stream,
+// against UCX sm with as many outstanding, and N bench processes against N
+// plain streams; repeated, median and range). scripts_test.go runs ucx.sh
+// against a fake ucx_perftest, samehost-table.sh on a made-up run and
+// oprate.sh against a fake rdmamgr, so their parsing is tested.
 package bench

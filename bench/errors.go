@@ -2,8 +2,8 @@ package bench
 
 import "errors"
 
-// Why a run stopped early (Result.Stop), besides its context's cause.
+// Why a run stopped early (Result.Stop), besides its context's cause and
+// rdmamgr.ErrPeerGone (the peer is gone).
 var (
-	ErrPeerGone      = errors.New("the peer is gone")
 	ErrTooManyErrors = errors.New("too many failed operations (--max-errors)")
 )

@@ -18,72 +18,97 @@ type ringSlot struct {
 	armed bool
 }
 
-// ring runs operations from one goroutine with cfg.Concurrency in flight:
-// it posts one on every slot, then waits for the oldest, counts it and
-// posts the next on its slot, until the tickets run out or the run stops.
-// A program pipelines this way: it waits only when the oldest operation is
-// not done yet, so completions cost it no wake-up of its own.
+// ring runs operations from one goroutine with cfg.Concurrency in flight
+// through a completion queue, as a verbs program does: it posts one on
+// every slot as one chain (PostOps: one doorbell), then reaps what
+// finished in batches (cq.Wait), counts each and posts the next on every
+// reaped slot as the next chain, until the tickets run out or the run
+// stops.
 func (b *benchRun) ring(ctx context.Context, limit int64) {
 	cfg := b.cfg
-	slots := make([]ringSlot, cfg.Concurrency)
+	n := cfg.Concurrency
+	slots := make([]ringSlot, n)
+	index := make(map[*queuepair.WorkRequest]int, n) // of the slots' requests
 	for i := range slots {
 		s := &slots[i]
 		s.off = uint64(i) * cfg.Size
 		s.l, _ = b.local.Slice(s.off, cfg.Size)
 		s.r, _ = b.remote.Slice(s.off, cfg.Size)
+		index[&s.wr] = i
 	}
-	// now is when the last operation was seen complete: the next one on
-	// its slot is posted right after, so one clock read serves both.
-	post := func(i int, now time.Time) bool {
+	// Room for every slot's operation and, with Verify, as many read-backs
+	// (done's, reaped and skipped here).
+	cq := queuepair.NewCompletionQueue(2*n + 1)
+	b.qp.SetCompletionQueue(cq)
+	defer b.qp.SetCompletionQueue(nil)
+	wrs := make([]*queuepair.WorkRequest, 0, n)
+	ops := make([]queuepair.Op, 0, n)
+	out := make([]*queuepair.WorkRequest, cq.Cap())
+	armed := 0
+	// add puts slot i's next operation on the chain; now is when the last
+	// operation was seen complete, so one clock read serves both.
+	add := func(i int, now time.Time) {
 		if ctx.Err() != nil {
-			return false
+			return
 		}
 		seq := b.next.Add(1) - 1
 		if seq >= limit {
-			return false
+			return
 		}
 		s := &slots[i]
 		if cfg.Verify {
 			b.prepareSlot(s.off, uint64(seq))
 		}
 		s.t0, s.armed = now, true
+		armed++
+		wrs = append(wrs, &s.wr)
 		if cfg.Op == "put" {
-			b.qp.PostPut(ctx, &s.wr, s.l, s.r)
+			ops = append(ops, queuepair.PutOp(s.l, s.r))
 		} else {
-			b.qp.PostGet(ctx, &s.wr, s.l, s.r)
+			ops = append(ops, queuepair.GetOp(s.l, s.r))
 		}
-		return true
 	}
+	post := func() {
+		if len(wrs) > 0 {
+			b.qp.PostOps(ctx, wrs, ops)
+			clear(wrs)
+			wrs, ops = wrs[:0], ops[:0]
+		}
+	}
+	now := time.Now()
 	for i := range slots {
-		if !post(i, time.Now()) {
-			break
-		}
+		add(i, now)
 	}
-	for i := 0; ; i = (i + 1) % len(slots) {
-		s := &slots[i]
-		if !s.armed {
-			if b.idle(slots) {
-				return
+	post()
+	for armed > 0 {
+		k, err := cq.Wait(ctx, out)
+		if err != nil {
+			// The run stopped: Wait cancels each operation still in
+			// flight and returns once it no longer touches the buffers.
+			for i := range slots {
+				if slots[i].armed {
+					_ = slots[i].wr.Wait(ctx)
+					slots[i].armed = false
+				}
 			}
-			continue
+			return
 		}
-		err := s.wr.Wait(ctx)
-		s.armed = false
 		now := time.Now()
-		b.done(ctx, i, s.off, now.Sub(s.t0), err)
-		if cfg.Verify { // done read the operation back meanwhile
-			now = time.Now()
+		for _, w := range out[:k] {
+			i, ok := index[w]
+			if !ok {
+				continue // a read-back of done's
+			}
+			s := &slots[i]
+			s.armed = false
+			armed--
+			b.done(ctx, i, s.off, now.Sub(s.t0), w.Err())
+			if cfg.Verify { // done read the operation back meanwhile
+				now = time.Now()
+			}
+			add(i, now)
 		}
-		post(i, now)
+		clear(out[:k])
+		post()
 	}
-}
-
-// idle reports whether no slot has an operation in flight.
-func (b *benchRun) idle(slots []ringSlot) bool {
-	for i := range slots {
-		if slots[i].armed {
-			return false
-		}
-	}
-	return true
 }

@@ -24,10 +24,10 @@ type Config struct {
 	Size        uint64 // bytes per operation
 	Count       int    // timed operations
 	Concurrency int    // operations in flight, each on its own slot of the buffers
-	// Ring: one goroutine keeps Concurrency operations in flight, posting
-	// the next on a slot as soon as that slot's operation completed (a
-	// ring of reusable work requests, waited for oldest first), instead
-	// of one goroutine per slot that posts and waits.
+	// Ring: one goroutine keeps Concurrency operations in flight through
+	// a completion queue, posting the next on every slot reaped as one
+	// chain (a ring of reusable work requests; ring.go), instead of one
+	// goroutine per slot that posts and waits.
 	Ring   bool
 	Warmup int  // untimed operations first
 	Verify bool // check every byte of every operation
@@ -38,6 +38,10 @@ type Config struct {
 	// so far.
 	Progress      func(ops, bytes uint64, elapsed time.Duration)
 	ProgressEvery time.Duration
+	// Start, when not nil, is called after the warm-up and before the
+	// timed phase (bench --procs starts its processes' timed phases
+	// together this way); an error ends the run before it (Result.Stop).
+	Start func(ctx context.Context) error
 }
 
 // Result counts only operations that succeeded: bytes and latencies are
@@ -89,7 +93,7 @@ func Run(ctx context.Context, mgr *actor.Manager, peer *actor.Client, cfg Config
 	}
 	res := &Result{}
 	defer func() {
-		if errors.Is(res.Stop, ErrPeerGone) {
+		if errors.Is(res.Stop, rdmamgr.ErrPeerGone) {
 			return // nobody to release it at
 		}
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -111,6 +115,12 @@ func Run(ctx context.Context, mgr *actor.Manager, peer *actor.Client, cfg Config
 		}
 		b = &benchRun{cfg: cfg, qp: b.qp, local: b.local, remote: b.remote, check: b.check,
 			localMem: b.localMem, checkMem: b.checkMem, pattern: b.pattern}
+	}
+	if cfg.Start != nil {
+		if err := cfg.Start(ctx); err != nil {
+			res.Stop = fmt.Errorf("start: %w", err)
+			return res, nil
+		}
 	}
 	res.Elapsed, res.Stop = b.phase(ctx, cfg.Count, cfg.Progress)
 	res.Ops, res.Verified = b.ops.Load(), b.verified.Load()
@@ -312,7 +322,7 @@ func (b *benchRun) fail(err error) {
 	n := b.errs.Add(1)
 	switch {
 	case errors.Is(err, rdmamgr.ErrPeerGone):
-		b.stopRun(ErrPeerGone)
+		b.stopRun(fmt.Errorf("bench: %w", rdmamgr.ErrPeerGone))
 	case n > int64(b.cfg.MaxErrors):
 		b.stopRun(ErrTooManyErrors)
 	}

@@ -2,7 +2,8 @@
 # Prints the same-host table of bench/samehost.sh from the files of one run
 # in DIR: ours.json (`rdmamgr bench --baseline --against memcpy --json`),
 # ucx-sm.tsv and ucx-posix-cma.tsv (bench/ucx.sh --tsv --latency; empty or
-# missing: "-"), and the logs ucx-*.log for UCX's version. A Markdown table,
+# missing: "-"), ucx-sm-oprate.tsv (bench/ucx.sh --tsv --outstanding N at
+# the sizes up to 4KiB: the "Op rate" table), and the logs ucx-*.log for UCX's version. A Markdown table,
 # the 8-byte latencies, and the issue's goals with met / NOT met.
 #
 # usage: bench/samehost-table.sh DIR
@@ -30,6 +31,10 @@ ucx_version=${ucx_version:-"(not run)"}
 conc=$(jq -r .concurrency "$j")
 inflight="$conc operations"
 [ "$conc" = 1 ] && inflight="1 operation"
+small=$(jq -r '.inflight // 0' "$j")
+[ "$small" -gt 0 ] && inflight="$small operations at sizes up to 4KiB (one goroutine posts and reaps them), $inflight above"
+op_tsv="$dir/ucx-sm-oprate.tsv"
+[ -e "$op_tsv" ] || : >"$op_tsv"
 
 echo "Placement: **$placement** ($where). $backend backend, $inflight in flight; memcpy: Go \`copy\`" \
   "between two buffers of the same size from the bench's manager, one thread, the same count, in the same run;" \
@@ -56,6 +61,23 @@ jq -r '.throughput[] | [.size_bytes, .size, .op, .ours_mib_s, .memcpy_mib_s, .ra
     }'
 echo
 
+# The op rate at the small sizes: ours and UCX sm with as many in flight.
+if [ "$small" -gt 0 ]; then
+  echo "Op rate, $small in flight (ours: \`rdmamgr bench --inflight $small\`; UCX sm: ucp_put_bw -O $small, ucp_get -O $small):"
+  echo
+  echo "| size | op | in flight | ours ops/s | ours MiB/s | UCX sm ops/s | ours/UCX sm |"
+  echo "|------|----|----------:|-----------:|-----------:|-------------:|------------:|"
+  jq -r '.throughput[] | select(.size_bytes <= 4096) | [.size_bytes, .size, .op, .inflight, .ours_ops_s, .ours_mib_s] | @tsv' "$j" |
+    awk -F'\t' -v u="$op_tsv" '
+      BEGIN { while ((getline l < u) > 0) { split(l, f, "\t"); if (f[4] != "-") m[f[1] "/" f[3]] = f[4] } }
+      {
+        k = $1 "/" $3; us = "-"; r = "-"
+        if (k in m && m[k] > 0) { o = m[k] * 1048576 / $1; us = sprintf("%.0f", o); r = sprintf("%.2f", $5 / o) }
+        printf "| %s | %s | %d | %.0f | %.1f | %s | %s |\n", $2, $3, $4, $5, $6, us, r
+      }'
+  echo
+fi
+
 # lat FILE OP: "p50 avg" of ucx.sh's latency line for OP (get, put), or "".
 lat() { awk -F'\t' -v op="lat_$2" '$3 == op && $4 != "-" { print $4, $7 }' "$1"; }
 jq -r '.latency | "- 8-byte Get round trip, one at a time: ours p50 \(.ours_p50_us * 100 | round / 100) µs, p99 \(.ours_p99_us * 100 | round / 100) µs (\(.count) round trips; placement '"$placement"')."' "$j"
@@ -80,6 +102,20 @@ done <<<"$mib"
 
 echo
 echo "Goals:"
+# oprate_goal SIZE WANT: ours/UCX sm op rate at SIZE bytes against WANT.
+oprate_goal() {
+  jq -r --argjson s "$1" '.throughput[] | select(.size_bytes == $s) | [.size, .op, .ours_ops_s] | @tsv' "$j" |
+    while IFS=$'\t' read -r name op ours; do
+      u=$(awk -F'\t' -v s="$1" -v op="$op" '$1 == s && $3 == op { print $4 }' "$op_tsv")
+      if [ -z "$u" ] || [ "$u" = "-" ]; then echo "- $name $op op rate ≥ $2× UCX sm: no UCX figure"; continue; fi
+      awk -v o="$ours" -v u="$u" -v s="$1" -v w="$2" -v n="$name" -v op="$op" 'BEGIN {
+        r = o / (u * 1048576 / s); printf "- %s %s op rate ≥ %s× UCX sm (same in flight): %.2f — %s\n", n, op, w, r, (r >= w ? "met" : "NOT met") }'
+    done
+}
+if [ "$small" -gt 0 ]; then
+  oprate_goal 8 0.5
+  oprate_goal 4096 0.8
+fi
 jq -r '.throughput[] | select(.size_bytes == 1048576) |
   "- \(.op) 1MiB ≥ 0.7× memcpy: \(.ratio * 100 | round / 100) — \(if .ratio >= 0.7 then "met" else "NOT met" end)"' "$j"
 jq -r '.throughput[] | select(.size_bytes == 1048576) | [.op, .ours_mib_s] | @tsv' "$j" |

@@ -7,7 +7,7 @@
 # latencies and whether the goals are met.
 #
 # usage: bench/samehost.sh [--backend shm|tcp] [--placement split|same|any]
-#                          [--sizes LIST] [--ops LIST] [--out DIR] [--no-ucx]
+#                          [--sizes LIST] [--ops LIST] [--inflight N] [--out DIR] [--no-ucx]
 #                          [-- more `rdmamgr bench` flags]
 #
 #   --backend    our data plane (default shm). The run fails if a route is
@@ -18,6 +18,10 @@
 #                first allowed CPU, the manager (and ucx_perftest's server)
 #                on the second; the memcpy runs in the bench process
 #   --sizes      default 8B,4KiB,64KiB,1MiB,16MiB
+#   --inflight N operations in flight at sizes up to 4KiB (default 64):
+#                ours (`rdmamgr bench --inflight N`) and UCX sm's op rate with
+#                as many outstanding (bench/ucx.sh --outstanding N; iterations
+#                UCX_OPRATE_ITERS, default 1000000), the "Op rate" table
 #   --out DIR    keep ours.json, ucx-*.tsv and the logs there (default: a
 #                temporary directory, removed at the end)
 #   --no-ucx     ours and memcpy only (UCX columns "-")
@@ -37,6 +41,7 @@ sizes="8B,4KiB,64KiB,1MiB,16MiB"
 ops="put,get"
 out=""
 ucx=1
+inflight=64
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -48,6 +53,8 @@ while [ $# -gt 0 ]; do
     --sizes=*) sizes="${1#*=}"; shift ;;
     --ops) ops="$2"; shift 2 ;;
     --ops=*) ops="${1#*=}"; shift ;;
+    --inflight) inflight="$2"; shift 2 ;;
+    --inflight=*) inflight="${1#*=}"; shift ;;
     --out) out="$2"; shift 2 ;;
     --out=*) out="${1#*=}"; shift ;;
     --no-ucx) ucx=0; shift ;;
@@ -81,7 +88,7 @@ fi
 
 j="$dir/ours.json"
 bench_cmd=("$bin" bench --baseline --against memcpy --backend "$backend" --placement "$placement"
-  --sizes "$sizes" --ops "$ops" --json "$j" ${extra[@]+"${extra[@]}"})
+  --sizes "$sizes" --ops "$ops" --inflight "$inflight" --json "$j" ${extra[@]+"${extra[@]}"})
 echo "samehost.sh: ${bench_cmd[*]}" >&2
 "${bench_cmd[@]}" | tee "$dir/bench.log" >&2
 got=$(jq -r '"\(.against) \(.backend)"' "$j")
@@ -99,12 +106,23 @@ for tls in sm posix,cma; do
     tee "$dir/ucx-${tls//,/-}.log" >&2
 done
 
+# UCX sm's op rate at the small sizes, as many outstanding as ours.
+small=$(jq -r '[.throughput[] | select(.size_bytes <= 4096) | .size] | unique | join(",")' "$j")
+t="$dir/ucx-sm-oprate.tsv"
+: >"$t"
+if [ "$ucx" = 1 ] && [ -n "$small" ] && [ "$inflight" -gt 0 ]; then
+  echo "samehost.sh: $here/ucx.sh --tls sm --placement $placement --sizes $small --ops $ops --outstanding $inflight" >&2
+  UCX_ITERS=${UCX_OPRATE_ITERS:-1000000} "$here/ucx.sh" --tls sm --placement "$placement" --sizes "$small" --ops "$ops" \
+    --outstanding "$inflight" --tsv "$t" | tee "$dir/ucx-sm-oprate.log" >&2
+fi
+
 "$here/samehost-table.sh" "$dir"
 repro="bench/samehost.sh"
 [ "$backend" != shm ] && repro+=" --backend $backend"
 [ "$placement" != split ] && repro+=" --placement $placement"
 [ "$sizes" != "8B,4KiB,64KiB,1MiB,16MiB" ] && repro+=" --sizes $sizes"
 [ "$ops" != "put,get" ] && repro+=" --ops $ops"
+[ "$inflight" != 64 ] && repro+=" --inflight $inflight"
 [ "$ucx" = 0 ] && repro+=" --no-ucx"
 [ -n "${UCX_REPEAT:-}" ] && repro="UCX_REPEAT=$UCX_REPEAT $repro"
 [ ${#extra[@]} -gt 0 ] && repro+=" -- ${extra[*]}"

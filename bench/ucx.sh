@@ -6,7 +6,7 @@
 #
 # usage: bench/ucx.sh [--tls tcp|sm|posix,cma|...] [--sizes 4KiB,64KiB,1MiB,16MiB]
 #                     [--ops put,get] [--placement any|same|split] [--latency]
-#                     [--repeat N] [--tsv FILE]
+#                     [--repeat N] [--outstanding N] [--tsv FILE]
 #
 #   --tls        the UCX_TLS value (default tcp): tcp for the TCP table; sm
 #                (UCX's shared-memory transports) and posix,cma for the
@@ -17,6 +17,10 @@
 #   --latency    also time 8-byte gets one at a time (ucp_get -s 8 -O 1: the
 #                time of one get) and 8-byte put ping-pongs (ucp_put_lat -s 8:
 #                ucx_perftest reports half the round trip), p50 and average µs
+#   --outstanding N  N operations in flight for the put and get rows
+#                (ucp_put_bw -O N, ucp_get -O N): the op rate with as many
+#                outstanding as `rdmamgr bench --inflight N` (default: put
+#                -O $UCX_OUTSTANDING or 1, get ucx_perftest's default)
 #   --repeat N   run every test N times and report the best (default 1;
 #                ucx_perftest's put_bw over tcp varies a lot from run to run)
 #   --tsv FILE   also write the figures as tab-separated lines:
@@ -58,6 +62,7 @@ tsv=""
 tls="tcp"
 latency=0
 repeat=${UCX_REPEAT:-1}
+get_outstanding=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --tls) tls="$2"; shift 2 ;;
@@ -69,6 +74,8 @@ while [ $# -gt 0 ]; do
     --ops=*) ops="${1#*=}"; shift ;;
     --placement) placement="$2"; shift 2 ;;
     --placement=*) placement="${1#*=}"; shift ;;
+    --outstanding) UCX_OUTSTANDING="$2"; get_outstanding="$2"; shift 2 ;;
+    --outstanding=*) UCX_OUTSTANDING="${1#*=}"; get_outstanding="${1#*=}"; shift ;;
     --repeat) repeat="$2"; shift 2 ;;
     --repeat=*) repeat="${1#*=}"; shift ;;
     --tsv) tsv="$2"; shift 2 ;;
@@ -78,6 +85,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+[[ "${UCX_OUTSTANDING:-1}" =~ ^[1-9][0-9]*$ ]] || { echo "ucx.sh: --outstanding ${UCX_OUTSTANDING}: want a positive number" >&2; exit 2; }
 [[ "$repeat" =~ ^[1-9][0-9]*$ ]] || { echo "ucx.sh: --repeat $repeat: want a positive number" >&2; exit 2; }
 [[ "$tls" =~ ^[a-z0-9_]+(,[a-z0-9_]+)*$ ]] || { echo "ucx.sh: --tls $tls: want a UCX_TLS value such as tcp, sm or posix,cma" >&2; exit 2; }
 # Over tcp ucp_get waits for the responder (see above).
@@ -247,6 +255,7 @@ for s in "${size_list[@]}"; do
     case "$op" in
       put) test=ucp_put_bw; extra=(-O "$outstanding"); label="ucp_put_bw -O $outstanding" ;;
       get) test=ucp_get; extra=(); label="ucp_get"
+        if [ -n "$get_outstanding" ]; then extra=(-O "$get_outstanding"); label="ucp_get -O $get_outstanding"; fi
         if [ "$get_artefact" = 1 ]; then label="ucp_get *"; marked=1; fi ;;
       *) echo "ucx.sh: --ops: $op: want put or get" >&2; exit 2 ;;
     esac

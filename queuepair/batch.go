@@ -5,27 +5,57 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
-// Op is one operation of a batch.
+// Op is one operation of a batch (Submit) or a chain (PostOps): any verb.
 type Op struct {
-	Op     backend.Op // backend.OpWrite (Put) or backend.OpRead (Get)
+	Op     backend.Op // backend.OpWrite (Put), OpRead (Get), OpWriteImm, OpSend, OpCompareSwap, OpFetchAdd
 	Local  buffer.Buffer
-	Remote buffer.Buffer
+	Remote buffer.Buffer // zero for a Send
+	// Imm is the immediate value of a PutWithImm, and of a Send with
+	// HasImm (SendWithImm).
+	Imm    uint32
+	HasImm bool
+	// Compare and Swap are CompareAndSwap's operands; Swap is FetchAdd's
+	// addend.
+	Compare, Swap uint64
 }
 
-// PutOp and GetOp build batch operations.
+func (o *Op) operands() operands {
+	return operands{imm: o.Imm, hasImm: o.HasImm, compare: o.Compare, swap: o.Swap}
+}
+
+// PutOp builds a Put for Submit or PostOps.
 func PutOp(local, remote buffer.Buffer) Op {
 	return Op{Op: backend.OpWrite, Local: local, Remote: remote}
 }
 
-// GetOp builds a Get for Submit.
+// GetOp builds a Get for Submit or PostOps.
 func GetOp(local, remote buffer.Buffer) Op {
 	return Op{Op: backend.OpRead, Local: local, Remote: remote}
+}
+
+// PutWithImmOp builds a PutWithImm for Submit or PostOps.
+func PutWithImmOp(local, remote buffer.Buffer, imm uint32) Op {
+	return Op{Op: backend.OpWriteImm, Local: local, Remote: remote, Imm: imm}
+}
+
+// SendOp builds a Send (with hasImm, a SendWithImm) for Submit or PostOps.
+func SendOp(local buffer.Buffer, imm uint32, hasImm bool) Op {
+	return Op{Op: backend.OpSend, Local: local, Imm: imm, HasImm: hasImm}
+}
+
+// CompareAndSwapOp builds a CompareAndSwap for Submit or PostOps.
+func CompareAndSwapOp(remote buffer.Buffer, compare, swap uint64) Op {
+	return Op{Op: backend.OpCompareSwap, Remote: remote, Compare: compare, Swap: swap}
+}
+
+// FetchAddOp builds a FetchAdd for Submit or PostOps.
+func FetchAddOp(remote buffer.Buffer, add uint64) Op {
+	return Op{Op: backend.OpFetchAdd, Remote: remote, Swap: add}
 }
 
 // Submit posts ops that share ctx: its deadline (or the queue pair's
@@ -34,7 +64,7 @@ func GetOp(local, remote buffer.Buffer) Op {
 // completes with ctx's error (see WorkRequest.Wait), without anybody having
 // to wait for it. It returns at once.
 func (q *QueuePair) Submit(ctx context.Context, ops ...Op) *Batch {
-	dl := time.Now().Add(q.timeout)
+	dl := q.deadline()
 	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
 		dl = d
 	}
@@ -46,7 +76,7 @@ func (q *QueuePair) Submit(ctx context.Context, ops ...Op) *Batch {
 	b.left.Store(int32(len(ops)))
 	for i, o := range ops {
 		b.wrs[i] = &WorkRequest{batch: b}
-		q.arm(b.wrs[i], o.Op, o.Local, o.Remote, dl, c, operands{})
+		q.arm(b.wrs[i], o.Op, o.Local, o.Remote, dl, c, o.operands())
 	}
 	if c != nil {
 		// Cancel what is still pending when ctx ends (at once if it has).

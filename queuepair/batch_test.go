@@ -86,7 +86,7 @@ func TestSubmitDefaultDeadlineAndBadOp(t *testing.T) {
 	if !wr1.Deadline.Equal(wr3.Deadline) {
 		t.Fatalf("deadlines differ: %v %v", wr1.Deadline, wr3.Deadline)
 	}
-	if wr1.Deadline.Before(before.Add(timeout)) || wr1.Deadline.After(after.Add(timeout)) {
+	if !deadlineNear(wr1.Deadline, before, after, timeout) {
 		t.Fatalf("deadline %v not now+%v", wr1.Deadline, timeout)
 	}
 	// The refused Put completed at once; the batch is not done.

@@ -9,7 +9,8 @@
 //
 // Put and Get return a *WorkRequest once the operation is posted; Wait(ctx)
 // blocks until it completes, Poll reports without blocking, Done gives a
-// channel. Submit posts a batch of operations that share one context. Every
+// channel. Submit posts a batch of operations that share one context;
+// PostOps posts a chain reported through a CompletionQueue (below). Every
 // operation has a deadline (the QueuePair's default timeout, or the batch
 // context's deadline if that is earlier). Data goes from the caller's
 // goroutine to the backend: never through an actor mailbox.
@@ -28,6 +29,40 @@
 // timeout. For Put, Get and the other single verbs ctx bounds only the
 // post: Wait(ctx) or Cancel end a posted operation early; Submit's ctx
 // also cancels what it posted.
+//
+// # Completion queues
+//
+// A CompletionQueue collects finished work requests as a verbs completion
+// queue does: SetCompletionQueue binds a queue pair to one (several queue
+// pairs may share it), and every operation posted on it afterwards is
+// reported there exactly once, as well as through its own Wait, Poll and
+// Done, which keep working. Poll reaps up to len(out) without blocking;
+// Wait blocks for at least one until ctx ends (then it returns ctx's
+// error, cancelling nothing). PostOps posts a chain of operations (any
+// verb: Op carries Imm, HasImm, Compare and Swap) into caller-owned work
+// requests at the cost of one post: the route's backend.ListPoster when
+// it has one (one lock, one wake-up of its sender), a loop of posts
+// otherwise. Operations of one chain complete independently, in any
+// order; each is refused or fails on its own.
+//
+// Everything above holds for an operation reported through a queue: the
+// queue hands it over only once its local memory is let go and its
+// outcome is final, so the caller may reuse the memory, read Err, and
+// re-post the work request at once. A work request must be reaped from
+// its queue before it is re-posted (re-posting one the queue still holds
+// panics, as re-posting a pending one does).
+//
+// Each operation holds one of its queue's slots from its post until a
+// Poll or Wait hands it over, so a queue never overflows: an operation
+// posted while every slot is held completes at once with rdmamgr.ErrLimit
+// and is reported only through its WorkRequest, not through the queue.
+// Size the queue for the operations kept in flight.
+//
+// The steady state allocates nothing per operation: PostOps of reused
+// work requests and reaping through Poll or Wait (tested on shm and TCP
+// routes). Deadlines come from a coarse clock (internal/coarseclock,
+// refreshed every millisecond while queue pairs post), not a clock read
+// per operation: an operation's deadline may be a few milliseconds late.
 //
 // # Reported means finished
 //
@@ -73,6 +108,26 @@
 // violation) fails everything on it, with rdmamgr.ErrPeerGone or
 // rdmamgr.ErrProtocol; the manager builds a new route for the next queue
 // pair request.
+//
+// # Ordering
+//
+// As on an RDMA RC queue pair: a PutWithImm's event and a Send's or
+// SendWithImm's message reach the owner's subscriber only after the bytes
+// of every Put (and PutWithImm) posted before them on the queue pair have
+// landed, on every backend, so data Puts followed by a PutWithImm as the
+// notice (rv's protocol) need no wait in between. "Before" is posting
+// order: a Post that returned before the notice's Post began (concurrent
+// posts are unordered). The backends keep it route-wide (every queue pair
+// to one peer shares the route), which is stronger. Events and messages of
+// one queue pair come in posting order. A notice also comes after the
+// effect of every CompareAndSwap and FetchAdd posted before it. A Put that
+// fails (an error, a cancel, its deadline) is not waited for beyond its
+// report, and its remote bytes are undefined: the notice behind it is still
+// delivered. Not promised: that a Get or an atomic sees the bytes of a Put
+// posted before it (TCP stripes them over its connections, shm may run
+// them before a Put waiting for its copier): wait for the Put's completion
+// first. Buffers of shm peers that are not memfd-backed go over
+// the TCP fallback route, ordered only among themselves.
 //
 // # Errors
 //

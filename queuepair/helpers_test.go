@@ -11,6 +11,7 @@ import (
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/coarseclock"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 	"github.com/rdmamgr/rdmamgr/internal/qpbind"
 )
@@ -189,4 +190,12 @@ func drained(t *testing.T, g *memreg.Registry, b buffer.Buffer) bool {
 		t.Fatalf("release %v: %v", b, err)
 	}
 	return err == nil
+}
+
+// deadlineNear reports whether dl is timeout after a moment between
+// before and after, as the coarse clock gives it: up to its Resolution
+// late, and early only by the ticker's scheduling delay (a second allows
+// a loaded machine; a clock that stopped or an absent timeout fails).
+func deadlineNear(dl, before, after time.Time, timeout time.Duration) bool {
+	return !dl.Before(before.Add(timeout-time.Second)) && !dl.After(after.Add(timeout+coarseclock.Resolution))
 }

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/coarseclock"
 	"github.com/rdmamgr/rdmamgr/internal/qpbind"
 	"github.com/rdmamgr/rdmamgr/internal/refgate"
 	"github.com/rdmamgr/rdmamgr/internal/wiring"
@@ -31,6 +33,8 @@ type QueuePair struct {
 	kind    backend.Kind
 	obs     qpbind.Observer
 	relOnce sync.Once
+	cq      atomic.Pointer[CompletionQueue] // where operations posted now report
+	list    backend.ListPoster              // route's chain posting; nil: a loop of Post
 
 	// ops counts the operations armed and not yet completed, and is closed
 	// by Release, which waits for it to drain. Lock-free: it is on the data
@@ -51,8 +55,11 @@ func newQueuePair(id, peerID uint64, route backend.Route, local qpbind.Resolver,
 	if opt.Timeout <= 0 {
 		opt.Timeout = DefaultTimeout
 	}
-	return &QueuePair{id: id, peerID: peerID, route: route, local: local, timeout: opt.Timeout, onRel: opt.OnRelease, kind: opt.Kind,
+	q := &QueuePair{id: id, peerID: peerID, route: route, local: local, timeout: opt.Timeout, onRel: opt.OnRelease, kind: opt.Kind,
 		obs: opt.Observer}
+	q.list, _ = route.(backend.ListPoster)
+	coarseclock.Acquire() // deadlines; Release gives it back
+	return q
 }
 
 // ID returns the queue pair's id at its manager.
@@ -114,8 +121,10 @@ func (q *QueuePair) newOp(ctx context.Context, op backend.Op, local, remote buff
 	return w
 }
 
-// deadline is the deadline of an operation posted now.
-func (q *QueuePair) deadline() time.Time { return time.Now().Add(q.timeout) }
+// deadline is the deadline of an operation posted now, from the coarse
+// clock: no clock read per operation, a few milliseconds of slack
+// (internal/coarseclock).
+func (q *QueuePair) deadline() time.Time { return coarseclock.Deadline(q.timeout) }
 
 // postCtx is a poster's ctx as arm takes it: nil when it never ends, so
 // the backend has no channel to watch.
@@ -130,27 +139,42 @@ func postCtx(ctx context.Context) context.Context {
 // Post's wait for room in flight (Submit cancels posted work through it).
 // Every path ends in w.finish or in a Post that will complete w.
 func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote buffer.Buffer, deadline time.Time, ctx context.Context, opd operands) {
+	if q.prepare(w, op, local, remote, deadline, ctx, opd) {
+		q.post(w, ctx)
+	}
+}
+
+// prepare arms w for op up to its post: it reports whether w is ready to
+// post, or was finished (refused) already.
+func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote buffer.Buffer, deadline time.Time, ctx context.Context, opd operands) bool {
 	w.reset(op, remote, deadline, ctx)
 	w.wr.Imm, w.wr.HasImm, w.wr.Compare, w.wr.Swap = opd.imm, opd.hasImm, opd.compare, opd.swap
 	if !q.ops.Enter() {
 		w.finish(rdmamgr.ErrReleased)
-		return
+		return false
 	}
 	w.qp = q // counted in q.ops until finish
+	if cq := q.cq.Load(); cq != nil {
+		if !cq.reserve() { // reported here, not through the full cq
+			w.finish(fmt.Errorf("%s: completion queue of %d full: %w", op, len(cq.ring), rdmamgr.ErrLimit))
+			return false
+		}
+		w.cq = cq // a slot is w's until the cq's Poll hands it over
+		w.inCQ.Store(true)
+	}
 	if q.obs != nil {
 		w.start = time.Now()
 	}
 	if err := q.check(op, local, remote); err != nil {
 		w.finish(err)
-		return
+		return false
 	}
 	if ctx != nil && ctx.Err() != nil { // ended before it was posted
 		w.finish(fmt.Errorf("%s: %w", op, ctxCause(ctx)))
-		return
+		return false
 	}
 	if op.Atomic() { // no local memory: the old value comes back in the work request
-		q.post(w, op, 8, ctx)
-		return
+		return true
 	}
 	ref, err := q.local.AcquireLocal(local)
 	if err != nil {
@@ -158,30 +182,43 @@ func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote buffer.Buff
 			err = fmt.Errorf("%w: %w", rdmamgr.ErrNotLocal, err)
 		}
 		w.finish(fmt.Errorf("%s: %w", op, err))
-		return
+		return false
 	}
 	w.ref = ref // released by finish, once the outcome is reported
-	mem := ref.Bytes()
 	w.wr.LocalRegion = ref.Region()
-	w.wr.Local = mem
-	q.post(w, op, len(mem), ctx)
+	w.wr.Local = ref.Bytes()
+	return true
 }
 
-// post hands an armed w to the route; ctx is w's poster's (nil: none).
-func (q *QueuePair) post(w *WorkRequest, op backend.Op, n int, ctx context.Context) {
-	if cause := w.wr.CancelCause(); cause != nil {
-		w.finish(fmt.Errorf("%s %d bytes: %w", op, n, cause))
+// post hands a prepared w to the route; ctx is w's poster's (nil: none).
+func (q *QueuePair) post(w *WorkRequest, ctx context.Context) {
+	if !q.ready(w) {
 		return
 	}
-	w.owner.Store(q) // before Post: a cancel may come as soon as it is posted
 	if err := q.route.Post(&w.wr); err != nil {
-		if cause := w.wr.CancelCause(); cause != nil {
-			err = cause
-		} else if ctx != nil && ctx.Err() != nil {
-			err = ctxCause(ctx)
-		}
-		w.finish(fmt.Errorf("%s %d bytes: %w", op, n, err))
+		q.postFailed(w, err, ctx)
 	}
+}
+
+// ready readies a prepared w for the route: false if a cancel came first
+// (w is finished).
+func (q *QueuePair) ready(w *WorkRequest) bool {
+	if cause := w.wr.CancelCause(); cause != nil {
+		w.finish(fmt.Errorf("%s %d bytes: %w", w.wr.Op, w.size(), cause))
+		return false
+	}
+	w.owner.Store(q) // before Post: a cancel may come as soon as it is posted
+	return true
+}
+
+// postFailed finishes w, which the route refused with err.
+func (q *QueuePair) postFailed(w *WorkRequest, err error, ctx context.Context) {
+	if cause := w.wr.CancelCause(); cause != nil {
+		err = cause
+	} else if ctx != nil && ctx.Err() != nil {
+		err = ctxCause(ctx)
+	}
+	w.finish(fmt.Errorf("%s %d bytes: %w", w.wr.Op, w.size(), err))
 }
 
 func (q *QueuePair) check(op backend.Op, local, remote buffer.Buffer) error {
@@ -230,6 +267,7 @@ func (q *QueuePair) Release() {
 	q.relOnce.Do(func() {
 		q.ops.Close()
 		<-q.ops.Drained()
+		coarseclock.Release()
 		if q.onRel != nil {
 			q.onRel()
 		}

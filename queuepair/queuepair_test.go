@@ -79,7 +79,7 @@ func TestPutGetAsync(t *testing.T) {
 			if wr.Op != tc.op || wr.Remote != remote || len(wr.Local) != len(mem) || &wr.Local[0] != &mem[0] {
 				t.Fatalf("posted %v remote %v local %d bytes", wr.Op, wr.Remote, len(wr.Local))
 			}
-			if wr.Deadline.Before(before.Add(timeout)) || wr.Deadline.After(after.Add(timeout)) {
+			if !deadlineNear(wr.Deadline, before, after, timeout) {
 				t.Fatalf("deadline %v not now+%v", wr.Deadline, timeout)
 			}
 			if wr.Done == nil {

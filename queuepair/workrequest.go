@@ -28,6 +28,19 @@ type WorkRequest struct {
 	err   error         // written before state becomes done
 	state atomic.Uint32
 	start time.Time // when it was posted, for the queue pair's Observer
+	// cq is the completion queue w reports into (a slot reserved for it),
+	// and inCQ holds from the post until that queue's Poll handed w over:
+	// re-arming w before is a caller bug (reset panics).
+	cq   *CompletionQueue
+	inCQ atomic.Bool
+}
+
+// size is how many bytes w moves (8 for an atomic).
+func (w *WorkRequest) size() int {
+	if w.wr.Op.Atomic() {
+		return 8
+	}
+	return len(w.wr.Local)
 }
 
 const (
@@ -66,6 +79,9 @@ func (c *completer) Complete(_ *backend.WorkRequest, err error) { (*WorkRequest)
 // reset makes w pending for a new operation; it panics if w is pending.
 func (w *WorkRequest) reset(op backend.Op, remote buffer.Buffer, deadline time.Time, ctx context.Context) {
 	w.settled()
+	if w.inCQ.Load() {
+		panic("queuepair: WorkRequest reused before its completion queue reported it")
+	}
 	if !w.state.CompareAndSwap(stateIdle, statePending) && !w.state.CompareAndSwap(stateDone, statePending) {
 		panic("queuepair: WorkRequest reused while pending")
 	}
@@ -99,6 +115,8 @@ func (w *WorkRequest) finish(err error) {
 	q := w.qp // read before done: the owner may re-arm w right after
 	w.qp = nil
 	b := w.batch
+	cq := w.cq
+	w.cq = nil
 	w.err = err
 	select {
 	case w.sig <- struct{}{}:
@@ -107,12 +125,26 @@ func (w *WorkRequest) finish(err error) {
 	if testHookFinishing != nil {
 		testHookFinishing()
 	}
-	w.state.Store(stateDone) // last: w is the owner's again
-	// The local region is let go only once the outcome is reported: whoever
-	// waits for its references (Release) then finds the operation done.
-	ref.Release()
-	if b != nil && b.left.Add(-1) == 0 {
-		b.unwatch()
+	if cq != nil {
+		// Reported through cq: the memory is let go and w is done before
+		// cq can hand it over (reported means finished). Until a Poll of
+		// cq takes it, nobody may re-arm w (inCQ), so pushing it after it
+		// is done cannot report a later use.
+		ref.Release()
+		w.state.Store(stateDone)
+		if b != nil && b.left.Add(-1) == 0 {
+			b.unwatch()
+		}
+		cq.push(w) // the last touch of w: the reaper may re-arm it at once
+	} else {
+		w.state.Store(stateDone) // last: w is the owner's again
+		// The local region is let go only once the outcome is reported:
+		// whoever waits for its references (Release) then finds the
+		// operation done.
+		ref.Release()
+		if b != nil && b.left.Add(-1) == 0 {
+			b.unwatch()
+		}
 	}
 	if q != nil {
 		q.ops.Leave()

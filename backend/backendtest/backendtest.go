@@ -81,6 +81,7 @@ func Run(t *testing.T, f Factory) {
 		{"HostileRouteInfo", testHostileInfo},
 		{"Stats", testStats},
 		{"CancelAndDeadlineIsolation", testCancel},
+		{"CompletionQueue", RunCQ}, // cq.go: the checks again through queuepair
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
 	}

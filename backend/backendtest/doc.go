@@ -27,7 +27,11 @@
 // of events and messages, receive buffers posted from B's registry, a
 // record of refusals and of faults such as an event seen before its
 // bytes) before any route, as a manager gives its own; the cases are in
-// verbs_events.go, verbs_flood.go, verbs_send.go and verbs_atomic.go.
+// verbs_events.go, verbs_flood.go, verbs_send.go and verbs_atomic.go,
+// and RC ordering in order.go: with many Puts (large split ones, small
+// ones) or FetchAdds in flight ahead of each PutWithImm, Send and
+// SendWithImm, the Inbox checks on delivery (SetCheck, SetMessageCheck)
+// that their bytes or effects are already in the owner's memory.
 // Where backends legitimately differ the Factory says so
 // (NotifyDeniedErr, AtomicDeniedErr, MisalignedBaseErr), and an
 // operation A's backend.Capabilities does not carry is skipped.

@@ -22,8 +22,10 @@ type Inbox struct {
 	reg *memreg.Registry
 
 	mu sync.Mutex // guards the fields below
-	// check, when set, is called by Event before the event is queued.
-	check func(backend.Event) error
+	// check, when set, is called by Event before the event is queued;
+	// msgCheck by a landing's Done before its message is queued.
+	check    func(backend.Event) error
+	msgCheck func(Message) error
 	// events and msgs are the queues; the channels stay readable after
 	// StopEvents and StopMessages, which set the *Off flags.
 	events    chan backend.Event
@@ -74,6 +76,14 @@ func (in *Inbox) Messages() <-chan Message { return in.msgs }
 func (in *Inbox) SetCheck(check func(backend.Event) error) {
 	in.mu.Lock()
 	in.check = check
+	in.mu.Unlock()
+}
+
+// SetMessageCheck makes a landing's Done call check with each message
+// first, on the backend's delivery path, as SetCheck does for events.
+func (in *Inbox) SetMessageCheck(check func(Message) error) {
+	in.mu.Lock()
+	in.msgCheck = check
 	in.mu.Unlock()
 }
 
@@ -211,7 +221,13 @@ func (l *landing) Done(n int, imm uint32, hasImm bool, err error) {
 	h, _ := p.h.Slice(0, uint64(n))
 	mem := p.ref.Bytes()[:n]
 	p.ref.Release()
-	in.msgs <- Message{Peer: l.peer, Buffer: h, Mem: mem, Imm: imm, HasImm: hasImm} // a slot was reserved
+	m := Message{Peer: l.peer, Buffer: h, Mem: mem, Imm: imm, HasImm: hasImm}
+	if in.msgCheck != nil {
+		if err := in.msgCheck(m); err != nil {
+			in.faults = append(in.faults, fmt.Errorf("message of %d bytes: %w", n, err))
+		}
+	}
+	in.msgs <- m // a slot was reserved
 }
 
 // Refused returns the events and messages refused, and the last refusal.

@@ -30,6 +30,9 @@ type StressEnv struct {
 	Duration   time.Duration // and no longer than this (bound)
 	Timeout    time.Duration // bound of one wait (hang guard)
 	Seed       uint64
+	// CQ, when set, is a completion queue every queue pair of QPs reports
+	// into: victims then take their outcome from it (stress_cq.go).
+	CQ *queuepair.CompletionQueue
 }
 
 // StressReport counts what CancelStress saw.
@@ -82,6 +85,11 @@ func CancelStress(t *testing.T, e StressEnv) StressReport {
 	var rep StressReport
 	start := time.Now()
 	var prev []victim // the last round's victims, watched one round more
+	var rp *reaper
+	if e.CQ != nil {
+		rp = startReaper(e.CQ)
+		defer rp.close()
+	}
 	for round := 0; rep.Ended < e.Victims && time.Since(start) < e.Duration; round++ {
 		area := (round % 2) * stressVictims * e.MaxSize
 		vs := make([]victim, stressVictims)
@@ -90,7 +98,7 @@ func CancelStress(t *testing.T, e StressEnv) StressReport {
 		}
 		var wg sync.WaitGroup
 		for i := range vs {
-			wg.Go(func() { vs[i].run(e) })
+			wg.Go(func() { vs[i].run(e, rp) })
 		}
 		for i, qp := range e.QPs[:min(len(e.QPs), 4)] {
 			wg.Go(func() { rep.neighbour(t, e, qp, i, rng2(e.Seed, round, i)) })
@@ -101,6 +109,12 @@ func CancelStress(t *testing.T, e StressEnv) StressReport {
 			rep.account(&vs[i])
 		}
 		rep.StaleBytes += watch(e, prev)
+		if rp != nil {
+			if twice := rp.forget(); twice != "" {
+				rep.WrongCompletions++
+				rep.FirstWrong = twice
+			}
+		}
 		prev = vs
 		rep.Rounds++
 		if rep.StaleBytes > 0 || rep.WrongCompletions > 0 {
@@ -157,9 +171,10 @@ func newVictim(rng *mrand.Rand, e StressEnv, off int, pattern byte) victim {
 }
 
 // run posts the victim, ends it, and at the moment its outcome is reported
-// takes the memory back: a get that succeeded must hold the remote bytes;
-// then the memory gets the victim's pattern.
-func (v *victim) run(e StressEnv) {
+// (by rp's completion queue when rp is not nil) takes the memory back: a
+// get that succeeded must hold the remote bytes; then the memory gets the
+// victim's pattern.
+func (v *victim) run(e StressEnv, rp *reaper) {
 	qp := e.QPs[v.off/e.MaxSize%len(e.QPs)]
 	local, _ := e.Local.Slice(uint64(v.off), uint64(v.n))
 	remote, _ := e.Remote.Slice(uint64(v.roff), uint64(v.n))
@@ -173,6 +188,24 @@ func (v *victim) run(e StressEnv) {
 	if v.op == backend.OpWrite {
 		op = queuepair.PutOp(local, remote)
 	}
+	var err error
+	if rp != nil {
+		err = v.runCQ(e, rp, qp, op)
+	} else {
+		err = v.runWait(e, qp, op)
+	}
+	v.err = err
+	if err == nil && v.op == backend.OpRead && !bytes.Equal(mem, e.RemoteData[v.roff:v.roff+v.n]) {
+		v.wrong = fmt.Sprintf("get of %d bytes succeeded with wrong bytes", v.n)
+	}
+	for i := range mem {
+		mem[i] = v.pattern
+	}
+}
+
+// runWait ends the victim and takes its outcome from Wait.
+func (v *victim) runWait(e StressEnv, qp *queuepair.QueuePair, op queuepair.Op) error {
+	local, remote := op.Local, op.Remote
 	var err error
 	switch v.kind {
 	case kindPreCancelled:
@@ -205,13 +238,7 @@ func (v *victim) run(e StressEnv) {
 			v.wrong = fmt.Sprintf("Wait returned %v, Poll then says %v %v", err, done, perr)
 		}
 	}
-	v.err = err
-	if err == nil && v.op == backend.OpRead && !bytes.Equal(mem, e.RemoteData[v.roff:v.roff+v.n]) {
-		v.wrong = fmt.Sprintf("get of %d bytes succeeded with wrong bytes", v.n)
-	}
-	for i := range mem {
-		mem[i] = v.pattern
-	}
+	return err
 }
 
 // account adds a finished victim to the report.

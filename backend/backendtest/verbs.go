@@ -24,6 +24,8 @@ func RunVerbs(t *testing.T, f Factory) {
 	}{
 		{"EventAfterBytes", testEventAfterBytes},
 		{"EventOrder", testEventOrder},
+		{"OrderAfterPuts", testOrderAfterPuts},       // order.go
+		{"OrderAfterAtomics", testOrderAfterAtomics}, // order.go
 		{"ImmNeedsNotify", testImmNeedsNotify},
 		{"NoReceiver", testNoReceiver},
 		{"EventFlood", testEventFlood},

@@ -116,6 +116,12 @@
 //     Put, so a handle without AccessNotify is refused at Post
 //     (rdmamgr.ErrAccess) before any byte moves; a handle forged to claim it
 //     lands its bytes (a Put could) and the owner refuses the event.
+//     Ordering beyond one PutWithImm is RC's too: a route's Puts,
+//     atomics, notices and Sends go on its one queue pair in posting
+//     order and the responder executes them in order, so an event or
+//     message comes after every earlier Put and atomic. No IBV_SEND_FENCE
+//     is set: it waits for earlier READ and atomic responses, which a
+//     notice does not read.
 //   - Send is one SEND of a 16-byte header (imm, has-imm) and the message,
 //     at most the peer's MaxSend bytes (default 4096; larger fails with
 //     rdmamgr.ErrLimit before anything is posted). The owner takes the

@@ -45,6 +45,7 @@ type Backend struct {
 	logs          logs
 	inbox         atomic.Pointer[inboxRef] // SetInbox
 	wg            sync.WaitGroup           // the accept loop and the connections
+	clock         coarseClock              // the routes' lease checks
 
 	mu sync.Mutex // guards the fields below
 	// started and closed: Start ran; Close ran.
@@ -204,6 +205,7 @@ func (b *Backend) Close() error {
 	if b.closed {
 		b.mu.Unlock()
 		b.wg.Wait()
+		b.clock.close()
 		return nil
 	}
 	b.closed = true
@@ -227,6 +229,7 @@ func (b *Backend) Close() error {
 		c.conn.Close()
 	}
 	b.wg.Wait()
+	b.clock.close()
 	return nil
 }
 

@@ -94,3 +94,45 @@ func BenchmarkMapRevoke(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPostList is BenchmarkPost's small copies posted 16 at a time
+// with backend.ListPoster (one state-table enter and leave per chain);
+// ns/op is per operation: go test -run '^$' -bench PostList ./backend/shm.
+func BenchmarkPostList(b *testing.B) {
+	const chain = 16
+	for _, n := range []int{8, 4096} {
+		for _, op := range []backend.Op{backend.OpWrite, backend.OpRead} {
+			b.Run(fmt.Sprintf("%s/%d", op, n), func(b *testing.B) {
+				a, regA := newBackend(b, backendtest.OwnerA, shm.Config{})
+				backendtest.CloseAtCleanup(b, timeout, a, regA)
+				o, regB := newBackend(b, backendtest.OwnerB, shm.Config{})
+				backendtest.CloseAtCleanup(b, timeout, o, regB)
+				rt := backendtest.MustConnect(b, timeout, a, o, backendtest.OwnerB, backendtest.OwnerA)
+				lp, ok := rt.(backend.ListPoster)
+				if !ok {
+					b.Fatal("shm route is not a backend.ListPoster")
+				}
+				ha, _ := backendtest.Alloc(b, regA, n*chain, buffer.AccessReadWrite)
+				hb, _ := backendtest.Alloc(b, regB, n*chain, buffer.AccessReadWrite)
+				if err := backendtest.Do(b, timeout, rt, regA, backend.OpWrite, ha, hb); err != nil { // maps the region
+					b.Fatal(err)
+				}
+				done := &noteDone{}
+				wrs := make([]*backend.WorkRequest, chain)
+				for i := range wrs {
+					wr, release := backendtest.NewWR(b, regA, op, backendtest.Slice(b, ha, i*n, n), backendtest.Slice(b, hb, i*n, n), time.Now().Add(time.Hour), done)
+					defer release()
+					wrs[i] = wr
+				}
+				b.SetBytes(int64(n))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i += chain {
+					if k, err := lp.PostList(wrs[:min(chain, b.N-i)]); err != nil || done.err != nil {
+						b.Fatal(k, err, done.err)
+					}
+				}
+			})
+		}
+	}
+}

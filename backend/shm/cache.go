@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/refgate"
 )
 
 // entry is a remote region a route mapped (or learnt it cannot map).
@@ -22,8 +23,24 @@ type entry struct {
 	fallback bool // not memfd-backed: its operations go to the fallback
 
 	// refs counts the cache's reference (until it drops the entry) and one
-	// per copy using it; the last one lets the mapping go.
+	// per copy using it; the last one lets the mapping go and leaves the
+	// route's gate (an entry is one user of it from install on: the route
+	// unmaps its state table only once every entry is gone). Once zero it
+	// stays zero (tryRef).
 	refs atomic.Int32
+}
+
+// tryRef takes a reference to e unless its last one is gone.
+func (e *entry) tryRef() bool {
+	for {
+		n := e.refs.Load()
+		if n <= 0 {
+			return false
+		}
+		if e.refs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 // mapping is one memfd mapped (the regions of one slab share it).
@@ -33,10 +50,17 @@ type mapping struct {
 	refs int // entries using it; guarded by mapCache.mu
 }
 
+// hotSize is the number of entries a cache finds without its lock: slot
+// id%hotSize holds the last one found there.
+const hotSize = 64
+
 // mapCache is a route's mapped regions, bounded (oldest mapped dropped
-// first).
+// first). The data path finds an entry in hot with one load and one
+// compare-and-swap (its reference); a miss takes the lock and the map.
 type mapCache struct {
-	max int
+	max  int
+	gate *refgate.Gate // the route's: each entry is one user of it
+	hot  [hotSize]atomic.Pointer[entry]
 
 	mu      sync.RWMutex // guards the fields below
 	entries map[uint64]*entry
@@ -45,31 +69,43 @@ type mapCache struct {
 	closed  bool
 }
 
-func newMapCache(max int) *mapCache {
-	return &mapCache{max: max, entries: make(map[uint64]*entry), maps: make(map[fileID]*mapping)}
+func newMapCache(max int, gate *refgate.Gate) *mapCache {
+	return &mapCache{max: max, gate: gate, entries: make(map[uint64]*entry), maps: make(map[fileID]*mapping)}
 }
 
 // get returns the entry of region id under key with a reference (unref
-// it), or nil.
+// it), or nil. The key is the caller's own handle's: no secret to time.
 func (c *mapCache) get(id uint64, key buffer.Key) *entry {
+	h := &c.hot[id%hotSize]
+	if e := h.Load(); e != nil && e.id == id && e.key == key && e.tryRef() {
+		return e
+	}
 	c.mu.RLock()
 	e := c.entries[id]
-	if e == nil || e.key != key { // the caller's own handle: no secret to time
+	if e == nil || e.key != key || !e.tryRef() {
 		c.mu.RUnlock()
 		return nil
 	}
-	e.refs.Add(1)
+	h.Store(e) // under the read lock: dropLocked (write lock) clears it after
 	c.mu.RUnlock()
 	return e
 }
 
 // unref drops a reference to e.
 func (c *mapCache) unref(e *entry) {
-	if e.refs.Add(-1) == 0 && e.m != nil {
+	if e.refs.Add(-1) == 0 {
 		c.mu.Lock()
-		c.release(e.m)
+		c.gone(e)
 		c.mu.Unlock()
 	}
+}
+
+// gone lets e's mapping go once its last reference is; c.mu is held.
+func (c *mapCache) gone(e *entry) {
+	if e.m != nil {
+		c.release(e.m)
+	}
+	c.gate.Leave()
 }
 
 // release drops an entry's use of m; c.mu is held.
@@ -124,7 +160,7 @@ func (c *mapCache) install(e *entry, fd int, off, n uint64) (evicted []*entry, e
 		m.refs++
 		e.m, e.mem = m, m.mem[off:off+n:off+n]
 	}
-	if c.closed {
+	if c.closed || !c.gate.Enter() {
 		if e.m != nil {
 			c.release(e.m)
 		}
@@ -173,13 +209,14 @@ func (c *mapCache) dropID(id uint64, slot uint32) {
 // dropLocked unlists e and drops the cache's reference; c.mu is held.
 func (c *mapCache) dropLocked(e *entry) {
 	delete(c.entries, e.id)
-	if e.refs.Add(-1) == 0 && e.m != nil {
-		c.release(e.m)
+	c.hot[e.id%hotSize].CompareAndSwap(e, nil)
+	if e.refs.Add(-1) == 0 {
+		c.gone(e)
 	}
 }
 
-// close drops every entry; mappings go as their last copy ends (the
-// route's gate has drained: none is running).
+// close drops every entry; mappings go as their last copy ends (and with
+// the last of them the route's gate drains).
 func (c *mapCache) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -30,21 +30,14 @@ const (
 // released, lease) in the table around the copy; chunked copies check
 // again between chunks.
 func (r *route) copy(e *entry, wr *backend.WorkRequest, chunked bool) error {
-	n := uint64(len(wr.Local))
-	hdr := r.table
-	if !e.access.Allows(wr.Op.Need()) {
-		hdr.word(0, wRejected).Add(1)
-		return fmt.Errorf("shm: %s to a %s buffer: %w", wr.Op, e.access, rdmamgr.ErrAccess)
+	remote, err := r.place(e, wr)
+	if err != nil {
+		return err
 	}
-	if err := buffer.CheckRange(uint64(len(e.mem)), wr.Remote.Offset, n); err != nil {
-		hdr.word(0, wRejected).Add(1)
-		return fmt.Errorf("shm: %s at %d+%d of a %d-byte region: %w", wr.Op, wr.Remote.Offset, n, len(e.mem), err)
-	}
-	remote := e.mem[wr.Remote.Offset : wr.Remote.Offset+n]
+	n := uint64(len(remote))
 	if st := r.table.enter(e.slot, e.id); st != stAlive {
 		return r.refused(e, wr, st)
 	}
-	var err error
 	if n <= cachedMax {
 		err = guardedCopy(wr.Op, wr.Local, remote, piece)
 	} else if !chunked {
@@ -56,16 +49,44 @@ func (r *route) copy(e *entry, wr *backend.WorkRequest, chunked bool) error {
 	if err != nil {
 		return err
 	}
-	hdr.word(0, wOps).Add(1)
 	if wr.Op != backend.OpRead {
-		hdr.word(0, wBytesIn).Add(n)
+		r.count(1, n, 0)
 	} else {
-		hdr.word(0, wBytesOut).Add(n)
+		r.count(1, 0, n)
 	}
 	if err := r.st.Err(); err != nil { // the owner went away meanwhile
 		return err
 	}
 	return nil
+}
+
+// place checks wr's access and bounds against e and returns the bytes of
+// e's mapping it copies to or from.
+func (r *route) place(e *entry, wr *backend.WorkRequest) ([]byte, error) {
+	n := uint64(len(wr.Local))
+	if !e.access.Allows(wr.Op.Need()) {
+		r.table.word(0, wRejected).Add(1)
+		return nil, fmt.Errorf("shm: %s to a %s buffer: %w", wr.Op, e.access, rdmamgr.ErrAccess)
+	}
+	if err := buffer.CheckRange(uint64(len(e.mem)), wr.Remote.Offset, n); err != nil {
+		r.table.word(0, wRejected).Add(1)
+		return nil, fmt.Errorf("shm: %s at %d+%d of a %d-byte region: %w", wr.Op, wr.Remote.Offset, n, len(e.mem), err)
+	}
+	return e.mem[wr.Remote.Offset : wr.Remote.Offset+n], nil
+}
+
+// count adds copies done to the served counters in the state table.
+func (r *route) count(ops, in, out uint64) {
+	if ops == 0 {
+		return
+	}
+	r.table.word(0, wOps).Add(ops)
+	if in != 0 {
+		r.table.word(0, wBytesIn).Add(in)
+	}
+	if out != 0 {
+		r.table.word(0, wBytesOut).Add(out)
+	}
 }
 
 // copyChunks copies chunk by chunk, ending early when wr is cancelled or

@@ -81,7 +81,12 @@
 // its lease deadline on CLOCK_MONOTONIC (the same clock in every process
 // of the host) and a count of copies in flight. An initiator's copy adds
 // one to the count, then reads id, state and lease, and copies only if
-// the region is still alive, then subtracts one. The owner holds a remote
+// the region is still alive, then subtracts one (a run of small copies on
+// one region posted together with PostList, at most 64 of them or 256 KiB,
+// does this once). The lease is checked against a clock a goroutine of the
+// backend reads once a millisecond while copies run (a clock read costs
+// more than a small copy), so a copy may pass up to about a millisecond
+// after the lease ended. The owner holds a remote
 // reference (memreg.Ref) for each region a route mapped; when the region
 // is revoked, released or its lease set (memreg.Cutter), it writes the
 // new state (or lease) into every slot of it, and releases the reference
@@ -120,8 +125,17 @@
 //
 // A Put or Get of at most Config.InlineMax bytes (1 MiB) on a region already
 // mapped runs inside Post, in the caller's goroutine: it is complete when
-// Post returns (its Completer was called). Others (first use of a region,
-// larger copies) go to the route's copier goroutine in order; a queued
+// Post returns (its Completer was called), and it is never counted in the
+// route's InFlight. It takes no lock and reads no clock: the region's
+// mapping is found lock-free and held by one reference (which also keeps
+// the state table mapped until Close's last copy ends). PostList
+// (backend.ListPoster) does the same for a chain, copying each run of small
+// Puts and Gets on one region under one reference and one state-table
+// count, and reports each in order. Others (first use of a region,
+// larger copies) go to the route's copier goroutine in order (PutWithImm
+// and Send always do, so their event or message comes after every Put and
+// atomic posted before them: RC's order; a Put to a region on the fallback
+// route is ordered only among the fallback route's operations); a queued
 // operation is cancelled at once, a running copy between chunks, and
 // deadlines are checked at start and between chunks. A map request the
 // owner does not answer within 5 s fails the route. Bounds and access are

@@ -29,38 +29,42 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 	// No deadline check here: an inline copy never waits, and a queued
 	// one checks when it starts (reading the clock would cost more than
 	// a small copy).
-	if !r.gate.Enter() {
-		return fmt.Errorf("shm: route: %w", rdmamgr.ErrClosed)
-	}
 	if wr.Op == backend.OpSend { // through the owner, in order with the other queued operations
-		r.gate.Leave()
 		return r.enqueue(wr)
 	}
 	e := r.cache.get(wr.Remote.Region, wr.Remote.Key)
 	switch {
-	case e != nil && e.fallback:
+	case e == nil: // first use: the copier maps it
+		return r.enqueue(wr)
+	case e.fallback:
 		r.cache.unref(e)
-		r.gate.Leave()
 		return r.postFallback(wr)
-	case e != nil && wr.Op.Atomic():
-		r.st.Begin()
+	case wr.Op.Atomic():
 		err := r.atomic(e, wr)
 		r.cache.unref(e)
-		r.gate.Leave()
-		r.finish(wr, err)
+		r.reportInline(wr, err)
 		return nil
-	case e != nil && wr.Op != backend.OpWriteImm && len(wr.Local) <= r.b.cfg.InlineMax:
-		r.st.Begin()
+	case r.inline(wr):
 		err := r.copy(e, wr, false)
 		r.cache.unref(e)
-		r.gate.Leave()
-		r.finish(wr, err)
+		r.reportInline(wr, err)
 		return nil
-	case e != nil:
-		r.cache.unref(e)
 	}
-	r.gate.Leave()
+	r.cache.unref(e)
 	return r.enqueue(wr)
+}
+
+// inline reports whether wr is a copy Post runs itself on a mapped region.
+func (r *route) inline(wr *backend.WorkRequest) bool {
+	return (wr.Op == backend.OpWrite || wr.Op == backend.OpRead) && len(wr.Local) <= r.b.cfg.InlineMax
+}
+
+// reportInline reports the outcome of an operation Post ran itself: it
+// was never in flight. The reference to the region's entry is gone, so
+// nothing of the copy touches memory after this.
+func (r *route) reportInline(wr *backend.WorkRequest, err error) {
+	r.st.Count(wr, err)
+	wr.Done.Complete(wr, err)
 }
 
 // postFallback hands wr to the fallback route.

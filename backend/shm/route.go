@@ -25,8 +25,9 @@ type route struct {
 	fb     backend.Route // nil without a fallback
 	cache  *mapCache
 	st     routestate.State
-	// gate counts the copies touching mappings; Close unmaps only once it
-	// drained.
+	// gate counts the copier's runs and the cache's entries (each holds one
+	// ticket until its last reference goes, and a copy holds a reference):
+	// Close unmaps the state table only once it drained.
 	gate      refgate.Gate
 	room      chan struct{} // one token per queued operation (MaxInFlight)
 	wake      chan struct{} // cap 1: the copier has work
@@ -51,9 +52,11 @@ type mapReply struct {
 }
 
 func newRoute(b *Backend, peerID uint64, conn *net.UnixConn, tbl *table, fb backend.Route) *route {
-	r := &route{b: b, peerID: peerID, conn: conn, table: tbl, fb: fb, cache: newMapCache(b.cfg.MaxMapped),
+	r := &route{b: b, peerID: peerID, conn: conn, table: tbl, fb: fb,
 		room: make(chan struct{}, b.cfg.MaxInFlight), wake: make(chan struct{}, 1), poke: make(chan struct{}, 1),
 		stop: make(chan struct{}), replies: make(map[uint64]chan mapReply)}
+	r.cache = newMapCache(b.cfg.MaxMapped, &r.gate)
+	tbl.clock = &b.clock
 	r.st.Init()
 	r.wg.Add(2)
 	go r.reader()
@@ -108,8 +111,8 @@ func (r *route) Close() error {
 		close(r.stop)
 		r.wg.Wait()
 		r.gate.Close()
+		r.cache.close() // the mappings go with their last copies, and then the gate drains
 		<-r.gate.Drained()
-		r.cache.close()
 		r.table.close()
 		if r.fb != nil {
 			r.fb.Close()

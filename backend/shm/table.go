@@ -47,6 +47,9 @@ const (
 // table is a mapped state table.
 type table struct {
 	mem []byte
+	// clock, when set (an initiator's table), gives enter its lease
+	// check's time; else enter reads nanotime.
+	clock *coarseClock
 }
 
 // word returns word i of slot s; s < tableSlots is the caller's check.
@@ -74,7 +77,7 @@ func (t *table) enter(s uint32, id uint64) uint64 {
 		st = stReleased
 	case st != stAlive:
 	default:
-		if l := t.word(s, wLease).Load(); l != 0 && uint64(nanotime()) > l {
+		if l := t.word(s, wLease).Load(); l != 0 && uint64(t.now()) > l {
 			st = stExpired
 		}
 	}
@@ -82,6 +85,15 @@ func (t *table) enter(s uint32, id uint64) uint64 {
 		n.Add(^uint64(0))
 	}
 	return st
+}
+
+// now is the lease check's time: CLOCK_MONOTONIC ns, coarse when the
+// table has a clock.
+func (t *table) now() int64 {
+	if t.clock == nil {
+		return nanotime()
+	}
+	return t.clock.read()
 }
 
 // still reports whether a copy that entered slot s may go on (checked

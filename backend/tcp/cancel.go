@@ -36,6 +36,9 @@ func (r *route) Cancel(wr *backend.WorkRequest) {
 		return
 	}
 	err := routestate.OpError("tcp", wr, cause)
+	if r.fenceCancel(wr, err) { // fence.go: a notice not queued yet
+		return
+	}
 	for _, cc := range r.conns {
 		cc.endChunks(func(c *chunk) error {
 			if c.op.wr == wr {
@@ -51,8 +54,8 @@ func (cc *clientConn) endChunks(why func(*chunk) error) {
 	var ended []*chunk
 	now := time.Now()
 	cc.mu.Lock()
-	for id, c := range cc.slots {
-		if c.state == stAbandoned || c.interrupted {
+	for _, c := range cc.slots.chunks {
+		if c == nil || c.state == stAbandoned || c.interrupted {
 			continue
 		}
 		err := why(c)
@@ -63,7 +66,7 @@ func (cc *clientConn) endChunks(why func(*chunk) error) {
 		switch c.state {
 		case stQueued:
 			c.state = stAbandoned // the writer skips it
-			delete(cc.slots, id)
+			cc.slots.del(c.id)
 			ended = append(ended, c)
 		case stSent:
 			c.state = stAbandoned // kept: its response is read and dropped
@@ -96,7 +99,7 @@ func (cc *clientConn) readPayload(br *connReader, c *chunk) error {
 		}
 	}
 	cc.mu.Lock()
-	delete(cc.slots, c.id)
+	cc.slots.del(c.id)
 	if c.interrupted {
 		_ = cc.c.SetReadDeadline(time.Time{})
 	}
@@ -136,7 +139,7 @@ func (cc *clientConn) unloan() bool {
 		// (in iov still, unless it went out already) says so.
 		c.trailer[0] = trailerAbort
 		if c.state == stAnswered {
-			delete(cc.slots, c.id) // its response came already
+			cc.slots.del(c.id) // its response came already
 		} // else its response is still to come and be dropped
 		// Abandoned either way: markSent, which still sees the chunk in
 		// cc.sending, must not end it a second time.

@@ -25,9 +25,23 @@ const (
 	// round of scheduling.
 	yieldInFlight = 8
 
-	// sendQueue bounds a connection's queue of frames; a full queue is
-	// back-pressure on Post (the route's semaphore bounds the total anyway).
+	// sendQueue bounds the heartbeat pings a connection's ring takes
+	// (the route's in-flight room bounds the chunks).
 	sendQueue = 128
+
+	// A small frame posted while at least wireLow of the connection's
+	// frames are on the wire unanswered does not wake a sleeping writer
+	// until wakeFrames are queued or the reader takes in answers (which
+	// wakes the writer when frames wait): the answers to come keep the
+	// connection busy meanwhile, and the writer then sends many frames
+	// with one writev, as a plain pipeline flushes before it waits. A
+	// frame with more than coalesceMax bytes wakes the writer at once.
+	wireLow     = 16
+	wakeFrames  = 16
+	coalesceMax = 2 << 10
+	// smallRun is the number of single-chunk ops of at most coalesceMax
+	// bytes posted on one connection before the next takes over.
+	smallRun = 32
 
 	// inlineMax is the largest chunk a poster writes itself when the
 	// connection has nothing queued (client_write.go): a larger one goes
@@ -36,30 +50,35 @@ const (
 )
 
 // clientConn is one connection of a route: a writer and a reader goroutine.
+//
+// Posters put chunks on the connection's submission ring (pend) under mu,
+// in posting order; the writer drains it in batches, one writev each. A
+// poster wakes the writer only when it sleeps: one wake-up per batch.
 type clientConn struct {
-	r     *route
-	c     net.Conn
-	sendq chan *chunk
+	r *route
+	c net.Conn
 
 	heard atomic.Uint64 // responses read; the heartbeat watches it move
 	// lastHeard and lastHeardAt are owned by the watchdog.
 	lastHeard   uint64
 	lastHeardAt time.Time
 
-	mu      sync.Mutex // guards slots, nextID, failing and chunk states
-	slots   map[uint64]*chunk
-	nextID  uint64
+	mu      sync.Mutex // guards slots, pend, sleeping, failing and chunk states
+	slots   slotTable
+	pend    []*chunk // the submission ring: queued chunks, in posting order
 	failing bool
+	// sleeping says the writer waits on wake for work; the poster that
+	// finds it so clears it and sends the one wake-up.
+	sleeping bool
+	wake     chan struct{}
 
 	// wmu is held by whoever writes: the writer goroutine, or a poster
 	// writing its own small frame (client_write.go). It guards the
-	// writer scratch below.
-	wmu sync.Mutex
-	// queued counts the chunks put in sendq and not yet taken by a writer
-	// under wmu: a poster writes its frame itself only when it is 0, so
-	// frames keep their posting order.
-	queued  atomic.Int32
+	// writer scratch below. A writer takes chunks off pend only while it
+	// holds wmu, so frames go out in posting order.
+	wmu     sync.Mutex
 	inlined atomic.Uint64 // frames written by their poster (tests read it)
+	writevs atomic.Uint64 // batches written (benchmarks read it)
 
 	// writer scratch, under wmu
 	hdrs   [maxWriteBatch][reqMaxSize]byte
@@ -71,52 +90,76 @@ type clientConn struct {
 	sending []*chunk
 }
 
-func newClientConn(r *route, c net.Conn, queue int) *clientConn {
-	return &clientConn{r: r, c: c, slots: make(map[uint64]*chunk), sendq: make(chan *chunk, queue), lastHeardAt: time.Now()}
+func newClientConn(r *route, c net.Conn) *clientConn {
+	return &clientConn{r: r, c: c, wake: make(chan struct{}, 1), lastHeardAt: time.Now()}
 }
 
-// enqueue gives c an id and queues it for the writer; on a connection
-// that is failing it finishes c with the route's error.
-func (cc *clientConn) enqueue(c *chunk) {
+// enqueue gives each chunk of the chain head (linked by next) an id and
+// puts the chain on the ring under one lock, waking the writer at most
+// once (and, for small frames behind many on the wire, not at once: see
+// wireLow); on a connection that is failing it finishes them with the route's
+// error. A chain of one small chunk, with nothing else in flight on the
+// route, is written by the poster itself (writeInline).
+func (cc *clientConn) enqueue(head *chunk) {
 	cc.mu.Lock()
 	if cc.failing {
 		cc.mu.Unlock()
-		c.finish(cc.r.Err())
+		err := cc.r.Err()
+		for c := head; c != nil; {
+			next := c.next
+			c.next = nil
+			c.finish(err)
+			c = next
+		}
 		return
 	}
-	cc.nextID++
-	c.id = cc.nextID
-	c.state = stQueued
-	cc.slots[c.id] = c
+	inline := head.next == nil && len(cc.pend) == 0 && len(head.local) <= inlineMax && cc.r.InFlight() <= 1
+	now := false // wake the writer now rather than let frames gather
+	for c := head; c != nil; {
+		next := c.next
+		c.next = nil
+		now = now || len(c.local) > coalesceMax
+		c.id = cc.slots.put(c)
+		c.state = stQueued
+		cc.pend = append(cc.pend, c)
+		c = next
+	}
+	if inline && cc.wmu.TryLock() {
+		// Nothing queued and no writer at work: later posters queue
+		// behind this frame, since the writer needs wmu to take them.
+		cc.pend = cc.pend[:0]
+		cc.mu.Unlock()
+		cc.writeInline(head)
+		return
+	}
+	if now || len(cc.pend) >= wakeFrames || cc.slots.held-len(cc.pend) < wireLow {
+		cc.kickLocked()
+	}
 	cc.mu.Unlock()
-	if cc.writeInline(c) {
-		return
-	}
-	cc.queued.Add(1)
-	select {
-	case cc.sendq <- c: // the common case, without a select's cost
-		return
-	default:
-	}
-	select {
-	case cc.sendq <- c:
-	case <-cc.r.Done():
-		// The writer is gone; the chunk is in slots and drain fails it.
-		cc.queued.Add(-1)
+}
+
+// kickLocked wakes the writer if it sleeps; called with mu held.
+func (cc *clientConn) kickLocked() {
+	if cc.sleeping {
+		cc.sleeping = false
+		select {
+		case cc.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// push queues a frame for the writer unless the queue is full, and
-// reports whether it did.
+// push queues a frame for the writer unless the ring holds sendQueue
+// already, and reports whether it did.
 func (cc *clientConn) push(c *chunk) bool {
-	cc.queued.Add(1)
-	select {
-	case cc.sendq <- c:
-		return true
-	default:
-		cc.queued.Add(-1)
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.failing || len(cc.pend) >= sendQueue {
 		return false
 	}
+	cc.pend = append(cc.pend, c)
+	cc.kickLocked()
+	return true
 }
 
 // expire ends chunks past their deadline with ErrDeadline, as a cancel
@@ -138,22 +181,19 @@ func (cc *clientConn) failAll(err error) {
 	cc.mu.Lock()
 	cc.failing = true
 	var left []*chunk
-	for id, c := range cc.slots {
-		delete(cc.slots, id)
+	for _, c := range cc.slots.chunks {
+		if c == nil {
+			continue
+		}
+		cc.slots.del(c.id)
 		if c.state != stAbandoned {
 			left = append(left, c)
 		}
 	}
+	// Chunks on the ring were in slots too; drop the ring.
+	clear(cc.pend)
+	cc.pend = cc.pend[:0]
 	cc.mu.Unlock()
-	// Chunks still in sendq were in slots too; drop the queue.
-	for {
-		select {
-		case <-cc.sendq:
-			continue
-		default:
-		}
-		break
-	}
 	for _, c := range left {
 		c.finish(err)
 	}

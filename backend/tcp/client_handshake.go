@@ -42,7 +42,7 @@ func (p *pendingRoute) Complete(ctx context.Context, info []byte) (backend.Route
 			return nil, fmt.Errorf("tcp: connection %d to %s: %w", i, addr, err)
 		}
 		setSockopts(c, b.cfg.SocketBuffer)
-		r.conns = append(r.conns, newClientConn(r, c, min(b.cfg.MaxInFlight, sendQueue)))
+		r.conns = append(r.conns, newClientConn(r, c))
 	}
 	if err := b.startRoute(r); err != nil {
 		r.closeConns()

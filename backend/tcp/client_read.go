@@ -9,32 +9,48 @@ import (
 	"github.com/rdmamgr/rdmamgr"
 )
 
+// maxReadBatch bounds the responses the reader handles under one hold of
+// the connection's lock.
+const maxReadBatch = 64
+
 // readLoop reads responses and completes chunks; READ payload lands
-// straight in the chunk's local memory. It returns after failing the route
-// when the connection fails or the peer breaks the protocol.
+// straight in the chunk's local memory. It takes responses in batches:
+// one header, read however it comes, and then every whole header already
+// buffered behind it (up to maxReadBatch, and up to one with payload);
+// the batch is matched under one hold of the lock and its chunks finished
+// together. It returns after failing the route when the connection fails
+// or the peer breaks the protocol.
 func (cc *clientConn) readLoop() {
 	defer cc.r.b.wg.Done()
 	defer cc.r.ioWG.Done()
 	br := newConnReader(cc.c)
 	defer br.close()
 	var hb [respMaxSize]byte
-	var h respHeader
+	var hs [maxReadBatch]respHeader
+	var done doneBatch
 	for {
-		n, err := readRespHeader(br, &hb)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				cc.r.fail(fmt.Errorf("tcp: connection closed: %w", rdmamgr.ErrClosed))
-			} else {
-				cc.r.fail(fmt.Errorf("tcp: read: %w: %w", rdmamgr.ErrPeerGone, err))
+		k := 0
+		for k < len(hs) {
+			if k > 0 && (hs[k-1].length != 0 || !br.bufferedHeader()) {
+				break
 			}
-			return
+			n, err := readRespHeader(br, &hb)
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					cc.r.fail(fmt.Errorf("tcp: connection closed: %w", rdmamgr.ErrClosed))
+				} else {
+					cc.r.fail(fmt.Errorf("tcp: read: %w: %w", rdmamgr.ErrPeerGone, err))
+				}
+				return
+			}
+			if err := hs[k].decode(hb[:n]); err != nil {
+				cc.r.fail(err)
+				return
+			}
+			k++
 		}
-		if err := h.decode(hb[:n]); err != nil {
-			cc.r.fail(err)
-			return
-		}
-		cc.heard.Add(1)
-		if err := cc.onResponse(br, &h); err != nil {
+		cc.heard.Add(uint64(k))
+		if err := cc.onResponses(br, hs[:k], &done); err != nil {
 			cc.r.fail(err)
 			return
 		}
@@ -56,24 +72,76 @@ func readRespHeader(br *connReader, hb *[respMaxSize]byte) (int, error) {
 	return n, nil
 }
 
-// onResponse handles one decoded response header (and its payload). An
-// error is the route's: a response that does not match, or a failed read.
-func (cc *clientConn) onResponse(br *connReader, h *respHeader) error {
+// doneBatch holds the chunks a batch of responses ends, to be finished
+// once the lock is let go.
+type doneBatch struct {
+	cs   [maxReadBatch]*chunk
+	errs [maxReadBatch]error
+	n    int
+}
+
+func (d *doneBatch) add(c *chunk, err error) {
+	d.cs[d.n], d.errs[d.n] = c, err
+	d.n++
+}
+
+// finish finishes the batch's chunks and empties it.
+func (d *doneBatch) finish() {
+	if d.n == 0 {
+		return
+	}
+	d.cs[0].op.r.sem.release(int64(d.n)) // one route: the connection's
+	for i := range d.n {
+		c, err := d.cs[i], d.errs[i]
+		d.cs[i], d.errs[i] = nil, nil
+		c.end(err)
+	}
+	d.n = 0
+}
+
+// onResponses handles a batch of decoded response headers, of which only
+// the last may carry payload (read here, after the others are finished).
+// An error is the route's: a response that does not match, or a failed
+// read; the chunks the batch ended before it are finished still.
+func (cc *clientConn) onResponses(br *connReader, hs []respHeader, done *doneBatch) error {
+	var payload *chunk
+	var abandoned bool
+	var err error
+	cc.mu.Lock()
+	for i := range hs {
+		if payload, abandoned, err = cc.match(&hs[i], done); err != nil {
+			break
+		}
+	}
+	if len(cc.pend) > 0 {
+		cc.kickLocked() // frames held back for a batch (wireLow) go now
+	}
+	cc.mu.Unlock()
+	done.finish()
+	if err != nil || payload == nil {
+		return err
+	}
+	return cc.onPayload(br, payload, hs[len(hs)-1].length, abandoned)
+}
+
+// match handles one response header under mu: a chunk it ends goes to
+// done; a chunk whose payload is to be read is returned (abandoned: into
+// a sink). An error is the route's: a response that does not match.
+func (cc *clientConn) match(h *respHeader, done *doneBatch) (*chunk, bool, error) {
 	if h.op == opPing {
 		if h.length != 0 || h.code != 0 {
-			return fmt.Errorf("tcp: malformed ping response: %w", rdmamgr.ErrProtocol)
+			return nil, false, fmt.Errorf("tcp: malformed ping response: %w", rdmamgr.ErrProtocol)
 		}
-		return nil
+		return nil, false, nil
 	}
-	cc.mu.Lock()
-	c := cc.slots[h.wrid]
+	c := cc.slots.get(h.wrid)
 	// A response for a request not yet sent (queued) or already
-	// answered cannot be genuine.
+	// answered cannot be genuine; nor can one naming an id not held
+	// now (forged, or for a slot freed since: slots.go).
 	if c == nil || c.state == stQueued || c.state == stAnswered || c.wop != h.op ||
 		(h.length != 0 && h.length != uint32(len(c.local))) ||
 		(h.op == opRead && h.code == 0 && h.length == 0) {
-		cc.mu.Unlock()
-		return fmt.Errorf("tcp: response for wrid %d does not match: %w", h.wrid, rdmamgr.ErrProtocol)
+		return nil, false, fmt.Errorf("tcp: response for wrid %d does not match: %w", h.wrid, rdmamgr.ErrProtocol)
 	}
 	if c.state == stSending && hasPayload(h.op) {
 		// The writer may still be reading c.local (a peer can answer
@@ -83,23 +151,20 @@ func (cc *clientConn) onResponse(br *connReader, h *respHeader) error {
 		if h.code != 0 {
 			c.answer = codeErr(h.op, h.code)
 		}
-		cc.mu.Unlock()
-		return nil
+		return nil, false, nil
 	}
 	abandoned := c.state == stAbandoned
 	if h.length > 0 && !abandoned {
 		c.state = stReceiving
 	}
 	if abandoned || h.length == 0 {
-		delete(cc.slots, h.wrid)
+		cc.slots.del(h.wrid)
 	}
-	cc.mu.Unlock()
-
 	if h.length > 0 {
-		return cc.onPayload(br, c, h.length, abandoned)
+		return c, abandoned, nil
 	}
 	if abandoned {
-		return nil
+		return nil, false, nil
 	}
 	var err error
 	if h.code != 0 {
@@ -109,8 +174,8 @@ func (cc *clientConn) onResponse(br *connReader, h *respHeader) error {
 		// request be reused) before finish.
 		c.op.wr.Result = h.value
 	}
-	c.finish(err)
-	return nil
+	done.add(c, err)
+	return nil, false, nil
 }
 
 // onPayload reads a READ response's n payload bytes into c's memory (and

@@ -9,20 +9,29 @@ import (
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
-// writeLoop gathers queued frames (headers and WRITE payloads straight from
-// their regions) and writes them with one writev per batch. It returns when
-// the route fails, or after failing it when a write fails.
+// writeLoop drains the connection's ring in batches: it gathers queued
+// frames (headers and WRITE payloads straight from their regions) and
+// writes them with one writev per batch, sleeping on wake when the ring is
+// empty. It returns when the route fails, or after failing it when a
+// write fails.
 func (cc *clientConn) writeLoop() {
 	defer cc.r.b.wg.Done()
 	defer cc.r.ioWG.Done()
 	for {
-		var c *chunk
-		select {
-		case c = <-cc.sendq:
-		case <-cc.r.Done():
-			return
+		cc.mu.Lock()
+		for len(cc.pend) == 0 {
+			cc.sleeping = true
+			cc.mu.Unlock()
+			select {
+			case <-cc.wake:
+			case <-cc.r.Done():
+				return
+			}
+			cc.mu.Lock()
 		}
-		if len(cc.sendq) == 0 && cc.r.InFlight() >= yieldInFlight {
+		n := len(cc.pend)
+		cc.mu.Unlock()
+		if n < yieldInFlight && cc.r.InFlight() >= yieldInFlight {
 			// Let posters that are ready to run queue their frames first,
 			// so one writev carries many (a syscall per frame otherwise
 			// dominates small operations). With nothing else runnable
@@ -30,8 +39,7 @@ func (cc *clientConn) writeLoop() {
 			runtime.Gosched()
 		}
 		cc.wmu.Lock()
-		cc.queued.Add(-1)
-		answered, ok := cc.send(c)
+		answered, ok := cc.send(nil)
 		cc.wmu.Unlock()
 		finishAll(answered)
 		if !ok {
@@ -40,36 +48,33 @@ func (cc *clientConn) writeLoop() {
 	}
 }
 
-// writeInline writes c's frame from the poster's goroutine when c is
-// small, its operation is the only one in flight on the route, nothing is
-// queued and no other writer is at work: a one-at-a-time operation then
-// costs no hand-off to the writer goroutine, whose wake-up can cost a
-// cross-core round trip. With more in flight the writer goroutine gathers
-// the frames of many posters into one writev instead. It reports whether
-// it wrote c. Like the writer, it waits while the socket's buffer is full;
-// a cancel or the chunk's deadline interrupts that wait as it does the
-// writer's.
-func (cc *clientConn) writeInline(c *chunk) bool {
-	if len(c.local) > inlineMax || cc.r.InFlight() > 1 || cc.queued.Load() != 0 || !cc.wmu.TryLock() {
-		return false
-	}
-	if cc.queued.Load() != 0 || cc.r.Err() != nil {
+// writeInline writes c's frame from the poster's goroutine; enqueue calls
+// it, with wmu held, when c is small, its operation is the only one in
+// flight on the route, nothing is queued and no other writer is at work:
+// a one-at-a-time operation then costs no hand-off to the writer
+// goroutine, whose wake-up can cost a cross-core round trip. With more in
+// flight the writer goroutine gathers the frames of many posters into one
+// writev instead. Like the writer, it waits while the socket's buffer is
+// full; a cancel or the chunk's deadline interrupts that wait as it does
+// the writer's. It releases wmu.
+func (cc *clientConn) writeInline(c *chunk) {
+	if cc.r.Err() != nil {
+		// c stays in slots, queued: drain fails it.
 		cc.wmu.Unlock()
-		return false
+		return
 	}
 	answered, _ := cc.send(c)
 	cc.wmu.Unlock()
 	cc.inlined.Add(1)
 	finishAll(answered)
-	return true
 }
 
-// send writes c and what is queued behind it as one batch; called with
-// wmu held. It returns the chunks that were answered while being sent, to
-// be finished once wmu is let go (a completion may post again), and false
-// once the route failed.
-func (cc *clientConn) send(c *chunk) ([]*chunk, bool) {
-	if cc.gather(c) == 0 {
+// send writes first (a chunk written inline, or nil) and what is on the
+// ring as one batch; called with wmu held. It returns the chunks that were
+// answered while being sent, to be finished once wmu is let go (a
+// completion may post again), and false once the route failed.
+func (cc *clientConn) send(first *chunk) ([]*chunk, bool) {
+	if cc.gather(first) == 0 {
 		return nil, true
 	}
 	if err := cc.writeBatch(); err != nil {
@@ -85,51 +90,63 @@ func finishAll(cs []*chunk) {
 	}
 }
 
-// gather builds the batch in iov from c and whatever else is queued now,
-// up to maxWriteBatch frames or maxBatchBytes of payload, and returns the
-// number of frames (abandoned chunks are skipped).
-func (cc *clientConn) gather(c *chunk) int {
+// gather builds the batch in iov from first (if not nil) and the front of
+// the ring, up to maxWriteBatch frames or maxBatchBytes of payload, under
+// one hold of mu, and returns the number of frames (abandoned chunks are
+// skipped). What does not fit stays on the ring for the next batch.
+func (cc *clientConn) gather(first *chunk) int {
 	cc.iov = cc.iovBuf[:0]
 	cc.sending = cc.sending[:0]
 	nh, bytes := 0, 0
-	for {
-		if c == pingChunk {
-			h := reqHeader{op: opPing}
-			h.encode(cc.hdrs[nh][:reqHeaderSize])
-			cc.iov = append(cc.iov, cc.hdrs[nh][:reqHeaderSize])
-			nh++
-		} else if h, ok := cc.claim(c); ok {
-			hb := cc.hdrs[nh][:h.size()]
-			h.encode(hb)
-			cc.iov = append(cc.iov, hb)
-			nh++
-			if hasPayload(h.op) {
-				cc.iov = append(cc.iov, c.local)
-				bytes += len(c.local)
-				cc.sending = append(cc.sending, c)
-			}
-			if hasTrailer(h.op) {
-				c.trailer[0] = trailerCommit
-				cc.iov = append(cc.iov, c.trailer[:])
-			}
-		}
-		if nh == maxWriteBatch || bytes >= maxBatchBytes {
-			return nh
-		}
-		select {
-		case c = <-cc.sendq:
-			cc.queued.Add(-1)
-			continue
-		default:
-		}
-		return nh
+	cc.mu.Lock()
+	if first != nil {
+		nh, bytes = cc.add(first, nh, bytes)
 	}
+	taken := 0
+	for taken < len(cc.pend) && nh < maxWriteBatch && bytes < maxBatchBytes {
+		nh, bytes = cc.add(cc.pend[taken], nh, bytes)
+		taken++
+	}
+	rest := copy(cc.pend, cc.pend[taken:])
+	clear(cc.pend[rest:])
+	cc.pend = cc.pend[:rest]
+	cc.mu.Unlock()
+	return nh
+}
+
+// add claims c and appends its frame to the batch; called with mu held.
+// It returns the batch's frames and payload bytes so far.
+func (cc *clientConn) add(c *chunk, nh, bytes int) (int, int) {
+	if c == pingChunk {
+		h := reqHeader{op: opPing}
+		h.encode(cc.hdrs[nh][:reqHeaderSize])
+		cc.iov = append(cc.iov, cc.hdrs[nh][:reqHeaderSize])
+		return nh + 1, bytes
+	}
+	h, ok := cc.claim(c)
+	if !ok {
+		return nh, bytes
+	}
+	hb := cc.hdrs[nh][:h.size()]
+	h.encode(hb)
+	cc.iov = append(cc.iov, hb)
+	if hasPayload(h.op) {
+		cc.iov = append(cc.iov, c.local)
+		bytes += len(c.local)
+		cc.sending = append(cc.sending, c)
+	}
+	if hasTrailer(h.op) {
+		c.trailer[0] = trailerCommit
+		cc.iov = append(cc.iov, c.trailer[:])
+	}
+	return nh + 1, bytes
 }
 
 // writeBatch writes the gathered batch. A write interrupted by a cancel
 // goes on with the cancelled payloads swapped for zeros (unloan).
 func (cc *clientConn) writeBatch() error {
 	cc.iovBuf = cc.iov[:0]
+	cc.writevs.Add(1)
 	_, err := cc.iov.WriteTo(cc.c)
 	for err != nil && isTimeout(err) && cc.unloan() {
 		// A cancelled WRITE's payload was swapped for zeros (the
@@ -141,12 +158,10 @@ func (cc *clientConn) writeBatch() error {
 }
 
 // claim takes a queued chunk for writing and returns its header; an
-// abandoned one is skipped. A chunk with payload becomes sending (the
+// abandoned one is skipped. Called with mu held. A chunk with payload becomes sending (the
 // writer reads its memory until markSent); any other becomes sent at
 // once, since writing its header touches no local memory.
 func (cc *clientConn) claim(c *chunk) (reqHeader, bool) {
-	cc.mu.Lock()
-	defer cc.mu.Unlock()
 	if c.state != stQueued {
 		return reqHeader{}, false
 	}
@@ -189,7 +204,7 @@ func (cc *clientConn) markSent() []*chunk {
 			if c.state == stSending {
 				c.state = stAbandoned // its response is still to come and be dropped
 			} else {
-				delete(cc.slots, c.id)
+				cc.slots.del(c.id)
 			}
 			answered = append(answered, c)
 			continue
@@ -198,7 +213,7 @@ func (cc *clientConn) markSent() []*chunk {
 		case stSending:
 			c.state = stSent
 		case stAnswered:
-			delete(cc.slots, c.id)
+			cc.slots.del(c.id)
 			answered = append(answered, c)
 		}
 	}

@@ -21,10 +21,24 @@
 // side reads a connection through a 4 KiB buffer that grows to 64 KiB
 // for a burst (reader.go): one read then takes in a batch of small frames,
 // and the owner answers the batch with one writev. A connection's frames
-// are written by its writer goroutine, which gathers what many posters
-// queued into one writev; an operation alone in flight, of at most 64 KiB,
-// is written by its poster instead (client_write.go), in posting order
-// still. Every
+// are written by its writer goroutine: posters put their chunks on the
+// connection's submission ring under one lock (a chain of them at once
+// with PostList, the route's backend.ListPoster), waking the writer only
+// when it sleeps, and the writer drains the ring in batches of up to 64
+// frames, one writev each; an operation alone in flight, of at most 64
+// KiB, is written by its poster instead (client_write.go), in posting
+// order still. A connection's chunks in flight sit in a table indexed by
+// slot (slots.go); a frame's id is the slot and its generation, which
+// moves on when the slot is freed, so an answer naming an id not held now
+// (forged, or for a slot freed and reused) is a protocol violation and
+// completes nothing. Posting and completing read no clock and use no
+// channel per operation: room in flight is an atomic count (sem.go). A
+// small frame posted behind many unanswered ones on its connection waits
+// on the ring for company (up to 16 frames, or until the reader takes in
+// answers, which wakes the writer), and small single-chunk operations go
+// in runs of 32 per connection, so a pipeline of small operations costs
+// few writevs and reads; the reader matches a batch of answers under one
+// hold of the connection's lock and finishes them together. Every
 // header field is validated: a malformed header closes the connection, a
 // request that fails the key, access or bounds check is answered with its
 // error code and changes nothing.
@@ -50,9 +64,16 @@
 // A write-imm larger than a chunk is sent as plain WRITEs on the lane and
 // a last write-imm frame that names the whole range; the event comes after
 // all of it (a cancel of it delivers no event). Plain Puts, Gets and the
-// atomics are striped over the route's connections: a PutWithImm's event
-// does not order Puts posted before it (wait for their completion first,
-// unlike an RDMA RC queue pair). A send is one frame: at most MaxFrameLen
+// atomics are spread over the route's connections (chunks round-robin,
+// small operations in runs); the fence (fence.go)
+// keeps RC's order anyway: a write-imm or send posted while WRITEs or
+// atomics posted before it are in flight is held (Post does not wait for
+// them) and queued on the lane once they are answered, so its event or
+// message comes after their bytes. A held notice that is cancelled or
+// passes its deadline completes at once with nothing sent; one behind a
+// WRITE that fails is still sent, after that failure is reported. An
+// atomic is not held behind earlier WRITEs (it may overtake them: wait for
+// their completion), nor a Get. A send is one frame: at most MaxFrameLen
 // bytes (ErrLimit at Post).
 //
 // The listener survives a hostile network (server_accept.go): Accept
@@ -88,7 +109,8 @@
 // frames, batched responses), server_write.go (WRITE and READ),
 // server_verbs.go (write-imm, send, atomics) and verbs.go (the inbox); the
 // client side is client_handshake.go (dial and hello), route.go (route
-// state, striping, the lane, watchdog), op.go (the op/chunk state machine), client.go,
+// state, striping, the lane, watchdog), fence.go (notices after earlier
+// WRITEs and atomics), op.go (the op/chunk state machine), client.go,
 // client_write.go and client_read.go (a connection's writer and reader)
 // and cancel.go (ending one chunk early). Done, Err, Stats and work-request
 // validation are shared with the other backends (backend/internal/routestate).

@@ -19,6 +19,9 @@ type op struct {
 	r         *route
 	one       [1]chunk // the chunk of a single-chunk op
 	chunks    []chunk  // the op's chunks (one[:] or allocated)
+	// fenceEpoch is 1 + the fence epoch a WRITE or atomic counts in, 0
+	// if none (fence.go); set at Post, cleared by fenceDone.
+	fenceEpoch uint64
 }
 
 var opPool = sync.Pool{New: func() any { return new(op) }}
@@ -34,7 +37,7 @@ var opPool = sync.Pool{New: func() any { return new(op) }}
 // and is finished (its op's count taken) exactly once, by whichever loop
 // or canceller last touched its memory.
 const (
-	stQueued    = iota // in sendq, not yet written
+	stQueued    = iota // on the ring, not yet written
 	stSending          // writer is writing it
 	stSent             // written, awaiting response
 	stReceiving        // reader is reading its payload
@@ -45,8 +48,9 @@ const (
 // chunk is one frame's worth of an op.
 type chunk struct {
 	op       *op
-	wop      byte // the frame's wire op
-	id       uint64
+	wop      byte   // the frame's wire op
+	id       uint64 // slot and generation (slots.go)
+	next     *chunk // links a chain being queued (enqueue)
 	local    []byte
 	region   uint64
 	offset   uint64
@@ -105,6 +109,7 @@ func newOp(r *route, wr *backend.WorkRequest, count int) *op {
 		c.deadline = wr.Deadline
 		c.answer, c.cause, c.interrupted = nil, nil, false
 		c.stop.Store(false)
+		c.next = nil
 	}
 	return o
 }
@@ -112,15 +117,24 @@ func newOp(r *route, wr *backend.WorkRequest, count int) *op {
 // finish records a chunk's outcome; the last chunk completes the op. Called
 // only once neither loop of the chunk's connection can touch its memory.
 func (c *chunk) finish(err error) {
+	c.op.r.sem.release(1)
+	c.end(err)
+}
+
+// end is finish less giving back the chunk's room in flight, which the
+// caller did (for a batch at once).
+func (c *chunk) end(err error) {
 	o := c.op
 	r := o.r
-	<-r.sem
 	if err != nil {
 		e := err // only a failure pays for the pointer
 		o.firstErr.CompareAndSwap(nil, &e)
 	}
 	if o.remaining.Add(-1) != 0 {
 		return
+	}
+	if o.fenceEpoch != 0 {
+		r.fenceDone(o) // fence.go: may release notices held behind o
 	}
 	wr := o.wr
 	var final error

@@ -45,6 +45,12 @@ func newConnReader(src io.Reader) *connReader {
 // connection.
 func (cr *connReader) Buffered() int { return cr.w - cr.r }
 
+// bufferedHeader reports whether a whole response header is buffered, so
+// that reading it takes no system call.
+func (cr *connReader) bufferedHeader() bool {
+	return cr.w-cr.r >= respHeaderSize && cr.w-cr.r >= respSize(cr.buf[cr.r]&^respFlag)
+}
+
 // Read reads into p: from the buffer when it holds anything, else straight
 // from the connection when p is at least as large as the buffer, else
 // through one fill of the buffer.

@@ -25,11 +25,13 @@ type route struct {
 	b      *Backend
 	peer   uint64
 	conns  []*clientConn // fixed after Complete
-	sem    chan struct{} // one token per chunk in flight
+	sem    *inflightSem  // room for chunks in flight
 	next   atomic.Uint32 // round-robin start
 	chunkN uint64
 
 	kick chan struct{} // wakes the watchdog when work is posted
+
+	fence fence // fence.go: notices after earlier WRITEs and atomics
 
 	drained chan struct{} // closed once every chunk is completed after fail
 	ioWG    sync.WaitGroup
@@ -42,7 +44,7 @@ func newRoute(b *Backend, peer uint64) *route {
 	r := &route{
 		b:       b,
 		peer:    peer,
-		sem:     make(chan struct{}, b.cfg.MaxInFlight),
+		sem:     newInflightSem(b.cfg.MaxInFlight),
 		drained: make(chan struct{}),
 		kick:    make(chan struct{}, 1),
 		chunkN:  uint64(b.cfg.ChunkSize),
@@ -52,31 +54,66 @@ func newRoute(b *Backend, peer uint64) *route {
 }
 
 // Post splits wr into chunks and queues them: round-robin on the
-// connections, except the chunks of a write-imm or a send, which all go
+// connections (a small single-chunk op in runs of smallRun), except the chunks of a write-imm or a send, which all go
 // on the lane (the route's first connection), in posting order.
 func (r *route) Post(wr *backend.WorkRequest) error {
-	if err := routestate.ValidateAll("tcp", wr); err != nil {
-		return err
-	}
-	if err := r.Err(); err != nil {
-		return err
-	}
-	count, err := r.chunkCount(wr)
+	o, wasIdle, err := r.prepare(wr, nil)
 	if err != nil {
 		return err
 	}
-	if err := r.reserve(count, wr); err != nil {
-		return err
+	r.queue(o)
+	r.posted(wr, wasIdle)
+	return nil
+}
+
+// prepare checks wr, takes its room in flight (flushing b first, if not
+// nil, when it has to wait for room) and splits it into an op.
+func (r *route) prepare(wr *backend.WorkRequest, b *listBatch) (*op, bool, error) {
+	if err := routestate.ValidateAll("tcp", wr); err != nil {
+		return nil, false, err
+	}
+	if err := r.Err(); err != nil {
+		return nil, false, err
+	}
+	count, err := r.chunkCount(wr)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := r.reserve(count, wr, b); err != nil {
+		return nil, false, err
 	}
 	wasIdle := r.Begin()
-	o := newOp(r, wr, count)
-	if wr.Op == backend.OpWriteImm || wr.Op == backend.OpSend {
-		for i := range o.chunks {
-			r.conns[0].enqueue(&o.chunks[i])
-		}
-	} else {
-		r.stripe(o)
+	return newOp(r, wr, count), wasIdle, nil
+}
+
+// queue puts o's chunks on the connections' rings: a write-imm's or a
+// send's all on the lane, in order; others striped round-robin from the
+// next start, each connection's share as one chain (one lock, one
+// wake-up).
+func (r *route) queue(o *op) {
+	if r.fenceHold(o) { // fence.go: a notice held behind earlier WRITEs and atomics
+		return
 	}
+	if lane(o.wr) {
+		r.conns[0].enqueue(link(o.chunks, 0, 1))
+		return
+	}
+	r.fenceCount(o) // fence.go
+	start, n := int(r.next.Add(1)), len(r.conns)
+	if len(o.chunks) == 1 && len(o.wr.Local) <= coalesceMax {
+		// Runs of small ops on one connection: their frames share
+		// writevs, and their answers reads, as they would not if
+		// striped one by one.
+		start /= smallRun
+	}
+	for j := range min(n, len(o.chunks)) {
+		r.conns[(start+j)%n].enqueue(link(o.chunks, j, n))
+	}
+}
+
+// posted ends a post: a cancel that came while wr was being queued is
+// carried out, and an idle watchdog is woken.
+func (r *route) posted(wr *backend.WorkRequest, wasIdle bool) {
 	if wr.CancelCause() != nil { // cancelled while it was being queued
 		r.Cancel(wr)
 	}
@@ -86,7 +123,23 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 		default:
 		}
 	}
-	return nil
+}
+
+// lane reports whether wr's chunks go on the lane.
+func lane(wr *backend.WorkRequest) bool {
+	return wr.Op == backend.OpWriteImm || wr.Op == backend.OpSend
+}
+
+// link chains chunks from, from+step, ... by next and returns the head.
+func link(cs []chunk, from, step int) *chunk {
+	var prev *chunk
+	for i := from; i < len(cs); i += step {
+		if prev != nil {
+			prev.next = &cs[i]
+		}
+		prev = &cs[i]
+	}
+	return &cs[from]
 }
 
 // chunkCount returns the number of frames wr takes: one for an atomic
@@ -104,56 +157,46 @@ func (r *route) chunkCount(wr *backend.WorkRequest) (int, error) {
 		return 1, nil
 	}
 	count := (n + r.chunkN - 1) / r.chunkN
-	if count > uint64(cap(r.sem)) {
-		return 0, fmt.Errorf("tcp: %d-byte operation needs %d chunks, limit %d: %w", n, count, cap(r.sem), rdmamgr.ErrLimit)
+	if count > uint64(r.sem.max) {
+		return 0, fmt.Errorf("tcp: %d-byte operation needs %d chunks, limit %d: %w", n, count, r.sem.max, rdmamgr.ErrLimit)
 	}
 	return int(count), nil
 }
 
-// reserve takes count slots of the in-flight semaphore, all of them before
+// reserve takes count units of the in-flight room, all of them before
 // any chunk is queued, so a partly posted op never waits on itself. It
 // waits (back-pressure) until there is room, wr's deadline passes, the
-// route fails or wr's poster gives up.
-func (r *route) reserve(count int, wr *backend.WorkRequest) error {
-	var timer *time.Timer
-	for i := range count {
-		select {
-		case r.sem <- struct{}{}:
-			continue
-		default:
+// route fails or wr's poster gives up. Only a wait reads the clock. A
+// list being posted (b) is queued before the wait: its ops hold room
+// that only their completion gives back.
+func (r *route) reserve(count int, wr *backend.WorkRequest, b *listBatch) error {
+	s, k := r.sem, int64(count)
+	if s.tryTake(k) {
+		return nil
+	}
+	if b != nil {
+		b.flush()
+	}
+	s.waiters.Add(1)
+	defer s.waiters.Add(-1)
+	timer := time.NewTimer(time.Until(wr.Deadline))
+	defer timer.Stop()
+	for {
+		if s.tryTake(k) {
+			if s.waiters.Load() > 1 {
+				s.wake() // pass the wake-up on: there may be room left
+			}
+			return nil
 		}
-		if timer == nil {
-			timer = time.NewTimer(time.Until(wr.Deadline))
-			defer timer.Stop()
-		}
 		select {
-		case r.sem <- struct{}{}:
+		case <-s.room:
 		case <-timer.C:
-			r.releaseSem(i)
 			return fmt.Errorf("tcp: waiting for room in flight: %w", rdmamgr.ErrDeadline)
 		case <-r.Done():
-			r.releaseSem(i)
 			return r.Err()
 		case <-wr.Cancel:
-			r.releaseSem(i)
 			return fmt.Errorf("tcp: waiting for room in flight: %w", errCanceledWait)
 		}
-	}
-	return nil
-}
-
-// stripe queues o's chunks on the connections, round-robin from the next
-// start.
-func (r *route) stripe(o *op) {
-	start := int(r.next.Add(1))
-	for i := range o.chunks {
-		r.conns[(start+i)%len(r.conns)].enqueue(&o.chunks[i])
-	}
-}
-
-func (r *route) releaseSem(n int) {
-	for range n {
-		<-r.sem
 	}
 }
 
@@ -224,6 +267,7 @@ func (r *route) watchdog() {
 		for _, cc := range r.conns {
 			cc.expire(now)
 		}
+		r.fenceExpire(now) // fence.go
 		r.heartbeat(now)
 	}
 }
@@ -254,6 +298,7 @@ func (r *route) heartbeat(now time.Time) {
 func (r *route) drain() {
 	r.ioWG.Wait()
 	err := r.Err()
+	r.fenceClose(err) // fence.go: held notices, the releaser
 	for _, cc := range r.conns {
 		cc.failAll(err)
 		r.b.untrackConn(cc.c)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/bench"
 )
 
@@ -165,7 +166,7 @@ func fakeOurs(errs int) (Ours, *[]bench.Config) {
 }
 
 var (
-	rowRE      = regexp.MustCompile(`(?m)^(\S+)\s+(put|get)\s+(\d+)\s+(\d+\.\d)\s+(\d+\.\d)\s+(\d+\.\d\d)$`)
+	rowRE      = regexp.MustCompile(`(?m)^(\S+)\s+(put|get)\s+(\d+)\s+(\d+)\s+(\d+\.\d)\s+(\d+)\s+(\d+\.\d)\s+(\d+)\s+(\d+\.\d\d)$`)
 	latencyRE  = regexp.MustCompile(`(?m)^latency: 8B get, one at a time, n=\d+: ours p50 \S+ p99 \S+; plain TCP ping-pong p50 \S+ p99 \S+; ratio p50 \d+\.\d\d$`)
 	pipelineRE = regexp.MustCompile(`(?m)^pipeline: 64B put, \d+ in flight, conns=\d+, n=\d+: ours \d+ ops/s; plain TCP pipeline \d+ ops/s; ratio \d+\.\d\d$`)
 )
@@ -179,7 +180,7 @@ func TestRun(t *testing.T) {
 	cfg := Config{
 		Sizes: []uint64{4096, 1 << 20}, Ops: []string{"get", "put"}, Concurrency: 2, Warmup: 1, Conns: 2,
 		LatCount: 20, PipeCount: 100, PipeDepth: 8, Backend: "auto", Placement: Placement{Mode: "any", BenchCPU: -1, ServerCPU: -1},
-		ManagerAddr: "127.0.0.1:1", ServerAddr: s.Addr(), Count: 10,
+		ManagerAddr: "127.0.0.1:1", ServerAddr: s.Addr(), Count: 10, Inflight: 8,
 	}
 	var out bytes.Buffer
 	rep, err := Run(testCtx(t), cfg, ours, &out)
@@ -200,11 +201,19 @@ func TestRun(t *testing.T) {
 	if len(*asked) != 6 || (*asked)[4].Size != LatSize || (*asked)[4].Concurrency != 1 || (*asked)[5].Concurrency != 8 {
 		t.Errorf("measurements asked: %+v", *asked)
 	}
+	// Inflight: 4 KiB runs 8 in flight from one goroutine, 1 MiB --concurrency's 2.
+	if a := *asked; len(a) == 6 && (a[0].Concurrency != 8 || !a[0].Ring || a[2].Concurrency != 2 || a[2].Ring) {
+		t.Errorf("in flight asked: %+v", a)
+	}
+	if !strings.Contains(text, "\nin flight: 8 at sizes up to 4KiB (one goroutine posts and reaps them), 2 above\n") {
+		t.Errorf("no in-flight line:\n%s", text)
+	}
 	if rep.Backend != "tcp" || rep.Errors() != 3 || rep.Throughput[0].Errors != 3 || rep.Latency == nil || rep.Pipeline == nil {
 		t.Errorf("report %+v", rep)
 	}
 	for _, r := range rep.Throughput {
-		if r.Ours <= 0 || r.TCP <= 0 || r.Ratio <= 0 || r.Count != 10 {
+		if r.Ours <= 0 || r.TCP <= 0 || r.Ratio <= 0 || r.Count != 10 || r.OursOps <= 0 || r.TCPOps <= 0 ||
+			r.Inflight != map[uint64]int{4096: 8, 1 << 20: 2}[r.SizeBytes] {
 			t.Errorf("row %+v", r)
 		}
 	}
@@ -215,12 +224,12 @@ func TestRun(t *testing.T) {
 func TestRunStopsOnEarlyStop(t *testing.T) {
 	s := startServer(t)
 	ours := func(ctx context.Context, c bench.Config) (*bench.Result, error) {
-		return &bench.Result{Ops: 5, Stop: bench.ErrPeerGone}, nil
+		return &bench.Result{Ops: 5, Stop: rdmamgr.ErrPeerGone}, nil
 	}
 	cfg := Config{Sizes: []uint64{4096}, Ops: []string{"put"}, Concurrency: 1, Conns: 1, LatCount: 1, PipeCount: 1, PipeDepth: 1,
 		Placement: Placement{Mode: "any", BenchCPU: -1, ServerCPU: -1}, ServerAddr: s.Addr()}
 	rep, err := Run(testCtx(t), cfg, ours, io.Discard)
-	if rep != nil || !errors.Is(err, bench.ErrPeerGone) || !strings.Contains(err.Error(), "put 4KiB: stopped after 5 operations") {
+	if rep != nil || !errors.Is(err, rdmamgr.ErrPeerGone) || !strings.Contains(err.Error(), "put 4KiB: stopped after 5 operations") {
 		t.Fatalf("Run: %v, %v", rep, err)
 	}
 }

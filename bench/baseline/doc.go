@@ -14,8 +14,11 @@
 // plain-TCP stream of the same operations over the same number of
 // connections; then an 8-byte Get round trip against a TCP ping-pong, and
 // 64-byte Puts with many in flight against a TCP request/response
-// pipeline. Ratios are ours / plain TCP. It prints a table as it goes and
-// returns a Report (the JSON of --json).
+// pipeline. Ratios are ours / plain TCP. Every row has ops/s beside MiB/s;
+// with Config.Inflight the sizes up to SmallMax (4 KiB) run that many of
+// ours in flight from one goroutine (bench.Config.Ring), the stream on as
+// many slots. It prints a table as it goes and returns a Report (the JSON
+// of --json).
 //
 // Against memcpy (Config.Against, `bench --baseline --against memcpy`, the
 // default of `--backend shm`) the baseline of every row is Memcpy: one

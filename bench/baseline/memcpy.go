@@ -88,7 +88,7 @@ func (r *runner) memcpyHeader() {
 	fmt.Fprintf(r.w, "manager %s; conns=%d concurrency=%d warmup=%d GOMAXPROCS=%d verify=%v\n",
 		c.ManagerAddr, c.Conns, c.Concurrency, c.Warmup, r.rep.GOMAXPROCS, c.Verify)
 	fmt.Fprintln(r.w, "ratio = ours / memcpy (Go copy between two buffers of the same size in this process, one thread, the same count, the same pair of buffers every time)")
-	fmt.Fprintf(r.w, "%-7s %-4s %7s %12s %16s %7s\n", "size", "op", "count", "ours MiB/s", "memcpy MiB/s", "ratio")
+	r.tableHeader("memcpy")
 }
 
 // latencyAlone reports ours' 8-byte Get round trip with nothing to

@@ -12,6 +12,7 @@ type Report struct {
 	Backend     string        `json:"backend"` // the route's kind, as the measurements reported it
 	Conns       int           `json:"conns"`
 	Concurrency int           `json:"concurrency"`
+	Inflight    int           `json:"inflight,omitempty"` // at sizes up to SmallMax (0: Concurrency)
 	Warmup      int           `json:"warmup"`
 	Verify      bool          `json:"verify"`
 	Throughput  []Row         `json:"throughput"`
@@ -27,10 +28,14 @@ type Row struct {
 	SizeBytes uint64  `json:"size_bytes"`
 	Op        string  `json:"op"`
 	Count     int     `json:"count"`
+	Inflight  int     `json:"inflight"` // ours in flight (the stream's slots)
 	Ours      float64 `json:"ours_mib_s"`
-	TCP       float64 `json:"tcp_mib_s,omitempty"`    // against TCP
+	OursOps   float64 `json:"ours_ops_s"`
+	TCP       float64 `json:"tcp_mib_s,omitempty"` // against TCP
+	TCPOps    float64 `json:"tcp_ops_s,omitempty"`
 	Memcpy    float64 `json:"memcpy_mib_s,omitempty"` // against memcpy
-	Ratio     float64 `json:"ratio"`                  // ours / the baseline
+	MemcpyOps float64 `json:"memcpy_ops_s,omitempty"`
+	Ratio     float64 `json:"ratio"` // ours / the baseline
 	OursP50us float64 `json:"ours_p50_us"`
 	Errors    int     `json:"errors"`
 }

@@ -16,6 +16,8 @@ import (
 const (
 	LatSize  = 8
 	PipeSize = 64
+	// SmallMax is the largest size Config.Inflight applies to.
+	SmallMax = 4096
 )
 
 // Config is one comparison run. Its values are checked by the caller (the
@@ -25,13 +27,17 @@ type Config struct {
 	Ops         []string // ... with every op ("put", "get")
 	Count       int      // operations per size and op (0: AutoCount(size))
 	Concurrency int      // our operations in flight
-	Warmup      int      // untimed operations before each measurement
-	Verify      bool     // check every byte of ours
-	Conns       int      // our connections per route, and the baseline's
-	LatCount    int      // round trips timed for the latency
-	PipeCount   int      // operations timed for the pipeline
-	PipeDepth   int      // operations in flight in the pipeline
-	Backend     string   // our data plane, as reported (the measurements say what they used)
+	// Inflight, when not 0, is how many of our operations are in flight
+	// at sizes up to SmallMax, posted and reaped by one goroutine
+	// (bench.Config.Ring), and the plain stream's slots there.
+	Inflight  int
+	Warmup    int    // untimed operations before each measurement
+	Verify    bool   // check every byte of ours
+	Conns     int    // our connections per route, and the baseline's
+	LatCount  int    // round trips timed for the latency
+	PipeCount int    // operations timed for the pipeline
+	PipeDepth int    // operations in flight in the pipeline
+	Backend   string // our data plane, as reported (the measurements say what they used)
 	// WantBackend, when not empty, is the route kind every measurement of
 	// ours must have used (queuepair.QueuePair.Kind): one that used
 	// another ends the run with ErrWrongBackend.
@@ -70,7 +76,7 @@ func Run(ctx context.Context, cfg Config, ours Ours, w io.Writer) (*Report, erro
 	}
 	r := &runner{cfg: cfg, ours: ours, w: w, rep: &Report{
 		Against: cfg.Against, Placement: cfg.Placement.Mode, BenchCPU: cfg.Placement.BenchCPU, ServerCPU: cfg.Placement.ServerCPU,
-		GOMAXPROCS: runtime.GOMAXPROCS(0), Backend: cfg.Backend, Conns: cfg.Conns, Concurrency: cfg.Concurrency,
+		GOMAXPROCS: runtime.GOMAXPROCS(0), Backend: cfg.Backend, Conns: cfg.Conns, Concurrency: cfg.Concurrency, Inflight: cfg.Inflight,
 		Warmup: cfg.Warmup, Verify: cfg.Verify, Started: time.Now(),
 	}}
 	r.header()
@@ -114,7 +120,27 @@ func (r *runner) header() {
 	fmt.Fprintf(r.w, "manager %s, baseline server %s; conns=%d concurrency=%d warmup=%d GOMAXPROCS=%d verify=%v\n",
 		c.ManagerAddr, c.ServerAddr, c.Conns, c.Concurrency, c.Warmup, r.rep.GOMAXPROCS, c.Verify)
 	fmt.Fprintf(r.w, "ratio = ours / plain TCP (stream of the same operations over the same %d connections)\n", c.Conns)
-	fmt.Fprintf(r.w, "%-7s %-4s %7s %12s %16s %7s\n", "size", "op", "count", "ours MiB/s", "plain TCP MiB/s", "ratio")
+	r.tableHeader("plain TCP")
+}
+
+// tableHeader prints the throughput table's column names, the baseline's
+// called base.
+func (r *runner) tableHeader(base string) {
+	if r.cfg.Inflight > 0 {
+		fmt.Fprintf(r.w, "in flight: %d at sizes up to %s (one goroutine posts and reaps them), %d above\n",
+			r.cfg.Inflight, size.Exact(SmallMax), r.cfg.Concurrency)
+	}
+	fmt.Fprintf(r.w, "%-7s %-4s %8s %7s %12s %12s %16s %16s %7s\n", "size", "op", "inflight", "count",
+		"ours MiB/s", "ours ops/s", base+" MiB/s", base+" ops/s", "ratio")
+}
+
+// inflight is how many of ours are in flight at size sz, and whether one
+// goroutine keeps them so (the ring).
+func (r *runner) inflight(sz uint64) (int, bool) {
+	if r.cfg.Inflight > 0 && sz <= SmallMax {
+		return r.cfg.Inflight, true
+	}
+	return r.cfg.Concurrency, false
 }
 
 // measure runs ours; a run that stopped early is an error.
@@ -150,7 +176,8 @@ func (r *runner) throughput(ctx context.Context, op string, sz uint64) error {
 	if count == 0 {
 		count = AutoCount(sz)
 	}
-	res, err := r.measure(ctx, bench.Config{Op: op, Size: sz, Count: count, Concurrency: c.Concurrency, Warmup: c.Warmup, Verify: c.Verify})
+	conc, ring := r.inflight(sz)
+	res, err := r.measure(ctx, bench.Config{Op: op, Size: sz, Count: count, Concurrency: conc, Ring: ring, Warmup: c.Warmup, Verify: c.Verify})
 	if err != nil {
 		return err
 	}
@@ -158,26 +185,28 @@ func (r *runner) throughput(ctx context.Context, op string, sz uint64) error {
 		r.rep.Backend = res.Backend
 	}
 	row := Row{
-		Size: size.Exact(sz), SizeBytes: sz, Op: op, Count: count,
+		Size: size.Exact(sz), SizeBytes: sz, Op: op, Count: count, Inflight: conc,
 		Ours:      bench.MiBPerSec(res.Bytes, res.Elapsed),
+		OursOps:   bench.PerSec(res.Ops, res.Elapsed),
 		OursP50us: bench.Micros(bench.Percentile(res.Lat, 50)),
 		Errors:    r.note(op+" "+size.Exact(sz), res),
 	}
-	base := &row.TCP
+	base, baseOps := &row.TCP, &row.TCPOps
 	var d time.Duration
 	if c.Against == AgainstMemcpy {
-		base = &row.Memcpy
+		base, baseOps = &row.Memcpy, &row.MemcpyOps
 		d, err = r.memcpy(ctx, sz, count)
 	} else {
-		d, err = Stream(ctx, c.ServerAddr, op, Load{Size: sz, Count: count, Warmup: c.Warmup, Conns: c.Conns, Slots: c.Concurrency})
+		d, err = Stream(ctx, c.ServerAddr, op, Load{Size: sz, Count: count, Warmup: c.Warmup, Conns: c.Conns, Slots: conc})
 	}
 	if err != nil {
 		return err
 	}
-	*base = bench.MiBPerSec(sz*uint64(count), d)
+	*base, *baseOps = bench.MiBPerSec(sz*uint64(count), d), bench.PerSec(uint64(count), d)
 	row.Ratio = ratio(row.Ours, *base)
 	r.rep.Throughput = append(r.rep.Throughput, row)
-	fmt.Fprintf(r.w, "%-7s %-4s %7d %12.1f %16.1f %7.2f\n", row.Size, row.Op, row.Count, row.Ours, *base, row.Ratio)
+	fmt.Fprintf(r.w, "%-7s %-4s %8d %7d %12.1f %12.0f %16.1f %16.0f %7.2f\n",
+		row.Size, row.Op, row.Inflight, row.Count, row.Ours, row.OursOps, *base, *baseOps, row.Ratio)
 	return nil
 }
 

@@ -20,8 +20,12 @@ import (
 // `rdmamgr serve` and a `rdmamgr baseline-server`, placed on CPUs as
 // --placement says); package bench/baseline measures and prints.
 
-// baselineDefaultConc is --concurrency with --baseline when not given.
-const baselineDefaultConc = 16
+// baselineDefaultConc is --concurrency with --baseline when not given,
+// baselineDefaultInflight --inflight (at sizes up to 4 KiB).
+const (
+	baselineDefaultConc     = 16
+	baselineDefaultInflight = 64
+)
 
 // benchBaseline runs bench --baseline; set holds the names of the flags
 // given on the command line.
@@ -47,6 +51,13 @@ func benchBaseline(ctx context.Context, e *env, a *benchArgs, set map[string]boo
 	defer stopAll(servers, e.stderr)
 	if err != nil {
 		return err
+	}
+	if a.bl.procs > 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		return benchProcs(ctx, e, a, cfg, exe, stdout)
 	}
 	pid, err := peerPID(cfg.ManagerAddr, a.peerName)
 	if err != nil {
@@ -90,6 +101,12 @@ func (a *benchArgs) baselineConfig(set map[string]bool) (baseline.Config, error)
 	if memcpy && !set["sizes"] {
 		bl.sizes = sameHostSizes
 	}
+	if bl.procs < 0 || bl.procs > 64 {
+		return baseline.Config{}, usagef("--procs %d: want 1 to 64", bl.procs)
+	}
+	if bl.procs > 0 && !set["sizes"] {
+		bl.sizes = procsSizes
+	}
 	sizes, err := parseSizeList(bl.sizes)
 	if err != nil {
 		return baseline.Config{}, err
@@ -100,6 +117,10 @@ func (a *benchArgs) baselineConfig(set map[string]bool) (baseline.Config, error)
 	}
 	cfg := baseline.Config{Sizes: sizes, Ops: ops, Count: a.count, Concurrency: a.concurrency, Warmup: a.warmup, Verify: a.verify,
 		Conns: a.c.conns, LatCount: bl.latCount, PipeCount: bl.pipeCount, PipeDepth: bl.pipeDepth, Against: against}
+	cfg.Inflight = a.inflight
+	if !set["inflight"] {
+		cfg.Inflight = baselineDefaultInflight
+	}
 	if !set["concurrency"] {
 		cfg.Concurrency = baselineDefaultConc
 		if memcpy {
@@ -131,6 +152,8 @@ func checkBaselineCounts(cfg baseline.Config, count int) error {
 	switch {
 	case count < 1 || cfg.Concurrency < 1 || cfg.Concurrency > 4096 || cfg.Warmup < 0:
 		return usagef("--count and --concurrency must be positive (concurrency at most 4096)")
+	case cfg.Inflight < 0 || cfg.Inflight > 4096:
+		return usagef("--inflight %d: want 0 to 4096", cfg.Inflight)
 	case cfg.LatCount < 1 || cfg.PipeCount < 1:
 		return usagef("--lat-count and --pipeline-count must be positive")
 	case cfg.PipeDepth < 1 || cfg.PipeDepth > 4096:

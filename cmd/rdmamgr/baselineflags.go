@@ -26,18 +26,20 @@ type baselineFlags struct {
 	pipeCount    int
 	pipeDepth    int
 	against      string
+	procs        int
 }
 
-var baselineOnlyFlags = []string{"sizes", "ops", "placement", "baseline-peer", "lat-count", "pipeline-count", "pipeline-depth", "against"}
+var baselineOnlyFlags = []string{"sizes", "ops", "placement", "baseline-peer", "lat-count", "pipeline-count", "pipeline-depth", "against", "procs"}
 
 // tcpOnlyFlags are the --baseline flags of the plain-TCP comparison alone.
-var tcpOnlyFlags = []string{"baseline-peer", "pipeline-count", "pipeline-depth"}
+var tcpOnlyFlags = []string{"baseline-peer", "pipeline-count", "pipeline-depth", "procs"}
 
 // Defaults of --baseline: the sizes against TCP and against memcpy (the
 // same-host table of the README, from 8 bytes up).
 const (
 	baselineSizes = "4KiB,64KiB,1MiB,16MiB"
 	sameHostSizes = "8B,4KiB,64KiB,1MiB,16MiB"
+	procsSizes    = "64B,4KiB,64KiB"
 )
 
 func (b *baselineFlags) register(fs *flag.FlagSet) {
@@ -49,6 +51,7 @@ func (b *baselineFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&b.latCount, "lat-count", 5000, "with --baseline: round trips timed for the 8-byte latency")
 	fs.IntVar(&b.pipeCount, "pipeline-count", 100000, "with --baseline: operations timed for the 64-byte pipeline")
 	fs.IntVar(&b.pipeDepth, "pipeline-depth", 64, "with --baseline: operations in flight in the 64-byte pipeline")
+	fs.IntVar(&b.procs, "procs", 0, "with --baseline: run the size × op table as `N` bench processes against the one manager, their timed phases started together, against N plain TCP streams, and print the totals (no latency or pipeline; sizes default "+procsSizes+")")
 	fs.StringVar(&b.against, "against", "", "with --baseline: `tcp` (a plain Go TCP stream, ping-pong and pipeline) or memcpy (one thread copying between two buffers of the same size: the same-host bound; 1 operation in flight unless --concurrency). Default: memcpy with --backend shm, else tcp")
 }
 

@@ -15,7 +15,7 @@ import (
 func benchCommand() *command {
 	return &command{
 		name:     "bench",
-		synopsis: "--peer ADDR [--op put|get] [--size SIZE] [--count N] [flags]\n       rdmamgr bench --baseline [--against tcp|memcpy] [--sizes LIST] [--ops put,get] [--placement any|same|split] [flags]",
+		synopsis: "--peer ADDR [--op put|get] [--size SIZE] [--count N] [--inflight N] [flags]\n       rdmamgr bench --baseline [--against tcp|memcpy] [--sizes LIST] [--ops put,get] [--placement any|same|split] [--procs N] [flags]",
 		short:    "measure puts or gets to a manager (or, with --baseline, against plain Go TCP or memcpy)",
 		long: `Moves data to (put) or from (get) the manager at --peer and reports throughput
 and latency (p50, p99, p99.9, max) of the operations that succeeded. The run
@@ -26,7 +26,12 @@ Interrupted (ctrl-C), it reports the partial figures and exits 130.
 With --baseline it measures a table of sizes and ops, an 8-byte Get round
 trip and a 64-byte Put pipeline, each against a plain Go TCP baseline in the
 same run, and prints the ratios (starting its own manager unless --peer is
-given). --json FILE writes the figures of either mode as JSON ("-": stdout).
+given). Every row has ops/s beside MiB/s; sizes up to 4KiB run --inflight
+(default 64) operations in flight, posted in chains and reaped in batches
+through a completion queue by one goroutine. With --procs N the table is N
+bench processes against the one manager, their timed phases started
+together, against N plain TCP streams: totals and the ratio. --json FILE
+writes the figures of either mode as JSON ("-": stdout).
 
 With --against memcpy (the default of --backend shm) the baseline of every
 row is one thread copying between two buffers of the same size, the same
@@ -45,8 +50,10 @@ type benchArgs struct {
 	peer, peerName, listen string
 	op, size               string
 	count, concurrency     int
+	inflight               int
 	warmup, maxErrors      int
 	verify, ring           bool
+	startOnStdin           bool
 	timeout                time.Duration
 	cpuProfile, memProfile string
 	jsonPath               string
@@ -87,7 +94,9 @@ func (a *benchArgs) register(fs *flag.FlagSet) {
 	fs.IntVar(&a.warmup, "warmup", 10, "untimed operations first")
 	fs.IntVar(&a.maxErrors, "max-errors", 0, "stop after more than this many failed operations")
 	fs.BoolVar(&a.verify, "verify", false, "check every byte of every operation")
-	fs.BoolVar(&a.ring, "ring", false, "one goroutine keeps --concurrency operations in flight with a ring of reusable work requests (default: one goroutine per operation in flight)")
+	fs.IntVar(&a.inflight, "inflight", 0, "operations in flight, posted in chains and reaped in batches through a completion queue by one goroutine (--ring --concurrency N); with --baseline: at sizes up to 4KiB, default 64 (0: --concurrency)")
+	fs.BoolVar(&a.startOnStdin, "start-on-stdin", false, "after the warm-up print \""+startLine+"\" and wait for a line on stdin before the timed run (bench --procs starts its processes so)")
+	fs.BoolVar(&a.ring, "ring", false, "one goroutine keeps --concurrency operations in flight through a completion queue: posted in chains, reaped in batches (default: one goroutine per operation in flight, each posting and waiting)")
 	fs.DurationVar(&a.timeout, "timeout", 10*time.Minute, "bound on the whole run")
 	fs.StringVar(&a.jsonPath, "json", "", "also write the figures as JSON to this `file` (\"-\": stdout, instead of the text)")
 	fs.StringVar(&a.metricsListen, "metrics-listen", "", "serve /metrics of this run's manager on `HOST:PORT` (default: none)")
@@ -113,6 +122,10 @@ func (a *benchArgs) config() (bench.Config, error) {
 	switch {
 	case a.count < 1:
 		return bench.Config{}, usagef("--count %d: want at least 1", a.count)
+	case a.inflight != 0 && a.concurrency != 1:
+		return bench.Config{}, usagef("--inflight N is --ring --concurrency N: give one of --inflight and --concurrency")
+	case a.inflight < 0 || a.inflight > 4096:
+		return bench.Config{}, usagef("--inflight %d: want 1 to 4096", a.inflight)
 	case a.concurrency < 1 || a.concurrency > 4096:
 		return bench.Config{}, usagef("--concurrency %d: want 1 to 4096", a.concurrency)
 	case a.warmup < 0 || a.maxErrors < 0:
@@ -121,6 +134,9 @@ func (a *benchArgs) config() (bench.Config, error) {
 		return bench.Config{}, usagef("--timeout %v: want a positive duration", a.timeout)
 	case size*uint64(a.concurrency) > 8<<30:
 		return bench.Config{}, usagef("--size × --concurrency over 8 GiB")
+	}
+	if a.inflight > 0 {
+		a.concurrency, a.ring = a.inflight, true
 	}
 	return bench.Config{Op: a.op, Size: size, Count: a.count, Concurrency: a.concurrency, Ring: a.ring,
 		Warmup: a.warmup, Verify: a.verify, MaxErrors: a.maxErrors, ProgressEvery: progressEvery}, nil
@@ -169,8 +185,11 @@ func benchPeer(ctx context.Context, e *env, a *benchArgs, cfg bench.Config) erro
 	if err != nil {
 		return err
 	}
-	if e.tty && a.jsonPath != "-" {
+	if e.tty && a.jsonPath != "-" && !a.startOnStdin {
 		cfg.Progress = progressLine(e.stdout)
+	}
+	if a.startOnStdin {
+		cfg.Start = waitStart(e.stdout)
 	}
 	res, err := bench.Run(ctx, n.Manager(), actor.NewClient(n.System(), pid), cfg)
 	if cfg.Progress != nil {

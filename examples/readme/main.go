@@ -85,6 +85,23 @@ func run(ctx context.Context, peerAddr, secretFile string) error {
 	if err := b.Wait(ctx); err != nil {
 		return fmt.Errorf("batch: %w", err)
 	}
+	cq := queuepair.NewCompletionQueue(64) // verbs style: post chains, reap many completions per call
+	qp.SetCompletionQueue(cq)
+	wrs := []*queuepair.WorkRequest{new(queuepair.WorkRequest), new(queuepair.WorkRequest)} // reusable once reaped
+	qp.PostOps(ctx, wrs, []queuepair.Op{queuepair.PutOp(l2, half), queuepair.GetOp(l2, half)}) // one doorbell
+	reaped := make([]*queuepair.WorkRequest, len(wrs))
+	for got := 0; got < len(wrs); {
+		n, err := cq.Wait(ctx, reaped[got:]) // cq.Poll never blocks
+		if err != nil {
+			return fmt.Errorf("completion queue: %w", err)
+		}
+		for _, w := range reaped[got : got+n] {
+			if err := w.Err(); err != nil { // reported means finished, as for Wait
+				return fmt.Errorf("chained op: %w", err)
+			}
+		}
+		got += n
+	}
 	if !bytes.HasPrefix(mem, []byte("hello, remote memory")) {
 		return fmt.Errorf("read back %q", mem[:20])
 	}

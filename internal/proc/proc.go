@@ -35,6 +35,9 @@ type Spec struct {
 	Stdout io.Writer
 	// Stderr receives the child's stderr (nil: discarded).
 	Stderr io.Writer
+	// Stdin, if set, is the child's stdin (nil: the null device). Give an
+	// *os.File (an os.Pipe's read end): Wait does not wait for a copy.
+	Stdin *os.File
 	// Pin runs the child on CPU alone.
 	Pin bool
 	CPU int
@@ -101,6 +104,9 @@ func Spawn(s Spec) (*Proc, error) {
 	p := &Proc{Name: s.Name, cmd: cmd, ready: make(chan string, 1), done: make(chan struct{})}
 	cmd.Stdout = &readyWatcher{ready: p.ready, tee: s.Stdout}
 	cmd.Stderr = s.Stderr
+	if s.Stdin != nil {
+		cmd.Stdin = s.Stdin
+	}
 	cmd.SysProcAttr = sysProcAttr(s.DeathSignal)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", s.Name, err)

@@ -70,6 +70,12 @@ func (s *State) Unbegin() { s.inflight.Add(-1) }
 // End counts the outcome of an operation about to be reported with err.
 func (s *State) End(wr *backend.WorkRequest, err error) {
 	s.inflight.Add(-1)
+	s.Count(wr, err)
+}
+
+// Count counts the outcome of an operation reported at once, inside its
+// Post (never in flight, so without Begin).
+func (s *State) Count(wr *backend.WorkRequest, err error) {
 	if err != nil {
 		s.errs.Add(1)
 		return
@@ -80,6 +86,23 @@ func (s *State) End(wr *backend.WorkRequest, err error) {
 		s.bytesPut.Add(uint64(len(wr.Local)))
 	case backend.OpRead:
 		s.bytesGot.Add(uint64(len(wr.Local)))
+	}
+}
+
+// CountMany counts outcomes reported at once, like Count: ops that
+// succeeded moving put and got bytes, errs that failed.
+func (s *State) CountMany(ops, put, got, errs uint64) {
+	if ops != 0 {
+		s.ops.Add(ops)
+	}
+	if put != 0 {
+		s.bytesPut.Add(put)
+	}
+	if got != 0 {
+		s.bytesGot.Add(got)
+	}
+	if errs != 0 {
+		s.errs.Add(errs)
 	}
 }
 

@@ -119,3 +119,18 @@ func TestOpError(t *testing.T) {
 		t.Fatalf("OpError = %q", err)
 	}
 }
+
+// TestCountInline: outcomes counted inside Post (Count, CountMany) reach
+// the counters and never the in-flight figure.
+func TestCountInline(t *testing.T) {
+	var s State
+	s.Init()
+	s.Count(&backend.WorkRequest{Op: backend.OpWrite, Local: make([]byte, 10)}, nil)
+	s.Count(&backend.WorkRequest{Op: backend.OpRead, Local: make([]byte, 7)}, nil)
+	s.Count(&backend.WorkRequest{Op: backend.OpRead, Local: make([]byte, 7)}, rdmamgr.ErrAccess)
+	s.CountMany(3, 100, 50, 2)
+	want := backend.RouteStats{Ops: 5, BytesPut: 110, BytesGot: 57, Errors: 3}
+	if got := s.Stats(); got != want {
+		t.Fatalf("Stats = %+v, want %+v", got, want)
+	}
+}

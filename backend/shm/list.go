@@ -1,0 +1,155 @@
+//go:build linux
+
+package shm
+
+import (
+	"fmt"
+	"runtime/debug"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
+)
+
+var _ backend.ListPoster = (*route)(nil)
+
+// A run of a list is copied under one entry reference and one state-table
+// enter and leave; it is bounded so a cut (Revoke, Release) waits for no
+// more than this much copying.
+const (
+	runMax      = 64
+	runMaxBytes = piece
+)
+
+// PostList implements backend.ListPoster: consecutive small Puts and Gets
+// on one mapped region (a run) are copied in the caller's goroutine under
+// one entry reference and one enter and leave of the state table, then
+// completed in order; anything else is posted as Post posts it.
+func (r *route) PostList(wrs []*backend.WorkRequest) (int, error) {
+	for i := 0; i < len(wrs); {
+		wr := wrs[i]
+		if err := r.postable(wr); err != nil {
+			return i, err
+		}
+		if wr.Op == backend.OpSend || !r.inline(wr) {
+			if err := r.Post(wr); err != nil {
+				return i, err
+			}
+			i++
+			continue
+		}
+		e := r.cache.get(wr.Remote.Region, wr.Remote.Key)
+		if e == nil || e.fallback {
+			if e != nil {
+				r.cache.unref(e)
+			}
+			if err := r.Post(wr); err != nil {
+				return i, err
+			}
+			i++
+			continue
+		}
+		j, bytes := i+1, len(wr.Local)
+		for j < len(wrs) && j-i < runMax {
+			w := wrs[j]
+			if !r.inline(w) || w.Remote.Region != e.id || w.Remote.Key != e.key || bytes+len(w.Local) > runMaxBytes || r.postable(w) != nil {
+				break
+			}
+			bytes += len(w.Local)
+			j++
+		}
+		r.copyRun(e, wrs[i:j])
+		r.cache.unref(e)
+		i = j
+	}
+	return len(wrs), nil
+}
+
+// postable is Post's check of wr before it is posted.
+func (r *route) postable(wr *backend.WorkRequest) error {
+	if err := routestate.ValidateAll("shm", wr); err != nil {
+		return err
+	}
+	if err := r.st.Err(); err != nil {
+		return err
+	}
+	if cause := wr.CancelCause(); cause != nil {
+		return routestate.OpError("shm", wr, cause)
+	}
+	return nil
+}
+
+// copyRun copies run (inline Puts and Gets on e's region, each checked by
+// postable) under one enter and leave, then reports each.
+func (r *route) copyRun(e *entry, run []*backend.WorkRequest) {
+	if len(run) == 1 {
+		r.reportInline(run[0], r.copy(e, run[0], false))
+		return
+	}
+	var errs [runMax]error
+	var in, out uint64
+	if st := r.table.enter(e.slot, e.id); st != stAlive {
+		for i, wr := range run {
+			errs[i] = r.refused(e, wr, st)
+		}
+	} else {
+		in, out = r.copies(e, run, errs[:len(run)])
+		r.table.leave(e.slot)
+		if err := r.st.Err(); err != nil { // the owner went away meanwhile
+			for i := range run {
+				if errs[i] == nil {
+					errs[i] = err
+				}
+			}
+		}
+	}
+	var ok, failed uint64
+	for i := range run {
+		if errs[i] == nil {
+			ok++
+		} else {
+			failed++
+		}
+	}
+	r.st.CountMany(ok, in, out, failed)
+	for i, wr := range run {
+		wr.Done.Complete(wr, errs[i])
+	}
+}
+
+// copies makes the copies of a run that entered the state table (each
+// at most runMaxBytes, so on the cached path), setting errs[i] for each
+// that fails, and adds the ones made to the served counters. A fault
+// (guardedCopy) fails the copy it hit and those after it.
+func (r *route) copies(e *entry, run []*backend.WorkRequest, errs []error) (in, out uint64) {
+	var ops uint64
+	i := 0
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if p := recover(); p != nil {
+			for ; i < len(run); i++ {
+				if errs[i] == nil {
+					errs[i] = fmt.Errorf("%w (%v)", errCopyFault, p)
+				}
+			}
+		}
+		r.count(ops, in, out)
+	}()
+	for ; i < len(run); i++ {
+		wr := run[i]
+		remote, err := r.place(e, wr)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		if wr.Op == backend.OpRead {
+			copy(wr.Local, remote)
+			out += uint64(len(remote))
+		} else {
+			copy(remote, wr.Local)
+			in += uint64(len(remote))
+		}
+		ops++
+	}
+	return in, out
+}

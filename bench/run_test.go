@@ -1,0 +1,79 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/node"
+)
+
+// twoNodes starts two nodes of kind in this process; the first's manager
+// benches against the second's.
+func twoNodes(t *testing.T, ctx context.Context, kind backend.Kind) (*node.Node, *node.Node) {
+	t.Helper()
+	var ns [2]*node.Node
+	for i := range ns {
+		n, err := node.Start(ctx, node.Config{Backend: kind})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := n.Close(); err != nil {
+				t.Errorf("close: %v", err)
+			}
+		})
+		ns[i] = n
+	}
+	return ns[0], ns[1]
+}
+
+// The ring (bench --inflight) through a completion queue: every operation
+// done and every byte checked, at 8 B and 4 KiB, put and get, on TCP and
+// shm.
+func TestRingThroughCompletionQueue(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, kind := range []backend.Kind{backend.KindTCP, backend.KindSHM} {
+		a, b := twoNodes(t, ctx, kind)
+		peer := a.ClientOf(b.Addr(), "")
+		for _, size := range []uint64{8, 4096} {
+			for _, op := range []string{"put", "get"} {
+				cfg := Config{Op: op, Size: size, Count: 300, Concurrency: 16, Ring: true, Warmup: 20, Verify: true}
+				res, err := Run(ctx, a.Manager(), peer, cfg)
+				if err != nil {
+					if errors.Is(err, rdmamgr.ErrNotSupported) {
+						t.Skipf("%s: %v", kind, err)
+					}
+					t.Fatalf("%s %s %d: %v", kind, op, size, err)
+				}
+				if res.Stop != nil || res.Ops != 300 || res.Verified != 300*size || res.Mismatch != 0 || res.Errs != 0 ||
+					len(res.Lat) != 300 || res.Backend != string(kind) {
+					t.Errorf("%s %s %d: %+v (first error %v)", kind, op, size, res, res.FirstErr)
+				}
+			}
+		}
+	}
+}
+
+// A ring stopped by its context returns, says why, and leaves nothing in
+// flight: the queue pair and buffers are given back without error.
+func TestRingStops(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, b := twoNodes(t, ctx, backend.KindTCP)
+	rctx, stop := context.WithCancel(ctx)
+	cfg := Config{Op: "put", Size: 64, Count: 1 << 30, Concurrency: 32, Ring: true,
+		Progress: func(ops, _ uint64, _ time.Duration) {
+			if ops > 0 {
+				stop()
+			}
+		}, ProgressEvery: 20 * time.Millisecond}
+	res, err := Run(rctx, a.Manager(), a.ClientOf(b.Addr(), ""), cfg)
+	if err != nil || !errors.Is(res.Stop, context.Canceled) || res.Ops == 0 || res.Errs != 0 {
+		t.Fatalf("Run: %+v, %v", res, err)
+	}
+}

@@ -1,0 +1,138 @@
+package queuepair
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
+
+// CompletionQueue collects the finished work requests of the queue pairs
+// bound to it (SetCompletionQueue), as a verbs completion queue does: Poll
+// reaps many in one call without blocking, Wait blocks for at least one.
+// Several queue pairs may share one. The zero value is not usable: use
+// NewCompletionQueue.
+//
+// Each operation posted on a bound queue pair holds one of the queue's
+// slots from its post until a Poll or Wait hands it over, so the queue
+// never overflows: an operation posted while every slot is held completes
+// at once with rdmamgr.ErrLimit and is reported only through its own
+// WorkRequest (Err, Poll, Wait, Done), never through the queue. Size the
+// queue for the operations kept in flight (reaped ones free their slots).
+type CompletionQueue struct {
+	held atomic.Int64 // slots reserved by posted, not yet reaped, operations
+
+	mu       sync.Mutex
+	ring     []*WorkRequest // finished, in completion order; len is the capacity
+	head, n  int
+	sleepers int           // Waits asleep on wake
+	wake     chan struct{} // capacity 1: sent only when somebody sleeps
+}
+
+// NewCompletionQueue returns a queue of capacity slots (at least 1). It
+// does no I/O and starts nothing.
+func NewCompletionQueue(capacity int) *CompletionQueue {
+	capacity = max(capacity, 1)
+	return &CompletionQueue{ring: make([]*WorkRequest, capacity), wake: make(chan struct{}, 1)}
+}
+
+// Cap returns the queue's capacity.
+func (cq *CompletionQueue) Cap() int { return len(cq.ring) }
+
+// SetCompletionQueue makes the operations posted on q from now on report
+// into cq as well as through their WorkRequest (nil: no queue). Operations
+// posted before keep the queue they were posted with.
+func (q *QueuePair) SetCompletionQueue(cq *CompletionQueue) { q.cq.Store(cq) }
+
+// reserve takes a slot for an operation being posted; false when none is
+// free.
+func (cq *CompletionQueue) reserve() bool {
+	if cq.held.Add(1) > int64(len(cq.ring)) {
+		cq.held.Add(-1)
+		return false
+	}
+	return true
+}
+
+// push appends a finished w (which holds a slot, so there is room) and
+// wakes a sleeping Wait.
+func (cq *CompletionQueue) push(w *WorkRequest) {
+	cq.mu.Lock()
+	i := cq.head + cq.n
+	if i >= len(cq.ring) {
+		i -= len(cq.ring)
+	}
+	cq.ring[i] = w
+	cq.n++
+	if cq.sleepers > 0 {
+		select {
+		case cq.wake <- struct{}{}:
+		default: // a wake-up is pending already
+		}
+	}
+	cq.mu.Unlock()
+}
+
+// Poll moves up to len(out) finished work requests into out, oldest
+// first, without blocking, and returns how many. Each is reported: its
+// outcome is final (Err), no byte of it touches memory again, and it may
+// be re-posted at once.
+func (cq *CompletionQueue) Poll(out []*WorkRequest) int {
+	cq.mu.Lock()
+	k := cq.take(out)
+	cq.mu.Unlock()
+	return k
+}
+
+// take is Poll under cq.mu.
+func (cq *CompletionQueue) take(out []*WorkRequest) int {
+	k := min(len(out), cq.n)
+	for j := range k {
+		w := cq.ring[cq.head]
+		cq.ring[cq.head] = nil
+		if cq.head++; cq.head == len(cq.ring) {
+			cq.head = 0
+		}
+		w.inCQ.Store(false) // reported: the caller's to re-arm
+		out[j] = w
+	}
+	cq.n -= k
+	if k > 0 {
+		cq.held.Add(int64(-k))
+	}
+	return k
+}
+
+// Wait is Poll that blocks until at least one work request finished (with
+// out not empty) or ctx ends; then it returns 0 and ctx's error (see the
+// package doc, "Errors"). It does not cancel anything.
+func (cq *CompletionQueue) Wait(ctx context.Context, out []*WorkRequest) (int, error) {
+	if len(out) == 0 {
+		return 0, nil
+	}
+	for {
+		cq.mu.Lock()
+		if k := cq.take(out); k > 0 {
+			if cq.n > 0 && cq.sleepers > 0 { // what is left is another sleeper's
+				select {
+				case cq.wake <- struct{}{}:
+				default:
+				}
+			}
+			cq.mu.Unlock()
+			return k, nil
+		}
+		if err := ctx.Err(); err != nil {
+			cq.mu.Unlock()
+			return 0, ctxCause(ctx)
+		}
+		cq.sleepers++
+		cq.mu.Unlock()
+		select {
+		case <-cq.wake:
+		case <-ctx.Done():
+		}
+		cq.mu.Lock()
+		cq.sleepers--
+		cq.mu.Unlock()
+	}
+}

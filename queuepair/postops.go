@@ -1,0 +1,59 @@
+package queuepair
+
+import (
+	"context"
+	"sync"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+)
+
+// PostOps posts a chain: wrs[i] carries ops[i] (any verb), in order, at
+// the cost of one post (one lock and one wake-up of the route's sender
+// when the route posts chains, backend.ListPoster; a loop of posts
+// otherwise). The work requests are caller-owned and reusable as with
+// PostPut; each completes on its own, exactly as if posted alone: an
+// operation refused before posting (a check, a full completion queue, ctx
+// already ended) completes at once with its error and the others are
+// posted. ctx bounds the post as for Put (doc.go, "Posting"). It panics
+// if len(wrs) != len(ops) or a work request is pending.
+func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
+	if len(wrs) != len(ops) {
+		panic("queuepair: PostOps with len(wrs) != len(ops)")
+	}
+	c := postCtx(ctx)
+	dl := q.deadline()
+	if q.list == nil || len(wrs) == 1 {
+		for i := range ops {
+			o := &ops[i]
+			q.arm(wrs[i], o.Op, o.Local, o.Remote, dl, c, o.operands())
+		}
+		return
+	}
+	chain := chains.Get().(*[]*backend.WorkRequest)
+	ready := (*chain)[:0]
+	for i := range ops {
+		o := &ops[i]
+		w := wrs[i]
+		if q.prepare(w, o.Op, o.Local, o.Remote, dl, c, o.operands()) && q.ready(w) {
+			ready = append(ready, &w.wr)
+		}
+	}
+	all := ready
+	for len(ready) > 0 {
+		n, err := q.list.PostList(ready)
+		if n >= len(ready) {
+			break
+		}
+		q.postFailed(wrOf(ready[n]), err, c)
+		ready = ready[n+1:] // untouched: post them on
+	}
+	clear(all) // hold no request past the post
+	*chain = all[:0]
+	chains.Put(chain)
+}
+
+// chains holds PostOps's scratch lists of backend work requests.
+var chains = sync.Pool{New: func() any { s := make([]*backend.WorkRequest, 0, 64); return &s }}
+
+// wrOf is the WorkRequest whose backend request bw is.
+func wrOf(bw *backend.WorkRequest) *WorkRequest { return (*WorkRequest)(bw.Done.(*completer)) }
