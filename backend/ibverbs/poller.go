@@ -35,11 +35,12 @@ func (b *Backend) poller() {
 		if n == pollBatch {
 			continue
 		}
-		// Spin after completions too, not only while work is in flight:
-		// one at a time, the next operation is posted just after this
-		// one completed, and a sleep would cost it a completion event
-		// and a wake-up.
-		if b.spin(buf, n > 0) {
+		// Spin while work is in flight, after completions too, so that a
+		// trickle of completions does not sleep after each. Not when
+		// idle: in the
+		// Soft-RoCE VM a poller spinning for the next one-at-a-time
+		// operation takes the CPU its post needs (latency-bench.sh).
+		if b.spin(buf) {
 			continue
 		}
 		if b.rearm(buf) {
@@ -74,12 +75,11 @@ func (b *Backend) completeAll(buf wcBuf, n int) {
 	clear(ds)
 }
 
-// spin polls for up to Config.Spin, after completions (recent) or while
-// work is in flight, before the poller pays for a completion event and a
-// wake-up (perftest spins all the time). It reports whether it found
-// completions.
-func (b *Backend) spin(buf wcBuf, recent bool) bool {
-	if b.cfg.Spin <= 0 || (!recent && !b.slots.busy()) {
+// spin polls for up to Config.Spin while work is in flight, before the
+// poller pays for a completion event and a wake-up (perftest spins all the
+// time). It reports whether it found completions.
+func (b *Backend) spin(buf wcBuf) bool {
+	if b.cfg.Spin <= 0 || !b.slots.busy() {
 		return false
 	}
 	n := 0
