@@ -322,7 +322,7 @@ func (b *benchRun) fail(err error) {
 	n := b.errs.Add(1)
 	switch {
 	case errors.Is(err, rdmamgr.ErrPeerGone):
-		b.stopRun(fmt.Errorf("bench: %w", rdmamgr.ErrPeerGone))
+		b.stopRun(errPeerGone)
 	case n > int64(b.cfg.MaxErrors):
 		b.stopRun(ErrTooManyErrors)
 	}

@@ -2,6 +2,7 @@ package buffer
 
 import (
 	"crypto/subtle"
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"time"
@@ -20,8 +21,16 @@ const KeySize = 16
 // Key is the unguessable key of a region.
 type Key [KeySize]byte
 
-// Equal compares two keys in constant time.
-func (k Key) Equal(o Key) bool { return subtle.ConstantTimeCompare(k[:], o[:]) == 1 }
+// Equal compares two keys in constant time: the words are XORed and the
+// differences ORed, with no branch on the bytes (a key may come from the
+// network, and so may a handle a program passes as its own buffer). Two
+// loads, two XORs and an OR: a data path can afford it per operation,
+// unlike a byte loop.
+func (k Key) Equal(o Key) bool {
+	d := (binary.LittleEndian.Uint64(k[0:8]) ^ binary.LittleEndian.Uint64(o[0:8])) |
+		(binary.LittleEndian.Uint64(k[8:16]) ^ binary.LittleEndian.Uint64(o[8:16]))
+	return subtle.ConstantTimeEq(int32(uint32(d)|uint32(d>>32)), 0) == 1
+}
 
 // Access is the set of operations remote peers may perform on a Buffer.
 type Access uint32

@@ -258,3 +258,24 @@ func TestAccessAndKey(t *testing.T) {
 		t.Errorf("String %q", s)
 	}
 }
+
+// Key.Equal folds words: a difference in any bit of any byte (either
+// word, either half of a word) must still tell the keys apart.
+func TestKeyEqualEveryBit(t *testing.T) {
+	var a Key
+	for i := range a {
+		a[i] = byte(i*37 + 11)
+	}
+	if !a.Equal(a) {
+		t.Fatal("a key differs from itself")
+	}
+	for i := range KeySize {
+		for bit := range 8 {
+			b := a
+			b[i] ^= 1 << bit
+			if a.Equal(b) || b.Equal(a) {
+				t.Fatalf("keys differing in byte %d bit %d compare equal", i, bit)
+			}
+		}
+	}
+}

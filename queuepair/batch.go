@@ -76,7 +76,7 @@ func (q *QueuePair) Submit(ctx context.Context, ops ...Op) *Batch {
 	b.left.Store(int32(len(ops)))
 	for i, o := range ops {
 		b.wrs[i] = &WorkRequest{batch: b}
-		q.arm(b.wrs[i], o.Op, o.Local, o.Remote, dl, c, o.operands())
+		q.arm(b.wrs[i], o.Op, &o.Local, &o.Remote, dl, c, o.operands())
 	}
 	if c != nil {
 		// Cancel what is still pending when ctx ends (at once if it has).

@@ -15,7 +15,8 @@ import (
 // operation refused before posting (a check, a full completion queue, ctx
 // already ended) completes at once with its error and the others are
 // posted. ctx bounds the post as for Put (doc.go, "Posting"). It panics
-// if len(wrs) != len(ops) or a work request is pending.
+// if len(wrs) != len(ops) or a work request is pending (or appears twice),
+// having posted the ones before it.
 func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 	if len(wrs) != len(ops) {
 		panic("queuepair: PostOps with len(wrs) != len(ops)")
@@ -25,20 +26,34 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 	if q.list == nil || len(wrs) == 1 {
 		for i := range ops {
 			o := &ops[i]
-			q.arm(wrs[i], o.Op, o.Local, o.Remote, dl, c, o.operands())
+			q.arm(wrs[i], o.Op, &o.Local, &o.Remote, dl, c, o.operands())
 		}
 		return
 	}
 	chain := chains.Get().(*[]*backend.WorkRequest)
 	ready := (*chain)[:0]
-	for i := range ops {
+	i := 0
+	defer func() {
+		if i < len(ops) { // a prepare panicked (a pending request): post the ones before it, as a loop of posts would have
+			q.postList(ready, c)
+		}
+	}()
+	for ; i < len(ops); i++ {
 		o := &ops[i]
 		w := wrs[i]
-		if q.prepare(w, o.Op, o.Local, o.Remote, dl, c, o.operands()) && q.ready(w) {
+		if q.prepare(w, o.Op, &o.Local, &o.Remote, dl, c, o.operands()) && q.ready(w) {
 			ready = append(ready, &w.wr)
 		}
 	}
-	all := ready
+	q.postList(ready, c)
+	clear(ready) // hold no request past the post
+	*chain = ready[:0]
+	chains.Put(chain)
+}
+
+// postList posts the prepared and readied requests of ready as chains,
+// failing each the route refuses on its own.
+func (q *QueuePair) postList(ready []*backend.WorkRequest, c context.Context) {
 	for len(ready) > 0 {
 		n, err := q.list.PostList(ready)
 		if n >= len(ready) {
@@ -47,9 +62,6 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 		q.postFailed(wrOf(ready[n]), err, c)
 		ready = ready[n+1:] // untouched: post them on
 	}
-	clear(all) // hold no request past the post
-	*chain = all[:0]
-	chains.Put(chain)
 }
 
 // chains holds PostOps's scratch lists of backend work requests.

@@ -12,6 +12,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/coarseclock"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 	"github.com/rdmamgr/rdmamgr/internal/qpbind"
 	"github.com/rdmamgr/rdmamgr/internal/refgate"
 	"github.com/rdmamgr/rdmamgr/internal/wiring"
@@ -28,6 +29,7 @@ type QueuePair struct {
 	peerID  uint64
 	route   backend.Route
 	local   qpbind.Resolver
+	reg     *memreg.Registry // local, when it is one: resolved without copying the handle
 	timeout time.Duration
 	onRel   func()
 	kind    backend.Kind
@@ -58,6 +60,7 @@ func newQueuePair(id, peerID uint64, route backend.Route, local qpbind.Resolver,
 	q := &QueuePair{id: id, peerID: peerID, route: route, local: local, timeout: opt.Timeout, onRel: opt.OnRelease, kind: opt.Kind,
 		obs: opt.Observer}
 	q.list, _ = route.(backend.ListPoster)
+	q.reg, _ = local.(*memreg.Registry)
 	coarseclock.Acquire() // deadlines; Release gives it back
 	return q
 }
@@ -94,28 +97,28 @@ func (q *QueuePair) Route() Route { return q.route }
 // completes with ctx's error, nothing sent (doc.go, "Posting"). ctx bounds
 // only the post: Wait(ctx) or Cancel end a posted operation early.
 func (q *QueuePair) Put(ctx context.Context, local, remote buffer.Buffer) *WorkRequest {
-	return q.newOp(ctx, backend.OpWrite, local, remote, operands{})
+	return q.newOp(ctx, backend.OpWrite, &local, &remote, operands{})
 }
 
 // Get copies remote into local (RDMA READ). It returns once the operation
 // is posted, waiting for room in flight under ctx as Put does.
 func (q *QueuePair) Get(ctx context.Context, local, remote buffer.Buffer) *WorkRequest {
-	return q.newOp(ctx, backend.OpRead, local, remote, operands{})
+	return q.newOp(ctx, backend.OpRead, &local, &remote, operands{})
 }
 
 // PostPut is Put into a caller-owned WorkRequest, which may be reused once
 // it completed: the steady-state data path then allocates nothing. w must
 // not be pending (it panics if it is).
 func (q *QueuePair) PostPut(ctx context.Context, w *WorkRequest, local, remote buffer.Buffer) {
-	q.arm(w, backend.OpWrite, local, remote, q.deadline(), postCtx(ctx), operands{})
+	q.arm(w, backend.OpWrite, &local, &remote, q.deadline(), postCtx(ctx), operands{})
 }
 
 // PostGet is Get into a caller-owned, reusable WorkRequest (see PostPut).
 func (q *QueuePair) PostGet(ctx context.Context, w *WorkRequest, local, remote buffer.Buffer) {
-	q.arm(w, backend.OpRead, local, remote, q.deadline(), postCtx(ctx), operands{})
+	q.arm(w, backend.OpRead, &local, &remote, q.deadline(), postCtx(ctx), operands{})
 }
 
-func (q *QueuePair) newOp(ctx context.Context, op backend.Op, local, remote buffer.Buffer, opd operands) *WorkRequest {
+func (q *QueuePair) newOp(ctx context.Context, op backend.Op, local, remote *buffer.Buffer, opd operands) *WorkRequest {
 	w := new(WorkRequest)
 	q.arm(w, op, local, remote, q.deadline(), postCtx(ctx), opd)
 	return w
@@ -138,7 +141,7 @@ func postCtx(ctx context.Context) context.Context {
 // arm posts op on w; ctx, when not nil, is the poster's context: it ends
 // Post's wait for room in flight (Submit cancels posted work through it).
 // Every path ends in w.finish or in a Post that will complete w.
-func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote buffer.Buffer, deadline time.Time, ctx context.Context, opd operands) {
+func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote *buffer.Buffer, deadline time.Time, ctx context.Context, opd operands) {
 	if q.prepare(w, op, local, remote, deadline, ctx, opd) {
 		q.post(w, ctx)
 	}
@@ -146,15 +149,10 @@ func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote buffer.Buff
 
 // prepare arms w for op up to its post: it reports whether w is ready to
 // post, or was finished (refused) already.
-func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote buffer.Buffer, deadline time.Time, ctx context.Context, opd operands) bool {
+func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer.Buffer, deadline time.Time, ctx context.Context, opd operands) bool {
 	w.reset(op, remote, deadline, ctx)
 	w.wr.Imm, w.wr.HasImm, w.wr.Compare, w.wr.Swap = opd.imm, opd.hasImm, opd.compare, opd.swap
-	if !q.ops.Enter() {
-		w.finish(rdmamgr.ErrReleased)
-		return false
-	}
-	w.qp = q // counted in q.ops until finish
-	if cq := q.cq.Load(); cq != nil {
+	if cq := q.cq.Load(); cq != nil { // first: every refusal below is reported through cq
 		if !cq.reserve() { // reported here, not through the full cq
 			w.finish(fmt.Errorf("%s: completion queue of %d full: %w", op, len(cq.ring), rdmamgr.ErrLimit))
 			return false
@@ -162,6 +160,11 @@ func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote buffer.
 		w.cq = cq // a slot is w's until the cq's Poll hands it over
 		w.inCQ.Store(true)
 	}
+	if !q.ops.Enter() {
+		w.finish(rdmamgr.ErrReleased)
+		return false
+	}
+	w.qp = q // counted in q.ops until finish
 	if q.obs != nil {
 		w.start = time.Now()
 	}
@@ -176,7 +179,13 @@ func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote buffer.
 	if op.Atomic() { // no local memory: the old value comes back in the work request
 		return true
 	}
-	ref, err := q.local.AcquireLocal(local)
+	var ref memreg.Ref
+	var err error
+	if q.reg != nil {
+		ref, err = q.reg.AcquireLocalOf(local)
+	} else {
+		ref, err = q.local.AcquireLocal(*local)
+	}
 	if err != nil {
 		if errors.Is(err, rdmamgr.ErrInvalid) {
 			err = fmt.Errorf("%w: %w", rdmamgr.ErrNotLocal, err)
@@ -221,7 +230,7 @@ func (q *QueuePair) postFailed(w *WorkRequest, err error, ctx context.Context) {
 	w.finish(fmt.Errorf("%s %d bytes: %w", w.wr.Op, w.size(), err))
 }
 
-func (q *QueuePair) check(op backend.Op, local, remote buffer.Buffer) error {
+func (q *QueuePair) check(op backend.Op, local, remote *buffer.Buffer) error {
 	switch {
 	case op == backend.OpSend:
 		if local.Length == 0 {
@@ -230,7 +239,7 @@ func (q *QueuePair) check(op backend.Op, local, remote buffer.Buffer) error {
 		return nil
 	case op.Atomic():
 		if remote.OwnerID != q.peerID {
-			return fmt.Errorf("%s on %v on route to %016x: %w", op, remote, q.peerID, rdmamgr.ErrWrongPeer)
+			return fmt.Errorf("%s on %v on route to %016x: %w", op, *remote, q.peerID, rdmamgr.ErrWrongPeer)
 		}
 		if remote.Length != 8 || remote.Offset%8 != 0 {
 			return fmt.Errorf("%s on %d bytes at offset %d (want one 8-byte aligned word): %w", op, remote.Length, remote.Offset, rdmamgr.ErrMisaligned)
@@ -241,7 +250,7 @@ func (q *QueuePair) check(op backend.Op, local, remote buffer.Buffer) error {
 		return nil
 	}
 	if remote.OwnerID != q.peerID {
-		return fmt.Errorf("%s to %v on route to %016x: %w", op, remote, q.peerID, rdmamgr.ErrWrongPeer)
+		return fmt.Errorf("%s to %v on route to %016x: %w", op, *remote, q.peerID, rdmamgr.ErrWrongPeer)
 	}
 	if local.Length != remote.Length {
 		return fmt.Errorf("%s: local %d bytes, remote %d: %w", op, local.Length, remote.Length, rdmamgr.ErrLengthMismatch)
@@ -250,7 +259,7 @@ func (q *QueuePair) check(op backend.Op, local, remote buffer.Buffer) error {
 		return fmt.Errorf("%s of 0 bytes: %w", op, rdmamgr.ErrInvalid)
 	}
 	if remote.Offset+remote.Length < remote.Offset {
-		return fmt.Errorf("%s: remote %v: %w", op, remote, rdmamgr.ErrOutOfRange)
+		return fmt.Errorf("%s: remote %v: %w", op, *remote, rdmamgr.ErrOutOfRange)
 	}
 	if !remote.Access.Allows(op.Need()) {
 		return fmt.Errorf("%s to %s buffer: %w", op, remote.Access, rdmamgr.ErrAccess)

@@ -24,8 +24,13 @@ type WorkRequest struct {
 	// Atomic: a batch's context watcher reads it while the backend runs.
 	owner atomic.Pointer[QueuePair]
 	batch *Batch        // set once by Submit: its watcher stops with the last op
-	sig   chan struct{} // capacity 1: one token per completion
-	err   error         // written before state becomes done
+	sig   chan struct{} // capacity 1: at most one token, sent only when wanted
+	// want says who can receive a token on sig: wantWaiter while a Wait or
+	// Cancel may park on it (cleared by the next re-arm), wantDone once
+	// Done was called (for w's life). finish sends a token only when want
+	// is set, so an operation nobody parks on costs no channel operation.
+	want  atomic.Uint32
+	err   error // written before state becomes done
 	state atomic.Uint32
 	start time.Time // when it was posted, for the queue pair's Observer
 	// cq is the completion queue w reports into (a slot reserved for it),
@@ -54,6 +59,21 @@ const (
 	stateReporting
 )
 
+// Bits of WorkRequest.want.
+const (
+	wantWaiter uint32 = 1 << iota // a Wait or Cancel may park on sig
+	wantDone                      // Done was called: a token per completion
+)
+
+// The signal handshake. finish moves state from pending to reporting and
+// then reads want; a waiter sets want and then reads state. The atomics
+// are sequentially consistent, so one of the two sees the other: either
+// the waiter sees the operation no longer pending (and does not park), or
+// finish sees want set and sends the token the waiter parks for. A token
+// is sent only while reporting, before the state becomes done, and reset
+// (which first waits reporting out) drains it, so a token never outlives
+// the use it reports into the next one.
+
 // settled returns w's state once no outcome is being reported.
 func (w *WorkRequest) settled() uint32 {
 	for {
@@ -68,6 +88,11 @@ func (w *WorkRequest) settled() uint32 {
 // reported: it widens the window a waiter must not slip through.
 var testHookFinishing func()
 
+// testHookPark, when set by a test, runs as a waiter parks, before it
+// says it waits and before it checks the state again: it widens the
+// windows the handshake must close.
+var testHookPark func()
+
 // completer is the backend's view of a WorkRequest: the backend completes
 // the operation through it (backend.Completer), and a program, which sees
 // only *WorkRequest, cannot.
@@ -77,7 +102,7 @@ type completer WorkRequest
 func (c *completer) Complete(_ *backend.WorkRequest, err error) { (*WorkRequest)(c).finish(err) }
 
 // reset makes w pending for a new operation; it panics if w is pending.
-func (w *WorkRequest) reset(op backend.Op, remote buffer.Buffer, deadline time.Time, ctx context.Context) {
+func (w *WorkRequest) reset(op backend.Op, remote *buffer.Buffer, deadline time.Time, ctx context.Context) {
 	w.settled()
 	if w.inCQ.Load() {
 		panic("queuepair: WorkRequest reused before its completion queue reported it")
@@ -88,14 +113,19 @@ func (w *WorkRequest) reset(op backend.Op, remote buffer.Buffer, deadline time.T
 	if w.sig == nil {
 		w.sig = make(chan struct{}, 1)
 	}
-	select {
-	case <-w.sig: // a token nobody consumed
-	default:
+	if want := w.want.Load(); want != 0 { // a token may have been sent
+		select {
+		case <-w.sig: // a token nobody consumed
+		default:
+		}
+		if want&wantWaiter != 0 {
+			w.want.And(^wantWaiter) // nobody waits on the new use yet
+		}
 	}
 	w.err = nil
 	w.wr.Reset()
 	w.wr.Op = op
-	w.wr.Remote = remote
+	w.wr.Remote = *remote
 	w.wr.Deadline = deadline
 	w.wr.Done = (*completer)(w)
 	if ctx != nil {
@@ -118,9 +148,8 @@ func (w *WorkRequest) finish(err error) {
 	cq := w.cq
 	w.cq = nil
 	w.err = err
-	select {
-	case w.sig <- struct{}{}:
-	default:
+	if w.want.Load() != 0 { // after the CAS above: see "The signal handshake"
+		w.signal()
 	}
 	if testHookFinishing != nil {
 		testHookFinishing()
@@ -166,9 +195,44 @@ func (w *WorkRequest) cancel(cause error) {
 	}
 }
 
+// signal sends the token unless one is there already.
+func (w *WorkRequest) signal() {
+	select {
+	case w.sig <- struct{}{}:
+	default:
+	}
+}
+
 // Done returns a channel that receives a value when the operation
 // completes (one value per completion: use either Done or Wait, not both).
-func (w *WorkRequest) Done() <-chan struct{} { return w.sig }
+// From its first call on, every completion of w sends one.
+func (w *WorkRequest) Done() <-chan struct{} {
+	if w.sig == nil { // never posted: the first post's completion sends
+		w.sig = make(chan struct{}, 1)
+	}
+	if w.want.Or(wantDone)&wantDone == 0 {
+		// First call: an operation whose finish read want before this
+		// would send nothing; send its token here.
+		if s := w.settled(); s == stateDone {
+			w.signal()
+		}
+	}
+	return w.sig
+}
+
+// park readies w's signal for a waiter: it reports false when the
+// operation is no longer pending (no token will come for this waiter),
+// true when the finish still to come sends one.
+func (w *WorkRequest) park() bool {
+	if testHookPark != nil {
+		testHookPark()
+	}
+	w.want.Or(wantWaiter)
+	if testHookPark != nil {
+		testHookPark()
+	}
+	return w.state.Load() == statePending
+}
 
 // Poll reports whether the operation completed, and its error if so.
 func (w *WorkRequest) Poll() (bool, error) {
@@ -191,7 +255,8 @@ func (w *WorkRequest) Err() error {
 // way, when Wait returns the memory is the caller's again, and Err returns
 // the same outcome.
 func (w *WorkRequest) Wait(ctx context.Context) error {
-	if w.settled() == stateDone {
+	if w.settled() == stateDone || !w.park() {
+		w.settled()
 		return w.err
 	}
 	select {
@@ -210,7 +275,8 @@ func (w *WorkRequest) Wait(ctx context.Context) error {
 // backend can no longer touch its local memory and returns its outcome
 // (nil if it completed first). Use either Cancel or Wait, not both.
 func (w *WorkRequest) Cancel() error {
-	if w.settled() == stateDone {
+	if w.settled() == stateDone || !w.park() {
+		w.settled()
 		return w.err
 	}
 	w.cancel(fmt.Errorf("queuepair: %w", context.Canceled))

@@ -45,7 +45,6 @@ type Backend struct {
 	logs          logs
 	inbox         atomic.Pointer[inboxRef] // SetInbox
 	wg            sync.WaitGroup           // the accept loop and the connections
-	clock         coarseClock              // the routes' lease checks
 
 	mu sync.Mutex // guards the fields below
 	// started and closed: Start ran; Close ran.
@@ -205,7 +204,6 @@ func (b *Backend) Close() error {
 	if b.closed {
 		b.mu.Unlock()
 		b.wg.Wait()
-		b.clock.close()
 		return nil
 	}
 	b.closed = true
@@ -229,7 +227,6 @@ func (b *Backend) Close() error {
 		c.conn.Close()
 	}
 	b.wg.Wait()
-	b.clock.close()
 	return nil
 }
 

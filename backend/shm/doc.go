@@ -83,10 +83,11 @@
 // one to the count, then reads id, state and lease, and copies only if
 // the region is still alive, then subtracts one (a run of small copies on
 // one region posted together with PostList, at most 64 of them or 256 KiB,
-// does this once). The lease is checked against a clock a goroutine of the
-// backend reads once a millisecond while copies run (a clock read costs
-// more than a small copy), so a copy may pass up to about a millisecond
-// after the lease ended. The owner holds a remote
+// does this once). The lease is checked against the coarse clock
+// (internal/coarseclock's Mono, which each route holds: a goroutine reads
+// CLOCK_MONOTONIC once a millisecond while copies read it, as a clock read
+// costs more than a small copy), so a copy may pass up to about a
+// millisecond after the lease ended. The owner holds a remote
 // reference (memreg.Ref) for each region a route mapped; when the region
 // is revoked, released or its lease set (memreg.Cutter), it writes the
 // new state (or lease) into every slot of it, and releases the reference

@@ -11,6 +11,7 @@ import (
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
+	"github.com/rdmamgr/rdmamgr/internal/coarseclock"
 	"github.com/rdmamgr/rdmamgr/internal/refgate"
 )
 
@@ -56,7 +57,8 @@ func newRoute(b *Backend, peerID uint64, conn *net.UnixConn, tbl *table, fb back
 		room: make(chan struct{}, b.cfg.MaxInFlight), wake: make(chan struct{}, 1), poke: make(chan struct{}, 1),
 		stop: make(chan struct{}), replies: make(map[uint64]chan mapReply)}
 	r.cache = newMapCache(b.cfg.MaxMapped, &r.gate)
-	tbl.clock = &b.clock
+	coarseclock.Acquire() // the lease checks' clock; Close gives it back
+	tbl.coarse = true
 	r.st.Init()
 	r.wg.Add(2)
 	go r.reader()
@@ -113,6 +115,7 @@ func (r *route) Close() error {
 		r.gate.Close()
 		r.cache.close() // the mappings go with their last copies, and then the gate drains
 		<-r.gate.Drained()
+		coarseclock.Release() // no copy runs any more
 		r.table.close()
 		if r.fb != nil {
 			r.fb.Close()

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/internal/coarseclock"
 	"golang.org/x/sys/unix"
 )
 
@@ -47,9 +48,10 @@ const (
 // table is a mapped state table.
 type table struct {
 	mem []byte
-	// clock, when set (an initiator's table), gives enter its lease
-	// check's time; else enter reads nanotime.
-	clock *coarseClock
+	// coarse, set on an initiator's table (whose route holds
+	// internal/coarseclock), makes enter's lease check read the coarse
+	// clock; else it reads nanotime.
+	coarse bool
 }
 
 // word returns word i of slot s; s < tableSlots is the caller's check.
@@ -87,13 +89,13 @@ func (t *table) enter(s uint32, id uint64) uint64 {
 	return st
 }
 
-// now is the lease check's time: CLOCK_MONOTONIC ns, coarse when the
-// table has a clock.
+// now is the lease check's time: CLOCK_MONOTONIC ns, coarse on an
+// initiator's table.
 func (t *table) now() int64 {
-	if t.clock == nil {
+	if !t.coarse {
 		return nanotime()
 	}
-	return t.clock.read()
+	return coarseclock.Mono()
 }
 
 // still reports whether a copy that entered slot s may go on (checked

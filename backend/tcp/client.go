@@ -174,10 +174,14 @@ func (cc *clientConn) expire(now time.Time) {
 }
 
 // failAll fails every chunk still held; called after both loops exited.
+// It holds wmu meanwhile: a poster writing its own frame (writeInline,
+// which may have checked the route before it failed) lets go of its chunk
+// first, so no chunk is reported while a writer still reads its memory.
 func (cc *clientConn) failAll(err error) {
 	if err == nil {
 		err = rdmamgr.ErrClosed
 	}
+	cc.wmu.Lock()
 	cc.mu.Lock()
 	cc.failing = true
 	var left []*chunk
@@ -194,6 +198,7 @@ func (cc *clientConn) failAll(err error) {
 	clear(cc.pend)
 	cc.pend = cc.pend[:0]
 	cc.mu.Unlock()
+	cc.wmu.Unlock()
 	for _, c := range left {
 		c.finish(err)
 	}

@@ -63,11 +63,18 @@ func (cc *clientConn) writeInline(c *chunk) {
 		cc.wmu.Unlock()
 		return
 	}
+	if testHookInline != nil {
+		testHookInline(cc)
+	}
 	answered, _ := cc.send(c)
 	cc.wmu.Unlock()
 	cc.inlined.Add(1)
 	finishAll(answered)
 }
+
+// testHookInline, when set by a test, runs in writeInline past its check
+// of the route.
+var testHookInline func(*clientConn)
 
 // send writes first (a chunk written inline, or nil) and what is on the
 // ring as one batch; called with wmu held. It returns the chunks that were

@@ -7,7 +7,12 @@
 // always has an owner that waits for it. While nobody reads the clock for
 // IdleAfter the ticker exits on its own (a holder that is never released
 // costs no goroutine once idle); the next Now of a holder starts it again.
-// Now with no ticker running reads time.Now.
+// Now with no ticker running reads the real clock.
+//
+// Mono is the same clock as CLOCK_MONOTONIC nanoseconds (runtime.nanotime:
+// on Linux the same clock in every process of the host, unlike time.Time's
+// per-process monotonic reading), for deadlines shared with another
+// process (the shm backend's leases); Now is Mono as a time.Time.
 //
 // Now lags the real time by up to Resolution plus however late the
 // runtime runs the ticker (a few milliseconds on a loaded machine); it
@@ -20,6 +25,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	_ "unsafe" // go:linkname
 )
 
 // Resolution is how often the ticker refreshes the clock.
@@ -28,8 +34,16 @@ const Resolution = time.Millisecond
 // IdleAfter is how long the ticker runs with no Now call before it exits.
 const IdleAfter = 250 * time.Millisecond
 
+// nanotime is the runtime's monotonic clock (CLOCK_MONOTONIC on Linux).
+//
+//go:linkname nanotime runtime.nanotime
+func nanotime() int64
+
 var (
-	base = time.Now() // carries the monotonic reading every Now adds to
+	// base carries the monotonic reading every Now adds to; baseMono,
+	// read just after it, is nanotime then (Now never runs ahead).
+	base     = time.Now()
+	baseMono = nanotime()
 
 	mu      sync.Mutex
 	refs    int
@@ -37,8 +51,8 @@ var (
 	done    chan struct{} // closed when the last ticker exited
 	holders atomic.Int32  // refs, readable without mu
 
-	running atomic.Bool  // the ticker refreshes off
-	off     atomic.Int64 // time.Since(base) at the last refresh
+	running atomic.Bool  // the ticker refreshes mono
+	mono    atomic.Int64 // nanotime at the last refresh
 	used    atomic.Bool  // Now was called since the last tick
 )
 
@@ -75,23 +89,29 @@ func Release() {
 }
 
 // Now returns the coarse time (with a monotonic reading).
-func Now() time.Time {
+func Now() time.Time { return base.Add(time.Duration(Mono() - baseMono)) }
+
+// Mono returns the coarse reading of CLOCK_MONOTONIC in nanoseconds (see
+// the package doc): the clock Now reads, as another process reads it.
+func Mono() int64 {
 	if running.Load() {
 		if !used.Load() { // a write only once per tick: the line stays shared
 			used.Store(true)
 		}
-		return base.Add(time.Duration(off.Load()))
+		return mono.Load()
 	}
 	return slow()
 }
 
 // Deadline is Now plus d plus Resolution: d from the real now, give or
 // take a few milliseconds.
-func Deadline(d time.Duration) time.Time { return Now().Add(d + Resolution) }
+func Deadline(d time.Duration) time.Time {
+	return base.Add(time.Duration(Mono()-baseMono) + d + Resolution) // one Add: it is per operation
+}
 
 // slow reads the real clock and starts the ticker if a holder wants it.
-func slow() time.Time {
-	now := time.Now()
+func slow() int64 {
+	now := nanotime()
 	if holders.Load() == 0 {
 		return now
 	}
@@ -103,7 +123,7 @@ func slow() time.Time {
 	if done != nil {
 		<-done // the previous ticker is exiting (it needs no lock to)
 	}
-	off.Store(int64(now.Sub(base)))
+	mono.Store(now)
 	used.Store(true)
 	stop, done = make(chan struct{}), make(chan struct{})
 	running.Store(true)
@@ -124,7 +144,7 @@ func tick(stopc, donec chan struct{}) {
 			running.Store(false)
 			return
 		case <-t.C:
-			off.Store(int64(time.Since(base)))
+			mono.Store(nanotime())
 			if used.Load() {
 				used.Store(false)
 				idle = 0

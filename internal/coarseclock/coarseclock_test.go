@@ -75,3 +75,25 @@ func TestReleaseWithoutAcquirePanics(t *testing.T) {
 	}()
 	Release()
 }
+
+// Mono is nanotime, coarse: never ahead, a bounded lag, and Now reads the
+// same clock.
+func TestMonoFollowsNanotime(t *testing.T) {
+	Acquire()
+	defer Release()
+	for i := range 20 {
+		before := nanotime()
+		m := Mono()
+		after := nanotime()
+		if m > after {
+			t.Fatalf("read %d: Mono %d ahead of nanotime %d", i, m, after)
+		}
+		if lag := time.Duration(before - m); lag > time.Second { // a loaded machine; a stopped clock fails
+			t.Fatalf("read %d: Mono lags nanotime by %v", i, lag)
+		}
+		if d := Now().Sub(base) - time.Duration(Mono()-baseMono); d > 10*time.Millisecond || d < -10*time.Millisecond {
+			t.Fatalf("Now and Mono differ by %v", d)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

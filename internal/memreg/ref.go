@@ -93,9 +93,13 @@ func (g *Registry) AcquireRemote(id uint64, key buffer.Key, off, n uint64, need 
 // that keeps it registered until its Release. The owner's use needs no
 // access right and outlives revocation and leases; a handle of another
 // manager fails with ErrInvalid, then key and bounds are checked.
-func (g *Registry) AcquireLocal(b buffer.Buffer) (Ref, error) {
+func (g *Registry) AcquireLocal(b buffer.Buffer) (Ref, error) { return g.AcquireLocalOf(&b) }
+
+// AcquireLocalOf is AcquireLocal of *b, for a data path that keeps its
+// handles where they are (a Buffer is over 100 bytes); b is only read.
+func (g *Registry) AcquireLocalOf(b *buffer.Buffer) (Ref, error) {
 	if b.OwnerID != g.ownerID {
-		return Ref{}, fmt.Errorf("%v is not owned by manager %016x: %w", b, g.ownerID, rdmamgr.ErrInvalid)
+		return Ref{}, fmt.Errorf("%v is not owned by manager %016x: %w", *b, g.ownerID, rdmamgr.ErrInvalid)
 	}
 	g.mu.RLock()
 	r := g.regions[b.Region]
@@ -113,7 +117,7 @@ func (g *Registry) AcquireLocal(b buffer.Buffer) (Ref, error) {
 		err = rdmamgr.ErrReleased
 	}
 	if err != nil {
-		return Ref{}, fmt.Errorf("local %v: %w", b, err)
+		return Ref{}, fmt.Errorf("local %v: %w", *b, err)
 	}
 	return Ref{r: r, mem: r.mem[b.Offset:b.End():b.End()]}, nil
 }

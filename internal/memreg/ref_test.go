@@ -335,3 +335,34 @@ func BenchmarkAcquireRemoteParallel(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkAcquireLocal is a queue pair's resolution of a program's local
+// handle (and its release), alone and from every core at once.
+// go test -run '^$' -bench AcquireLocal ./internal/memreg
+func BenchmarkAcquireLocal(b *testing.B) {
+	g := newReg(b, buffer.Limits{})
+	buf := mustAlloc(b, g, 4096, buffer.AccessReadWrite)
+	small, _ := buf.Slice(64, 8)
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			ref, err := g.AcquireLocal(small)
+			if err != nil || len(ref.Bytes()) != 8 {
+				b.Fatal(err)
+			}
+			ref.Release()
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				ref, err := g.AcquireLocal(small)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ref.Release()
+			}
+		})
+	})
+}
