@@ -60,6 +60,8 @@ type Backend struct {
 	slabs map[uint64]*memReg  // slab id -> the slab's local memory region
 
 	slots   slotTable
+	batch   []done       // the poller's: completions of one poll
+	coarse  atomic.Int64 // unix nanoseconds, never ahead: the poller's and the watchdog's last clock read
 	ringSeq atomic.Uint32
 	served  struct{ ops, bytesIn, rejected atomic.Uint64 }
 	inbox   atomic.Pointer[inboxRef] // SetInbox's

@@ -97,7 +97,7 @@ func BenchmarkVerbsPutWithImmEvent(b *testing.B) {
 
 // latency runs b.N operations of op one at a time and reports the mean,
 // p50 and p99 of post -> event (OpWriteImm), message (OpSend) or
-// completion (OpWrite).
+// completion (OpWrite, OpRead).
 func latency(b *testing.B, op backend.Op, size int) {
 	a, regA := started(b, benchConfig(b), 1)
 	o, regO := started(b, benchConfig(b), 2)
@@ -133,13 +133,13 @@ func latency(b *testing.B, op backend.Op, size int) {
 		case backend.OpSend:
 			in.nextMsg(b)
 		}
-		if op != backend.OpWrite {
+		if !oneSided(op) {
 			lats = append(lats, time.Since(t0))
 		}
 		if res := rec.Wait(b, waitTimeout); res.Err != nil {
 			b.Fatal(res.Err)
 		}
-		if op == backend.OpWrite {
+		if oneSided(op) {
 			lats = append(lats, time.Since(t0))
 		}
 	}
@@ -153,4 +153,87 @@ func latency(b *testing.B, op backend.Op, size int) {
 	b.ReportMetric(us(sum/time.Duration(len(lats))), "µs-mean")
 	b.ReportMetric(us(lats[len(lats)/2]), "µs-p50")
 	b.ReportMetric(us(lats[len(lats)*99/100]), "µs-p99")
+}
+
+func oneSided(op backend.Op) bool { return op == backend.OpWrite || op == backend.OpRead }
+
+// BenchmarkVerbsLatency: post-to-completion of one Put or Get at a time,
+// 8 and 64 bytes (next to perftest's ib_write_lat and ib_read_lat; the
+// poller's spin, RDMAMGR_IBV_SPIN, decides whether it sleeps between).
+func BenchmarkVerbsLatency(b *testing.B) {
+	requireDevices(b)
+	for _, op := range []backend.Op{backend.OpWrite, backend.OpRead} {
+		for _, size := range []int{8, 64} {
+			b.Run(fmt.Sprintf("%s/size=%d", op, size), func(b *testing.B) { latency(b, op, size) })
+		}
+	}
+}
+
+// BenchmarkVerbsRate: 64-byte Puts per second on one route with window in
+// flight, refilled by Post one at a time or by PostList with every
+// completion reaped so far (next to perftest's ib_write_bw -s 64).
+func BenchmarkVerbsRate(b *testing.B) {
+	requireDevices(b)
+	const window, size = 64, 64
+	for _, list := range []bool{false, true} {
+		b.Run(fmt.Sprintf("put/size=%d/window=%d/list=%v", size, window, list), func(b *testing.B) {
+			a, regA := started(b, benchConfig(b), 1)
+			o, regO := started(b, benchConfig(b), 2)
+			rt := connect(b, a, o).(*route)
+			ha, _ := backendtest.Alloc(b, regA, window*size, buffer.AccessReadWrite)
+			ho, _ := backendtest.Alloc(b, regO, window*size, buffer.AccessReadWrite)
+			rec := backendtest.NewRecorder(window)
+			wrs := make([]*backend.WorkRequest, window)
+			for i := range wrs {
+				wr, release := backendtest.NewWR(b, regA, backend.OpWrite, backendtest.Slice(b, ha, i*size, size),
+					backendtest.Slice(b, ho, i*size, size), time.Time{}, rec)
+				defer release()
+				wrs[i] = wr
+			}
+			post := func(ws []*backend.WorkRequest) {
+				if list {
+					if n, err := rt.PostList(ws); err != nil {
+						b.Fatalf("PostList: %d, %v", n, err)
+					}
+					return
+				}
+				for _, wr := range ws {
+					if err := rt.Post(wr); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			d0 := rt.doorbells.Load()
+			b.ResetTimer()
+			issued := min(window, b.N)
+			post(wrs[:issued])
+			ready := make([]*backend.WorkRequest, 0, window)
+			for done := 0; done < b.N; {
+				res := rec.Wait(b, waitTimeout)
+				if res.Err != nil {
+					b.Fatal(res.Err)
+				}
+				done++
+				ready = append(ready[:0], res.WR)
+				for more := true; more; {
+					select {
+					case r := <-rec.Results():
+						if r.Err != nil {
+							b.Fatal(r.Err)
+						}
+						done++
+						ready = append(ready, r.WR)
+					default:
+						more = false
+					}
+				}
+				k := min(len(ready), b.N-issued)
+				post(ready[:k])
+				issued += k
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+			b.ReportMetric(float64(rt.doorbells.Load()-d0)/float64(b.N), "posts/op")
+		})
+	}
 }

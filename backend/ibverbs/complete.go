@@ -4,47 +4,86 @@ package ibverbs
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
 )
 
-// completed handles the completion of one work request (called by the
-// poller, or by teardown for work whose flush never came).
+// done is one work completion matched to its chunk.
+type done struct {
+	c              *chunk
+	status, vendor uint32
+}
+
+// completed handles the completion of one work request (teardown, for
+// work whose flush never came).
 func (r *route) completed(c *chunk, status, vendorErr uint32) {
-	if status != wcSuccess && status != wcWRFlushErr {
-		r.fail(routeError(r.qp.qpn, status))
-	}
-	if c.op == nil { // keep-alive probe
-		r.b.cqBudget.release(1)
-		r.probing.Store(false)
-		if status == wcSuccess {
-			r.lastActive.Store(time.Now().UnixNano())
+	r.b.completeBatch([]done{{c: c, status: status, vendor: vendorErr}})
+}
+
+// completeBatch handles a batch of work completions (the poller's, of one
+// ibv_poll_cq): first what each one settles (cells, statuses) and the room
+// they free, given back in one call per route run and one for the
+// completion queue, so that an op reported next finds it; then the ops
+// they finish; then the work requests each route is done with.
+func (b *Backend) completeBatch(ds []done) {
+	now := b.coarse.Load()
+	var run *route // the route of the current run of completions
+	runN := 0
+	for i := range ds {
+		d := &ds[i]
+		r := d.c.r
+		if r != run {
+			if runN > 0 {
+				run.sem.release(runN)
+			}
+			run, runN = r, 0
 		}
-		r.wrDone(1)
-		return
+		if d.status != wcSuccess && d.status != wcWRFlushErr {
+			r.fail(routeError(r.qp.qpn, d.status))
+		}
+		if d.status == wcSuccess {
+			r.lastActive.Store(now)
+		}
+		o := d.c.op
+		if o == nil { // keep-alive probe
+			r.probing.Store(false)
+			continue
+		}
+		r.cellDone(d.c, d.status)
+		switch d.status {
+		case wcSuccess:
+		case wcWRFlushErr:
+			o.flushed.Store(true)
+		default:
+			e := error(&wcError{op: o.wr.Op, status: d.status, vendor: d.vendor})
+			o.firstErr.CompareAndSwap(nil, &e)
+		}
+		runN++
 	}
-	o := c.op
-	r.cellDone(c, status)
-	switch status {
-	case wcSuccess:
-	case wcWRFlushErr:
-		o.flushed.Store(true)
-	default:
-		e := error(&wcError{op: o.wr.Op, status: status, vendor: vendorErr})
-		o.firstErr.CompareAndSwap(nil, &e)
+	if runN > 0 {
+		run.sem.release(runN)
 	}
-	r.sem.release(1)
-	r.b.cqBudget.release(1)
-	if status == wcSuccess {
-		r.lastActive.Store(time.Now().UnixNano())
+	b.cqBudget.release(len(ds))
+	for i := range ds {
+		if o := ds[i].c.op; o != nil && o.remaining.Add(-1) == 0 {
+			o.r.finish(o)
+		}
 	}
-	if o.remaining.Add(-1) == 0 {
-		r.finish(o)
+	run, runN = nil, 0
+	for i := range ds {
+		if r := ds[i].c.r; r != run {
+			if runN > 0 {
+				run.wrDone(int64(runN))
+			}
+			run, runN = r, 0
+		}
+		runN++
 	}
-	r.wrDone(1)
+	if runN > 0 {
+		run.wrDone(int64(runN))
+	}
 }
 
 // acked handles the owner's ack of o (its code: err); it is o's last part
@@ -60,9 +99,7 @@ func (r *route) acked(o *op, err error) {
 
 // finish reports the outcome of o, exactly once.
 func (r *route) finish(o *op) {
-	r.opsMu.Lock()
-	delete(r.ops, o)
-	r.opsMu.Unlock()
+	r.table.remove(o)
 	var err error
 	switch p := o.firstErr.Load(); {
 	case o.canceled.Load() != nil:

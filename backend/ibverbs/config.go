@@ -52,7 +52,7 @@ type Config struct {
 	KeepAlive time.Duration
 	// Spin is how long the completion poller keeps polling an empty queue
 	// while work is in flight before it sleeps on the completion channel
-	// (negative: never spin).
+	// (negative: never spin). test/softroce/latency-bench.sh measures it.
 	Spin time.Duration
 	// RecvSlots is the size of each queue pair's receive ring of control
 	// messages (PutWithImm notices, Sends and their acks): a route carries
@@ -85,7 +85,7 @@ func DefaultConfig() Config {
 		RetryCount:       6,  // 7 means "retry forever" on rxe (and in the IB spec for rnr_retry)
 		DrainTimeout:     5 * time.Second,
 		KeepAlive:        15 * time.Second,
-		Spin:             50 * time.Microsecond,
+		Spin:             200 * time.Microsecond, // test/softroce/latency-bench.sh
 		RecvSlots:        16,
 		MaxSend:          4096,
 	}

@@ -91,20 +91,22 @@ func TestHostileControlMessage(t *testing.T) {
 
 	// A raw SEND of a notice with reserved bytes set.
 	wr := &backend.WorkRequest{Op: backend.OpSend, Deadline: time.Now().Add(waitTimeout), Done: backendtest.NewRecorder(1)}
-	if err := rt.reserve(1, false, wr); err != nil {
+	if err := rt.reserve(1, false, wr, true); err != nil {
 		t.Fatal(err)
 	}
 	o := rt.newOp(wr, 1, false)
+	ch := getChain()
+	defer putChain(ch)
+	ch.addOp(o)
 	cell := rt.takeCell()
 	o.chunks[0].cell = cell + 1
 	m := ctlMsg{kind: ctlNotice, imm: 1, region: 1, length: 1}
 	p := rt.ring.cell(cell)
 	m.putNotice(p)
 	p[2] = 0xff
-	id := a.slots.alloc(&o.chunks[0])
-	batch := make(wrBuf, 0, 1)
-	batch.addSend(id, rt.ring.cellAddr(cell), ctlNoticeSize, rt.ring.mr.lkey, 0, 0, 0)
-	if err := rt.submit(o, batch, []uint64{id}); err != nil {
+	id := ch.addID(a.slots.alloc(&o.chunks[0]))
+	ch.batch.addSend(id, rt.ring.cellAddr(cell), ctlNoticeSize, rt.ring.mr.lkey, 0, 0, 0)
+	if _, err := rt.submit(ch); err != nil {
 		t.Fatal(err)
 	}
 	wr.Done.(*backendtest.Recorder).Wait(t, waitTimeout)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"time"
 
 	"github.com/rdmamgr/rdmamgr"
 )
@@ -79,6 +80,7 @@ func (b *Backend) Start(ctx context.Context) error {
 		return err
 	}
 	b.started = true
+	b.coarse.Store(time.Now().UnixNano())
 	b.wg.Add(3)
 	go b.poller()
 	go b.asyncLoop()

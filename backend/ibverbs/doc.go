@@ -43,9 +43,16 @@
 //
 // Post turns a WorkRequest into signalled RDMA WRITE or READ work requests of
 // at most the port's max_msg_sz (or Config.MaxMessage), posted as one chain
-// by one cgo call; the operation completes once all of them have. Work
-// request ids index a slot table (C never holds Go pointers). Post applies
-// back-pressure per queue pair (Config.MaxInFlight) and per completion queue.
+// by one cgo call; the operation completes once all of them have. Routes
+// implement backend.ListPoster: PostList posts the work requests of a list
+// of operations as one chain, one ibv_post_send (one doorbell), splitting it
+// only where the room in flight runs out (what was prepared is posted, then
+// it waits for room as Post does). Work request ids index a slot table with
+// a generation per slot (C never holds Go pointers; a stale id completes
+// nothing); posted operations sit in a table indexed by slot (Cancel and
+// the watchdog scan it), not a map. Post applies back-pressure per queue
+// pair (Config.MaxInFlight) and per completion queue. The clock is read for
+// an operation's deadline once per chain, and only if it has one.
 // Routes carry every operation (routestate.ValidateAll); see "Atomics" and
 // "Two-sided messages" for the verbs beyond Put and Get.
 //
@@ -55,9 +62,13 @@
 // value, a notice, a Send's header, an ack). It is freed only after its
 // queue pair is destroyed.
 //
-// One poller goroutine owns the completion queue: it polls in batches of 64
-// (one cgo call), and when the queue is empty it re-arms it and sleeps in
-// poll(2) on the completion channel and an eventfd used for shutdown. An
+// One poller goroutine owns the completion queue: it polls in batches of up
+// to 64 (one cgo call into a Go array), takes the batch's work requests out
+// of the slot table under one lock, gives back their room (one release per
+// route run and one for the completion queue) and then reports the
+// operations they finish. When the queue is empty it spins for
+// Config.Spin while work is in flight, then re-arms it and sleeps in poll(2)
+// on the completion channel and an eventfd used for shutdown. An
 // async-event goroutine logs device events and fails the routes of queue
 // pairs that report fatal errors. A watchdog fails routes whose work missed
 // its deadline and sends zero-length RDMA WRITE keep-alive probes on idle
@@ -174,9 +185,10 @@
 // queue pair's own registered memory), post.go (the post paths of Put, Get
 // and PutWithImm), ops.go (Send and the atomics), recv.go (control messages
 // received and acked), ctlmsg.go (their layout), complete.go (completions
-// and their status), poller.go (completion-queue poller and async events),
+// and their status), chain.go (PostList, and the one submit of a chain of
+// work requests), poller.go (completion-queue poller and async events),
 // watchdog.go (deadlines and keep-alive probes), slots.go (work-request
-// ids), sem.go (back-pressure). The cgo fence: verbs.go, verbs_device.go,
+// ids and the table of posted operations), sem.go (back-pressure). The cgo fence: verbs.go, verbs_device.go,
 // verbs_cq.go and verbs_qp.go wrap libibverbs and shim.c / shim_post.c;
 // nothing else imports "C". Every file that needs libibverbs carries the
 // ibverbs build tag; stub.go stands in for them without it. Done, Err,

@@ -13,10 +13,10 @@ import (
 // The post paths of Send and the atomics (Put, Get and PutWithImm are in
 // post.go).
 
-// postSend posts a Send: one SEND of a header (a cell of the ring) and the
+// prepSend prepares a Send: one SEND of a header (a cell of the ring) and the
 // message, into the owner's ring; the owner copies it into the receive
 // buffer its manager posted and acks.
-func (r *route) postSend(wr *backend.WorkRequest) error {
+func (r *route) prepSend(wr *backend.WorkRequest, ch *chain, wait bool) error {
 	n := len(wr.Local)
 	if n > r.maxSend {
 		return fmt.Errorf("ibverbs: send of %d bytes, the peer takes at most %d (its MaxSend): %w", n, r.maxSend, rdmamgr.ErrLimit)
@@ -25,27 +25,27 @@ func (r *route) postSend(wr *backend.WorkRequest) error {
 	if err != nil {
 		return err
 	}
-	if err := r.ready(wr); err != nil {
+	if err := r.ready(wr, ch); err != nil {
 		return err
 	}
-	if err := r.reserve(1, true, wr); err != nil {
+	if err := r.reserve(1, true, wr, wait); err != nil {
 		return err
 	}
 	o := r.newOp(wr, 1, true)
+	ch.addOp(o)
 	cell := r.takeCell()
 	o.chunks[0].cell, o.ctlCell = cell+1, cell
 	m := ctlMsg{kind: ctlSend, hasImm: wr.HasImm, imm: wr.Imm}
 	m.putHeader(r.ring.cell(cell))
-	id := r.b.slots.alloc(&o.chunks[0])
-	batch := make(wrBuf, 0, 1)
-	batch.addSend(id, r.ring.cellAddr(cell), ctlHeader, r.ring.mr.lkey, laddr, uint32(n), lkey)
-	return r.submit(o, batch, []uint64{id})
+	id := ch.addID(r.b.slots.alloc(&o.chunks[0]))
+	ch.batch.addSend(id, r.ring.cellAddr(cell), ctlHeader, r.ring.mr.lkey, laddr, uint32(n), lkey)
+	return nil
 }
 
-// postAtomic posts a CompareAndSwap or FetchAdd: one atomic work request
+// prepAtomic prepares a CompareAndSwap or FetchAdd: one atomic work request
 // whose old value the device writes into a cell of the ring; completed
 // copies it to wr.Result.
-func (r *route) postAtomic(wr *backend.WorkRequest) error {
+func (r *route) prepAtomic(wr *backend.WorkRequest, ch *chain, wait bool) error {
 	if !r.atomics {
 		why := "the peer's device does not run atomics"
 		if !r.b.atomics {
@@ -60,23 +60,23 @@ func (r *route) postAtomic(wr *backend.WorkRequest) error {
 	if raddr%8 != 0 {
 		return fmt.Errorf("ibverbs: %s on remote address %#x: %w", wr.Op, raddr, rdmamgr.ErrMisaligned)
 	}
-	if err := r.ready(wr); err != nil {
+	if err := r.ready(wr, ch); err != nil {
 		return err
 	}
-	if err := r.reserve(1, false, wr); err != nil {
+	if err := r.reserve(1, false, wr, wait); err != nil {
 		return err
 	}
 	o := r.newOp(wr, 1, false)
+	ch.addOp(o)
 	cell := r.takeCell()
 	o.chunks[0].cell = cell + 1
 	opcode, compareAdd := wrAtomicCAS, wr.Compare
 	if wr.Op == backend.OpFetchAdd {
 		opcode, compareAdd = wrAtomicFAA, wr.Swap
 	}
-	id := r.b.slots.alloc(&o.chunks[0])
-	batch := make(wrBuf, 0, 1)
-	batch.addAtomic(id, r.ring.cellAddr(cell), r.ring.mr.lkey, raddr, wr.Remote.RDMA.RKey, opcode, compareAdd, wr.Swap)
-	return r.submit(o, batch, []uint64{id})
+	id := ch.addID(r.b.slots.alloc(&o.chunks[0]))
+	ch.batch.addAtomic(id, r.ring.cellAddr(cell), r.ring.mr.lkey, raddr, wr.Remote.RDMA.RKey, opcode, compareAdd, wr.Swap)
+	return nil
 }
 
 // cellDone releases the cell of c, first reading an atomic's old value

@@ -15,12 +15,16 @@ import (
 // pollBatch is the number of completions one cgo call polls at most.
 const pollBatch = 64
 
+// spinPolls is how many polls the spin makes between two clock reads.
+const spinPolls = 8
+
 // poller owns the completion queue: it polls in batches and sleeps on the
 // completion channel when the queue is empty. It returns when Close wakes
 // it, after every route has drained.
 func (b *Backend) poller() {
 	defer b.wg.Done()
 	buf := newWCBuf(pollBatch)
+	b.batch = make([]done, 0, pollBatch)
 	for {
 		n, err := b.res.poll(buf)
 		if err != nil {
@@ -31,7 +35,12 @@ func (b *Backend) poller() {
 		if n == pollBatch {
 			continue
 		}
-		if n == 0 && b.spin(buf) {
+		// Spin while work is in flight, after completions too, so that a
+		// trickle of completions does not sleep after each. Not when
+		// idle: in the
+		// Soft-RoCE VM a poller spinning for the next one-at-a-time
+		// operation takes the CPU its post needs (latency-bench.sh).
+		if b.spin(buf) {
 			continue
 		}
 		if b.rearm(buf) {
@@ -40,14 +49,30 @@ func (b *Backend) poller() {
 		if !b.sleep() {
 			return // woken for shutdown; every route has drained
 		}
+		b.coarse.Store(time.Now().UnixNano())
 	}
 }
 
-// completeAll dispatches the first n completions of buf.
+// completeAll dispatches the first n completions of buf: control work
+// one by one (recv.go), the operations' as one batch whose chunks come out
+// of the slot table under one lock.
 func (b *Backend) completeAll(buf wcBuf, n int) {
-	for i := range n {
-		b.complete(buf.at(i))
+	if n == 0 {
+		return
 	}
+	ds := b.slots.takeBatch(buf, n, b.batch[:0])
+	if len(ds) < n {
+		for i := range n {
+			w := buf.at(i)
+			if w.wrID&ctlBit != 0 {
+				b.ctlComplete(w)
+			}
+		}
+	}
+	if len(ds) > 0 {
+		b.completeBatch(ds)
+	}
+	clear(ds)
 }
 
 // spin polls for up to Config.Spin while work is in flight, before the
@@ -58,10 +83,17 @@ func (b *Backend) spin(buf wcBuf) bool {
 		return false
 	}
 	n := 0
-	until := time.Now().Add(b.cfg.Spin)
-	for n == 0 && time.Now().Before(until) {
-		n, _ = b.res.poll(buf)
+	now := time.Now()
+	until := now.Add(b.cfg.Spin)
+	for n == 0 && now.Before(until) {
+		for range spinPolls {
+			if n, _ = b.res.poll(buf); n > 0 {
+				break
+			}
+		}
+		now = time.Now()
 	}
+	b.coarse.Store(now.UnixNano())
 	b.completeAll(buf, n)
 	return n > 0
 }
@@ -92,20 +124,6 @@ func (b *Backend) sleep() bool {
 		return true
 	}
 	return ok
-}
-
-// complete dispatches one work completion.
-func (b *Backend) complete(w wc) {
-	if w.wrID&ctlBit != 0 {
-		b.ctlComplete(w)
-		return
-	}
-	c := b.slots.take(w.wrID)
-	if c == nil {
-		b.log.Debug("completion of an unknown work request", "wr_id", w.wrID, "qp", w.qpn, "status", wcStatusStr(w.status))
-		return
-	}
-	c.r.completed(c, w.status, w.vendorErr)
 }
 
 // asyncLoop logs asynchronous events and fails the routes they concern.

@@ -4,7 +4,6 @@ package ibverbs
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"time"
 	"unsafe"
@@ -20,6 +19,18 @@ import (
 // READ work requests of at most the device's message size in one chain; a
 // Send or an atomic as one work request (ops.go).
 func (r *route) Post(wr *backend.WorkRequest) error {
+	ch := getChain()
+	defer putChain(ch)
+	if err := r.prepare(wr, ch, true); err != nil {
+		return err
+	}
+	_, err := r.submit(ch)
+	return err
+}
+
+// prepare checks wr, takes its room (waiting for it with wait, else
+// failing with errWouldWait) and appends its work requests to ch.
+func (r *route) prepare(wr *backend.WorkRequest, ch *chain, wait bool) error {
 	if err := routestate.ValidateAll("ibverbs", wr); err != nil {
 		return err
 	}
@@ -28,15 +39,15 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 	}
 	switch wr.Op {
 	case backend.OpSend:
-		return r.postSend(wr)
+		return r.prepSend(wr, ch, wait)
 	case backend.OpCompareSwap, backend.OpFetchAdd:
-		return r.postAtomic(wr)
+		return r.prepAtomic(wr, ch, wait)
 	}
-	return r.postRW(wr)
+	return r.prepRW(wr, ch, wait)
 }
 
-// postRW posts a Put, Get or PutWithImm.
-func (r *route) postRW(wr *backend.WorkRequest) error {
+// prepRW prepares a Put, Get or PutWithImm.
+func (r *route) prepRW(wr *backend.WorkRequest, ch *chain, wait bool) error {
 	b := r.b
 	n := uint64(len(wr.Local))
 	raddr, err := r.remoteAddr(wr, n)
@@ -63,10 +74,10 @@ func (r *route) postRW(wr *backend.WorkRequest) error {
 		return fmt.Errorf("ibverbs: %d-byte operation needs %d work requests of at most %d bytes, limit %d: %w",
 			n, wrs, b.maxMsg, b.inflight, rdmamgr.ErrLimit)
 	}
-	if err := r.ready(wr); err != nil {
+	if err := r.ready(wr, ch); err != nil {
 		return err
 	}
-	if err := r.reserve(wrs, notice, wr); err != nil {
+	if err := r.reserve(wrs, notice, wr, wait); err != nil {
 		return err
 	}
 	opcode := wrRDMARead
@@ -74,29 +85,31 @@ func (r *route) postRW(wr *backend.WorkRequest) error {
 		opcode = wrRDMAWrite
 	}
 	o := r.newOp(wr, wrs, notice)
-	batch := make(wrBuf, 0, wrs)
-	ids := make([]uint64, wrs)
+	ch.addOp(o)
 	for i := range count {
 		off := uint64(i) * b.maxMsg
 		ln := min(b.maxMsg, n-off)
-		ids[i] = b.slots.alloc(&o.chunks[i])
-		batch.add(ids[i], laddr+off, raddr+off, uint32(ln), lkey, wr.Remote.RDMA.RKey, opcode)
+		ch.batch.add(ch.addID(b.slots.alloc(&o.chunks[i])), laddr+off, raddr+off, uint32(ln), lkey, wr.Remote.RDMA.RKey, opcode)
 	}
 	if notice { // after the writes: RC delivers it once their bytes are in place
 		cell := r.takeCell()
 		o.chunks[count].cell, o.ctlCell = cell+1, cell
 		m := ctlMsg{kind: ctlNotice, imm: wr.Imm, region: wr.Remote.Region, offset: wr.Remote.Offset, length: n, key: wr.Remote.Key}
 		m.putNotice(r.ring.cell(cell))
-		ids[count] = b.slots.alloc(&o.chunks[count])
-		batch.addSend(ids[count], r.ring.cellAddr(cell), ctlNoticeSize, r.ring.mr.lkey, 0, 0, 0)
+		ch.batch.addSend(ch.addID(b.slots.alloc(&o.chunks[count])), r.ring.cellAddr(cell), ctlNoticeSize, r.ring.mr.lkey, 0, 0, 0)
 	}
-	return r.submit(o, batch, ids)
+	return nil
 }
 
 // newOp returns the op of wr with wrs chunks; with ack it awaits the
 // owner's ack too.
 func (r *route) newOp(wr *backend.WorkRequest, wrs int, ack bool) *op {
-	o := &op{wr: wr, r: r, chunks: make([]chunk, wrs), ack: ack}
+	o := &op{wr: wr, r: r, ack: ack}
+	if wrs == 1 {
+		o.chunks = o.one[:]
+	} else {
+		o.chunks = make([]chunk, wrs)
+	}
 	for i := range o.chunks {
 		o.chunks[i] = chunk{r: r, op: o}
 	}
@@ -108,12 +121,20 @@ func (r *route) newOp(wr *backend.WorkRequest, wrs int, ack bool) *op {
 	return o
 }
 
-// ready fails wr if the route has failed or wr's deadline has passed.
-func (r *route) ready(wr *backend.WorkRequest) error {
+// ready fails wr if the route has failed or wr's deadline has passed. The
+// clock is read once per chain (a PostList's operations share the read),
+// and only for operations with a deadline.
+func (r *route) ready(wr *backend.WorkRequest, ch *chain) error {
 	if err := r.Err(); err != nil {
 		return err
 	}
-	if !wr.Deadline.IsZero() && time.Now().After(wr.Deadline) {
+	if wr.Deadline.IsZero() {
+		return nil
+	}
+	if ch.now == 0 {
+		ch.now = time.Now().UnixNano()
+	}
+	if wr.Deadline.UnixNano() <= ch.now {
 		return fmt.Errorf("ibverbs: %s of %d bytes posted after its deadline: %w", wr.Op, len(wr.Local), rdmamgr.ErrDeadline)
 	}
 	return nil
@@ -134,8 +155,12 @@ func (r *route) remoteAddr(wr *backend.WorkRequest, n uint64) (raddr uint64, err
 // reserve waits for room for count work requests (back-pressure): for a
 // control message (ctl) a credit of the peer's ring, then room on the
 // queue pair, then on the completion queue, until wr's deadline, the
-// route's end or the poster's cancel.
-func (r *route) reserve(count int, ctl bool, wr *backend.WorkRequest) error {
+// route's end or the poster's cancel. Without wait it takes the room only
+// if it is free now, else fails with errWouldWait having taken nothing.
+func (r *route) reserve(count int, ctl bool, wr *backend.WorkRequest, wait bool) error {
+	if !wait {
+		return r.tryReserve(count, ctl)
+	}
 	if ctl {
 		if err := semErr(r.credits.acquire(1, wr.Deadline, r.Done(), wr.Cancel), r, "a slot of the peer's ring"); err != nil {
 			return err
@@ -153,6 +178,27 @@ func (r *route) reserve(count int, ctl bool, wr *backend.WorkRequest) error {
 			r.credits.release(1)
 		}
 		return err
+	}
+	return nil
+}
+
+// tryReserve is reserve without waiting.
+func (r *route) tryReserve(count int, ctl bool) error {
+	if ctl && !r.credits.tryAcquire(1) {
+		return errWouldWait
+	}
+	if !r.sem.tryAcquire(count) {
+		if ctl {
+			r.credits.release(1)
+		}
+		return errWouldWait
+	}
+	if !r.b.cqBudget.tryAcquire(count) {
+		r.sem.release(count)
+		if ctl {
+			r.credits.release(1)
+		}
+		return errWouldWait
 	}
 	return nil
 }
@@ -178,94 +224,6 @@ func (r *route) takeCell() int {
 		panic("ibverbs: no free cell with room in flight")
 	}
 	return c
-}
-
-// submit posts o's batch, unless the route is failing; ids are the slots
-// of its work requests, whose room reserve took. An op awaiting an ack
-// gets its sequence number and its place in the queue of acks here, in
-// posting order.
-func (r *route) submit(o *op, batch wrBuf, ids []uint64) error {
-	b, wr, count := r.b, o.wr, len(ids)
-	r.postMu.Lock()
-	if r.failing {
-		r.postMu.Unlock()
-		r.unpost(o, ids)
-		return r.Err()
-	}
-	r.opsMu.Lock()
-	r.ops[o] = struct{}{}
-	r.opsMu.Unlock()
-	r.Begin()
-	r.outstanding.Add(int64(count))
-	r.lastActive.Store(time.Now().UnixNano())
-	if o.ack {
-		o.seq = r.seq
-		r.seq++
-		binary.BigEndian.PutUint32(r.ring.cell(o.ctlCell)[4:], o.seq)
-		r.ackMu.Lock()
-		r.acks = append(r.acks, o)
-		r.ackMu.Unlock()
-	}
-	posted, perr := r.qp.post(batch)
-	if perr != nil && o.ack && posted < count { // its control message was not posted: no ack comes
-		r.ackMu.Lock()
-		r.acks = r.acks[:len(r.acks)-1]
-		r.ackMu.Unlock()
-	}
-	r.postMu.Unlock()
-	if perr != nil {
-		return r.postFailed(o, ids, posted, perr)
-	}
-	if wr.CancelCause() != nil { // cancelled while it was being posted
-		r.Cancel(wr)
-	}
-	b.kickWatchdog()
-	return nil
-}
-
-// unpost gives back what reserve took for o, whose work requests ids were
-// never posted.
-func (r *route) unpost(o *op, ids []uint64) {
-	for _, id := range ids {
-		if c := r.b.slots.take(id); c != nil && c.cell != 0 {
-			r.ring.freeCell(c.cell - 1)
-		}
-	}
-	r.sem.release(len(ids))
-	r.b.cqBudget.release(len(ids))
-	if o.ack {
-		r.credits.release(1)
-	}
-}
-
-// postFailed handles a post of which the device took only the first
-// posted work requests: the others were never seen by it. The queue pair
-// is in trouble; the route fails so that what was posted is flushed. With
-// nothing posted, Post fails (o is never reported); else o is reported
-// once its posted work requests are flushed.
-func (r *route) postFailed(o *op, ids []uint64, posted int, perr error) error {
-	left := len(ids) - posted
-	r.unpost(o, ids[posted:])
-	r.fail(fmt.Errorf("ibverbs: route failed: %w: %w", perr, rdmamgr.ErrClosed))
-	if posted == 0 {
-		r.opsMu.Lock()
-		delete(r.ops, o)
-		r.opsMu.Unlock()
-		r.Unbegin()
-		r.wrDone(int64(left))
-		return fmt.Errorf("%w: %w", perr, rdmamgr.ErrClosed)
-	}
-	e := fmt.Errorf("%w: %w", perr, rdmamgr.ErrClosed)
-	o.firstErr.CompareAndSwap(nil, &e)
-	k := int32(left)
-	if o.ack { // its control message is last: it was not posted
-		k++
-	}
-	if o.remaining.Add(-k) == 0 {
-		r.finish(o)
-	}
-	r.wrDone(int64(left))
-	return nil
 }
 
 // localKey checks that wr.Local lies in wr.LocalRegion, which this backend

@@ -4,7 +4,6 @@ package ibverbs
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
@@ -58,7 +57,7 @@ func (r *route) received(i int, w wc) {
 		o, opErr, routeErr = r.ackedLocked(i, r.ring.slot(i)[:w.byteLen])
 	}
 	r.postMu.Unlock()
-	r.lastActive.Store(time.Now().UnixNano())
+	r.lastActive.Store(r.b.coarse.Load())
 	if routeErr != nil {
 		r.fail(fmt.Errorf("ibverbs: queue pair %d: %w", r.qp.qpn, routeErr))
 		return

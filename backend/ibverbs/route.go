@@ -53,10 +53,10 @@ type route struct {
 	outstanding atomic.Int64
 	drainKick   chan struct{}
 	probing     atomic.Bool
-	lastActive  atomic.Int64 // unix nanoseconds of the last post or completion
+	lastActive  atomic.Int64  // the coarse clock at the last completion
+	doorbells   atomic.Uint64 // ibv_post_send calls (tests)
 
-	opsMu sync.Mutex
-	ops   map[*op]struct{}
+	table opTable // the ops posted and not reported
 
 	drained chan struct{} // closed by teardown once the queue pair is gone
 }
@@ -70,10 +70,13 @@ type op struct {
 	wr        *backend.WorkRequest
 	r         *route
 	chunks    []chunk
-	ack       bool   // a notice or Send: the owner acks it
-	seq       uint32 // its control message's number (ack)
-	ctlCell   int    // the cell of its control message (ack)
-	result    uint64 // an atomic's old value
+	ack       bool     // a notice or Send: the owner acks it
+	seq       uint32   // its control message's number (ack)
+	ctlCell   int      // the cell of its control message (ack)
+	result    uint64   // an atomic's old value
+	first     int      // its first work request's index in its chain
+	idx       int32    // its index in the route's opTable
+	one       [1]chunk // chunks of a one-work-request op
 	remaining atomic.Int32
 	firstErr  atomic.Pointer[error]
 	flushed   atomic.Bool           // a chunk was flushed (the route failed)
@@ -106,11 +109,11 @@ func newRoute(b *Backend, peer uint64, qp *queuePair, g *ring, accepted bool, in
 		maxSend:   int(info.maxSend),
 		sem:       newWsem(b.inflight),
 		drainKick: make(chan struct{}, 1),
-		ops:       make(map[*op]struct{}),
 		drained:   make(chan struct{}),
 	}
 	r.Init()
 	r.lastActive.Store(time.Now().UnixNano())
+	r.table.init(b.inflight)
 	return r
 }
 
@@ -198,13 +201,11 @@ func (r *route) Cancel(wr *backend.WorkRequest) {
 		return
 	}
 	err := routestate.OpError("ibverbs", wr, cause)
-	r.opsMu.Lock()
-	for o := range r.ops {
+	r.table.each(func(o *op) {
 		if o.wr == wr {
 			o.canceled.CompareAndSwap(nil, &err)
 		}
-	}
-	r.opsMu.Unlock()
+	})
 }
 
 // atomics reports whether the sender of ri runs atomics (here, not in

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Fills w (and its SGEs s[0..1]) from r. */
@@ -43,31 +44,37 @@ static void rm_fill(struct ibv_send_wr *w, struct ibv_sge *s, const struct rm_wr
 	}
 }
 
-/* Posts n signalled work requests as chains of up to 64; *nposted tells how
- * many were accepted (all of them on success). Returns 0 or an errno. */
+/* Posts n signalled work requests as one chain: one ibv_post_send, one
+ * doorbell. *nposted tells how many were accepted (all of them on
+ * success). Returns 0 or an errno. */
 int rm_post(struct ibv_qp *qp, struct rm_wr *wrs, int n, int *nposted)
 {
-	struct ibv_send_wr w[64];
-	struct ibv_sge s[64][2];
+	struct ibv_send_wr ws[64], *w = ws, *bad = NULL;
+	struct ibv_sge ss[64][2], (*s)[2] = ss;
+	int i, rc;
 	*nposted = 0;
-	while (*nposted < n) {
-		int k = n - *nposted, i;
-		if (k > 64)
-			k = 64;
-		for (i = 0; i < k; i++) {
-			rm_fill(&w[i], s[i], &wrs[*nposted + i]);
-			w[i].next = i + 1 < k ? &w[i + 1] : NULL;
+	if (n <= 0)
+		return 0;
+	if (n > 64) {
+		w = malloc((size_t)n * sizeof *w);
+		s = malloc((size_t)n * sizeof *s);
+		if (!w || !s) {
+			free(w);
+			free(s);
+			return ENOMEM;
 		}
-		struct ibv_send_wr *bad = NULL;
-		int rc = ibv_post_send(qp, w, &bad);
-		if (rc) {
-			if (bad)
-				*nposted += (int)(bad - w);
-			return rc;
-		}
-		*nposted += k;
 	}
-	return 0;
+	for (i = 0; i < n; i++) {
+		rm_fill(&w[i], s[i], &wrs[i]);
+		w[i].next = i + 1 < n ? &w[i + 1] : NULL;
+	}
+	rc = ibv_post_send(qp, w, &bad);
+	*nposted = rc ? (bad ? (int)(bad - w) : 0) : n;
+	if (w != ws) {
+		free(w);
+		free(s);
+	}
+	return rc;
 }
 
 /* Posts one receive of len bytes at addr. Returns 0 or an errno. */

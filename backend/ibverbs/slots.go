@@ -48,9 +48,13 @@ func (t *slotTable) busy() bool {
 
 // take frees the slot of id and returns its chunk (nil if stale).
 func (t *slotTable) take(id uint64) *chunk {
-	i, gen := uint32(id), uint32(id>>32)
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.takeLocked(id)
+}
+
+func (t *slotTable) takeLocked(id uint64) *chunk {
+	i, gen := uint32(id), uint32(id>>32)
 	if int(i) >= len(t.entries) {
 		return nil
 	}
@@ -80,4 +84,74 @@ func (t *slotTable) takeRoute(r *route) []*chunk {
 		}
 	}
 	return out
+}
+
+// opTable holds a route's ops posted and not reported, indexed by
+// op.idx (no map per operation): Cancel and the watchdog scan it, at most
+// MaxInFlight entries.
+type opTable struct {
+	mu   sync.Mutex
+	ops  []*op
+	free []int32
+}
+
+func (t *opTable) init(n int) {
+	t.ops = make([]*op, 0, n)
+	t.free = make([]int32, 0, n)
+}
+
+// add enters ops, under one lock.
+func (t *opTable) add(ops []*op) {
+	t.mu.Lock()
+	for _, o := range ops {
+		if n := len(t.free); n > 0 {
+			o.idx = t.free[n-1]
+			t.free = t.free[:n-1]
+			t.ops[o.idx] = o
+		} else {
+			o.idx = int32(len(t.ops))
+			t.ops = append(t.ops, o)
+		}
+	}
+	t.mu.Unlock()
+}
+
+// remove takes o out (it must be in).
+func (t *opTable) remove(o *op) {
+	t.mu.Lock()
+	if t.ops[o.idx] == o {
+		t.ops[o.idx] = nil
+		t.free = append(t.free, o.idx)
+	}
+	t.mu.Unlock()
+}
+
+// each calls f on every op in the table, under its lock.
+func (t *opTable) each(f func(*op)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, o := range t.ops {
+		if o != nil {
+			f(o)
+		}
+	}
+}
+
+// takeBatch frees the slots of the first n completions of buf that are
+// not control work, under one lock, and appends their chunks with their
+// statuses to ds (a stale id is logged and skipped).
+func (t *slotTable) takeBatch(buf wcBuf, n int, ds []done) []done {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range n {
+		w := &buf[i]
+		id := uint64(w.wr_id)
+		if id&ctlBit != 0 {
+			continue
+		}
+		if c := t.takeLocked(id); c != nil {
+			ds = append(ds, done{c: c, status: uint32(w.status), vendor: uint32(w.vendor_err)})
+		}
+	}
+	return ds
 }

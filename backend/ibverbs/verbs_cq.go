@@ -122,6 +122,12 @@ func (b wcBuf) at(i int) wc {
 		byteLen: uint32(w.byte_len)}
 }
 
+// set fills completion i from w (tests).
+func (b wcBuf) set(i int, w wc) {
+	b[i] = C.struct_rm_wc{wr_id: C.uint64_t(w.wrID), status: C.uint32_t(w.status), vendor_err: C.uint32_t(w.vendorErr),
+		qp_num: C.uint32_t(w.qpn), byte_len: C.uint32_t(w.byteLen)}
+}
+
 // eventFD is an eventfd used to wake the poller and the async goroutine.
 type eventFD int
 

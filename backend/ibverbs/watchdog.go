@@ -24,6 +24,7 @@ func (b *Backend) watchdog() {
 		b.mu.Unlock()
 		busy := false
 		now := time.Now()
+		b.coarse.Store(now.UnixNano())
 		for _, r := range routes {
 			if r.InFlight() > 0 {
 				busy = true
@@ -59,18 +60,16 @@ func (b *Backend) watchdog() {
 // a device that ignores its own timeouts, fails the route here.
 func (r *route) expire(now time.Time) {
 	stuck := false
-	r.opsMu.Lock()
-	for o := range r.ops {
+	r.table.each(func(o *op) {
 		d := o.wr.Deadline
 		if d.IsZero() || !now.After(d) {
-			continue
+			return
 		}
 		o.expired.Store(true)
 		if now.Sub(d) > r.b.cfg.DrainTimeout {
 			stuck = true
 		}
-	}
-	r.opsMu.Unlock()
+	})
 	if stuck {
 		r.fail(fmt.Errorf("ibverbs: route failed: a request is held %v past its deadline: %w", r.b.cfg.DrainTimeout, rdmamgr.ErrPeerGone))
 	}
