@@ -3,7 +3,7 @@
 # binary (ci.sh puts both there): two rdmamgr processes, two managers on one
 # rxe device, moving verified bytes both ways over an ibverbs route.
 set -u
-./ibverbs.test -test.v -test.count=1 -test.timeout=10m "$@" || exit $?
+./ibverbs.test -test.v -test.count=1 -test.timeout=20m "$@" || exit $?
 
 echo "=== two managers over ibverbs: rdmamgr serve + rdmamgr bench --verify"
 ./rdmamgr serve --listen 127.0.0.1:7700 --backend ibverbs --log-level warn > /tmp/serve.out 2> /tmp/serve.err &
