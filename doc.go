@@ -31,7 +31,6 @@
 //   - certs: the deployment's CA and mutual-TLS credentials.
 //   - membership: the cluster's members in etcd, by name.
 //   - proto: the wire messages (a Buffer's Proto form, status).
-//   - backend/backendtest: the conformance suite every backend passes.
 //   - bench, bench/baseline: the engines of `rdmamgr bench` and its
 //     plain-TCP baseline.
 //

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
-	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/backendtest"
 )
 
 // Benchmarks of the verbs beyond Put and Get on the machine's device

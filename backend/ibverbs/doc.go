@@ -197,7 +197,7 @@
 //
 // # Testing
 //
-// backend/backendtest's conformance suite and the two-process tests in this
+// internal/backendtest's conformance suite and the two-process tests in this
 // package run against a real verbs stack in every CI run: test/softroce/ci.sh
 // boots a throw-away VM with Soft-RoCE (rdma_rxe) and runs this package's
 // test binary there with RDMAMGR_REQUIRE_IBVERBS=1. Without a device the

@@ -5,9 +5,9 @@ package shm_test
 import (
 	"testing"
 
-	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/backend/shm"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/backendtest"
 )
 
 // FuzzOwnerMessages is the owner's side of the socket under fuzz: an

@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/rdmamgr/rdmamgr"
-	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/backend/shm"
+	"github.com/rdmamgr/rdmamgr/internal/backendtest"
 )
 
 // A peer on this host of a uid we do not serve is refused with a reason

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/backendtest"
 )
 
 // writeAThenStallB sends a whole 512-byte WRITE (wrid 1) and, in the same

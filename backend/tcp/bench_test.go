@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
-	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/backendtest"
 )
 
 func BenchmarkReqHeaderEncode(b *testing.B) {

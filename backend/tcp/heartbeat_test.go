@@ -7,7 +7,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
-	"github.com/rdmamgr/rdmamgr/backend/backendtest"
+	"github.com/rdmamgr/rdmamgr/internal/backendtest"
 )
 
 var fastBeat = Config{HeartbeatInterval: 20 * time.Millisecond, PeerTimeout: 150 * time.Millisecond, ConnsPerRoute: 1}

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/rdmamgr/rdmamgr/backend"
-	"github.com/rdmamgr/rdmamgr/backend/backendtest"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/backendtest"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 

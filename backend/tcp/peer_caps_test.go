@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
-	"github.com/rdmamgr/rdmamgr/backend/backendtest"
+	"github.com/rdmamgr/rdmamgr/internal/backendtest"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 

@@ -87,7 +87,7 @@ func run(ctx context.Context, peerAddr, secretFile string) error {
 	}
 	cq := queuepair.NewCompletionQueue(64) // verbs style: post chains, reap many completions per call
 	qp.SetCompletionQueue(cq)
-	wrs := []*queuepair.WorkRequest{new(queuepair.WorkRequest), new(queuepair.WorkRequest)} // reusable once reaped
+	wrs := []*queuepair.WorkRequest{new(queuepair.WorkRequest), new(queuepair.WorkRequest)}    // reusable once reaped
 	qp.PostOps(ctx, wrs, []queuepair.Op{queuepair.PutOp(l2, half), queuepair.GetOp(l2, half)}) // one doorbell
 	reaped := make([]*queuepair.WorkRequest, len(wrs))
 	for got := 0; got < len(wrs); {
