@@ -1,0 +1,3 @@
+module apicount
+
+go 1.21
