@@ -27,6 +27,7 @@ const (
 	msgSend     = 9  // initiator → owner: req, length, imm, has-imm; the message's first bytes
 	msgSendMore = 10 // initiator → owner: req; the message's next bytes
 	msgAck      = 11 // owner → initiator: req, code (of an event or a message)
+	msgCut      = 12 // owner → its agent only: slot, region (cut: its users are being drained)
 )
 
 // fragMax is how many bytes of a message one packet carries; maxSend
