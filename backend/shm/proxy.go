@@ -30,7 +30,7 @@ func (r *route) OnCut(f func(region uint64)) {}
 // (wiring.SHMAcceptAgentRoute): the connection that proves the token it
 // hands out is marked as the agent's.
 func (b *Backend) acceptAgentRoute(ctx context.Context, peerID uint64, p []byte) ([]byte, error) {
-	return b.AcceptRoute(ctx, peerID, p) // TODO(agmem): mark the token
+	return b.acceptRoute(ctx, peerID, p, true)
 }
 
 func init() {
