@@ -49,9 +49,9 @@ const (
 	// flagOrigin: a write-imm or send carries the manager it was posted
 	// for (an agent posts for an attached process) in 8 more bytes.
 	flagOrigin = 4
-	respFlag  = 0x80
-	maxConns  = 64
-	maxAddrSz = 512
+	respFlag   = 0x80
+	maxConns   = 64
+	maxAddrSz  = 512
 
 	// trailer values: the initiator sends trailerAbort in place of
 	// trailerCommit when it cut the payload short (a cancel swapped the
