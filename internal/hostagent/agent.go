@@ -19,6 +19,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/shm"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/agentwire"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
@@ -35,7 +36,7 @@ type Agent struct {
 	tcp  backend.Backend  // the manager's TCP backend: it serves via frames
 	shm  *shm.Backend     // our shm initiator, over an empty registry
 	log  *slog.Logger
-	uid  int
+	uid  int // ours (a.mu: tests change it)
 	addr string // our actor address, as processes name us to peers
 
 	life    context.Context // ends when Close starts
@@ -120,7 +121,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	if !wiring.SetResolver(a.tcp, (*resolver)(a)) {
 		return fmt.Errorf("hostagent: backend %s takes no resolver: %w", a.tcp.Kind(), rdmamgr.ErrNotSupported)
 	}
-	ln, err := listen(a.cfg.Socket)
+	ln, err := agentwire.Listen(a.cfg.Socket, 0o660)
 	if err != nil {
 		wiring.SetResolver(a.tcp, nil)
 		return err

@@ -5,7 +5,6 @@ package hostagent
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -40,11 +39,11 @@ func (a *Agent) handshake(c *net.UnixConn) (*proc, error) {
 	c.SetDeadline(time.Now().Add(handshakeTimeout))
 	var h agentwire.Hello
 	_, _ = rand.Read(h.Nonce[:])
-	if err := write(c, h.Encode()); err != nil {
+	if err := agentwire.WritePacket(c, h.Encode()); err != nil {
 		return nil, err
 	}
 	buf := make([]byte, agentwire.MaxPacket)
-	pkt, err := read(c, buf)
+	pkt, err := agentwire.ReadPacket(c, buf)
 	if err != nil {
 		return nil, fmt.Errorf("no auth: %w", err)
 	}
@@ -55,7 +54,7 @@ func (a *Agent) handshake(c *net.UnixConn) (*proc, error) {
 	if err := auth.Verify(a.cfg.Secret, h.Nonce); err != nil {
 		return nil, err
 	}
-	pid, uid, err := peerCred(c)
+	pid, uid, err := agentwire.PeerCred(c)
 	if err != nil {
 		return nil, fmt.Errorf("peer credentials: %v: %w", err, rdmamgr.ErrUnauthenticated)
 	}
@@ -78,7 +77,7 @@ func (a *Agent) handshake(c *net.UnixConn) (*proc, error) {
 	w := agentwire.Welcome{Slot: p.slot, Generation: p.gen, AgentAddr: a.addr, AgentID: a.mgr.ID(), HostID: hid}
 	pkt, err = w.Encode()
 	if err == nil {
-		err = write(c, pkt)
+		err = agentwire.WritePacket(c, pkt)
 	}
 	if err != nil {
 		a.dropSlot(p)
@@ -107,10 +106,10 @@ func (a *Agent) shmRoute(ctx context.Context, c *net.UnixConn, buf []byte, peerI
 	if err != nil {
 		return nil, err
 	}
-	if err := write(c, pkt); err != nil {
+	if err := agentwire.WritePacket(c, pkt); err != nil {
 		return nil, err
 	}
-	if pkt, err = read(c, buf); err != nil {
+	if pkt, err = agentwire.ReadPacket(c, buf); err != nil {
 		return nil, fmt.Errorf("no shm answer: %w", err)
 	}
 	if t, _ := agentwire.Type(pkt); t == agentwire.TypeGone {
@@ -136,24 +135,6 @@ func (a *Agent) shmRoute(ctx context.Context, c *net.UnixConn, buf []byte, peerI
 	return r, nil
 }
 
-// read reads one packet into buf.
-func read(c *net.UnixConn, buf []byte) ([]byte, error) {
-	n, _, flags, _, err := c.ReadMsgUnix(buf, nil)
-	if err != nil {
-		return nil, err
-	}
-	if n == 0 || flags&0x20 != 0 { // MSG_TRUNC
-		return nil, fmt.Errorf("hostagent: packet truncated or empty: %w", rdmamgr.ErrProtocol)
-	}
-	return buf[:n], nil
-}
-
-// write sends one packet.
-func write(c *net.UnixConn, pkt []byte) error {
-	_, _, err := c.WriteMsgUnix(pkt, nil, nil)
-	return err
-}
-
 // sendGone tells the process why we close (best effort, not waiting).
 func sendGone(c *net.UnixConn, err error, reason string) {
 	code := uint32(backend.Code(err))
@@ -169,7 +150,7 @@ func sendGone(c *net.UnixConn, err error, reason string) {
 		return
 	}
 	c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-	_ = write(c, pkt)
+	_ = agentwire.WritePacket(c, pkt)
 }
 
 // printable replaces what agentwire refuses in a reason (control
@@ -184,5 +165,3 @@ func printable(s string) string {
 	}
 	return string(b)
 }
-
-var _ = errors.Is

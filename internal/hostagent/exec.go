@@ -26,7 +26,7 @@ type op struct {
 	cancelCh   chan struct{}
 	cancelOnce sync.Once
 
-	mu    sync.Mutex     // guards route
+	mu    sync.Mutex    // guards route
 	route backend.Route // set just before Post: cancel cancels it there
 }
 

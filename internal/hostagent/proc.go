@@ -33,14 +33,14 @@ type proc struct {
 	route backend.Route     // our shm route to it
 	pr    wiring.ProxyRoute // route, mapping its regions
 
-	ctx      context.Context // ends when the process starts going
-	stop     context.CancelFunc
-	posts    chan *op      // read, in order, for the poster
-	dead     chan struct{} // closed when the process starts going
-	wake     chan struct{} // the writer has dones to send (1 buffered)
-	endOnce  sync.Once
-	endErr   error         // why it went; set before dead is closed
-	loops    sync.WaitGroup // reader's helpers: poster, writer, cut watcher
+	ctx     context.Context // ends when the process starts going
+	stop    context.CancelFunc
+	posts   chan *op      // read, in order, for the poster
+	dead    chan struct{} // closed when the process starts going
+	wake    chan struct{} // the writer has dones to send (1 buffered)
+	endOnce sync.Once
+	endErr  error          // why it went; set before dead is closed
+	loops   sync.WaitGroup // reader's helpers: poster, writer, cut watcher
 
 	mu sync.Mutex // guards the fields below
 	// ops are the operations posted and not yet reported, by wrid.
@@ -90,7 +90,7 @@ func (p *proc) read() error {
 	var posts []agentwire.Post
 	var cancels []uint64
 	for {
-		pkt, err := read(p.conn, buf)
+		pkt, err := agentwire.ReadPacket(p.conn, buf)
 		if err != nil {
 			return fmt.Errorf("hostagent: pid %d: %v: %w", p.pid, err, rdmamgr.ErrPeerGone)
 		}
@@ -175,7 +175,7 @@ func (p *proc) flush(b *agentwire.Batch, out []agentwire.Done) bool {
 			return true
 		}
 		p.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-		err := write(p.conn, b.Packet())
+		err := agentwire.WritePacket(p.conn, b.Packet())
 		b.Start(agentwire.TypeDone)
 		return err == nil
 	}
