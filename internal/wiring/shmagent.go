@@ -23,14 +23,26 @@ type ProxyRoute interface {
 	// (on the coarse clock), else it un-counts and returns the bare
 	// sentinel (ErrRevoked, ErrReleased, ErrExpired; ErrPeerGone once the
 	// route ended); Leave un-counts. The owner's Revoke and Release wait
-	// for the count as for a copy's. The gate is a memreg.GateCloser: its
-	// Close (memreg calls it when the proxy region is freed) lets the
-	// mapping go; until then mem stays mapped, even after the route
-	// closed. Each call returns a new gate; register it once. Errors: the
-	// owner's refusal (ErrBadKey, ErrReleased, ErrAccess, ErrRevoked,
-	// ErrExpired), ErrNotShareable (not memfd-backed), ErrPeerGone, or
-	// ctx's.
+	// for the count as for a copy's. The gate is a ProxyGate: its Close
+	// (memreg calls it when the proxy region is freed) lets the mapping
+	// go; until then mem stays mapped, even after the route closed, and
+	// the region is never evicted from the route's mappings. Register the
+	// proxy with at most the gate's Access (mem is mapped read-only when
+	// the region grants no write). Each call returns a new gate; register
+	// it once. Errors: the owner's refusal (ErrBadKey, ErrReleased,
+	// ErrAccess, ErrRevoked, ErrExpired), ErrNotSupported (not
+	// memfd-backed, or write-only: the owner does not export it),
+	// ErrPeerGone, or ctx's.
 	MapProxy(ctx context.Context, region uint64, key buffer.Key, need buffer.Access) (mem []byte, gate memreg.Gate, err error)
+	// Notify tells the owner that a PutWithImm landed in a region this
+	// route proxies (the agent wrote [off, off+n) itself): a msgEvent
+	// without a copy, delivered to the owner's Inbox with Peer = origin
+	// (0: the agent's own id). It waits for the owner's answer (ctx and 5 s
+	// bound it) and returns its refusal (ErrNoReceive, ErrLimit,
+	// ErrAccess, ErrOutOfRange, ErrReleased...); ErrReleased at once when
+	// no proxy of region is open on this route. Sends and PutWithImm with
+	// a copy go through Post as usual, with WorkRequest.Origin.
+	Notify(ctx context.Context, region uint64, off, n uint64, imm uint32, origin uint64) error
 	// OnCut sets the function called with a proxied region's id when the
 	// owner cuts it (its cut notice, sent before the owner waits for the
 	// region's users: revoke the proxy then, which ends the Refs in flight
@@ -39,6 +51,13 @@ type ProxyRoute interface {
 	// it must not block (start the revocation elsewhere). It may be called
 	// more than once for a region. Set it before the first MapProxy.
 	OnCut(f func(region uint64))
+}
+
+// ProxyGate is the gate MapProxy returns.
+type ProxyGate interface {
+	memreg.GateCloser
+	// Access is what the owner's region grants.
+	Access() buffer.Access
 }
 
 // SHMAcceptAgentRoute is (*shm.Backend).AcceptRoute for the route of this
