@@ -221,3 +221,82 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// post sends posts in one batch.
+func (f *fakeProc) post(t *testing.T, posts ...agentwire.Post) {
+	t.Helper()
+	var b agentwire.Batch
+	b.Start(agentwire.TypePost)
+	for i := range posts {
+		if err := b.AddPost(&posts[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := agentwire.WritePacket(f.c, b.Packet()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dones reads dones until n came, by wrid.
+func (f *fakeProc) dones(t *testing.T, n int) map[uint64]agentwire.Done {
+	t.Helper()
+	out := make(map[uint64]agentwire.Done)
+	buf := make([]byte, agentwire.MaxPacket)
+	var ds []agentwire.Done
+	for len(out) < n {
+		pkt, err := agentwire.ReadPacket(f.c, buf)
+		if err != nil {
+			t.Fatalf("after %d dones of %d: %v", len(out), n, err)
+		}
+		if ds, err = agentwire.DecodeDones(pkt, ds); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if _, dup := out[d.WRID]; dup {
+				t.Fatalf("done %d twice", d.WRID)
+			}
+			out[d.WRID] = d
+		}
+	}
+	return out
+}
+
+// alloc allocates a region of n random bytes in the process.
+func (f *fakeProc) alloc(t *testing.T, n uint64, a buffer.Access) (buffer.Buffer, []byte) {
+	t.Helper()
+	h, err := f.reg.Allocate(n, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := f.reg.Bytes(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = rand.Read(mem)
+	return h, mem
+}
+
+// localOf names h as a post's local memory.
+func localOf(h buffer.Buffer) agentwire.Local {
+	return agentwire.Local{Region: h.Region, Key: h.Key, Offset: h.Offset, Length: h.Length}
+}
+
+// pairOfAgents starts agents A and B (host ids 1 and 2) and attaches p1
+// to A and p2 to B.
+func pairOfAgents(t *testing.T) (a, b *Agent, p1, p2 *fakeProc) {
+	t.Helper()
+	secret := testSecret(t)
+	sys := newSystem(t)
+	a = startAgent(t, sys, "agentA", 1, secret)
+	b = startAgent(t, sys, "agentB", 2, secret)
+	ctx := testCtx(t)
+	p1, p2 = newFakeProc(t, secret), newFakeProc(t, secret)
+	if err := p1.attach(ctx, a.cfg.Socket, attachOpts{secret: secret}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p2.attach(ctx, b.cfg.Socket, attachOpts{secret: secret}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p1.c.Close(); p2.c.Close() })
+	return a, b, p1, p2
+}

@@ -49,8 +49,6 @@ type proc struct {
 	opsDone chan struct{}
 	// proxies are its regions mapped as proxies, by its region id.
 	proxies map[uint64]*proxy
-	// byProxy finds a proxy by its region id in our registry (events).
-	byProxy map[uint64]*proxy
 	// out are the dones the writer sends next.
 	out []agentwire.Done
 }
@@ -59,7 +57,7 @@ func newProc(a *Agent, c *net.UnixConn, auth *agentwire.Auth, uid uint32, r back
 	p := &proc{a: a, conn: c, pid: auth.PID, uid: uid, id: auth.ManagerID, addr: auth.Addr,
 		route: r, pr: r.(wiring.ProxyRoute), posts: make(chan *op, postQueue),
 		dead: make(chan struct{}), wake: make(chan struct{}, 1),
-		ops: make(map[uint64]*op), proxies: make(map[uint64]*proxy), byProxy: make(map[uint64]*proxy)}
+		ops: make(map[uint64]*op), proxies: make(map[uint64]*proxy)}
 	p.ctx, p.stop = context.WithCancel(a.life)
 	p.pr.OnCut(p.onCut)
 	return p

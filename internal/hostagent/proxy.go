@@ -10,6 +10,7 @@ import (
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
 
 // proxy is a region of an attached process mapped into our registry.
@@ -23,10 +24,11 @@ type proxy struct {
 }
 
 // proxyOf returns the proxy of the process's region (checked by key, for
-// need), mapping it on first use (ctx bounds the mapping). A proxy that
-// lacks need is replaced by one mapped for both its access and need (the
-// process's owner code decides). Errors: the owner's refusal (ErrBadKey,
-// ErrAccess, ErrReleased, ...), ErrPeerGone once the process goes.
+// need), mapping it on first use (ctx bounds the mapping). The proxy
+// grants what the process's region grants (the process's owner code
+// decides, at the mapping). Errors: the owner's refusal (ErrBadKey,
+// ErrAccess, ErrReleased, ...), ErrAccess for a need the region does not
+// grant, ErrPeerGone once the process goes.
 func (p *proc) proxyOf(ctx context.Context, region uint64, key buffer.Key, need buffer.Access) (buffer.Buffer, error) {
 	for {
 		p.mu.Lock()
@@ -49,52 +51,31 @@ func (p *proc) proxyOf(ctx context.Context, region uint64, key buffer.Key, need 
 		}
 		if !x.key.Equal(key) {
 			if x.err != nil {
-				continue // a wrong key's attempt failed: try ours
+				continue // another key's attempt failed: try ours
 			}
 			return buffer.Buffer{}, fmt.Errorf("hostagent: region %d of pid %d: %w", region, p.pid, rdmamgr.ErrBadKey)
 		}
 		if x.err != nil {
 			return buffer.Buffer{}, x.err
 		}
-		if x.h.Access&need == need {
-			return x.h, nil
+		if !x.h.Access.Allows(need) {
+			return buffer.Buffer{}, fmt.Errorf("hostagent: region %d of pid %d grants %v, not %v: %w", region, p.pid, x.h.Access, need, rdmamgr.ErrAccess)
 		}
-		// More access than mapped for: map again for both.
-		y := &proxy{key: key, ready: make(chan struct{})}
-		p.mu.Lock()
-		if p.proxies[region] != x {
-			p.mu.Unlock()
-			continue
-		}
-		p.proxies[region] = y
-		p.mu.Unlock()
-		h, err := p.mapProxy(ctx, y, region, x.h.Access|need)
-		if err != nil {
-			p.mu.Lock()
-			if p.proxies[region] == nil && !y.cut {
-				p.proxies[region] = x // keep the old one for what it grants
-				p.mu.Unlock()
-			} else {
-				p.mu.Unlock()
-				p.releaseLater(x)
-			}
-			return h, err
-		}
-		p.releaseLater(x)
-		return h, nil
+		return x.h, nil
 	}
 }
 
-// mapProxy maps region into x (which is in p.proxies) and registers it.
+// mapProxy maps region into x (which is in p.proxies) and registers it
+// with what the region grants.
 func (p *proc) mapProxy(ctx context.Context, x *proxy, region uint64, need buffer.Access) (buffer.Buffer, error) {
 	mem, gate, err := p.pr.MapProxy(ctx, region, x.key, need)
 	var h buffer.Buffer
 	if err == nil {
-		h, err = p.a.reg.RegisterProxy(mem, need, gate)
-		if err != nil {
-			if c, ok := gate.(interface{ Close() }); ok {
-				c.Close() // never registered: let the mapping go
-			}
+		g, ok := gate.(wiring.ProxyGate)
+		if !ok {
+			err = fmt.Errorf("hostagent: gate %T tells no access: %w", gate, rdmamgr.ErrNotSupported)
+		} else if h, err = p.a.reg.RegisterProxy(mem, g.Access(), gate); err != nil {
+			g.Close() // never registered: let the mapping go
 		}
 	}
 	p.mu.Lock()
@@ -104,8 +85,6 @@ func (p *proc) mapProxy(ctx context.Context, x *proxy, region uint64, need buffe
 		if p.proxies[region] == x {
 			delete(p.proxies, region)
 		}
-	} else {
-		p.byProxy[h.Region] = x
 	}
 	close(x.ready)
 	p.mu.Unlock()
@@ -166,11 +145,6 @@ func (p *proc) release(x *proxy) {
 	if err := p.a.reg.Release(ctx, x.h); err != nil {
 		p.a.log.Warn("proxy release", "pid", p.pid, "err", err)
 	}
-	p.mu.Lock()
-	if p.byProxy[x.h.Region] == x {
-		delete(p.byProxy, x.h.Region)
-	}
-	p.mu.Unlock()
 }
 
 // releaseProxies releases every proxy of the process (it is going: no new
