@@ -115,6 +115,11 @@ type Config struct {
 	// Fallback the node's TCP backend: both are set by the node.
 	SHM shm.Config
 
+	// HostAgent, when its Socket is set, runs the node as its host's
+	// agent (hostagent.go): TCP alone, HostAgent.Routes connections per
+	// route.
+	HostAgent HostAgent
+
 	// Logger receives the node's logs (manager, backends, remote); nil
 	// discards them.
 	Logger *slog.Logger
@@ -132,6 +137,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	c.Backend = k
+	if err := c.agentDefaults(); err != nil {
+		return c, err
+	}
 	if c.IBVerbs == (ibverbs.Config{}) {
 		c.IBVerbs = ibverbs.DefaultConfig() // GID index auto, not 0
 	}

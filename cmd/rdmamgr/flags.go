@@ -36,6 +36,9 @@ type common struct {
 	pprof    bool           // serve --pprof: /debug/pprof/ on the admin listener
 	// dataListen is serve --data-listen ("": next to the actor system).
 	dataListen string
+	// hostAgent is serve --agent-socket and --agent-routes: run as the
+	// host's agent ("": not).
+	hostAgent node.HostAgent
 }
 
 // registerLog adds --log-level (default def, as the command uses it) and
