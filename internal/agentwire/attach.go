@@ -16,12 +16,19 @@ const MACLabel = "rdmamgr-agent"
 // Hello opens the attach handshake (agent → P).
 type Hello struct {
 	Nonce [NonceSize]byte
+	// AgentID is the agent's manager id, not 0: the peer id P's shm
+	// backend accepts the agent's route for.
+	AgentID uint64
 }
 
-// Encode returns the packet.
-func (h *Hello) Encode() []byte {
+// Encode returns the packet; it fails on a field DecodeHello would refuse.
+func (h *Hello) Encode() ([]byte, error) {
+	if h.AgentID == 0 {
+		return nil, fmt.Errorf("agentwire: hello without agent id: %w", rdmamgr.ErrProtocol)
+	}
 	b := []byte{TypeHello, Version}
-	return append(b, h.Nonce[:]...)
+	b = append(b, h.Nonce[:]...)
+	return binary.LittleEndian.AppendUint64(b, h.AgentID), nil
 }
 
 // DecodeHello checks and decodes a hello packet.
@@ -31,7 +38,14 @@ func DecodeHello(pkt []byte) (Hello, error) {
 	d.head(TypeHello)
 	d.version()
 	copy(h.Nonce[:], d.take(NonceSize))
-	return h, d.end()
+	h.AgentID = d.u64()
+	if err := d.end(); err != nil {
+		return Hello{}, err
+	}
+	if h.AgentID == 0 {
+		return Hello{}, fmt.Errorf("agentwire: hello without agent id: %w", rdmamgr.ErrProtocol)
+	}
+	return h, nil
 }
 
 // Auth answers hello (P → agent).

@@ -6,7 +6,7 @@
 // Every message is one packet, little endian, its type byte first.
 // Attaching, in order:
 //
-//	agent → P  hello(version, nonce)
+//	agent → P  hello(version, nonce, agent manager id)
 //	P → agent  auth(version, MAC, pid, manager id, actor address)
 //	           MAC = HMAC(secret, "rdmamgr-agent", nonce, pid, manager id, address)
 //	agent → P  shmPrepare(info)   the agent's shm PrepareRoute info
@@ -17,6 +17,11 @@
 // handshake (a refusal) or after it (the agent stops). Then operations:
 // P → agent post and cancel, agent → P done, each packet a batch of
 // records of one type (a count, then the records): one write per batch.
+//
+// The agent closes the socket only when none of P's operations can touch
+// P's memory any more: every post answered by a done, or its process
+// ending (the kernel unmaps a dying process's memory before it closes its
+// sockets). So P fails what is still in flight when the socket ends.
 //
 // Decoding trusts nothing: every field is checked (types, counts, lengths,
 // op against the fields it uses, handles as buffer.FromProto checks them,

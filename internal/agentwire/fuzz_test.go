@@ -24,10 +24,11 @@ func FuzzDecode(f *testing.F) {
 	b.Start(TypeCancel)
 	_ = b.AddCancel(3)
 	f.Add(append([]byte(nil), b.Packet()...))
-	h := Hello{Nonce: [NonceSize]byte{1}}
-	f.Add(h.Encode())
+	h := Hello{Nonce: [NonceSize]byte{1}, AgentID: 1}
+	pkt, _ := h.Encode()
+	f.Add(pkt)
 	a := Auth{PID: 1, ManagerID: 2, Addr: "x:1", MAC: make([]byte, MACSize)}
-	pkt, _ := a.Encode()
+	pkt, _ = a.Encode()
 	f.Add(pkt)
 	pkt, _ = EncodeInfo(TypeShmPrepare, []byte("info"))
 	f.Add(pkt)
@@ -50,7 +51,9 @@ func FuzzDecode(f *testing.F) {
 			if err != nil {
 				return
 			}
-			again = h.Encode()
+			if again, err = h.Encode(); err != nil {
+				t.Fatalf("decoded hello does not encode: %v", err)
+			}
 		case TypeAuth:
 			a, err := DecodeAuth(pkt)
 			if err != nil {

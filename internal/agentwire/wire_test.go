@@ -251,17 +251,27 @@ func TestBatchFull(t *testing.T) {
 }
 
 func TestAttachMessages(t *testing.T) {
-	h := Hello{Nonce: [NonceSize]byte{1, 2}}
-	if got, err := DecodeHello(h.Encode()); err != nil || got != h {
+	h := Hello{Nonce: [NonceSize]byte{1, 2}, AgentID: 8}
+	hp, err := h.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := DecodeHello(hp); err != nil || got != h {
 		t.Fatalf("hello: %+v, %v", got, err)
 	}
-	old := h.Encode()
+	old := bytes.Clone(hp)
 	old[1] = Version + 1
 	if _, err := DecodeHello(old); !errors.Is(err, rdmamgr.ErrVersion) {
 		t.Fatalf("hello of another version: %v", err)
 	}
-	if _, err := DecodeHello(h.Encode()[:5]); !errors.Is(err, rdmamgr.ErrProtocol) {
+	if _, err := DecodeHello(hp[:5]); !errors.Is(err, rdmamgr.ErrProtocol) {
 		t.Fatalf("short hello: %v", err)
+	}
+	if _, err := (&Hello{}).Encode(); !errors.Is(err, rdmamgr.ErrProtocol) {
+		t.Fatalf("hello without agent id: %v", err)
+	}
+	if _, err := DecodeHello(append(hp[:len(hp)-8:len(hp)-8], make([]byte, 8)...)); !errors.Is(err, rdmamgr.ErrProtocol) {
+		t.Fatalf("decoded hello without agent id: %v", err)
 	}
 
 	secret, err := backend.NewSecret([]byte("0123456789abcdef"))
