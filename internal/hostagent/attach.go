@@ -37,14 +37,17 @@ func (a *Agent) handshake(c *net.UnixConn) (*proc, error) {
 	ctx, cancel := context.WithTimeout(a.life, handshakeTimeout)
 	defer cancel()
 	c.SetDeadline(time.Now().Add(handshakeTimeout))
-	var h agentwire.Hello
+	h := agentwire.Hello{AgentID: a.mgr.ID()}
 	_, _ = rand.Read(h.Nonce[:])
-	if err := agentwire.WritePacket(c, h.Encode()); err != nil {
+	pkt, err := h.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if err := agentwire.WritePacket(c, pkt); err != nil {
 		return nil, err
 	}
 	buf := make([]byte, agentwire.MaxPacket)
-	pkt, err := agentwire.ReadPacket(c, buf)
-	if err != nil {
+	if pkt, err = agentwire.ReadPacket(c, buf); err != nil {
 		return nil, fmt.Errorf("no auth: %w", err)
 	}
 	auth, err := agentwire.DecodeAuth(pkt)

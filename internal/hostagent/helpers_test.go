@@ -189,7 +189,7 @@ func (f *fakeProc) attach(ctx context.Context, path string, o attachOpts) error 
 	if err != nil {
 		return fail(err)
 	}
-	answer, err := wiring.SHMAcceptAgentRoute(f.sb, ctx, 1, info)
+	answer, err := wiring.SHMAcceptAgentRoute(f.sb, ctx, h.AgentID, info)
 	if err != nil {
 		return fail(err)
 	}
