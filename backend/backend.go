@@ -16,6 +16,9 @@ const (
 	KindIBVerbs Kind = "ibverbs"
 	// KindSHM is the same-host shared-memory backend (backend/shm).
 	KindSHM Kind = "shm"
+	// KindAgent reaches processes of other hosts through the host agents
+	// both ends attached to (backend/agent).
+	KindAgent Kind = "agent"
 )
 
 // Op is a one-sided operation.
