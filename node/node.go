@@ -54,7 +54,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.Close()
 		return nil, err
 	}
-	if err := n.startAgent(ctx, cfg); err != nil {
+	if err := n.startHostAgent(ctx, cfg); err != nil {
 		n.Close()
 		return nil, err
 	}

@@ -241,6 +241,7 @@ func (r *route) cutProxies() {
 // (wiring.SHMAcceptAgentRoute): the connection that proves the token it
 // hands out is marked as the agent's.
 func (b *Backend) acceptAgentRoute(ctx context.Context, peerID uint64, p []byte) ([]byte, error) {
+	b.reg.SetUnpooled() // the agent maps our local regions while we hold them (memreg)
 	return b.acceptRoute(ctx, peerID, p, true)
 }
 
