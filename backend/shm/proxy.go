@@ -247,6 +247,6 @@ func (b *Backend) acceptAgentRoute(ctx context.Context, peerID uint64, p []byte)
 
 func init() {
 	wiring.SHMAcceptAgentRoute = func(b any, ctx context.Context, peerID uint64, info []byte) ([]byte, error) {
-		return b.(*Backend).acceptRoute(ctx, peerID, info, true)
+		return b.(*Backend).acceptAgentRoute(ctx, peerID, info)
 	}
 }
