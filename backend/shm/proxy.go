@@ -100,7 +100,11 @@ func (r *route) MapProxy(ctx context.Context, region uint64, key buffer.Key, nee
 		case code == rdmapb.Code_NOT_SUPPORTED:
 			return nil, nil, ErrNotShareable
 		case code != rdmapb.Code_OK:
-			return nil, nil, fmt.Errorf("shm: map region %d for a proxy (%s): %w", region, code, codeErr(code))
+			op := backend.OpRead
+			if need.Allows(buffer.AccessWrite) {
+				op = backend.OpWrite
+			}
+			return nil, nil, fmt.Errorf("shm: map region %d for a proxy: %w", region, &backend.RemoteError{Code: code, Op: op})
 		}
 	}
 	defer r.cache.unref(e)
