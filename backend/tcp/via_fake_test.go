@@ -35,10 +35,10 @@ type fakeAgent struct {
 	blocked chan context.Context
 
 	mu      sync.Mutex
-	fail    error                   // Resolve's error, when set
+	fail    error                    // Resolve's error, when set
 	handles map[uint64]buffer.Buffer // proc's regions by id
 	proxies map[uint64]buffer.Buffer // the agent's proxy of each
-	last    time.Time               // deadline of the last Resolve's ctx
+	last    time.Time                // deadline of the last Resolve's ctx
 }
 
 var _ agentapi.Resolver = (*fakeAgent)(nil)
