@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
@@ -52,6 +53,21 @@ func newFakeAgent(agent *memreg.Registry, via uint16) *fakeAgent {
 		handles: make(map[uint64]buffer.Buffer),
 		proxies: make(map[uint64]buffer.Buffer),
 	}
+}
+
+// newTestFakeAgent is newFakeAgent whose process's registry and inbox are
+// closed at t's cleanup (its Go memory is pinned while registered).
+func newTestFakeAgent(t testing.TB, agent *memreg.Registry, via uint16) *fakeAgent {
+	f := newFakeAgent(agent, via)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		if err := f.proc.Close(ctx); err != nil {
+			t.Errorf("close the process's registry: %v", err)
+		}
+	})
+	t.Cleanup(f.inbox.Close)
+	return f
 }
 
 // region registers mem in the process's registry and returns its handle.

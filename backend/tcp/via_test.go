@@ -36,8 +36,7 @@ type agentPair struct {
 func newAgentPair(t *testing.T, cfgA, cfgB Config, n int) *agentPair {
 	t.Helper()
 	p := &agentPair{pair: newPair(t, cfgA, cfgB)}
-	p.fake = newFakeAgent(p.regB, testVia)
-	t.Cleanup(p.fake.inbox.Close)
+	p.fake = newTestFakeAgent(t, p.regB, testVia)
 	if !wiring.SetResolver(p.b, p.fake) {
 		t.Fatal("SetResolver refused a *tcp.Backend")
 	}
@@ -285,8 +284,7 @@ func TestViaRefusedWithoutResolver(t *testing.T) {
 
 	// An agent serves its own memory without a via, but an origin
 	// needs one.
-	fake := newFakeAgent(p.regB, testVia)
-	t.Cleanup(fake.inbox.Close)
+	fake := newTestFakeAgent(t, p.regB, testVia)
 	wiring.SetResolver(p.b, fake)
 	check("agent, origin without via", cases(0, testOrigin))
 	if fake.resolves.Load() != 0 {
