@@ -101,6 +101,14 @@ func (f *fakeAgent) dropProxy(region uint64) error {
 	return f.agent.Release(context.Background(), p)
 }
 
+// proxy returns the agent's proxy of the process's region, if made.
+func (f *fakeAgent) proxy(region uint64) (buffer.Buffer, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.proxies[region]
+	return p, ok
+}
+
 func (f *fakeAgent) Resolve(ctx context.Context, via uint16, region uint64, key buffer.Key, need buffer.Access) (uint64, buffer.Key, error) {
 	f.resolves.Add(1)
 	if dl, ok := ctx.Deadline(); ok {
