@@ -32,14 +32,18 @@ type fakeAgent struct {
 
 	resolves atomic.Int64
 	// block, when set, makes Resolve wait for ctx (and report it).
-	block   atomic.Bool
+	block atomic.Bool
+	// narrow, when set, makes each proxy admit only the access it was
+	// resolved for (one proxy per region and need).
+	narrow  atomic.Bool
 	blocked chan context.Context
 
 	mu      sync.Mutex
 	fail    error                    // Resolve's error, when set
 	handles map[uint64]buffer.Buffer // proc's regions by id
 	proxies map[uint64]buffer.Buffer // the agent's proxy of each
-	last    time.Time                // deadline of the last Resolve's ctx
+	narrowP map[[2]uint64]buffer.Buffer
+	last    time.Time // deadline of the last Resolve's ctx
 }
 
 var _ agentapi.Resolver = (*fakeAgent)(nil)
@@ -52,6 +56,7 @@ func newFakeAgent(agent *memreg.Registry, via uint16) *fakeAgent {
 		blocked: make(chan context.Context, 1),
 		handles: make(map[uint64]buffer.Buffer),
 		proxies: make(map[uint64]buffer.Buffer),
+		narrowP: make(map[[2]uint64]buffer.Buffer),
 	}
 }
 
@@ -140,6 +145,17 @@ func (f *fakeAgent) Resolve(ctx context.Context, via uint16, region uint64, key 
 	}
 	mem := ref.Bytes()
 	ref.Release()
+	if f.narrow.Load() {
+		k := [2]uint64{region, uint64(need)}
+		p, ok := f.narrowP[k]
+		if !ok {
+			if p, err = f.agent.Register(mem, need); err != nil {
+				return 0, buffer.Key{}, err
+			}
+			f.narrowP[k] = p
+		}
+		return p.Region, p.Key, nil
+	}
 	p, ok := f.proxies[region]
 	if !ok {
 		if p, err = f.agent.Register(mem, h.Access); err != nil {
