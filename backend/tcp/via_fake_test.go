@@ -61,7 +61,7 @@ func newFakeAgent(agent *memreg.Registry, via uint16) *fakeAgent {
 }
 
 // newTestFakeAgent is newFakeAgent whose process's registry and inbox are
-// closed at t's cleanup (its Go memory is pinned while registered).
+// closed at t's cleanup.
 func newTestFakeAgent(t testing.TB, agent *memreg.Registry, via uint16) *fakeAgent {
 	f := newFakeAgent(agent, via)
 	t.Cleanup(func() {
@@ -75,16 +75,23 @@ func newTestFakeAgent(t testing.TB, agent *memreg.Registry, via uint16) *fakeAge
 	return f
 }
 
-// region registers mem in the process's registry and returns its handle.
-func (f *fakeAgent) region(mem []byte, access buffer.Access) (buffer.Buffer, error) {
-	h, err := f.proc.Register(mem, access)
+// region allocates n bytes in the process's registry and returns the
+// handle and memory (off the Go heap, as a process's exported region is:
+// the race detector does not see the socket's order, as with the
+// package's other tests' regions).
+func (f *fakeAgent) region(n uint64, access buffer.Access) (buffer.Buffer, []byte, error) {
+	h, err := f.proc.Allocate(n, access)
 	if err != nil {
-		return h, err
+		return h, nil, err
+	}
+	mem, err := f.proc.Bytes(h)
+	if err != nil {
+		return h, nil, err
 	}
 	f.mu.Lock()
 	f.handles[h.Region] = h
 	f.mu.Unlock()
-	return h, nil
+	return h, mem, nil
 }
 
 func (f *fakeAgent) setFail(err error) {

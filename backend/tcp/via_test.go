@@ -40,12 +40,11 @@ func newAgentPair(t *testing.T, cfgA, cfgB Config, n int) *agentPair {
 	if !wiring.SetResolver(p.b, p.fake) {
 		t.Fatal("SetResolver refused a *tcp.Backend")
 	}
-	p.procMem = make([]byte, n)
-	backendtest.Random(t, p.procMem)
 	var err error
-	if p.procH, err = p.fake.region(p.procMem, accessAll); err != nil {
+	if p.procH, p.procMem, err = p.fake.region(uint64(n), accessAll); err != nil {
 		t.Fatal(err)
 	}
+	backendtest.Random(t, p.procMem)
 	return p
 }
 
