@@ -33,7 +33,7 @@ type agentPair struct {
 	procMem []byte
 }
 
-func newAgentPair(t *testing.T, cfgA, cfgB Config, n int) *agentPair {
+func newAgentPair(t testing.TB, cfgA, cfgB Config, n int) *agentPair {
 	t.Helper()
 	p := &agentPair{pair: newPair(t, cfgA, cfgB)}
 	p.fake = newTestFakeAgent(t, p.regB, testVia)
