@@ -36,6 +36,9 @@ type common struct {
 	pprof    bool           // serve --pprof: /debug/pprof/ on the admin listener
 	// dataListen is serve --data-listen ("": next to the actor system).
 	dataListen string
+	// hostAgent is serve --agent-socket and --agent-routes: run as the
+	// host's agent ("": not).
+	hostAgent node.HostAgent
 	// agent is --agent: the host agent's attach socket ("": none).
 	agent string
 }
