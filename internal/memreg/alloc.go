@@ -26,7 +26,11 @@ func (g *Registry) Allocate(size uint64, access buffer.Access) (buffer.Buffer, e
 	if err := g.reserve(size); err != nil {
 		return buffer.Buffer{}, err
 	}
-	r, err := g.allocPooled(size, access)
+	var r *Region
+	err := errPoolFull
+	if !g.unpooled.Load() {
+		r, err = g.allocPooled(size, access)
+	}
 	if errors.Is(err, errPoolFull) {
 		r, err = g.allocOwn(size, access)
 	}
@@ -36,6 +40,15 @@ func (g *Registry) Allocate(size uint64, access buffer.Access) (buffer.Buffer, e
 	}
 	return g.handle(r), nil
 }
+
+// SetUnpooled makes Allocate give every region a memfd of its own (page
+// rounded), never a slot of a slab. A process attached to a host agent
+// (issue 26) needs it: the agent maps the process's own regions while the
+// process uses them, and a pooled slot is exportable only by moving it out
+// of its slab, which waits for the region's references (the process's own
+// operation holds one) and is impossible for a slot smaller than a page.
+// Call it before the first Allocate.
+func (g *Registry) SetUnpooled() { g.unpooled.Store(true) }
 
 // allocPooled registers a slot of a slab; errPoolFull when size is not
 // pooled or the slab cap is reached.

@@ -57,6 +57,8 @@ type Registry struct {
 
 	pool  pool         // its own lock
 	owned *ownedSpares // spareMemfds; its own lock
+	// unpooled: Allocate never uses the pool (SetUnpooled).
+	unpooled atomic.Bool
 }
 
 // NewRegistry returns an empty registry for the manager ownerID. It does no I/O.
