@@ -48,6 +48,7 @@ func TestAgentsSameHostStaysSHM(t *testing.T) {
 		}
 	}
 }
+
 // moveBoth Puts 1 MiB from a to b over qp and Gets it back, every byte
 // checked.
 func moveBoth(t *testing.T, a, b *Node, qp *queuepair.QueuePair) {
