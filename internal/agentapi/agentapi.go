@@ -18,9 +18,10 @@
 //
 // Contract for the agent:
 //   - A backend may reuse a resolution for later frames of the same (via,
-//     region, key, need) on a connection for as long as the proxy region
-//     admits them (memreg.AcquireRemote succeeds), without calling Resolve
-//     again. To end a process's access, revoke or release its proxies (as
+//     region, key) on a connection, whatever their need, for as long as
+//     the proxy region admits them (memreg.AcquireRemote with the frame's
+//     need succeeds), without calling Resolve again: a proxy must admit no
+//     more access than the process's key grants. To end a process's access, revoke or release its proxies (as
 //     on a cut notice or the process's death); refusing Resolve alone
 //     stops only new resolutions. A proxy that no longer admits a frame
 //     (released, revoked, past its lease) makes the backend Resolve again.
@@ -64,4 +65,17 @@ type Resolver interface {
 	// Inbox is the inbox of the process at via (events and messages for
 	// it). An error refuses the event or message with its code.
 	Inbox(via uint16) (backend.Inbox, error)
+}
+
+// CheckedLanding is a backend.Landing whose message can still be refused
+// once its bytes are in: an agent's Inbox stages a message for an attached
+// process and hands it on, and the process may have no receive posted.
+// The backend calls Deliver instead of Done(n, imm, hasImm, nil) and
+// answers the sender with its error (nil: delivered); a failed transfer
+// still calls Done with its error. Deliver may wait (the process's answer,
+// bounded): the connection serves nothing else meanwhile, which keeps its
+// messages in order.
+type CheckedLanding interface {
+	backend.Landing
+	Deliver(n int, imm uint32, hasImm bool) error
 }

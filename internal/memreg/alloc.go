@@ -41,13 +41,12 @@ func (g *Registry) Allocate(size uint64, access buffer.Access) (buffer.Buffer, e
 	return g.handle(r), nil
 }
 
-// SetUnpooled makes Allocate give every region a memfd of its own (page
-// rounded), never a slot of a slab. A process attached to a host agent
-// (issue 26) needs it: the agent maps the process's own regions while the
-// process uses them, and a pooled slot is exportable only by moving it out
-// of its slab, which waits for the region's references (the process's own
-// operation holds one) and is impossible for a slot smaller than a page.
-// Call it before the first Allocate.
+// SetUnpooled makes Allocate give every later region a memfd and mapping
+// of its own, never a slot of a slab. A process attached to a host agent
+// needs it: the agent maps the process's own (local) regions too, and a
+// pooled region's first export moves it out of its slab only once no one
+// else holds it (ExportFD), while the process holds its local region for
+// the operation the agent is to run on it: the export would fail.
 func (g *Registry) SetUnpooled() { g.unpooled.Store(true) }
 
 // allocPooled registers a slot of a slab; errPoolFull when size is not

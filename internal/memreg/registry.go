@@ -57,7 +57,8 @@ type Registry struct {
 
 	pool  pool         // its own lock
 	owned *ownedSpares // spareMemfds; its own lock
-	// unpooled: Allocate never uses the pool (SetUnpooled).
+	// unpooled: Allocate gives every region a memfd of its own
+	// (SetUnpooled).
 	unpooled atomic.Bool
 }
 
