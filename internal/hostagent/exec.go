@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
@@ -25,6 +26,8 @@ type op struct {
 	// cancelCh ends Post's wait for room (closed once, by cancel).
 	cancelCh   chan struct{}
 	cancelOnce sync.Once
+	// refused: past maxOps, reported at once with this error.
+	refused error
 
 	mu    sync.Mutex    // guards route
 	route backend.Route // set just before Post: cancel cancels it there
@@ -42,9 +45,20 @@ func (p *proc) newOp(post *agentwire.Post) (*op, error) {
 	if p.ops[post.WRID] != nil {
 		return nil, fmt.Errorf("hostagent: pid %d posted wrid %d twice: %w", p.pid, post.WRID, rdmamgr.ErrProtocol)
 	}
+	if int64(len(p.ops)) >= maxOps.Load() {
+		o.refused = fmt.Errorf("hostagent: pid %d has %d operations in flight: %w", p.pid, len(p.ops), rdmamgr.ErrLimit)
+		return o, nil // not registered: refused at once
+	}
 	p.ops[post.WRID] = o
 	return o, nil
 }
+
+// maxOps bounds a process's operations in flight at its agent (its far
+// routes' back-pressure bounds them first, unless they fail fast); past
+// it a post is refused with ErrLimit. (Atomic: tests change it.)
+var maxOps atomic.Int64
+
+func init() { maxOps.Store(1 << 16) }
 
 // cancel ends the operation early with cause (the first cause wins): at
 // once if it is not posted yet (the poster sees it), through its route's

@@ -112,6 +112,10 @@ func (p *proc) read() error {
 				if err != nil {
 					return err
 				}
+				if o.refused != nil {
+					o.finish(o.refused)
+					continue
+				}
 				// In order: straight onto the route when nothing waits
 				// for the poster and nothing needs waiting for, else
 				// behind what the poster has.
