@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"testing"
+	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -46,5 +47,39 @@ func TestInlineWrite(t *testing.T) {
 	backendtest.AssertSame(t, "large write", mem, local)
 	if got := inlined(rt); got != before {
 		t.Fatalf("a %d-byte write was written by its poster, want the writer goroutine", len(local))
+	}
+}
+
+// TestPostListWrittenByPoster: a chain posted by PostList while nobody
+// writes the connection is written by its poster, every frame of it (no
+// hand-off to the writer goroutine), and every byte lands. It failed
+// before (only an operation alone in flight was written by its poster: a
+// chain always went to the writer goroutine).
+func TestPostListWrittenByPoster(t *testing.T) {
+	p := newPair(t, Config{ConnsPerRoute: 1}, Config{})
+	rt := p.newRoute(t)
+	lp := rt.(backend.ListPoster)
+	const n, size = 8, 64
+	h, mem := backendtest.Alloc(t, p.regB, n*size, buffer.AccessReadWrite)
+	_, local := backendtest.Alloc(t, p.regA, n*size, buffer.AccessReadWrite)
+	backendtest.Random(t, local)
+	rec := backendtest.NewRecorder(n)
+	wrs := make([]*backend.WorkRequest, n)
+	for i := range wrs {
+		wrs[i] = &backend.WorkRequest{Op: backend.OpWrite, Local: local[i*size : (i+1)*size],
+			Remote: backendtest.Slice(t, h, i*size, size), Deadline: time.Now().Add(waitTimeout), Done: rec}
+	}
+	before := inlined(rt)
+	if k, err := lp.PostList(wrs); k != n || err != nil {
+		t.Fatalf("PostList = %d, %v", k, err)
+	}
+	for range n {
+		if res := rec.Wait(t, waitTimeout); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	backendtest.AssertSame(t, "chain of writes", mem, local)
+	if got := inlined(rt) - before; got != n {
+		t.Fatalf("%d of the chain's %d frames were written by their poster, want all", got, n)
 	}
 }
