@@ -31,7 +31,19 @@ const (
 var (
 	spinSkip  atomic.Int32 // waits left to park at once
 	spinMissN atomic.Int32 // waits to skip after the next miss: doubled per miss, 0 after a hit
+	// spinProcs caches GOMAXPROCS (runtime.GOMAXPROCS takes the
+	// scheduler's lock), read again every 4096 spins.
+	spinProcs atomic.Int32
+	spinN     atomic.Uint32
 )
+
+// procs returns GOMAXPROCS as last read.
+func procs() int32 {
+	if spinN.Add(1)&4095 == 1 {
+		spinProcs.Store(int32(runtime.GOMAXPROCS(0)))
+	}
+	return spinProcs.Load()
+}
 
 // spinner is one waiter's spin; its zero value starts one.
 type spinner struct {
@@ -53,7 +65,7 @@ func (s *spinner) more() bool {
 			s.off = true
 			return false
 		}
-		if runtime.GOMAXPROCS(0) < 2 {
+		if procs() < 2 {
 			s.off = true
 			return false
 		}

@@ -8,16 +8,16 @@ import (
 
 // resetSpin clears the spinners' shared backoff, now and after the test.
 func resetSpin(t *testing.T) {
-	spinSkip.Store(0)
-	spinMissN.Store(0)
-	t.Cleanup(func() { spinSkip.Store(0); spinMissN.Store(0) })
+	reset := func() { spinSkip.Store(0); spinMissN.Store(0); spinN.Store(0) }
+	reset()
+	t.Cleanup(reset)
 }
 
 // TestSpinnerGOMAXPROCS1: with GOMAXPROCS 1 a waiter never spins (the
 // goroutine that completes its work needs the processor).
 func TestSpinnerGOMAXPROCS1(t *testing.T) {
-	resetSpin(t)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	resetSpin(t) // GOMAXPROCS read again
 	var s spinner
 	if s.more() {
 		t.Fatal("a spinner spun with GOMAXPROCS 1")
@@ -28,8 +28,8 @@ func TestSpinnerGOMAXPROCS1(t *testing.T) {
 // (after spinFor, not before), and the waits after it park at once, twice
 // as many after each miss; a spin that sees its outcome ends the backoff.
 func TestSpinnerBoundedAndBacksOff(t *testing.T) {
-	resetSpin(t)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	resetSpin(t)
 	miss := func() {
 		t.Helper()
 		var s spinner
