@@ -43,9 +43,10 @@ const (
 	// bytes posted on one connection before the next takes over.
 	smallRun = 32
 
-	// inlineMax is the most payload a poster writes itself
-	// (client_write.go): a larger ring goes to the writer goroutine, so
-	// Post does not wait for many bytes.
+	// inlineMax is the most a poster writes itself (client_write.go), and
+	// the most written and unanswered on the connection when it does: a
+	// larger ring goes to the writer goroutine, so Post does not wait for
+	// many bytes, nor for a peer that does not read.
 	inlineMax = 64 << 10
 )
 
@@ -66,8 +67,8 @@ type clientConn struct {
 	mu    sync.Mutex // guards slots, pend, sleeping, failing and chunk states
 	slots slotTable
 	pend  []*chunk // the submission ring: queued chunks, in posting order
-	// pendBytes is the payload on pend (a poster writes the ring itself
-	// only while it is at most inlineMax).
+	// pendBytes bounds the bytes of the frames on pend (frameBytes; a
+	// poster writes the ring itself only while it is at most inlineMax).
 	pendBytes int
 	failing   bool
 	// sleeping says the writer waits on wake for work; the poster that
@@ -129,11 +130,11 @@ func (cc *clientConn) enqueue(head *chunk) {
 		c.id = cc.slots.put(c)
 		c.state = stQueued
 		cc.pend = append(cc.pend, c)
-		cc.pendBytes += len(c.local)
+		cc.pendBytes += frameBytes(c)
 		c = next
 	}
 	if now || len(cc.pend) >= wakeFrames || cc.slots.held-len(cc.pend) < wireLow {
-		if cc.pendBytes <= inlineMax && cc.wmu.TryLock() {
+		if cc.pendBytes <= inlineMax && cc.slots.wire <= inlineMax && cc.wmu.TryLock() {
 			// No writer at work: later posters queue behind these
 			// frames, since a writer needs wmu to take them.
 			cc.mu.Unlock()
@@ -165,6 +166,7 @@ func (cc *clientConn) push(c *chunk) bool {
 		return false
 	}
 	cc.pend = append(cc.pend, c)
+	cc.pendBytes += frameBytes(c)
 	cc.kickLocked()
 	return true
 }

@@ -50,9 +50,11 @@ func (cc *clientConn) writeLoop() {
 
 // writeInline writes the ring from a poster's goroutine; enqueue calls
 // it, with wmu held, when the ring is to go now, holds at most inlineMax
-// bytes of payload and no other writer is at work: the batch then costs
-// no hand-off to the writer goroutine, whose wake-up can cost a
-// cross-core round trip. Frames queued while it writes are left to the
+// bytes, at most inlineMax more are written and unanswered (so the
+// socket buffers have room for the batch, and the poster does not wait on
+// a peer that reads slowly or not at all) and no other writer is at
+// work: the batch then costs no hand-off to the writer goroutine, whose
+// wake-up can cost a cross-core round trip. Frames queued while it writes are left to the
 // writer goroutine, which it wakes. Like the writer, it waits while the
 // socket's buffer is full; a cancel or the chunk's deadline interrupts
 // that wait as it does the writer's. It releases wmu.
@@ -103,6 +105,10 @@ func (cc *clientConn) sendGathered(nh int) ([]*chunk, bool) {
 	return cc.markSent(), true
 }
 
+// frameBytes bounds the bytes of c's frame: its payload and the largest
+// header (a ping's is a header).
+func frameBytes(c *chunk) int { return len(c.local) + reqMaxSize }
+
 func finishAll(cs []*chunk) {
 	for _, c := range cs {
 		c.finish(c.answer)
@@ -120,7 +126,7 @@ func (cc *clientConn) gather() int {
 	taken := 0
 	for taken < len(cc.pend) && nh < maxWriteBatch && bytes < maxBatchBytes {
 		c := cc.pend[taken]
-		cc.pendBytes -= len(c.local) // a ping's is nil
+		cc.pendBytes -= frameBytes(c)
 		nh, bytes = cc.add(c, nh, bytes)
 		taken++
 	}
@@ -147,6 +153,8 @@ func (cc *clientConn) add(c *chunk, nh, bytes int) (int, int) {
 	hb := cc.hdrs[nh][:h.size()]
 	h.encode(hb)
 	cc.iov = append(cc.iov, hb)
+	c.wire = frameBytes(c)
+	cc.slots.wire += c.wire
 	if hasPayload(h.op) {
 		cc.iov = append(cc.iov, c.local)
 		bytes += len(c.local)

@@ -25,7 +25,8 @@
 // connection's submission ring under one lock (a chain of them at once
 // with PostList, the route's backend.ListPoster); a poster whose frames
 // are to go now (below) and that finds nobody writing the connection, with
-// at most 64 KiB of payload queued, writes the ring itself with one writev (client_write.go), in posting
+// at most 64 KiB queued and at most 64 KiB written and unanswered (a peer
+// that reads slowly never holds up Post), writes the ring itself with one writev (client_write.go), in posting
 // order still, and otherwise wakes the writer goroutine if it sleeps,
 // which drains the ring in batches of up to 64 frames, one writev each.
 // A goroutine hand-off costs a wake-up of another thread where goroutines

@@ -83,3 +83,47 @@ func TestPostListWrittenByPoster(t *testing.T) {
 		t.Fatalf("%d of the chain's %d frames were written by their poster, want all", got, n)
 	}
 }
+
+// TestPosterDoesNotWaitForAStalledPeer: lists of WRITEs posted to a peer
+// that reads nothing return from PostList (their frames go to the writer
+// goroutine once more than inlineMax is written and unanswered), though
+// the socket buffers fill. It failed before the bound (the poster wrote
+// each list itself and blocked in writev once the buffers were full).
+func TestPosterDoesNotWaitForAStalledPeer(t *testing.T) {
+	f := newFakeServer(t)
+	cfg := fastWatchdog()
+	cfg.MaxInFlight = 4096
+	a, regA := newBackend(t, cfg, backendtest.OwnerA)
+	rt := f.connect(t, a)
+	_ = f.accept(t) // and never read
+	lp := rt.(backend.ListPoster)
+	const size, perList, lists = 16 << 10, 3, 1000 // 48 MiB in all: more than the socket buffers hold
+	_, local := backendtest.Alloc(t, regA, size, buffer.AccessReadWrite)
+	rec := backendtest.NewRecorder(perList * lists)
+	done := make(chan error, 1)
+	go func() {
+		for range lists {
+			wrs := make([]*backend.WorkRequest, perList)
+			for i := range wrs {
+				wrs[i] = &backend.WorkRequest{Op: backend.OpWrite, Local: local, Remote: fakeRemote(size),
+					Deadline: time.Now().Add(time.Hour), Done: rec}
+			}
+			if _, err := lp.PostList(wrs); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("PostList: %v", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("PostList waited on a peer that reads nothing")
+	}
+	if got := inlined(rt); got*size > 2*inlineMax {
+		t.Fatalf("posters wrote %d frames of %d bytes themselves to a peer that reads nothing", got, size)
+	}
+}
