@@ -1,0 +1,19 @@
+// Package agenthosts runs many processes per host on namespaced hosts
+// (test/netns), with and without host agents (issue 26): 3 hosts × 4
+// processes, each process a node of its own (this test binary run again
+// inside a host: a worker, worker_test.go), every process Putting to and
+// Getting from every other with every byte checked.
+//
+//   - TestDirect: no agent, every process its own routes (today's shape).
+//     All to all, every byte checked, each pair's route kind (shm within a
+//     host, TCP between hosts); the data connections between each pair of
+//     hosts counted with `ss -tn` inside each host: 2 × P² routes × 2
+//     connections; a process killed mid-run: its peers' operations with it
+//     end with ErrPeerGone, ErrReleased or ErrClosed (never a wrong byte),
+//     everyone else's go on without an error, and the survivors work on.
+//
+// The tests skip where namespaces cannot be made, saying why, unless
+// RDMAMGR_REQUIRE_NETNS=1 (set by .ci/run). Every loop is bounded by a
+// count and every wait by a time; namespaces (and what runs in them) are
+// removed when a test ends, pass or fail.
+package agenthosts

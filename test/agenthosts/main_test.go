@@ -1,0 +1,247 @@
+//go:build linux
+
+package agenthosts
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/internal/proc"
+	"github.com/rdmamgr/rdmamgr/test/netns"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envWorker) == "1" {
+		os.Exit(workerMain())
+	}
+	netns.Sweep()
+	os.Exit(m.Run())
+}
+
+// rdmamgrBin builds cmd/rdmamgr once (for the agents) and returns its path.
+var rdmamgrBin = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "rdmamgr-agenthosts-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "rdmamgr")
+	return bin, proc.Build("github.com/rdmamgr/rdmamgr/cmd/rdmamgr", bin)
+})
+
+// cluster is hosts × procs workers on namespaced hosts, each host with its
+// agent in agent mode.
+type cluster struct {
+	t       *testing.T
+	net     *netns.Net
+	agent   bool
+	dir     string // agents' sockets
+	secret  string // hex
+	slot    int
+	bench   int
+	procs   int
+	workers []*workerProc
+	agents  []*agentProc // by host, agent mode only
+}
+
+// workerProc is the test's side of one worker.
+type workerProc struct {
+	host   *netns.Host
+	id     string
+	index  int
+	p      *proc.Proc
+	in     *os.File
+	events *eventLog
+	log    *proc.Buffer
+	info   peerInfo
+	data   string // its TCP data listener
+	dead   bool
+}
+
+type clusterOpts struct {
+	hosts, procs int
+	agent        bool
+	slot, bench  int
+}
+
+// newCluster makes the hosts (and agents), starts the workers and tells
+// each of all the others; everything ends when t does.
+func newCluster(t *testing.T, o clusterOpts) *cluster {
+	t.Helper()
+	key := make([]byte, 32)
+	rand.Read(key)
+	c := &cluster{t: t, net: netns.New(t, o.hosts), agent: o.agent, dir: t.TempDir(), secret: hex.EncodeToString(key),
+		slot: o.slot, bench: o.bench, procs: o.procs}
+	if o.agent {
+		for _, h := range c.net.Hosts {
+			c.agents = append(c.agents, c.startAgent(h))
+		}
+	}
+	all := o.hosts * o.procs
+	errs := make(chan error, all)
+	c.workers = make([]*workerProc, all)
+	for hi, h := range c.net.Hosts {
+		for pi := 0; pi < o.procs; pi++ {
+			idx := hi*o.procs + pi
+			go func() {
+				w, err := c.startWorker(h, idx, fmt.Sprintf("%sp%d", h.Name, pi+1), all)
+				c.workers[idx] = w
+				errs <- err
+			}()
+		}
+	}
+	for range all {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var infos []peerInfo
+	for _, w := range c.workers {
+		infos = append(infos, w.info)
+	}
+	for _, w := range c.workers {
+		w.send(t, command{Cmd: "peers", Peers: infos})
+	}
+	for _, w := range c.workers {
+		w.wait(t, "peers", 30*time.Second)
+	}
+	return c
+}
+
+func (c *cluster) startWorker(h *netns.Host, idx int, id string, all int) (*workerProc, error) {
+	w := &workerProc{host: h, id: id, index: idx, events: newEventLog(), log: &proc.Buffer{}}
+	r, wr, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	w.in = wr
+	env := []string{envWorker + "=1", envID + "=" + id, envIndex + "=" + strconv.Itoa(idx), envAll + "=" + strconv.Itoa(all),
+		envListen + "=" + h.Addr + ":0", envSecret + "=" + c.secret, envSlot + "=" + strconv.Itoa(c.slot),
+		envBench + "=" + strconv.Itoa(c.bench)}
+	if c.agent {
+		env = append(env, envAgent+"="+c.agentSocket(h))
+	}
+	path, args := h.Wrap(os.Args[0], "-test.run=^$")
+	w.p, err = proc.Start(context.Background(), proc.Spec{Name: id, Path: path, Args: args, Env: env,
+		Stdin: r, Stdout: w.events, Stderr: w.log})
+	if err != nil {
+		wr.Close()
+		return nil, fmt.Errorf("%s: %w\n%s", id, err, w.log)
+	}
+	c.t.Cleanup(func() { w.stop(c.t) })
+	e, err := w.events.next("hello", 30*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w\n%s", id, err, w.log)
+	}
+	w.info, w.data = *e.Hello, e.Data
+	return w, nil
+}
+
+// send writes one command to the worker.
+func (w *workerProc) send(t *testing.T, c command) {
+	t.Helper()
+	b, _ := json.Marshal(c)
+	if _, err := w.in.Write(append(b, '\n')); err != nil {
+		t.Fatalf("%s: %v\n%s", w.id, err, w.log)
+	}
+}
+
+// wait returns the worker's next event named ev.
+func (w *workerProc) wait(t *testing.T, ev string, d time.Duration) event {
+	t.Helper()
+	e, err := w.events.next(ev, d)
+	if err != nil {
+		t.Fatalf("%s: %v\nstderr:\n%s", w.id, err, w.log)
+	}
+	return e
+}
+
+// stop asks the worker to quit (closing its stdin) and waits; it must exit
+// 0 unless it was killed.
+func (w *workerProc) stop(t *testing.T) {
+	w.in.Close()
+	select {
+	case <-w.p.Done():
+	case <-time.After(30 * time.Second):
+	}
+	if err := w.p.Stop(time.Second); err != nil && !w.dead {
+		t.Errorf("%s: %v\n%s", w.id, err, w.log)
+	}
+}
+
+// kill ends the worker with SIGKILL.
+func (w *workerProc) kill() {
+	w.dead = true
+	_ = w.p.Kill()
+}
+
+// eventLog collects a worker's stdout and hands out its events in order.
+type eventLog struct {
+	mu     sync.Mutex
+	buf    []byte
+	events []event
+	seen   int
+	more   chan struct{}
+}
+
+func newEventLog() *eventLog { return &eventLog{more: make(chan struct{}, 1)} }
+
+func (l *eventLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		line := l.buf[:i]
+		var e event
+		if len(line) > 0 && line[0] == '{' && json.Unmarshal(line, &e) == nil {
+			l.events = append(l.events, e)
+		}
+		l.buf = l.buf[i+1:]
+	}
+	l.mu.Unlock()
+	select {
+	case l.more <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+// next returns the first event named ev after the last one returned (a
+// fatal event is an error), waiting at most d.
+func (l *eventLog) next(ev string, d time.Duration) (event, error) {
+	deadline := time.After(d)
+	for {
+		l.mu.Lock()
+		for l.seen < len(l.events) {
+			e := l.events[l.seen]
+			l.seen++
+			if e.Ev == "fatal" {
+				l.mu.Unlock()
+				return e, fmt.Errorf("worker: %s", e.Err)
+			}
+			if e.Ev == ev {
+				l.mu.Unlock()
+				return e, nil
+			}
+		}
+		l.mu.Unlock()
+		select {
+		case <-l.more:
+		case <-deadline:
+			return event{}, fmt.Errorf("no %q event within %v", ev, d)
+		}
+	}
+}
