@@ -5,6 +5,7 @@ package agenthosts
 import (
 	"errors"
 	"path/filepath"
+	"testing"
 
 	"github.com/rdmamgr/rdmamgr/internal/proc"
 	"github.com/rdmamgr/rdmamgr/test/netns"
@@ -45,4 +46,9 @@ func (c *cluster) startAgent(h *netns.Host) *agentProc {
 	c.t.Helper()
 	c.t.Fatal("agent mode is not built in this tree")
 	return nil
+}
+
+// stats reads the agent's RSS (from /proc) and goroutines.
+func (a *agentProc) stats(t *testing.T) *workerStats {
+	return &workerStats{RSSKiB: rssKiB(a.p.Pid())}
 }

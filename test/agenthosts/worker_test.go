@@ -291,8 +291,10 @@ func unmarshal(p []byte) (buffer.Buffer, error) {
 	return buffer.FromProto(&m)
 }
 
-// stats reads the worker's goroutines, RSS and Go memory.
+// stats reads the worker's goroutines, RSS and Go memory (live: after a
+// collection).
 func stats() *workerStats {
+	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return &workerStats{Goroutines: runtime.NumGoroutine(), RSSKiB: rssKiB(os.Getpid()),
