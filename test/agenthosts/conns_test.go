@@ -63,13 +63,14 @@ func parseAddrPort(s string) (netip.AddrPort, error) {
 type connCount struct {
 	Data, Control, Local int            // data and control connections to other hosts; connections within the host
 	DataTo               map[string]int // data connections by other host's name
+	AgentTo              map[string]int // those of them with an agent's listener at one end
 }
 
 // countConns counts every host's established connections. A connection to
 // another host is data when either end is a TCP data listener of c (a
 // worker's or an agent's), else control (gRPC between actor systems).
 func (c *cluster) countConns() (map[string]*connCount, error) {
-	data := map[netip.AddrPort]bool{}
+	data, agent := map[netip.AddrPort]bool{}, map[netip.AddrPort]bool{}
 	for _, w := range c.workers {
 		if ap, err := parseAddrPort(w.data); err == nil {
 			data[ap] = true
@@ -78,7 +79,7 @@ func (c *cluster) countConns() (map[string]*connCount, error) {
 	for _, a := range c.agents {
 		if a != nil && a.data != "" {
 			if ap, err := parseAddrPort(a.data); err == nil {
-				data[ap] = true
+				data[ap], agent[ap] = true, true
 			}
 		}
 	}
@@ -92,7 +93,7 @@ func (c *cluster) countConns() (map[string]*connCount, error) {
 		if err != nil {
 			return nil, err
 		}
-		n := &connCount{DataTo: map[string]int{}}
+		n := &connCount{DataTo: map[string]int{}, AgentTo: map[string]int{}}
 		out[h.Name] = n
 		for _, x := range cs {
 			other, ok := byAddr[x.peer.Addr()]
@@ -102,6 +103,9 @@ func (c *cluster) countConns() (map[string]*connCount, error) {
 			case data[x.peer] || data[x.local]:
 				n.Data++
 				n.DataTo[other]++
+				if agent[x.peer] || agent[x.local] {
+					n.AgentTo[other]++
+				}
 			default:
 				n.Control++
 			}

@@ -11,6 +11,18 @@
 //     connections; a process killed mid-run: its peers' operations with it
 //     end with ErrPeerGone, ErrReleased or ErrClosed (never a wrong byte),
 //     everyone else's go on without an error, and the survivors work on.
+//   - TestAgent: the same with an agent per host (`rdmamgr serve
+//     --agent-socket`, --agent-routes 4) and every process attached: the
+//     routes between hosts are the agents' (kind "agent"), the data
+//     connections between two hosts are the agents' alone (one route of N
+//     each way); h2's agent killed mid-run: operations between h2 and the
+//     other hosts end with a sentinel (never a wrong byte), h1 with h3 and
+//     shm within each host go on without an error; restarted, every pair
+//     works through the agents again with no process restarted; a process
+//     killed mid-run as in TestDirect.
+//   - TestFigures (RDMAMGR_AGFIGURES=1): the README's figures, direct
+//     against agents: connections, RSS, Go heap and goroutines per host;
+//     throughput at 4 KiB, 64 KiB and 1 MiB; an 8-byte Get's latency.
 //
 // The tests skip where namespaces cannot be made, saying why, unless
 // RDMAMGR_REQUIRE_NETNS=1 (set by .ci/run). Every loop is bounded by a

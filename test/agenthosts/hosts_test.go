@@ -105,13 +105,16 @@ func (c *cluster) checkConns(t *testing.T, want int) {
 	var lines []string
 	for _, a := range c.net.Hosts {
 		n := cc[a.Name]
-		lines = append(lines, fmt.Sprintf("%s: data %d %v, control %d, within the host %d", a.Name, n.Data, n.DataTo, n.Control, n.Local))
+		lines = append(lines, fmt.Sprintf("%s: data %d %v (agents' %v), control %d, within the host %d", a.Name, n.Data, n.DataTo, n.AgentTo, n.Control, n.Local))
 		for _, b := range c.net.Hosts {
 			if a == b {
 				continue
 			}
 			if got := n.DataTo[b.Name]; got != want {
 				t.Errorf("%s sees %d data connections with %s, want %d", a.Name, got, b.Name, want)
+			}
+			if c.agent && n.AgentTo[b.Name] != n.DataTo[b.Name] {
+				t.Errorf("%s: %d of its data connections with %s bypass the agents", a.Name, n.DataTo[b.Name]-n.AgentTo[b.Name], b.Name)
 			}
 		}
 	}
@@ -187,4 +190,18 @@ func sortedValues(m map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// TestAgent runs 3 hosts × 4 processes, each host with its agent: every
+// process attached, traffic between hosts through the agents, shm within
+// a host.
+func TestAgent(t *testing.T) {
+	if !agentBuilt {
+		t.Skip("agent mode is not built in this tree")
+	}
+	c := newCluster(t, clusterOpts{hosts: nHosts, procs: nProcs, agent: true, slot: slot})
+	t.Run("AllToAll", func(t *testing.T) { c.allToAll(t, 1, "agent") })
+	t.Run("Connections", func(t *testing.T) { c.checkConns(t, agentConnsPerPair) })
+	t.Run("AgentKilled", func(t *testing.T) { c.agentKilled(t, 10) })
+	t.Run("ProcessKilled", func(t *testing.T) { c.processKilled(t, 20) })
 }

@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envWorker) == "1" {
 		os.Exit(workerMain())
 	}
+	if url := os.Getenv(envFetch); url != "" {
+		os.Exit(fetchMain(url))
+	}
 	netns.Sweep()
 	os.Exit(m.Run())
 }

@@ -5,7 +5,6 @@ package agenthosts
 import (
 	"bufio"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,7 +37,7 @@ const (
 	envIndex  = "AGW_INDEX"        // 0-based over all workers
 	envAll    = "AGW_ALL"          // number of workers
 	envListen = "AGW_LISTEN"       // host:0
-	envSecret = "AGW_SECRET"       // hex
+	envSecret = "AGW_SECRET"       // the deployment's secret (as its file holds it)
 	envSlot   = "AGW_SLOT"         // slot size in bytes
 	envBench  = "AGW_BENCH"        // bench buffer size (0: none)
 	envAgent  = "AGW_AGENT"        // the host agent's socket ("": direct)
@@ -94,11 +93,7 @@ func startWorker() (*worker, error) {
 	if w.slot, err = strconv.Atoi(os.Getenv(envSlot)); err != nil {
 		return nil, err
 	}
-	key, err := hex.DecodeString(os.Getenv(envSecret))
-	if err != nil {
-		return nil, err
-	}
-	secret, err := backend.NewSecret(key)
+	secret, err := backend.NewSecret([]byte(os.Getenv(envSecret)))
 	if err != nil {
 		return nil, err
 	}
