@@ -62,6 +62,7 @@ func parseAddrPort(s string) (netip.AddrPort, error) {
 // connCount is what one host holds, split by kind.
 type connCount struct {
 	Data, Control, Local int            // data and control connections to other hosts; connections within the host
+	AgentData, AgentCtl  int            // those of Data and Control with an agent at one end
 	DataTo               map[string]int // data connections by other host's name
 	AgentTo              map[string]int // those of them with an agent's listener at one end
 }
@@ -70,7 +71,7 @@ type connCount struct {
 // another host is data when either end is a TCP data listener of c (a
 // worker's or an agent's), else control (gRPC between actor systems).
 func (c *cluster) countConns() (map[string]*connCount, error) {
-	data, agent := map[netip.AddrPort]bool{}, map[netip.AddrPort]bool{}
+	data, agent, agentCtl := map[netip.AddrPort]bool{}, map[netip.AddrPort]bool{}, map[netip.AddrPort]bool{}
 	for _, w := range c.workers {
 		if ap, err := parseAddrPort(w.data); err == nil {
 			data[ap] = true
@@ -80,6 +81,9 @@ func (c *cluster) countConns() (map[string]*connCount, error) {
 		if a != nil && a.data != "" {
 			if ap, err := parseAddrPort(a.data); err == nil {
 				data[ap], agent[ap] = true, true
+			}
+			if ap, err := parseAddrPort(a.addr); err == nil {
+				agentCtl[ap] = true
 			}
 		}
 	}
@@ -105,9 +109,13 @@ func (c *cluster) countConns() (map[string]*connCount, error) {
 				n.DataTo[other]++
 				if agent[x.peer] || agent[x.local] {
 					n.AgentTo[other]++
+					n.AgentData++
 				}
 			default:
 				n.Control++
+				if agentCtl[x.peer] || agentCtl[x.local] {
+					n.AgentCtl++
+				}
 			}
 		}
 	}

@@ -31,55 +31,78 @@ func TestFigures(t *testing.T) {
 		modes = append(modes, true)
 	}
 	t.Run("Cost", func(t *testing.T) {
+		var models []costModel
 		var b strings.Builder
-		fmt.Fprintln(&b, "| mode | per host | data conns | control conns | RSS MiB | Go heap+stacks MiB | goroutines |")
+		fmt.Fprintln(&b, "| mode | h1, measured | data conns | control conns | RSS MiB | Go heap+stacks MiB | goroutines |")
 		fmt.Fprintln(&b, "|---|---|---:|---:|---:|---:|---:|")
-		var extra strings.Builder
 		for _, agent := range modes {
 			c := newCluster(t, clusterOpts{hosts: nHosts, procs: nProcs, agent: agent, slot: slot})
 			before := c.hostCosts(t)
 			c.crossRound(t, 1)
 			after := c.hostCosts(t)
-			name := modeName(agent)
-			for _, h := range c.net.Hosts[:1] {
-				a, z := before[h.Name], after[h.Name]
-				fmt.Fprintf(&b, "| %s | idle, %d procs (h1) | %d | %d | %.1f | %.1f | %d |\n", name, nProcs, a.data, a.control, mib(a.rss), mib(a.heap), a.goroutines)
-				fmt.Fprintf(&b, "| %s | all to all (h1) | %d | %d | %.1f | %.1f | %d |\n", name, z.data, z.control, mib(z.rss), mib(z.heap), z.goroutines)
+			m := modelOf(modeName(agent), before, after)
+			models = append(models, m)
+			for _, row := range []struct {
+				what string
+				h    hostCost
+			}{{"idle", before["h1"]}, {"all to all", after["h1"]}} {
+				x := row.h.total()
+				fmt.Fprintf(&b, "| %s | %s | %d | %d | %.1f | %.1f | %d |\n", m.name, row.what, x.data, x.control, mib(x.rss), mib(x.heap), x.goroutines)
 			}
-			// Growth per pair of processes on two hosts, from h1's view
-			// (its processes' side of each pair), averaged over hosts.
-			var d hostCost
-			for _, h := range c.net.Hosts {
-				d.add(after[h.Name].sub(before[h.Name]))
-			}
-			pairs := float64(nHosts * (nHosts - 1) * nProcs * nProcs)
-			fmt.Fprintf(&extra, "%s: per host and pair of processes on two hosts: %.2f data conns, %.2f control conns, %.1f KiB RSS, %.1f KiB Go heap+stacks, %.2f goroutines; per process idle: %.1f MiB RSS, %d goroutines\n",
-				name, float64(d.data)/pairs, float64(d.control)/pairs, float64(d.rss)/pairs, float64(d.heap)/pairs, float64(d.goroutines)/pairs,
-				mib(before["h1"].rss)/nProcs, before["h1"].goroutines/nProcs)
 		}
-		t.Logf("3 hosts × 4 processes, every process with every process of the other hosts (%d iterations each):\n%s\n%s", iters, b.String(), extra.String())
+		t.Logf("3 hosts × 4 processes, every process with every process of the other hosts (%d iterations each):\n%s\n%s",
+			iters, b.String(), extrapolate(models))
 	})
 	t.Run("Throughput", func(t *testing.T) {
-		c := newCluster(t, clusterOpts{hosts: 2, procs: 1, slot: slot, bench: 4 << 20})
+		// One process on h1 and one on h2 per mode, both modes on the
+		// same hosts' kind of net at once, runs alternating.
+		var cs []*cluster
+		for _, agent := range modes {
+			cs = append(cs, newCluster(t, clusterOpts{hosts: 2, procs: 1, agent: agent, slot: slot, bench: 4 << 20}))
+		}
 		var b strings.Builder
-		fmt.Fprintln(&b, "| size | op | direct MiB/s (median, range of 3) | p50 |")
-		fmt.Fprintln(&b, "|---|---|---:|---:|")
+		fmt.Fprint(&b, "| size | op |")
+		for _, agent := range modes {
+			fmt.Fprintf(&b, " %s MiB/s | p50 |", modeName(agent))
+		}
+		if len(modes) == 2 {
+			fmt.Fprint(&b, " agent / direct |")
+		}
+		fmt.Fprintln(&b)
+		fmt.Fprintln(&b, "|---|---|"+strings.Repeat("---:|---:|", len(modes))+strings.Repeat("---:|", len(modes)-1))
 		for _, r := range []struct{ size, count int }{{4 << 10, 4000}, {64 << 10, 1500}, {1 << 20, 150}} {
 			for _, op := range []string{"put", "get"} {
-				var mibs, p50 []float64
+				mibs, p50 := make([][]float64, len(cs)), make([][]float64, len(cs))
 				for range 3 {
-					res := c.benchOne(t, 0, 1, benchSpec{Op: op, Size: r.size, Count: r.count, Conc: 4})
-					mibs, p50 = append(mibs, res.MiBs), append(p50, res.P50us)
+					for i, c := range cs {
+						res := c.benchOne(t, 0, 1, benchSpec{Op: op, Size: r.size, Count: r.count, Conc: 4})
+						mibs[i], p50[i] = append(mibs[i], res.MiBs), append(p50[i], res.P50us)
+					}
 				}
-				fmt.Fprintf(&b, "| %s | %s | %s | %.0f µs |\n", sizeName(r.size), op, medianRange(mibs), median(p50))
+				fmt.Fprintf(&b, "| %s | %s |", sizeName(r.size), op)
+				for i := range cs {
+					fmt.Fprintf(&b, " %s | %.0f µs |", medianRange(mibs[i]), median(p50[i]))
+				}
+				if len(cs) == 2 {
+					fmt.Fprintf(&b, " %.2f |", median(mibs[1])/median(mibs[0]))
+				}
+				fmt.Fprintln(&b)
 			}
 		}
-		var lat []float64
+		lat := make([][]float64, len(cs))
 		for range 3 {
-			lat = append(lat, c.benchOne(t, 0, 1, benchSpec{Op: "get", Size: 8, Count: 2000, Conc: 1}).P50us)
+			for i, c := range cs {
+				lat[i] = append(lat[i], c.benchOne(t, 0, 1, benchSpec{Op: "get", Size: 8, Count: 2000, Conc: 1}).P50us)
+			}
 		}
-		fmt.Fprintf(&b, "\n8-byte Get, one in flight, p50: direct %s µs\n", medianRange(lat))
-		t.Logf("h1 -> h2, 4 in flight:\n%s", b.String())
+		fmt.Fprintf(&b, "\n8-byte Get, one in flight, p50 in µs (median, range of 3):")
+		for i, agent := range modes {
+			fmt.Fprintf(&b, " %s %s;", modeName(agent), medianRange(lat[i]))
+		}
+		if len(cs) == 2 {
+			fmt.Fprintf(&b, " the agents add %.1f µs", median(lat[1])-median(lat[0]))
+		}
+		t.Logf("h1 -> h2, one process each, 4 in flight (median and range of 3 runs, alternating):\n%s", b.String())
 	})
 }
 
@@ -112,23 +135,100 @@ func (c *cluster) crossRound(t *testing.T, round int) {
 	}
 }
 
-// hostCost is what one host's processes (and agent) hold.
-type hostCost struct {
+// cost is what some processes hold.
+type cost struct {
 	data, control int
 	rss, heap     int64 // KiB
 	goroutines    int
 }
 
-func (a hostCost) sub(b hostCost) hostCost {
-	return hostCost{a.data - b.data, a.control - b.control, a.rss - b.rss, a.heap - b.heap, a.goroutines - b.goroutines}
+func (a cost) sub(b cost) cost {
+	return cost{a.data - b.data, a.control - b.control, a.rss - b.rss, a.heap - b.heap, a.goroutines - b.goroutines}
 }
 
-func (a *hostCost) add(b hostCost) {
-	a.data += b.data
-	a.control += b.control
-	a.rss += b.rss
-	a.heap += b.heap
-	a.goroutines += b.goroutines
+func (a cost) plus(b cost) cost {
+	return cost{a.data + b.data, a.control + b.control, a.rss + b.rss, a.heap + b.heap, a.goroutines + b.goroutines}
+}
+
+// scale returns a times f (a per-unit cost times a count).
+func (a costF) scale(f float64) costF {
+	return costF{a.data * f, a.control * f, a.rss * f, a.heap * f, a.goroutines * f}
+}
+
+func (a costF) plus(b costF) costF {
+	return costF{a.data + b.data, a.control + b.control, a.rss + b.rss, a.heap + b.heap, a.goroutines + b.goroutines}
+}
+
+// costF is a cost per unit (fractions).
+type costF struct{ data, control, rss, heap, goroutines float64 }
+
+func (a cost) per(n float64) costF {
+	return costF{float64(a.data) / n, float64(a.control) / n, float64(a.rss) / n, float64(a.heap) / n, float64(a.goroutines) / n}
+}
+
+// hostCost is what one host holds: its processes' part and its agent's
+// (connections with an agent at one end are the agent's).
+type hostCost struct{ procs, agent cost }
+
+func (h hostCost) total() cost { return h.procs.plus(h.agent) }
+
+// costModel is a host's cost as measured on 3 × 4, split so it
+// extrapolates: every process's idle cost, the agent's idle cost, the
+// processes' growth per pair of processes on two hosts, the agent's growth
+// per other host.
+type costModel struct {
+	name                                     string
+	procIdle, agentIdle, procPair, agentPair costF
+}
+
+func modelOf(name string, before, after map[string]hostCost) costModel {
+	var b, a hostCost
+	for h := range before {
+		b.procs, b.agent = b.procs.plus(before[h].procs), b.agent.plus(before[h].agent)
+		a.procs, a.agent = a.procs.plus(after[h].procs), a.agent.plus(after[h].agent)
+	}
+	return costModel{name: name,
+		procIdle:  b.procs.per(nHosts * nProcs),
+		agentIdle: b.agent.per(nHosts),
+		procPair:  a.procs.sub(b.procs).per(nHosts * (nHosts - 1) * nProcs * nProcs),
+		agentPair: a.agent.sub(b.agent).per(nHosts * (nHosts - 1)),
+	}
+}
+
+// at is the model's cost of one host of H hosts × P processes, all to all.
+func (m costModel) at(H, P int) costF {
+	return m.procIdle.scale(float64(P)).plus(m.agentIdle).
+		plus(m.procPair.scale(float64((H - 1) * P * P))).plus(m.agentPair.scale(float64(H - 1)))
+}
+
+// extrapolate prints the models and their costs per host at 3 × 4, 100 × 8
+// and 100 × 64.
+func extrapolate(ms []costModel) string {
+	var b strings.Builder
+	fmt.Fprintln(&b, "Per host: P × idle process + idle agent + (H−1) × P² × per process pair + (H−1) × per other host (agent), with:")
+	for _, m := range ms {
+		fmt.Fprintf(&b, "- %s: idle process %.1f MiB RSS, %.0f goroutines; idle agent %.1f MiB, %.0f goroutines; per process pair %.2f data + %.2f control conns, %.0f KiB RSS (%.0f KiB Go heap+stacks), %.1f goroutines; per other host (agent) %.2f data + %.2f control conns, %.0f KiB RSS (%.0f KiB Go heap), %.1f goroutines\n",
+			m.name, m.procIdle.rss/1024, m.procIdle.goroutines, m.agentIdle.rss/1024, m.agentIdle.goroutines,
+			m.procPair.data, m.procPair.control, m.procPair.rss, m.procPair.heap, m.procPair.goroutines,
+			m.agentPair.data, m.agentPair.control, m.agentPair.rss, m.agentPair.heap, m.agentPair.goroutines)
+	}
+	fmt.Fprintln(&b, "\n| per host | mode | TCP conns (data + control) | RSS | goroutines |")
+	fmt.Fprintln(&b, "|---|---|---:|---:|---:|")
+	for _, hp := range [][2]int{{3, 4}, {100, 8}, {100, 64}} {
+		for _, m := range ms {
+			x := m.at(hp[0], hp[1])
+			fmt.Fprintf(&b, "| %d × %d | %s | %.0f (%.0f + %.0f) | %s | %.0f |\n", hp[0], hp[1], m.name,
+				x.data+x.control, x.data, x.control, kibName(x.rss), x.goroutines)
+		}
+	}
+	return b.String()
+}
+
+func kibName(kib float64) string {
+	if kib >= 1<<20 {
+		return fmt.Sprintf("%.1f GiB", kib/(1<<20))
+	}
+	return fmt.Sprintf("%.0f MiB", kib/1024)
 }
 
 // hostCosts measures every host: connections with ss, the workers' own
@@ -142,23 +242,21 @@ func (c *cluster) hostCosts(t *testing.T) map[string]hostCost {
 	}
 	out := map[string]hostCost{}
 	for _, h := range c.net.Hosts {
-		out[h.Name] = hostCost{data: cc[h.Name].Data, control: cc[h.Name].Control}
+		n := cc[h.Name]
+		out[h.Name] = hostCost{procs: cost{data: n.Data - n.AgentData, control: n.Control - n.AgentCtl},
+			agent: cost{data: n.AgentData, control: n.AgentCtl}}
 	}
 	for _, w := range c.live() {
 		w.send(t, command{Cmd: "stats"})
 		s := w.wait(t, "stats", 30*time.Second).Stats
 		x := out[w.host.Name]
-		x.rss += s.RSSKiB
-		x.heap += s.HeapKiB
-		x.goroutines += s.Goroutines
+		x.procs = x.procs.plus(cost{rss: s.RSSKiB, heap: s.HeapKiB, goroutines: s.Goroutines})
 		out[w.host.Name] = x
 	}
 	for _, a := range c.agents {
 		s := a.stats(t)
 		x := out[a.host.Name]
-		x.rss += s.RSSKiB
-		x.heap += s.HeapKiB
-		x.goroutines += s.Goroutines
+		x.agent = x.agent.plus(cost{rss: s.RSSKiB, heap: s.HeapKiB, goroutines: s.Goroutines})
 		out[a.host.Name] = x
 	}
 	return out
