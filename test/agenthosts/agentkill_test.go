@@ -21,16 +21,18 @@ const agentConnsPerPair = 2 * agentRoutes
 func (c *cluster) agentKilled(t *testing.T, round int) {
 	h2 := c.net.Hosts[1]
 	ws := c.live()
-	for _, w := range ws {
-		w.send(t, command{Cmd: "run", Round: round, Max: 1 << 20})
-	}
-	for _, w := range ws {
-		w.wait(t, "started", 30*time.Second)
-	}
-	time.Sleep(time.Second)
+	c.startRun(t, round, ws)
 	_ = c.agents[1].p.Kill()
 	t.Logf("killed %s's agent (pid %d) mid-run", h2.Name, c.agents[1].p.Pid())
-	time.Sleep(2 * time.Second)
+	for _, w := range ws {
+		across := map[string]bool{}
+		for _, o := range ws {
+			if w.host != o.host && (w.host == h2 || o.host == h2) {
+				across[o.id] = true
+			}
+		}
+		c.waitFailed(t, w, across)
+	}
 	for _, w := range ws {
 		w.send(t, command{Cmd: "stop"})
 	}

@@ -64,6 +64,40 @@ func (c *cluster) allToAll(t *testing.T, round int, cross string) {
 	}
 }
 
+// startRun starts an unbounded run (bounded by 2^20 iterations and by
+// stop) on ws and returns once every worker had an iteration check out with
+// every peer.
+func (c *cluster) startRun(t *testing.T, round int, ws []*workerProc) {
+	t.Helper()
+	for _, w := range ws {
+		w.events.drop("warm")
+		w.events.drop("failed")
+		w.send(t, command{Cmd: "run", Round: round, Max: 1 << 20})
+	}
+	for _, w := range ws {
+		w.wait(t, "warm", 2*time.Minute)
+	}
+}
+
+// waitFailed waits (at most a minute) until w saw an operation with each of
+// peers fail.
+func (c *cluster) waitFailed(t *testing.T, w *workerProc, peers map[string]bool) {
+	t.Helper()
+	left := len(peers)
+	seen := map[string]bool{}
+	deadline := time.Now().Add(time.Minute)
+	for left > 0 {
+		e, err := w.events.next("failed", time.Until(deadline))
+		if err != nil {
+			t.Fatalf("%s: %d of its peers %v never failed: %v\n%s", w.id, left, peers, err, w.log)
+		}
+		if peers[e.Peer] && !seen[e.Peer] {
+			seen[e.Peer] = true
+			left--
+		}
+	}
+}
+
 // live returns the workers not killed.
 func (c *cluster) live() []*workerProc {
 	var ws []*workerProc
@@ -128,17 +162,13 @@ func (c *cluster) checkConns(t *testing.T, want int) {
 func (c *cluster) processKilled(t *testing.T, round int) {
 	victim := c.workers[nProcs+1] // h2p2
 	ws := c.live()
-	for _, w := range ws {
-		w.send(t, command{Cmd: "run", Round: round, Max: 1 << 20})
-	}
-	for _, w := range ws {
-		w.wait(t, "started", 30*time.Second)
-	}
-	time.Sleep(time.Second)
+	c.startRun(t, round, ws)
 	victim.kill()
 	t.Logf("killed %s (pid %d) mid-run", victim.id, victim.p.Pid())
-	time.Sleep(2 * time.Second)
 	live := c.live()
+	for _, w := range live {
+		c.waitFailed(t, w, map[string]bool{victim.id: true})
+	}
 	for _, w := range live {
 		w.send(t, command{Cmd: "stop"})
 	}

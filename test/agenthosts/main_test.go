@@ -188,12 +188,12 @@ func (w *workerProc) kill() {
 	_ = w.p.Kill()
 }
 
-// eventLog collects a worker's stdout and hands out its events in order.
+// eventLog collects a worker's stdout and hands out its events.
 type eventLog struct {
 	mu     sync.Mutex
 	buf    []byte
 	events []event
-	seen   int
+	taken  []bool
 	more   chan struct{}
 }
 
@@ -211,6 +211,7 @@ func (l *eventLog) Write(p []byte) (int, error) {
 		var e event
 		if len(line) > 0 && line[0] == '{' && json.Unmarshal(line, &e) == nil {
 			l.events = append(l.events, e)
+			l.taken = append(l.taken, false)
 		}
 		l.buf = l.buf[i+1:]
 	}
@@ -222,29 +223,39 @@ func (l *eventLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// next returns the first event named ev after the last one returned (a
-// fatal event is an error), waiting at most d.
+// next takes the first event named ev not yet taken (a fatal event is an
+// error), waiting at most d.
 func (l *eventLog) next(ev string, d time.Duration) (event, error) {
 	deadline := time.After(d)
 	for {
 		l.mu.Lock()
-		for l.seen < len(l.events) {
-			e := l.events[l.seen]
-			l.seen++
+		for i, e := range l.events {
+			if l.taken[i] || (e.Ev != ev && e.Ev != "fatal") {
+				continue
+			}
+			l.taken[i] = true
+			l.mu.Unlock()
 			if e.Ev == "fatal" {
-				l.mu.Unlock()
 				return e, fmt.Errorf("worker: %s", e.Err)
 			}
-			if e.Ev == ev {
-				l.mu.Unlock()
-				return e, nil
-			}
+			return e, nil
 		}
 		l.mu.Unlock()
 		select {
 		case <-l.more:
 		case <-deadline:
 			return event{}, fmt.Errorf("no %q event within %v", ev, d)
+		}
+	}
+}
+
+// drop takes every event named ev not yet taken (those of an earlier run).
+func (l *eventLog) drop(ev string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, e := range l.events {
+		if e.Ev == ev {
+			l.taken[i] = true
 		}
 	}
 }

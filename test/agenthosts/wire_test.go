@@ -27,7 +27,8 @@ type peerInfo struct {
 
 // event is what a worker says.
 type event struct {
-	Ev     string // hello, started, result, stats, bench, fatal
+	Ev     string // hello, peers, started, warm, failed, result, stats, bench, fatal
+	Peer   string // failed: the peer
 	Hello  *peerInfo
 	Data   string // hello: its TCP data listener
 	Result map[string]*peerResult

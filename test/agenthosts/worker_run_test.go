@@ -21,7 +21,9 @@ import (
 // iteration Puts fresh bytes (seeded by writer, owner, round and
 // iteration, so a stale byte shows) into the worker's slot at the peer,
 // Gets them back into a poisoned buffer and compares, then Gets a piece of
-// the owner's own slot and compares.
+// the owner's own slot and compares. It says "warm" once every peer had an
+// iteration check out, and "failed" with the peer at each peer's first
+// failure.
 func (w *worker) run(c command, stop <-chan struct{}) map[string]*peerResult {
 	w.mu.Lock()
 	ps := w.peers
@@ -31,19 +33,32 @@ func (w *worker) run(c command, stop <-chan struct{}) map[string]*peerResult {
 		only[id] = true
 	}
 	var (
-		mu  sync.Mutex
-		out = map[string]*peerResult{}
-		wg  sync.WaitGroup
+		mu   sync.Mutex
+		out  = map[string]*peerResult{}
+		wg   sync.WaitGroup
+		cold int
 	)
+	var mine []*peer
 	for i := range ps {
-		p := &ps[i]
-		if len(only) > 0 && !only[p.info.ID] {
-			continue
+		if p := &ps[i]; len(only) == 0 || only[p.info.ID] {
+			mine = append(mine, p)
 		}
+	}
+	cold = len(mine)
+	warm := func() {
+		mu.Lock()
+		cold--
+		last := cold == 0
+		mu.Unlock()
+		if last {
+			w.say(event{Ev: "warm"})
+		}
+	}
+	for _, p := range mine {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := w.runPeer(p, c, stop)
+			r := w.runPeer(p, c, stop, warm)
 			mu.Lock()
 			out[p.info.ID] = r
 			mu.Unlock()
@@ -57,7 +72,7 @@ func (w *worker) run(c command, stop <-chan struct{}) map[string]*peerResult {
 // the slot): tiny, unaligned, a page, a slot.
 var lengths = []int{1, 8, 63, 4096, 4097, 1 << 20, 100, 12345}
 
-func (w *worker) runPeer(p *peer, c command, stop <-chan struct{}) *peerResult {
+func (w *worker) runPeer(p *peer, c command, stop <-chan struct{}, warm func()) *peerResult {
 	r := &peerResult{Errs: map[string]int{}, First: map[string]string{}, Kinds: map[string]int{}}
 	srcB, _ := w.local.Slice(uint64(2*p.info.Index*w.slot), uint64(w.slot))
 	dstB, _ := w.local.Slice(uint64((2*p.info.Index+1)*w.slot), uint64(w.slot))
@@ -66,6 +81,9 @@ func (w *worker) runPeer(p *peer, c command, stop <-chan struct{}) *peerResult {
 	mine, _ := p.shared.Slice(uint64((1+w.index)*w.slot), uint64(w.slot))
 	owner, _ := p.shared.Slice(0, uint64(w.slot))
 	fail := func(what string, err error) {
+		if len(r.Errs) == 0 {
+			w.say(event{Ev: "failed", Peer: p.info.ID})
+		}
 		name := sentinel(err)
 		r.Errs[name]++
 		if _, ok := r.First[name]; !ok {
@@ -128,7 +146,9 @@ func (w *worker) runPeer(p *peer, c command, stop <-chan struct{}) *peerResult {
 			continue
 		}
 		if check(fmt.Sprintf("get of the owner's bytes (offset %d)", oo), dst[:n], p.owner[oo:oo+n]) && ok {
-			r.OK++
+			if r.OK++; r.OK == 1 {
+				warm()
+			}
 		}
 	}
 	return r
