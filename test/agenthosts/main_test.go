@@ -132,7 +132,7 @@ func (c *cluster) startWorker(h *netns.Host, idx int, id string, all int) (*work
 		envListen + "=" + h.Addr + ":0", envSecret + "=" + c.secret, envSlot + "=" + strconv.Itoa(c.slot),
 		envBench + "=" + strconv.Itoa(c.bench)}
 	if c.agent {
-		env = append(env, envAgent+"="+c.agentSocket(h))
+		env = append(env, envAgent+"="+c.agentSocket(h), envLinger+"="+linger.String())
 	}
 	path, args := h.Wrap(os.Args[0], "-test.run=^$")
 	w.p, err = proc.Start(context.Background(), proc.Spec{Name: id, Path: path, Args: args, Env: env,

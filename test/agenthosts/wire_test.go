@@ -8,7 +8,7 @@ package agenthosts
 
 // command is what the test asks of a worker.
 type command struct {
-	Cmd   string     // peers, run, stop, stats, bench, quit
+	Cmd   string     // peers, run, stop, reset, stats, bench, quit
 	Peers []peerInfo // peers: everyone, the worker itself included (skipped)
 	Round int        // run: the round number (it seeds the bytes)
 	Max   int        // run: iterations per peer at most (the loop's bound)

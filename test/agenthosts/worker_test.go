@@ -41,6 +41,7 @@ const (
 	envSlot   = "AGW_SLOT"         // slot size in bytes
 	envBench  = "AGW_BENCH"        // bench buffer size (0: none)
 	envAgent  = "AGW_AGENT"        // the host agent's socket ("": direct)
+	envLinger = "AGW_LINGER"       // actor.Config.RouteLinger ("": its default)
 )
 
 // opTimeout bounds every operation and queue-pair request of a worker.
@@ -100,6 +101,11 @@ func startWorker() (*worker, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cfg := node.Config{Listen: os.Getenv(envListen), Secret: secret}
+	if l := os.Getenv(envLinger); l != "" {
+		if cfg.Manager.RouteLinger, err = time.ParseDuration(l); err != nil {
+			return nil, err
+		}
+	}
 	if err := withAgent(&cfg, os.Getenv(envAgent)); err != nil {
 		return nil, err
 	}
@@ -173,6 +179,12 @@ func (w *worker) serve() int {
 				<-runDone
 				runStop, runDone = nil, nil
 			}
+		case "reset": // give up every queue pair (their routes linger, then end)
+			if runDone != nil {
+				<-runDone
+			}
+			w.releaseQPs()
+			w.say(event{Ev: "reset"})
 		case "stats":
 			w.say(event{Ev: "stats", Stats: stats()})
 		case "bench":
