@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -322,5 +321,3 @@ func rssKiB(pid int) int64 {
 	}
 	return 0
 }
-
-var errStopped = errors.New("stopped")
