@@ -140,6 +140,9 @@ func (m *Manager) setupRoute(e *routeEntry) {
 		if err == nil {
 			e.route, e.peerID, e.kind, e.since = r, peerID, b.Kind(), time.Now()
 			e.why = whyOf(passed, len(m.choices))
+			if v, ok := r.(interface{ Via() string }); ok { // the agent backend: where it goes
+				e.why += "; " + v.Via()
+			}
 			m.routeUp(e)
 			return
 		}

@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"net"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/agent"
 	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
 	"github.com/rdmamgr/rdmamgr/backend/shm"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
@@ -17,12 +19,24 @@ import (
 )
 
 // order is the backends cfg.Backend selects, in order of preference; TCP,
-// which every peer reaches, is always last.
-func order(k backend.Kind) []backend.Kind {
+// which every peer reaches, is always last. With an agent, the agent
+// backend comes right after shm: same host stays on shm.
+func order(k backend.Kind, withAgent bool) []backend.Kind {
 	for _, s := range selections {
-		if s.kind == k {
+		if s.kind != k {
+			continue
+		}
+		if !withAgent {
 			return s.order
 		}
+		var o []backend.Kind
+		for _, b := range s.order {
+			o = append(o, b)
+			if b == backend.KindSHM {
+				o = append(o, backend.KindAgent)
+			}
+		}
+		return o
 	}
 	return []backend.Kind{backend.KindTCP}
 }
@@ -57,7 +71,8 @@ func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised
 		t.Close()
 		return nil, nil, err
 	}
-	for _, k := range order(cfg.Backend) {
+	var shmb backend.Backend // started, for the agent backend
+	for _, k := range order(cfg.Backend, cfg.Agent != "") {
 		var b backend.Backend
 		var err error
 		switch k {
@@ -65,6 +80,9 @@ func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised
 			b = t
 		case backend.KindSHM:
 			b, err = startSHM(ctx, cfg, t, reg, log)
+			shmb = b
+		case backend.KindAgent:
+			b, err = startAgent(ctx, cfg, m, advertised, shmb, reg, log)
 		case backend.KindIBVerbs:
 			b, err = startIBVerbs(ctx, cfg.IBVerbs, reg, log)
 		}
@@ -105,6 +123,25 @@ func startSHM(ctx context.Context, cfg Config, t *tcp.Backend, reg *memreg.Regis
 	if err := b.Start(ctx); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("shm: %w", err)
+	}
+	return b, nil
+}
+
+// startAgent builds and starts the agent backend over the started shm
+// backend shmb (nil: shm is out, and so is the agent). Start attaches, or
+// keeps trying in the background: an absent agent is no error.
+func startAgent(ctx context.Context, cfg Config, m *actor.Manager, advertised string, shmb backend.Backend, reg *memreg.Registry, log *slog.Logger) (backend.Backend, error) {
+	if shmb == nil {
+		return nil, fmt.Errorf("agent: needs the shm backend, which is out: %w", rdmamgr.ErrNotSupported)
+	}
+	acfg := agent.Config{Socket: cfg.Agent, Secret: cfg.Manager.Secret, ManagerID: m.ID(), Addr: advertised, SHM: shmb}
+	b, err := wiring.NewBackend[*agent.Backend](acfg, reg, log)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	if err := b.Start(ctx); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("agent: %w", err)
 	}
 	return b, nil
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 )
 
@@ -21,8 +23,22 @@ func TestOrder(t *testing.T) {
 		backend.KindIBVerbs: {backend.KindIBVerbs, backend.KindTCP},
 		backend.KindTCP:     {backend.KindTCP},
 	} {
-		if got := order(k); !slices.Equal(got, want) {
+		if got := order(k, false); !slices.Equal(got, want) {
 			t.Errorf("order(%s) = %v, want %v", k, got, want)
+		}
+	}
+	// With an agent: right after shm (same host stays on shm).
+	for k, want := range map[backend.Kind][]backend.Kind{
+		KindAuto:        {backend.KindSHM, backend.KindAgent, backend.KindIBVerbs, backend.KindTCP},
+		backend.KindSHM: {backend.KindSHM, backend.KindAgent, backend.KindTCP},
+	} {
+		if got := order(k, true); !slices.Equal(got, want) {
+			t.Errorf("order(%s) with an agent = %v, want %v", k, got, want)
+		}
+	}
+	for _, k := range []backend.Kind{backend.KindTCP, backend.KindIBVerbs} {
+		if _, err := (Config{Backend: k, Agent: "/x"}).withDefaults(); !errors.Is(err, rdmamgr.ErrInvalid) {
+			t.Errorf("agent with backend %s: %v", k, err)
 		}
 	}
 	c, err := Config{}.withDefaults()

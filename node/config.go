@@ -114,6 +114,14 @@ type Config struct {
 	// SHM configures the shm backend. Its Secret is Manager.Secret and its
 	// Fallback the node's TCP backend: both are set by the node.
 	SHM shm.Config
+	// Agent is the path of the host agent's attach socket (`rdmamgr serve
+	// --agent-socket`); "" runs without one. With it the node runs the
+	// agent backend after shm (backend/agent): routes to processes of
+	// other hosts that are attached to their agents go through both
+	// agents. It needs shm (Backend auto or shm). An agent that is not
+	// there is logged and tried again every second: routes go direct
+	// meanwhile, and through the agent once it is there (again).
+	Agent string
 
 	// Logger receives the node's logs (manager, backends, remote); nil
 	// discards them.
@@ -132,6 +140,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	c.Backend = k
+	if c.Agent != "" && k != KindAuto && k != backend.KindSHM {
+		return c, fmt.Errorf("node: an agent (%s) needs the shm backend: backend %q: %w", c.Agent, k, rdmamgr.ErrInvalid)
+	}
 	if c.IBVerbs == (ibverbs.Config{}) {
 		c.IBVerbs = ibverbs.DefaultConfig() // GID index auto, not 0
 	}

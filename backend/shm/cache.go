@@ -3,6 +3,7 @@
 package shm
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -21,6 +22,10 @@ type entry struct {
 	mem      []byte // the region's bytes in our mapping of its memfd
 	m        *mapping
 	fallback bool // not memfd-backed: its operations go to the fallback
+	// proxies counts the proxy gates over this entry's slot and mapping
+	// (proxy.go): such an entry is never evicted (the owner would cut the
+	// region under the agent). Guarded by mapCache.mu.
+	proxies int
 
 	// refs counts the cache's reference (until it drops the entry) and one
 	// per copy using it; the last one lets the mapping go and leaves the
@@ -172,16 +177,30 @@ func (c *mapCache) install(e *entry, fd int, off, n uint64) (evicted []*entry, e
 	}
 	c.entries[e.id] = e
 	c.order = append(c.order, e.id)
-	for len(c.entries) > c.max && len(c.order) > 0 {
+	for tries := len(c.order); len(c.entries) > c.max && tries > 0; tries-- {
 		id := c.order[0]
 		c.order = c.order[1:]
-		if old := c.entries[id]; old != nil && old != e {
+		old := c.entries[id]
+		switch {
+		case old == nil || old == e: // dropped before; e is listed last
+		case old.proxies > 0: // kept: to the back of the line
+			c.order = append(c.order, id)
+		default:
 			c.dropLocked(old)
 			evicted = append(evicted, old)
 		}
 	}
-	if len(c.order) > 4*c.max { // compact the ids of dropped entries
-		c.order = append([]uint64(nil), c.order[len(c.order)-len(c.entries):]...)
+	if len(c.order) > 4*c.max { // compact: each listed id once, at its last place
+		seen := make(map[uint64]bool, len(c.entries))
+		keep := make([]uint64, 0, len(c.entries))
+		for i := len(c.order) - 1; i >= 0; i-- {
+			if id := c.order[i]; c.entries[id] != nil && !seen[id] {
+				seen[id] = true
+				keep = append(keep, id)
+			}
+		}
+		slices.Reverse(keep)
+		c.order = keep
 	}
 	return evicted, nil
 }

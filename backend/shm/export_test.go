@@ -71,7 +71,7 @@ func EncodeEvent(req uint64, slot uint32, region, off, n uint64, imm uint32) []b
 
 // EncodeSend builds the first packet of a message of n bytes carrying data.
 func EncodeSend(req, n uint64, data []byte) []byte {
-	return append(sendHeader(nil, req, n, 0, false), data...)
+	return append(sendHeader(nil, req, n, 0, false, 0), data...)
 }
 
 // Socket caps (admit.go).

@@ -173,13 +173,13 @@ func (cc *clientConn) claim(c *chunk) (reqHeader, bool) {
 		return reqHeader{}, false
 	}
 	wr := c.op.wr
-	h := reqHeader{op: c.wop, length: uint32(len(c.local)), wrid: c.id, region: c.region, offset: c.offset, key: wr.Remote.Key}
+	h := reqHeader{op: c.wop, via: wr.Via, length: uint32(len(c.local)), wrid: c.id, region: c.region, offset: c.offset, key: wr.Remote.Key}
 	h.first = len(c.op.chunks) > 0 && c == &c.op.chunks[0] && (c.wop == opWrite || c.wop == opRead || c.wop == opWriteImm)
 	switch c.wop {
 	case opWriteImm:
-		h.imm, h.total = wr.Imm, uint64(len(wr.Local))
+		h.imm, h.total, h.origin = wr.Imm, uint64(len(wr.Local)), wr.Origin
 	case opSend:
-		h.key, h.hasImm = buffer.Key{}, wr.HasImm
+		h.key, h.hasImm, h.origin = buffer.Key{}, wr.HasImm, wr.Origin
 		if wr.HasImm {
 			h.imm = wr.Imm
 		}

@@ -36,6 +36,8 @@ type common struct {
 	pprof    bool           // serve --pprof: /debug/pprof/ on the admin listener
 	// dataListen is serve --data-listen ("": next to the actor system).
 	dataListen string
+	// agent is --agent: the host agent's attach socket ("": none).
+	agent string
 }
 
 // registerLog adds --log-level (default def, as the command uses it) and
@@ -58,6 +60,7 @@ func (c *common) registerManager(fs *flag.FlagSet) {
 	fs.StringVar(&c.sockbuf, "sockbuf", "", "TCP socket send/receive buffer `size` for data connections (e.g. 4MiB; default: the kernel's autotuning)")
 	fs.Var(&c.shmUIDs, "shm-allow-uid", "shm: user `ids` or names (comma separated) whose processes may map this manager's memory, besides its own uid; others get TCP (anyone allowed can read all of its pooled memory)")
 	fs.IntVar(&c.conns, "conns", tcp.DefaultConfig().ConnsPerRoute, "TCP connections per route")
+	fs.StringVar(&c.agent, "agent", "", "attach to the host agent at this unix socket `path` (rdmamgr serve --agent-socket): routes to processes of other hosts that are attached to theirs go through both agents (one set of connections per pair of hosts); without it, or while the agent is not there (retried every second), routes go direct")
 	c.registerMaxMsg(fs)
 	c.net.register(fs)
 }

@@ -67,6 +67,7 @@ func (c *common) nodeConfig(listen string, slogger *slog.Logger, name string, wi
 	}
 	cfg.Backend, cfg.IBVerbs = k, c.rdma
 	cfg.SHM.AllowUIDs = c.shmUIDs
+	cfg.Agent = c.agent
 	if err := c.tcpConfig(&cfg.TCP); err != nil {
 		return node.Config{}, err
 	}

@@ -1,0 +1,484 @@
+//go:build linux
+
+package agent
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/shm"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/agentwire"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
+)
+
+// A fake host agent: it speaks the attach protocol for real (hello, the
+// MAC, SO_PEERCRED's pid, the shm handshake with its own shm backend,
+// welcome) and runs operations by copying between the registries of the
+// test's processes directly (the real agent maps them through shm and
+// posts on TCP: that is agd's, tested end to end elsewhere).
+
+// world is what the fake agents of a test share: one another by address,
+// the processes' registries by manager id.
+type world struct {
+	mu     sync.Mutex
+	agents map[string]*fakeAgent
+	regs   map[uint64]*memreg.Registry
+}
+
+func newWorld() *world {
+	return &world{agents: map[string]*fakeAgent{}, regs: map[uint64]*memreg.Registry{}}
+}
+
+type fakeAgent struct {
+	t      testing.TB
+	w      *world
+	addr   string
+	id     uint64
+	host   [agentwire.HostIDSize]byte
+	path   string
+	secret backend.Secret
+	shm    *shm.Backend
+	l      *net.UnixListener
+
+	mu    sync.Mutex
+	slots map[uint16]uint64 // slot → manager id
+	next  uint16
+	conns map[*net.UnixConn]bool
+	hold  chan struct{} // non-nil: operations wait until it is closed
+	// mangle, when set, replaces the next done batch's packet.
+	mangle func(pkt []byte) []byte
+	posted chan uint64 // each post's wrid as it arrives (buffered)
+	dead   bool        // killed: it touches no memory any more
+	wg     sync.WaitGroup
+}
+
+func startFake(t testing.TB, w *world, path, addr string, host byte, secret backend.Secret) *fakeAgent {
+	t.Helper()
+	reg := memreg.NewRegistry(0xA6E0+uint64(host), buffer.Limits{})
+	sb, err := wiring.NewBackend[*shm.Backend](shm.Config{Secret: secret}, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l, err := agentwire.Listen(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &fakeAgent{t: t, w: w, addr: addr, id: 0xA6E0 + uint64(host), path: path, secret: secret, shm: sb, l: l,
+		slots: map[uint16]uint64{}, conns: map[*net.UnixConn]bool{}, posted: make(chan uint64, 1<<16)}
+	a.host[0] = host
+	w.mu.Lock()
+	w.agents[addr] = a
+	w.mu.Unlock()
+	a.wg.Add(1)
+	go a.accept()
+	t.Cleanup(a.kill)
+	return a
+}
+
+// kill ends the agent as its death would: listener and sockets closed.
+func (a *fakeAgent) kill() {
+	a.l.Close()
+	a.mu.Lock()
+	a.dead = true
+	for c := range a.conns {
+		c.Close()
+	}
+	if a.hold != nil {
+		close(a.hold)
+		a.hold = nil
+	}
+	a.mu.Unlock()
+	a.wg.Wait()
+	a.shm.Close()
+}
+
+// holdOps makes operations wait until release.
+func (a *fakeAgent) holdOps() {
+	a.mu.Lock()
+	a.hold = make(chan struct{})
+	a.mu.Unlock()
+}
+
+func (a *fakeAgent) release() {
+	a.mu.Lock()
+	if a.hold != nil {
+		close(a.hold)
+		a.hold = nil
+	}
+	a.mu.Unlock()
+}
+
+// send writes pkt to every attached process.
+func (a *fakeAgent) send(pkt []byte) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for c := range a.conns {
+		agentwire.WritePacket(c, pkt)
+	}
+}
+
+func (a *fakeAgent) accept() {
+	defer a.wg.Done()
+	for {
+		c, err := a.l.AcceptUnix()
+		if err != nil {
+			return
+		}
+		a.mu.Lock()
+		a.conns[c] = true
+		a.mu.Unlock()
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			defer c.Close()
+			if err := a.serve(c); err != nil {
+				a.t.Logf("fake agent %s: %v", a.addr, err)
+			}
+		}()
+	}
+}
+
+func (a *fakeAgent) refuse(c *net.UnixConn, err error) error {
+	g := agentwire.Gone{Code: uint32(backend.Code(err)), Reason: "fake agent: " + err.Error()}
+	if p, e := g.Encode(); e == nil {
+		agentwire.WritePacket(c, p)
+	}
+	return err
+}
+
+func (a *fakeAgent) serve(c *net.UnixConn) error {
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	h := agentwire.Hello{Nonce: [agentwire.NonceSize]byte(backend.Nonce()), AgentID: a.id}
+	p, _ := h.Encode()
+	if err := agentwire.WritePacket(c, p); err != nil {
+		return err
+	}
+	buf := make([]byte, agentwire.MaxPacket)
+	pkt, err := agentwire.ReadPacket(c, buf)
+	if err != nil {
+		return err
+	}
+	auth, err := agentwire.DecodeAuth(pkt)
+	if err != nil {
+		return a.refuse(c, err)
+	}
+	if err := auth.Verify(a.secret, h.Nonce); err != nil {
+		return a.refuse(c, err)
+	}
+	if pid, _, err := agentwire.PeerCred(c); err != nil || uint32(pid) != auth.PID {
+		return a.refuse(c, fmt.Errorf("pid %d, auth says %d (%v): %w", pid, auth.PID, err, rdmamgr.ErrUnauthenticated))
+	}
+	pr, info, err := a.shm.PrepareRoute(context.Background(), auth.ManagerID)
+	if err != nil {
+		return a.refuse(c, err)
+	}
+	p, _ = agentwire.EncodeInfo(agentwire.TypeShmPrepare, info)
+	agentwire.WritePacket(c, p)
+	if pkt, err = agentwire.ReadPacket(c, buf); err != nil {
+		pr.Abort()
+		return err
+	}
+	ans, err := agentwire.DecodeInfo(agentwire.TypeShmAccept, pkt)
+	if err != nil {
+		pr.Abort()
+		return a.refuse(c, err)
+	}
+	sr, err := pr.Complete(context.Background(), ans)
+	if err != nil {
+		return a.refuse(c, err)
+	}
+	defer sr.Close()
+	if _, ok := sr.(wiring.ProxyRoute); !ok {
+		return a.refuse(c, fmt.Errorf("shm route is no ProxyRoute: %w", rdmamgr.ErrInvalid))
+	}
+	a.mu.Lock()
+	a.next++
+	slot := a.next
+	a.slots[slot] = auth.ManagerID
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		delete(a.slots, slot)
+		delete(a.conns, c)
+		a.mu.Unlock()
+	}()
+	wl := agentwire.Welcome{Slot: slot, Generation: 1, AgentAddr: a.addr, AgentID: a.id, HostID: a.host}
+	p, _ = wl.Encode()
+	if err := agentwire.WritePacket(c, p); err != nil {
+		return err
+	}
+	c.SetDeadline(time.Time{})
+	return a.run(c, auth.ManagerID, buf)
+}
+
+// run executes posts in order, one done batch per post batch; cancels
+// end a held operation.
+func (a *fakeAgent) run(c *net.UnixConn, me uint64, buf []byte) error {
+	type job struct {
+		posts    []agentwire.Post
+		cancelOf map[uint64]chan struct{}
+	}
+	jobs := make(chan job, 1024)
+	var cmu sync.Mutex
+	cancels := map[uint64]chan struct{}{}
+	cancelled := map[uint64]bool{}
+	var ew sync.WaitGroup
+	ew.Add(1)
+	go func() { // the executor
+		defer ew.Done()
+		var b agentwire.Batch
+		for j := range jobs {
+			b.Start(agentwire.TypeDone)
+			for i := range j.posts {
+				p := &j.posts[i]
+				cmu.Lock()
+				cancel := cancels[p.WRID]
+				cmu.Unlock()
+				a.mu.Lock()
+				hold := a.hold
+				a.mu.Unlock()
+				var err error
+				var res uint64
+				if hold == nil {
+					hold = closedChan
+				}
+				select {
+				case <-cancel:
+					err = fmt.Errorf("fake: cancelled: %w", rdmamgr.ErrClosed)
+				default:
+					select {
+					case <-hold:
+					case <-cancel:
+						err = fmt.Errorf("fake: cancelled: %w", rdmamgr.ErrClosed)
+					}
+				}
+				if err == nil {
+					res, err = a.exec(me, p)
+				}
+				cmu.Lock()
+				delete(cancels, p.WRID)
+				delete(cancelled, p.WRID)
+				cmu.Unlock()
+				if b.AddDone(agentwire.DoneOf(p.WRID, err, res)) != nil {
+					agentwire.WritePacket(c, b.Packet())
+					b.Start(agentwire.TypeDone)
+					b.AddDone(agentwire.DoneOf(p.WRID, err, res))
+				}
+			}
+			pkt := b.Packet()
+			a.mu.Lock()
+			if m := a.mangle; m != nil {
+				a.mangle = nil
+				pkt = m(pkt)
+			}
+			a.mu.Unlock()
+			if pkt != nil {
+				agentwire.WritePacket(c, pkt)
+			}
+		}
+	}()
+	defer func() {
+		close(jobs)
+		cmu.Lock()
+		for id, ch := range cancels {
+			if !cancelled[id] {
+				close(ch)
+				cancelled[id] = true
+			}
+		}
+		cmu.Unlock()
+		ew.Wait()
+	}()
+	var ids []uint64
+	for {
+		pkt, err := agentwire.ReadPacket(c, buf)
+		if err != nil {
+			return nil // the process detached or died
+		}
+		switch pkt[0] {
+		case agentwire.TypePost:
+			ps, err := agentwire.DecodePosts(pkt, nil)
+			if err != nil {
+				return a.refuse(c, err)
+			}
+			cmu.Lock()
+			for _, p := range ps {
+				cancels[p.WRID] = make(chan struct{})
+				a.posted <- p.WRID
+			}
+			cmu.Unlock()
+			jobs <- job{posts: ps}
+		case agentwire.TypeCancel:
+			if ids, err = agentwire.DecodeCancels(pkt, ids); err != nil {
+				return a.refuse(c, err)
+			}
+			cmu.Lock()
+			for _, id := range ids {
+				if ch := cancels[id]; ch != nil && !cancelled[id] {
+					close(ch)
+					cancelled[id] = true
+				}
+			}
+			cmu.Unlock()
+		default:
+			return a.refuse(c, fmt.Errorf("message type %d: %w", pkt[0], rdmamgr.ErrProtocol))
+		}
+	}
+}
+
+// exec runs one operation between the registries directly.
+func (a *fakeAgent) exec(me uint64, p *agentwire.Post) (uint64, error) {
+	a.mu.Lock()
+	dead := a.dead
+	a.mu.Unlock()
+	if dead {
+		return 0, fmt.Errorf("fake: dead: %w", rdmamgr.ErrPeerGone)
+	}
+	w := a.w
+	w.mu.Lock()
+	far := w.agents[p.FarAgent]
+	local := w.regs[me]
+	w.mu.Unlock()
+	if far == nil {
+		return 0, fmt.Errorf("fake: no agent %s: %w", p.FarAgent, rdmamgr.ErrUnknownPeer)
+	}
+	far.mu.Lock()
+	target, ok := far.slots[p.Via]
+	far.mu.Unlock()
+	if !ok {
+		return 0, fmt.Errorf("fake: no process at slot %d: %w", p.Via, rdmamgr.ErrPeerGone)
+	}
+	w.mu.Lock()
+	remote := w.regs[target]
+	w.mu.Unlock()
+	rref, err := remote.AcquireRemote(p.Remote.Region, p.Remote.Key, p.Remote.Offset, p.Remote.Length, p.Op.Need())
+	if err != nil {
+		return 0, err
+	}
+	defer rref.Release()
+	if p.Op.Atomic() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		word := rref.Bytes()
+		old := binary.LittleEndian.Uint64(word)
+		switch {
+		case p.Op == backend.OpFetchAdd:
+			binary.LittleEndian.PutUint64(word, old+p.Swap)
+		case old == p.Compare:
+			binary.LittleEndian.PutUint64(word, p.Swap)
+		}
+		return old, nil
+	}
+	need := buffer.AccessRead // of our own memory: Put reads it, Get writes it
+	if p.Op == backend.OpRead {
+		need = buffer.AccessWrite
+	}
+	lref, err := local.AcquireRemote(p.Local.Region, p.Local.Key, p.Local.Offset, p.Local.Length, need)
+	if err != nil {
+		return 0, err
+	}
+	defer lref.Release()
+	switch p.Op {
+	case backend.OpWrite:
+		copy(rref.Bytes(), lref.Bytes())
+	case backend.OpRead:
+		copy(lref.Bytes(), rref.Bytes())
+	default:
+		return 0, fmt.Errorf("fake: %v: %w", p.Op, rdmamgr.ErrNotSupported)
+	}
+	return 0, nil
+}
+
+// proc is one process of a test: its registry, shm backend and agent
+// backend.
+type proc struct {
+	id  uint64
+	reg *memreg.Registry
+	shm *shm.Backend
+	b   *Backend
+}
+
+func newProc(t testing.TB, w *world, id uint64, socket string, secret backend.Secret, tweak func(*Config)) *proc {
+	t.Helper()
+	reg := memreg.NewRegistry(id, buffer.Limits{})
+	sb, err := wiring.NewBackend[*shm.Backend](shm.Config{Secret: secret}, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Socket: socket, Secret: secret, ManagerID: id, Addr: fmt.Sprintf("proc-%x:1", id), SHM: sb, Retry: 20 * time.Millisecond}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	b, err := New(cfg, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	w.regs[id] = reg
+	w.mu.Unlock()
+	t.Cleanup(func() {
+		b.Close()
+		sb.Close()
+		reg.Close(context.Background())
+	})
+	return &proc{id: id, reg: reg, shm: sb, b: b}
+}
+
+// waitAttached waits until p is attached (or fails the test).
+func (p *proc) waitAttached(t testing.TB) *attachment {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if a := p.b.current(); a != nil {
+			return a
+		}
+	}
+	t.Fatalf("process %x never attached", p.id)
+	return nil
+}
+
+// routeTo runs the route handshake from p to q (as two managers would).
+func routeTo(t testing.TB, p, q *proc) (backend.Route, error) {
+	t.Helper()
+	ctx := context.Background()
+	pr, info, err := p.b.PrepareRoute(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	ans, err := q.b.AcceptRoute(ctx, p.id, info)
+	if err != nil {
+		pr.Abort()
+		return nil, err
+	}
+	return pr.Complete(ctx, ans)
+}
+
+func sockPath(t testing.TB, name string) string {
+	dir, err := os.MkdirTemp("", "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, name)
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

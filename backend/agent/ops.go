@@ -1,0 +1,194 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/internal/agentwire"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	rdmapb "github.com/rdmamgr/rdmamgr/proto"
+)
+
+// errAgentGone is what an attachment's end wraps ErrPeerGone with.
+const errAgentGone = "host agent gone"
+
+// record builds the post record of wr for route r (not its wrid).
+func (r *route) record(wr *backend.WorkRequest) (agentwire.Post, error) {
+	p := agentwire.Post{Op: wr.Op, Via: r.via, FarAgent: r.far, Remote: wr.Remote}
+	switch wr.Op {
+	case backend.OpWriteImm:
+		p.Imm = wr.Imm
+	case backend.OpSend:
+		if wr.HasImm {
+			p.Imm, p.HasImm = wr.Imm, true
+		}
+	case backend.OpCompareSwap:
+		p.Compare, p.Swap = wr.Compare, wr.Swap
+	case backend.OpFetchAdd:
+		p.Swap = wr.Swap
+	case backend.OpWrite, backend.OpRead:
+	default:
+		return p, fmt.Errorf("agent: op %v: %w", wr.Op, rdmamgr.ErrNotSupported)
+	}
+	if !wr.Op.Atomic() {
+		l, err := localOf(wr)
+		if err != nil {
+			return p, err
+		}
+		p.Local = l
+		if wr.Op != backend.OpSend && uint64(len(wr.Local)) != wr.Remote.Length {
+			return p, fmt.Errorf("agent: local %d bytes, remote %d: %w", len(wr.Local), wr.Remote.Length, rdmamgr.ErrLengthMismatch)
+		}
+	}
+	if !wr.Deadline.IsZero() {
+		d := time.Until(wr.Deadline)
+		if d <= 0 {
+			return p, fmt.Errorf("agent: %v posted past its deadline: %w", wr.Op, rdmamgr.ErrDeadline)
+		}
+		p.Deadline = d
+	}
+	return p, nil
+}
+
+// localOf names wr.Local to the agent: its region (id and key: the agent
+// maps it through our shm backend, which checks the key) and the slice.
+func localOf(wr *backend.WorkRequest) (agentwire.Local, error) {
+	reg, _ := wr.LocalRegion.(*memreg.Region)
+	if reg == nil {
+		return agentwire.Local{}, fmt.Errorf("agent: work request without its local region: %w", rdmamgr.ErrInvalid)
+	}
+	if len(wr.Local) == 0 {
+		return agentwire.Local{}, fmt.Errorf("agent: empty local memory: %w", rdmamgr.ErrInvalid)
+	}
+	mem := reg.Mem()
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(wr.Local)))
+	if p < base || p-base > uintptr(len(mem)) || uintptr(len(wr.Local)) > uintptr(len(mem))-(p-base) {
+		return agentwire.Local{}, fmt.Errorf("agent: local memory is not inside region %d: %w", reg.ID(), rdmamgr.ErrOutOfRange)
+	}
+	return agentwire.Local{Region: reg.ID(), Key: reg.Key(), Offset: uint64(p - base), Length: uint64(len(wr.Local))}, nil
+}
+
+// post records wr (its record p) for the writer, waiting while the batch
+// is full. It fails when the attachment ended or r closed.
+func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for {
+		if a.ended {
+			return fmt.Errorf("agent: %s: %v: %w", errAgentGone, a.err, rdmamgr.ErrPeerGone)
+		}
+		if r.closed {
+			return fmt.Errorf("agent: route closed: %w", rdmamgr.ErrClosed)
+		}
+		a.next++
+		p.WRID = a.next
+		err := a.posts.AddPost(p)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, agentwire.ErrFull) {
+			return fmt.Errorf("agent: %v: %w", err, rdmamgr.ErrInvalid)
+		}
+		a.kickWriter()
+		a.cond.Wait()
+	}
+	op := &inflight{wr: wr, r: r}
+	a.ops[p.WRID] = op
+	r.ids[wr] = p.WRID
+	if wr.CancelCause() != nil { // set while Post ran: not lost
+		a.cancelLocked(p.WRID, op)
+	}
+	a.kickWriter()
+	return nil
+}
+
+// cancelLocked asks the agent to end op early (once). Called with a.mu held.
+func (a *attachment) cancelLocked(wrid uint64, op *inflight) {
+	if op.cancelled || a.ended {
+		return
+	}
+	op.cancelled = true
+	for a.cancels.AddCancel(wrid) != nil { // ErrFull: the writer makes room
+		a.kickWriter()
+		a.cond.Wait()
+		if a.ended || a.ops[wrid] != op {
+			return
+		}
+	}
+	a.kickWriter()
+}
+
+func (a *attachment) kickWriter() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// complete ends the operations of a done batch. A done for an operation
+// not in flight breaks the protocol.
+func (a *attachment) complete(dones []agentwire.Done) error {
+	for i := range dones {
+		d := &dones[i]
+		a.mu.Lock()
+		op := a.ops[d.WRID]
+		if op != nil {
+			delete(a.ops, d.WRID)
+			op.r.forgetLocked(op.wr)
+		}
+		a.mu.Unlock()
+		if op == nil {
+			return fmt.Errorf("agent: done for operation %d, not in flight: %w", d.WRID, rdmamgr.ErrProtocol)
+		}
+		err := d.Err(op.wr.Op)
+		if err != nil {
+			if cause := op.wr.CancelCause(); cause != nil {
+				err = cause
+			} else if rdmapb.Code(d.Code) == rdmapb.Code_PEER_GONE {
+				// The target process left its agent (or the agents lost each
+				// other): this route is over; a new one finds where it is now.
+				op.r.fail(fmt.Errorf("agent: target gone at its agent: %w", rdmamgr.ErrPeerGone))
+			}
+		} else {
+			op.wr.Result = d.Result
+		}
+		op.r.finish(op.wr, err)
+	}
+	return nil
+}
+
+// end ends the attachment once: the routes on it fail, and so does every
+// operation in flight, with ErrPeerGone ("host agent gone"): the socket
+// ended, so the agent is gone or has answered all it will.
+func (a *attachment) end(cause error) {
+	a.mu.Lock()
+	if a.ended {
+		a.mu.Unlock()
+		return
+	}
+	a.ended, a.err = true, cause
+	ops := a.ops
+	a.ops = nil
+	routes := a.routes
+	a.routes = nil
+	for _, op := range ops {
+		op.r.forgetLocked(op.wr)
+	}
+	a.cond.Broadcast()
+	a.mu.Unlock()
+	a.conn.Close()
+	err := fmt.Errorf("agent: %s: %v: %w", errAgentGone, cause, rdmamgr.ErrPeerGone)
+	for r := range routes {
+		r.fail(err)
+	}
+	for _, op := range ops {
+		op.r.finish(op.wr, err)
+	}
+	a.b.lost(a, cause) // before done: keepAttached then sees no attachment
+	close(a.done)
+}

@@ -1,0 +1,35 @@
+// Package agentwire is the protocol between a process and its host agent
+// (issue 26): the messages of the attach socket, their encoding and their
+// strict decoding, the attach MAC, and the socket helpers both sides use
+// (a SOCK_SEQPACKET unix socket on a filesystem path, SO_PEERCRED).
+//
+// Every message is one packet, little endian, its type byte first.
+// Attaching, in order:
+//
+//	agent → P  hello(version, nonce, agent manager id)
+//	P → agent  auth(version, MAC, pid, manager id, actor address)
+//	           MAC = HMAC(secret, "rdmamgr-agent", nonce, pid, manager id, address)
+//	agent → P  shmPrepare(info)   the agent's shm PrepareRoute info
+//	P → agent  shmAccept(info)    P's shm AcceptRoute answer
+//	agent → P  welcome(slot, generation, agent address, agent manager id, host id)
+//
+// Either side may send gone(code, reason) before it closes, during the
+// handshake (a refusal) or after it (the agent stops). Then operations:
+// P → agent post and cancel, agent → P done, each packet a batch of
+// records of one type (a count, then the records): one write per batch.
+//
+// The agent closes the socket only when none of P's operations can touch
+// P's memory any more: every post answered by a done, or its process
+// ending (the kernel unmaps a dying process's memory before it closes its
+// sockets). So P fails what is still in flight when the socket ends.
+//
+// Decoding trusts nothing: every field is checked (types, counts, lengths,
+// op against the fields it uses, handles as buffer.FromProto checks them,
+// strings printable, codes known, no trailing bytes) and a packet is all or
+// nothing: one bad record fails the whole packet, and nothing of it is
+// returned. Errors wrap rdmamgr.ErrProtocol, ErrVersion for another
+// version; a batch that cannot take one more record says ErrFull.
+//
+// The socket helpers are Linux only; elsewhere they fail with
+// rdmamgr.ErrNotSupported.
+package agentwire

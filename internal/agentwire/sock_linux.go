@@ -1,0 +1,100 @@
+//go:build linux
+
+package agentwire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr"
+	"golang.org/x/sys/unix"
+)
+
+// Listen listens for processes on a SOCK_SEQPACKET unix socket at path,
+// with file mode perm (0660: the agent's uid and group). A socket file a
+// dead agent left behind (nobody accepts on it) is replaced; a live one,
+// or anything else at path, is refused. Closing the listener removes the
+// file.
+func Listen(path string, perm os.FileMode) (*net.UnixListener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("agentwire: %s exists and is not a socket: %w", path, rdmamgr.ErrInvalid)
+		}
+		c, err := net.DialTimeout("unixpacket", path, time.Second)
+		if err == nil {
+			c.Close()
+			return nil, fmt.Errorf("agentwire: an agent already listens on %s: %w", path, syscall.EADDRINUSE)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("agentwire: stale socket %s: %w", path, err)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("agentwire: stale socket: %w", err)
+		}
+	}
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("agentwire: listen: %w", err)
+	}
+	if err := os.Chmod(path, perm); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("agentwire: %w", err)
+	}
+	return l, nil
+}
+
+// Dial connects to the agent listening at path.
+func Dial(ctx context.Context, path string) (*net.UnixConn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unixpacket", path)
+	if err != nil {
+		return nil, fmt.Errorf("agentwire: dial agent: %w", err)
+	}
+	return c.(*net.UnixConn), nil
+}
+
+// PeerCred returns the pid and uid of the process at the other end of c,
+// as the kernel recorded them at connect (SO_PEERCRED).
+func PeerCred(c *net.UnixConn) (pid int32, uid uint32, err error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, 0, err
+	}
+	var cred *unix.Ucred
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, 0, err
+	}
+	if serr != nil {
+		return 0, 0, fmt.Errorf("agentwire: SO_PEERCRED: %w", serr)
+	}
+	return cred.Pid, cred.Uid, nil
+}
+
+// ReadPacket reads one packet into buf (MaxPacket bytes are enough for
+// any) and returns it. An empty or truncated packet, or one that carried
+// file descriptors (the kernel closes them: no room is given for them),
+// fails with ErrProtocol; a closed or failed socket with its error.
+func ReadPacket(c *net.UnixConn, buf []byte) ([]byte, error) {
+	n, _, flags, _, err := c.ReadMsgUnix(buf, nil)
+	if err != nil {
+		return nil, err
+	}
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n == 0 {
+		return nil, fmt.Errorf("agentwire: packet truncated or with fds (%d bytes, flags %#x): %w", n, flags, rdmamgr.ErrProtocol)
+	}
+	return buf[:n], nil
+}
+
+// WritePacket writes pkt as one packet.
+func WritePacket(c *net.UnixConn, pkt []byte) error {
+	_, _, err := c.WriteMsgUnix(pkt, nil, nil)
+	return err
+}

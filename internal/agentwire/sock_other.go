@@ -1,0 +1,29 @@
+//go:build !linux
+
+package agentwire
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+
+	"github.com/rdmamgr/rdmamgr"
+)
+
+var errPlatform = fmt.Errorf("agentwire: host agents need Linux: %w", rdmamgr.ErrNotSupported)
+
+// Listen fails: host agents need Linux.
+func Listen(path string, perm os.FileMode) (*net.UnixListener, error) { return nil, errPlatform }
+
+// Dial fails: host agents need Linux.
+func Dial(ctx context.Context, path string) (*net.UnixConn, error) { return nil, errPlatform }
+
+// PeerCred fails: host agents need Linux.
+func PeerCred(c *net.UnixConn) (pid int32, uid uint32, err error) { return 0, 0, errPlatform }
+
+// ReadPacket fails: host agents need Linux.
+func ReadPacket(c *net.UnixConn, buf []byte) ([]byte, error) { return nil, errPlatform }
+
+// WritePacket fails: host agents need Linux.
+func WritePacket(c *net.UnixConn, pkt []byte) error { return errPlatform }

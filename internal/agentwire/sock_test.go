@@ -1,0 +1,114 @@
+//go:build linux
+
+package agentwire
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/rdmamgr/rdmamgr"
+	"golang.org/x/sys/unix"
+)
+
+// Listen makes a 0660 socket that Dial reaches, with the peer's
+// credentials from the kernel; packets keep their bounds; a truncated
+// packet or one with fds is refused; a stale socket is replaced, a live
+// one or a regular file is not; Close removes the file.
+func TestSocket(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agent.sock")
+	l, err := Listen(path, 0o660)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o660 || fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("socket file: %v, %v", fi.Mode(), err)
+	}
+	c, err := Dial(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := l.AcceptUnix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	pid, uid, err := PeerCred(s)
+	if err != nil || int(pid) != os.Getpid() || int(uid) != os.Getuid() {
+		t.Fatalf("PeerCred: %d %d %v", pid, uid, err)
+	}
+	for _, p := range [][]byte{{1, 2, 3}, {4}} {
+		if err := WritePacket(c, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, MaxPacket)
+	for _, want := range []string{"\x01\x02\x03", "\x04"} {
+		if got, err := ReadPacket(s, buf); err != nil || string(got) != want {
+			t.Fatalf("ReadPacket: %q, %v", got, err)
+		}
+	}
+	// Truncated: a packet larger than the reader's buffer.
+	if err := WritePacket(c, make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadPacket(s, buf[:4]); !errors.Is(err, rdmamgr.ErrProtocol) {
+		t.Fatalf("truncated packet: %v", err)
+	}
+	// An fd the reader did not ask for is refused (and closed by the kernel).
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, _, err := c.WriteMsgUnix([]byte{1}, unix.UnixRights(int(w.Fd())), nil); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if _, err := ReadPacket(s, buf); !errors.Is(err, rdmamgr.ErrProtocol) {
+		t.Fatalf("packet with an fd: %v", err)
+	}
+	// The fd was closed on the reader's side: the pipe has no writer left.
+	if n, err := r.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("the pipe still has a writer: %d, %v", n, err)
+	}
+
+	if _, err := Listen(path, 0o660); !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("second listener on a live socket: %v", err)
+	}
+
+	// A stale socket (its listener gone without removing it) is replaced.
+	stale := filepath.Join(dir, "stale.sock")
+	sl, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: stale, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl.SetUnlinkOnClose(false)
+	sl.Close()
+	l2, err := Listen(stale, 0o600)
+	if err != nil {
+		t.Fatalf("over a stale socket: %v", err)
+	}
+	l2.Close()
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("Close left the socket file: %v", err)
+	}
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(file, 0o660); !errors.Is(err, rdmamgr.ErrInvalid) {
+		t.Fatalf("over a regular file: %v", err)
+	}
+	l.Close()
+	if _, err := Dial(context.Background(), path); err == nil {
+		t.Fatal("dialled a closed agent")
+	}
+}
