@@ -123,6 +123,11 @@ type Config struct {
 	// meanwhile, and through the agent once it is there (again).
 	Agent string
 
+	// HostAgent, when its Socket is set, runs the node as its host's
+	// agent (hostagent.go): TCP alone, HostAgent.Routes connections per
+	// route.
+	HostAgent HostAgent
+
 	// Logger receives the node's logs (manager, backends, remote); nil
 	// discards them.
 	Logger *slog.Logger
@@ -142,6 +147,9 @@ func (c Config) withDefaults() (Config, error) {
 	c.Backend = k
 	if c.Agent != "" && k != KindAuto && k != backend.KindSHM {
 		return c, fmt.Errorf("node: an agent (%s) needs the shm backend: backend %q: %w", c.Agent, k, rdmamgr.ErrInvalid)
+	}
+	if err := c.agentDefaults(); err != nil {
+		return c, err
 	}
 	if c.IBVerbs == (ibverbs.Config{}) {
 		c.IBVerbs = ibverbs.DefaultConfig() // GID index auto, not 0

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
+	"github.com/rdmamgr/rdmamgr/internal/hostagent"
 	"github.com/rdmamgr/rdmamgr/internal/wiring"
 	"github.com/rdmamgr/rdmamgr/remoteguard"
 )
@@ -21,8 +22,9 @@ type Node struct {
 	remote *remoteguard.Remote
 	addr   string
 	mgr    *actor.Manager
-	tcp    *tcp.Backend // the manager's TCP backend (owned by the manager)
-	kinds  []string     // the manager's backends, preferred first
+	tcp    *tcp.Backend     // the manager's TCP backend (owned by the manager)
+	kinds  []string         // the manager's backends, preferred first
+	agent  *hostagent.Agent // Config.HostAgent's, or nil
 
 	closeOnce sync.Once
 	closeErr  error
@@ -49,6 +51,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return n, nil
 	}
 	if err := n.startManager(ctx, cfg); err != nil {
+		n.Close()
+		return nil, err
+	}
+	if err := n.startAgent(ctx, cfg); err != nil {
 		n.Close()
 		return nil, err
 	}
@@ -85,6 +91,9 @@ func (n *Node) startManager(ctx context.Context, cfg Config) error {
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		var errs []error
+		if n.agent != nil { // first: its processes' operations use the manager's routes
+			errs = append(errs, n.agent.Close())
+		}
 		if n.mgr != nil {
 			errs = append(errs, n.mgr.Close())
 		}

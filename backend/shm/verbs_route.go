@@ -126,4 +126,4 @@ func (r *route) ackOf(wr *backend.WorkRequest, req uint64, ch chan mapReply) err
 }
 
 // originOf is the origin manager id wr carries to the owner (0: none).
-func originOf(wr *backend.WorkRequest) uint64 { return 0 } // TODO(agmem): wr.Origin once backend.WorkRequest has it (agtcp)
+func originOf(wr *backend.WorkRequest) uint64 { return wr.Origin }

@@ -38,6 +38,9 @@ type common struct {
 	dataListen string
 	// agent is --agent: the host agent's attach socket ("": none).
 	agent string
+	// hostAgent is serve --agent-socket and --agent-routes: run as the
+	// host's agent ("": not).
+	hostAgent node.HostAgent
 }
 
 // registerLog adds --log-level (default def, as the command uses it) and

@@ -72,6 +72,10 @@ func (c *common) nodeConfig(listen string, slogger *slog.Logger, name string, wi
 		return node.Config{}, err
 	}
 	cfg.TCP.ListenAddr = c.dataListen
+	if c.hostAgent.Socket != "" {
+		cfg.HostAgent = c.hostAgent
+		cfg.HostAgent.AllowUIDs = c.shmUIDs
+	}
 	cfg.Manager = actor.Config{Name: name, Secret: secret, MaxMessageSize: c.maxMsg, Logger: slogger, Metrics: c.metrics}
 	if err := c.limits.apply(&cfg.Manager); err != nil {
 		return node.Config{}, err

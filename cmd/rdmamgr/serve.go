@@ -42,6 +42,8 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 	dataListen := fs.String("data-listen", "", "data listener `HOST:PORT` (TCP backend; default: the --listen host, a free port); a wildcard host is advertised as --listen's")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the daemon's life to this `file`")
 	var c common
+	fs.StringVar(&c.hostAgent.Socket, "agent-socket", "", "run as this host's agent: processes attach on this unix socket `path` (mode 0660) and reach other hosts' processes through it; TCP alone; users: ours and --shm-allow-uid")
+	fs.IntVar(&c.hostAgent.Routes, "agent-routes", 4, "with --agent-socket: TCP connections between two agents (overrides --conns)")
 	c.registerLog(fs, "info")
 	c.registerManager(fs)
 	c.net.registerLease(fs)
@@ -72,6 +74,9 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 			}
 		}
 		c.pprof = *pprofOn
+		if c.hostAgent.Routes < 1 {
+			return usagef("--agent-routes %d: want at least 1", c.hostAgent.Routes)
+		}
 		return serve(ctx, e, &c, *listen, *name, *member, *metricsListen, *cpuProfile)
 	}
 }
@@ -118,7 +123,7 @@ func serve(ctx context.Context, e *env, c *common, listen, name, member, metrics
 		admin = "http://" + a.Addr() + "/metrics"
 	}
 	zl.Info().Str("addr", n.Addr()).Str("name", name).Str("data", n.DataAddr()).
-		Str("backend", n.Backends()).Str("metrics", admin).Str("version", actor.Version()).Msg("serving")
+		Str("backend", n.Backends()).Str("agent", c.hostAgent.Socket).Str("metrics", admin).Str("version", actor.Version()).Msg("serving")
 	fmt.Fprintf(e.stdout, "ready %s\n", n.Addr())
 	if f, ok := e.stdout.(interface{ Sync() error }); ok {
 		_ = f.Sync()

@@ -5,7 +5,9 @@
 //
 // ManagerRegistry and PeerClient are set by package actor and used by
 // package node, the one place that builds backends over a manager's
-// registry and hands out clients of peers. NewQueuePair
+// registry and hands out clients of peers; SharedRoute, set by package
+// actor too, gives the host agent (internal/hostagent) a manager's shared
+// route to a peer. NewQueuePair
 // is set by package queuepair and used by package actor, which binds queue
 // pairs to routes (and by the backends' tests). SetBackend and NewBackend
 // carry the backends' constructors (backends.go): each backend package
@@ -15,6 +17,8 @@
 package wiring
 
 import (
+	"context"
+
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/agentapi"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
@@ -28,6 +32,13 @@ var ManagerRegistry func(manager any) *memreg.Registry
 // sending from an *actor.Manager's actor system with its request timeout
 // and message limit (node.Node.ClientOf).
 var PeerClient func(manager any, addr, name string) any
+
+// SharedRoute returns an *actor.Manager's route to the manager name at
+// addr ("host:port"), set up if needed and shared with every other user of
+// that peer (its queue pairs too), the peer manager's id, and a release
+// that drops this reference once. A host agent (internal/hostagent) posts
+// its processes' operations on it: one route per pair of agents.
+var SharedRoute func(manager any, ctx context.Context, addr, name string) (route backend.Route, peerID uint64, release func(), err error)
 
 // NewQueuePair binds a *queuepair.QueuePair to route; it does no I/O.
 var NewQueuePair func(id, peerID uint64, route backend.Route, local qpbind.Resolver, opt qpbind.Options) any

@@ -1,0 +1,255 @@
+//go:build linux
+
+package hostagent
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/shm"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/agentwire"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
+)
+
+// maxProcs bounds the processes attached at once.
+const maxProcs = 4096
+
+// Agent is a host agent: the attach listener, the attached processes and
+// their proxies, and the executor of their operations (package doc).
+type Agent struct {
+	cfg  Config
+	mgr  *actor.Manager
+	reg  *memreg.Registry // the manager's: proxies live there
+	tcp  backend.Backend  // the manager's TCP backend: it serves via frames
+	shm  *shm.Backend     // our shm initiator, over an empty registry
+	log  *slog.Logger
+	uid  int // ours (a.mu: tests change it)
+	addr string // our actor address, as processes name us to peers
+
+	life    context.Context // ends when Close starts
+	endLife context.CancelFunc
+	wg      sync.WaitGroup // accept loop, processes, far-route setups
+
+	mu sync.Mutex // guards the fields below
+	// started and closed: Start ran; Close ran.
+	started, closed bool
+	ln              *net.UnixListener
+	preAuth         int               // connections in their handshake
+	procs           map[uint16]*proc  // attached processes by slot
+	gens            map[uint16]uint32 // each slot's last generation
+	next            uint16            // the slot tried next
+	far             map[string]*farRoute
+}
+
+// New returns an agent beside m, whose TCP backend is tcp; it does no I/O.
+// The manager must be started (its address and id name the agent).
+func New(cfg Config, m *actor.Manager, tcp backend.Backend) (*Agent, error) {
+	if cfg.Socket == "" {
+		return nil, fmt.Errorf("hostagent: no socket path: %w", rdmamgr.ErrInvalid)
+	}
+	if m == nil || m.PID() == nil || tcp == nil {
+		return nil, fmt.Errorf("hostagent: a started manager and its TCP backend are needed: %w", rdmamgr.ErrInvalid)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	pid := m.PID()
+	addr := pid.Address
+	if pid.Id != actor.DefaultName {
+		addr += "/" + pid.Id
+	}
+	reg := wiring.ManagerRegistry(m)
+	log := cfg.Logger.With("component", "hostagent")
+	// Our shm initiator maps processes' regions; its registry stays empty
+	// (nothing of ours is for processes to map).
+	sb, err := wiring.NewBackend[*shm.Backend](shm.Config{Secret: cfg.Secret}, memreg.NewRegistry(m.ID(), buffer.Limits{}), log)
+	if err != nil {
+		return nil, err
+	}
+	life, end := context.WithCancel(context.Background())
+	return &Agent{cfg: cfg, mgr: m, reg: reg, tcp: tcp, shm: sb, log: log, uid: os.Getuid(), addr: addr,
+		life: life, endLife: end, procs: make(map[uint16]*proc), gens: make(map[uint16]uint32),
+		next: 1, far: make(map[string]*farRoute)}, nil
+}
+
+// Addr is the agent's actor address as processes name it to their peers:
+// "host:port", or "host:port/name" for a manager not of the default name.
+func (a *Agent) Addr() string { return a.addr }
+
+// splitAddr parses an agent address (Addr) into the manager's actor
+// address and name.
+func splitAddr(s string) (addr, name string) {
+	if i := strings.IndexByte(s, '/'); i >= 0 {
+		return s[:i], s[i+1:]
+	}
+	return s, actor.DefaultName
+}
+
+// Start starts the shm initiator, sets the TCP backend's resolver and
+// listens on the attach socket.
+func (a *Agent) Start(ctx context.Context) error {
+	a.mu.Lock()
+	if a.started || a.closed {
+		a.mu.Unlock()
+		return fmt.Errorf("hostagent: Start after Start or Close: %w", rdmamgr.ErrClosed)
+	}
+	a.started = true
+	a.mu.Unlock()
+	if a.cfg.HostID == ([HostIDSize]byte{}) {
+		id, err := hostID()
+		if err != nil {
+			return err
+		}
+		a.cfg.HostID = id
+	}
+	if err := a.shm.Start(ctx); err != nil {
+		return fmt.Errorf("hostagent: shm: %w", err)
+	}
+	if !wiring.SetResolver(a.tcp, (*resolver)(a)) {
+		return fmt.Errorf("hostagent: backend %s takes no resolver: %w", a.tcp.Kind(), rdmamgr.ErrNotSupported)
+	}
+	ln, err := agentwire.Listen(a.cfg.Socket, 0o660)
+	if err != nil {
+		wiring.SetResolver(a.tcp, nil)
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		ln.Close()
+		return fmt.Errorf("hostagent: closed during Start: %w", rdmamgr.ErrClosed)
+	}
+	a.ln = ln
+	a.wg.Add(1)
+	go a.acceptLoop(ln)
+	a.log.Info("host agent listening", "socket", a.cfg.Socket, "addr", a.addr)
+	return nil
+}
+
+// Close stops the listener (removing its socket), tells every attached
+// process it goes, ends them (their operations cancelled, their proxies
+// released), drops the routes to the far agents and waits. Idempotent.
+func (a *Agent) Close() error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		a.wg.Wait()
+		return nil
+	}
+	a.closed = true
+	ln, started := a.ln, a.started
+	procs := make([]*proc, 0, len(a.procs))
+	for _, p := range a.procs {
+		procs = append(procs, p)
+	}
+	a.mu.Unlock()
+	a.endLife()
+	if ln != nil {
+		ln.Close() // unlinks the path (net.UnixListener does)
+	}
+	for _, p := range procs {
+		p.goneAndEnd(rdmamgr.ErrClosed, "host agent stopping")
+	}
+	a.wg.Wait()
+	a.dropFarRoutes()
+	if started {
+		wiring.SetResolver(a.tcp, nil)
+	}
+	return a.shm.Close()
+}
+
+// Procs returns the number of processes attached.
+func (a *Agent) Procs() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.procs)
+}
+
+// takeSlot gives p a free slot and a new generation of it; at most
+// maxProcs processes are attached. Slots go round: one is reused only
+// after every other was tried.
+func (a *Agent) takeSlot(p *proc) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return fmt.Errorf("hostagent: %w", rdmamgr.ErrClosed)
+	}
+	if len(a.procs) >= maxProcs {
+		return fmt.Errorf("hostagent: %d processes attached, the most: %w", len(a.procs), rdmamgr.ErrLimit)
+	}
+	for a.procs[a.next] != nil || a.next == 0 {
+		a.next++
+	}
+	s := a.next
+	a.next++
+	g := a.gens[s] + 1
+	if g == 0 {
+		g = 1
+	}
+	a.gens[s] = g
+	p.slot, p.gen = s, g
+	a.procs[s] = p
+	return nil
+}
+
+// dropSlot forgets p's slot: frames naming it are refused from now on.
+func (a *Agent) dropSlot(p *proc) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if p.slot != 0 && a.procs[p.slot] == p {
+		delete(a.procs, p.slot)
+	}
+}
+
+// procAt returns the live process at slot via.
+func (a *Agent) procAt(via uint16) (*proc, error) {
+	a.mu.Lock()
+	p := a.procs[via]
+	a.mu.Unlock()
+	if p == nil {
+		return nil, fmt.Errorf("hostagent: no process at slot %d: %w", via, rdmamgr.ErrPeerGone)
+	}
+	return p, nil
+}
+
+// hostID names this host as shm does: boot id and network, pid and user
+// namespaces.
+func hostID() ([HostIDSize]byte, error) {
+	h := sha256.New()
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return [HostIDSize]byte{}, fmt.Errorf("hostagent: boot id: %w", err)
+	}
+	h.Write(boot)
+	for _, ns := range []string{"net", "pid", "user"} {
+		l, err := os.Readlink("/proc/self/ns/" + ns)
+		if err != nil {
+			return [HostIDSize]byte{}, fmt.Errorf("hostagent: %s namespace: %w", ns, err)
+		}
+		h.Write([]byte{0})
+		h.Write([]byte(l))
+	}
+	var id [HostIDSize]byte
+	copy(id[:], h.Sum(nil))
+	return id, nil
+}
+
+// errClosing is why a closing agent refuses new work.
+var errClosing = errors.New("hostagent: closing")
+
+// releaseTimeout bounds the release of one proxy (its Refs are cut, so
+// this is only a safety net).
+const releaseTimeout = 10 * time.Second

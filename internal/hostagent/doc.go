@@ -1,0 +1,46 @@
+// Package hostagent is the host agent's side of issue 26 (rdmamgr serve
+// --agent-socket): one agent per host joins the processes of the host to
+// the other hosts' agents over a fixed number of data connections per pair
+// of hosts, whatever the number of processes.
+//
+// An Agent runs beside a node's manager (its registry, its TCP backend):
+//
+//   - An attach listener on a filesystem unix socket (SOCK_SEQPACKET, mode
+//     0660, removed by Close). A connection's user must be one the agent
+//     serves (its own, Config.AllowUIDs; SO_PEERCRED, at accept); at most
+//     64 connections are in their handshake at once, each for at most 5 s.
+//     The handshake (package agentwire) proves the deployment's secret
+//     (a MAC over the agent's nonce, the pid, the manager id and address),
+//     checks the pid against the kernel's (SO_PEERCRED), and then runs the
+//     shm route handshake over the socket: the agent is an shm initiator
+//     of the process (its own shm backend over an empty registry), and the
+//     process's shm owner code checks every map request (key, access,
+//     lease, revocation). The process gets a slot (1..65535, its "via";
+//     a slot is reused only after every other was, and with a new
+//     generation).
+//   - Proxies: a region of an attached process the agent uses is mapped
+//     once (shm MapProxy) and registered in the manager's registry as a
+//     proxy region (memreg.RegisterProxy, behind the state-table slot's
+//     gate), cached by (slot, region), checked by key. The TCP backend
+//     serves frames that name a process (their via) through the Resolver
+//     (internal/agentapi), on the proxy, in the process's pages: no extra
+//     copy. A cut notice from the process (revoke, release, lease) and the
+//     end of the process release the proxy: Release cuts the frames in
+//     flight into sinks and waits for their references, so the process's
+//     own Revoke returns at once.
+//   - The executor: a process's posts (package agentwire) run in posting
+//     order on the manager's shared route to the far agent (one route per
+//     pair of agents, refcounted in the manager: wiring.SharedRoute), as
+//     WorkRequests whose Local is the proxy of the process's own region
+//     (held by a local reference for the operation's life), whose Via
+//     names the target process at the far agent and whose Origin is the
+//     process's manager id; done answers each once it completed (batched:
+//     one write per batch). A cancel cancels it on the route.
+//
+// A process that goes (its socket or its shm route ends) loses its slot at
+// once (frames for it are answered ErrPeerGone), its operations are
+// cancelled with ErrPeerGone, and its proxies released. Close sends every
+// process gone, then ends them as above, and waits.
+//
+// Linux only: elsewhere New fails with rdmamgr.ErrNotSupported.
+package hostagent

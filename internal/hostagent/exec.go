@@ -1,0 +1,197 @@
+//go:build linux
+
+package hostagent
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/agentwire"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
+)
+
+// op is one operation a process posted: read, queued for the poster,
+// posted on a far route, completed (Complete), reported (done).
+type op struct {
+	p    *proc
+	post agentwire.Post
+	wr   backend.WorkRequest
+	ref  memreg.Ref // the proxy of the process's local memory, while posted
+	// cancelCh ends Post's wait for room (closed once, by cancel).
+	cancelCh   chan struct{}
+	cancelOnce sync.Once
+
+	mu    sync.Mutex    // guards route
+	route backend.Route // set just before Post: cancel cancels it there
+}
+
+// newOp registers the post, or returns an error: a wrid already in
+// flight, or the process going.
+func (p *proc) newOp(post *agentwire.Post) (*op, error) {
+	o := &op{p: p, post: *post, cancelCh: make(chan struct{})}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.opsDone != nil {
+		return nil, p.endErr
+	}
+	if p.ops[post.WRID] != nil {
+		return nil, fmt.Errorf("hostagent: pid %d posted wrid %d twice: %w", p.pid, post.WRID, rdmamgr.ErrProtocol)
+	}
+	p.ops[post.WRID] = o
+	return o, nil
+}
+
+// cancel ends the operation early with cause (the first cause wins): at
+// once if it is not posted yet (the poster sees it), through its route's
+// Cancel if it is.
+func (o *op) cancel(cause error) {
+	o.wr.RequestCancel(cause)
+	o.cancelOnce.Do(func() { close(o.cancelCh) })
+	o.mu.Lock()
+	r := o.route
+	o.mu.Unlock()
+	if r != nil {
+		r.Cancel(&o.wr)
+	}
+}
+
+// cancel cancels the operation wrid, if it is in flight (a late cancel,
+// of an operation already reported, is ignored).
+func (p *proc) cancel(wrid uint64, cause error) {
+	p.mu.Lock()
+	o := p.ops[wrid]
+	p.mu.Unlock()
+	if o != nil {
+		o.cancel(cause)
+	}
+}
+
+// poster posts the process's operations in the order they came.
+func (p *proc) poster() {
+	defer p.loops.Done()
+	for {
+		select {
+		case o := <-p.posts:
+			o.start()
+		case <-p.dead:
+			p.drainPosts(p.endErr)
+			return
+		}
+	}
+}
+
+// drainPosts fails the operations queued and not posted.
+func (p *proc) drainPosts(err error) {
+	for {
+		select {
+		case o := <-p.posts:
+			o.finish(err)
+		default:
+			return
+		}
+	}
+}
+
+// start maps the local memory, takes the far route and posts. A failure
+// before Post reports the operation at once.
+func (o *op) start() {
+	p := o.p
+	if err := o.wr.CancelCause(); err != nil {
+		o.finish(err)
+		return
+	}
+	select {
+	case <-p.dead:
+		o.finish(p.endErr)
+		return
+	default:
+	}
+	post := &o.post
+	// The first mapping of a region and the far route's setup are
+	// bounded (and end with the process); a cancel is seen once they end.
+	ctx, cancel := context.WithTimeout(p.ctx, mapTimeout)
+	defer cancel()
+	wr := &o.wr
+	if !post.Op.Atomic() {
+		need := buffer.AccessRead // the agent reads the process's memory...
+		if post.Op == backend.OpRead {
+			need = buffer.AccessWrite // ...or writes it
+		}
+		h, err := p.proxyOf(ctx, post.Local.Region, post.Local.Key, need)
+		if err != nil {
+			o.finish(o.causeOr(err))
+			return
+		}
+		if h, err = h.Slice(post.Local.Offset, post.Local.Length); err != nil {
+			o.finish(err)
+			return
+		}
+		if o.ref, err = p.a.reg.AcquireLocal(h); err != nil {
+			o.finish(err)
+			return
+		}
+		wr.Local = o.ref.Bytes()
+	}
+	fr, err := p.a.farRoute(ctx, post.FarAgent)
+	if err != nil {
+		o.finish(o.causeOr(err))
+		return
+	}
+	wr.Op, wr.Remote, wr.Via, wr.Origin = post.Op, post.Remote, post.Via, p.id
+	wr.Imm, wr.HasImm, wr.Compare, wr.Swap = post.Imm, post.HasImm, post.Compare, post.Swap
+	if post.Deadline > 0 {
+		wr.Deadline = time.Now().Add(post.Deadline)
+	}
+	wr.Done, wr.Cancel = o, o.cancelCh
+	o.mu.Lock()
+	o.route = fr
+	o.mu.Unlock()
+	if err := fr.Post(wr); err != nil {
+		o.finish(o.causeOr(err))
+	}
+}
+
+// causeOr returns the cancel cause if one was set (an error that came
+// from the cancel's interruption), else err.
+func (o *op) causeOr(err error) error {
+	if c := o.wr.CancelCause(); c != nil {
+		return c
+	}
+	return err
+}
+
+// Complete implements backend.Completer: the far route reported wr.
+func (o *op) Complete(wr *backend.WorkRequest, err error) { o.finish(err) }
+
+// finish reports the operation to the process, once: its local
+// reference goes first (the backend no longer touches the memory).
+func (o *op) finish(err error) {
+	o.ref.Release()
+	p := o.p
+	d := agentwire.Done{WRID: o.post.WRID, Code: uint32(backend.Code(err))}
+	if err == nil && o.post.Op.Atomic() {
+		d.Result = o.wr.Result
+	}
+	p.mu.Lock()
+	if p.ops[o.post.WRID] == o {
+		delete(p.ops, o.post.WRID)
+	}
+	if p.opsDone != nil && len(p.ops) == 0 {
+		select {
+		case <-p.opsDone:
+		default:
+			close(p.opsDone)
+		}
+	}
+	p.mu.Unlock()
+	p.queueDone(d)
+}
+
+// mapTimeout bounds what a post waits for before it is on the route: the
+// first mapping of its local region and the setup of the far route.
+const mapTimeout = 10 * time.Second

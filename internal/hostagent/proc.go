@@ -1,0 +1,249 @@
+//go:build linux
+
+package hostagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/internal/agentwire"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
+)
+
+// postQueue bounds the posts read and not yet posted, per process: the
+// reader waits past it (the process's socket then fills: back-pressure).
+const postQueue = 4096
+
+// proc is one attached process.
+type proc struct {
+	a     *Agent
+	conn  *net.UnixConn
+	pid   uint32
+	uid   uint32
+	id    uint64 // its manager's id: the Origin of its operations
+	addr  string // its manager's actor address
+	slot  uint16
+	gen   uint32
+	route backend.Route     // our shm route to it
+	pr    wiring.ProxyRoute // route, mapping its regions
+
+	ctx     context.Context // ends when the process starts going
+	stop    context.CancelFunc
+	posts   chan *op      // read, in order, for the poster
+	dead    chan struct{} // closed when the process starts going
+	wake    chan struct{} // the writer has dones to send (1 buffered)
+	endOnce sync.Once
+	endErr  error          // why it went; set before dead is closed
+	loops   sync.WaitGroup // reader's helpers: poster, writer, cut watcher
+
+	mu sync.Mutex // guards the fields below
+	// ops are the operations posted and not yet reported, by wrid.
+	ops map[uint64]*op
+	// opsDone is closed when ops empties after dead (end waits on it).
+	opsDone chan struct{}
+	// proxies are its regions mapped as proxies, by its region id.
+	proxies map[uint64]*proxy
+	// out are the dones the writer sends next.
+	out []agentwire.Done
+}
+
+func newProc(a *Agent, c *net.UnixConn, auth *agentwire.Auth, uid uint32, r backend.Route) *proc {
+	p := &proc{a: a, conn: c, pid: auth.PID, uid: uid, id: auth.ManagerID, addr: auth.Addr,
+		route: r, pr: r.(wiring.ProxyRoute), posts: make(chan *op, postQueue),
+		dead: make(chan struct{}), wake: make(chan struct{}, 1),
+		ops: make(map[uint64]*op), proxies: make(map[uint64]*proxy)}
+	p.ctx, p.stop = context.WithCancel(a.life)
+	p.pr.OnCut(p.onCut)
+	return p
+}
+
+// run serves the process until it goes: this goroutine reads its
+// packets; a poster posts its operations in order, a writer sends dones.
+func (p *proc) run() {
+	p.loops.Add(3)
+	go p.poster()
+	go p.writer()
+	go func() { // the shm route ending means the process went
+		defer p.loops.Done()
+		select {
+		case <-p.route.Done():
+			p.end(fmt.Errorf("hostagent: shm route of pid %d ended: %v: %w", p.pid, p.route.Err(), rdmamgr.ErrPeerGone))
+		case <-p.dead:
+		}
+	}()
+	err := p.read()
+	p.end(err)
+	p.loops.Wait()
+}
+
+// read reads posts and cancels until the socket ends or a packet is bad.
+func (p *proc) read() error {
+	buf := make([]byte, agentwire.MaxPacket)
+	var posts []agentwire.Post
+	var cancels []uint64
+	for {
+		pkt, err := agentwire.ReadPacket(p.conn, buf)
+		if err != nil {
+			return fmt.Errorf("hostagent: pid %d: %v: %w", p.pid, err, rdmamgr.ErrPeerGone)
+		}
+		t, err := agentwire.Type(pkt)
+		if err != nil {
+			return err
+		}
+		switch t {
+		case agentwire.TypePost:
+			if posts, err = agentwire.DecodePosts(pkt, posts); err != nil {
+				return err
+			}
+			for i := range posts {
+				o, err := p.newOp(&posts[i])
+				if err != nil {
+					return err
+				}
+				select {
+				case p.posts <- o:
+				case <-p.dead:
+					return p.endErr
+				}
+			}
+		case agentwire.TypeCancel:
+			if cancels, err = agentwire.DecodeCancels(pkt, cancels); err != nil {
+				return err
+			}
+			for _, wrid := range cancels {
+				p.cancel(wrid, context.Canceled)
+			}
+		case agentwire.TypeGone:
+			g, err := agentwire.DecodeGone(pkt)
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("hostagent: pid %d detached: %w", p.pid, g.Err())
+		default:
+			return fmt.Errorf("hostagent: message type %d after attach: %w", t, rdmamgr.ErrProtocol)
+		}
+	}
+}
+
+// writer sends the dones queued, one batch per packet, until the process
+// is gone and every done was sent.
+func (p *proc) writer() {
+	defer p.loops.Done()
+	var b agentwire.Batch
+	var out []agentwire.Done
+	for {
+		p.mu.Lock()
+		out, p.out = p.out, out[:0]
+		p.mu.Unlock()
+		if len(out) == 0 {
+			select {
+			case <-p.wake:
+				continue
+			case <-p.dead:
+				// end waits for every op before closing the socket's
+				// write side: send what came meanwhile, then stop.
+				p.mu.Lock()
+				done := p.opsDone
+				p.mu.Unlock()
+				<-done
+				p.mu.Lock()
+				out, p.out = p.out, nil
+				p.mu.Unlock()
+				p.flush(&b, out)
+				return
+			}
+		}
+		if !p.flush(&b, out) {
+			p.end(fmt.Errorf("hostagent: pid %d: write failed: %w", p.pid, rdmamgr.ErrPeerGone))
+		}
+	}
+}
+
+// flush sends out in batches; false if the socket failed.
+func (p *proc) flush(b *agentwire.Batch, out []agentwire.Done) bool {
+	b.Start(agentwire.TypeDone)
+	send := func() bool {
+		if b.Count() == 0 {
+			return true
+		}
+		p.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		err := agentwire.WritePacket(p.conn, b.Packet())
+		b.Start(agentwire.TypeDone)
+		return err == nil
+	}
+	for _, d := range out {
+		err := b.AddDone(d)
+		if errors.Is(err, agentwire.ErrFull) {
+			if !send() {
+				return false
+			}
+			err = b.AddDone(d)
+		}
+		if err != nil {
+			p.a.log.Error("done not encodable", "err", err)
+		}
+	}
+	return send()
+}
+
+// queueDone queues a done for the writer.
+func (p *proc) queueDone(d agentwire.Done) {
+	p.mu.Lock()
+	p.out = append(p.out, d)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// end makes the process go (once): its slot is dropped, its operations
+// cancelled with ErrPeerGone and waited for, its proxies released, its
+// shm route and socket closed. It returns at once when called again.
+func (p *proc) end(why error) {
+	p.endOnce.Do(func() {
+		p.endErr = why
+		p.a.dropSlot(p)
+		p.mu.Lock()
+		p.opsDone = make(chan struct{})
+		if len(p.ops) == 0 {
+			close(p.opsDone)
+		}
+		ops := make([]*op, 0, len(p.ops))
+		for _, o := range p.ops {
+			ops = append(ops, o)
+		}
+		done := p.opsDone
+		p.mu.Unlock()
+		close(p.dead)
+		p.stop()
+		p.conn.CloseRead() // the reader stops
+		goneErr := fmt.Errorf("hostagent: process gone: %w", rdmamgr.ErrPeerGone)
+		for _, o := range ops {
+			o.cancel(goneErr)
+		}
+		p.drainPosts(goneErr)
+		<-done
+		p.releaseProxies()
+		p.route.Close()
+		p.a.log.Info("process detached", "pid", p.pid, "slot", p.slot, "why", why)
+		p.a.wg.Add(1)
+		go func() { // the writer sends the last dones, then the socket closes
+			defer p.a.wg.Done()
+			p.loops.Wait()
+			p.conn.Close()
+		}()
+	})
+}
+
+// goneAndEnd tells the process why it goes, then ends it (Close).
+func (p *proc) goneAndEnd(err error, reason string) {
+	sendGone(p.conn, err, reason)
+	p.end(fmt.Errorf("hostagent: %s: %w", reason, err))
+}

@@ -1,0 +1,91 @@
+package node
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/internal/hostagent"
+)
+
+// HostAgent runs a node as its host's agent (issue 26): processes of the
+// host attach to it on a unix socket and their operations to processes of
+// other hosts go through it, over one route (Routes TCP connections) per
+// pair of agents, whatever the number of processes (internal/hostagent).
+// An agent runs the TCP backend alone.
+type HostAgent struct {
+	// Socket is the attach socket's path (mode 0660, removed by Close);
+	// "" runs no agent.
+	Socket string
+	// Routes is the number of TCP connections between two agents: the
+	// TCP backend's ConnsPerRoute (hostagent.DefaultRoutes, 4, as rv).
+	Routes int
+	// AllowUIDs are the users, besides ours, whose processes may attach
+	// (default: SHM.AllowUIDs).
+	AllowUIDs []int
+	// HostID, when set, names the host to attached processes instead of
+	// its boot id and namespaces (tests run two agents on one host).
+	// Processes go through their agents only to processes whose agent
+	// names another host.
+	HostID string
+}
+
+// agentDefaults applies agent mode to c: TCP alone, Routes connections
+// per route.
+func (c *Config) agentDefaults() error {
+	h := &c.HostAgent
+	if h.Socket == "" {
+		return nil
+	}
+	switch c.Backend {
+	case KindAuto:
+		c.Backend = backend.KindTCP
+	case backend.KindTCP:
+	default:
+		return fmt.Errorf("host agent with backend %s: an agent runs tcp: %w", c.Backend, rdmamgr.ErrNotSupported)
+	}
+	if h.Routes < 0 {
+		return fmt.Errorf("host agent with %d routes: %w", h.Routes, rdmamgr.ErrInvalid)
+	}
+	if h.Routes == 0 {
+		h.Routes = hostagent.DefaultRoutes
+	}
+	c.TCP.ConnsPerRoute = h.Routes
+	if h.AllowUIDs == nil {
+		h.AllowUIDs = c.SHM.AllowUIDs
+	}
+	return nil
+}
+
+// startAgent starts the host agent beside the manager (cfg.HostAgent).
+func (n *Node) startAgent(ctx context.Context, cfg Config) error {
+	h := cfg.HostAgent
+	if h.Socket == "" {
+		return nil
+	}
+	acfg := hostagent.Config{Socket: h.Socket, Secret: cfg.Manager.Secret, AllowUIDs: h.AllowUIDs, Logger: cfg.Logger}
+	if h.HostID != "" {
+		acfg.HostID = sha256.Sum256([]byte(h.HostID))
+	}
+	a, err := hostagent.New(acfg, n.mgr, n.tcp)
+	if err != nil {
+		return err
+	}
+	if err := a.Start(ctx); err != nil {
+		a.Close()
+		return err
+	}
+	n.agent = a
+	return nil
+}
+
+// AgentAddr is the address attached processes name this node's agent by
+// ("" when the node runs no agent).
+func (n *Node) AgentAddr() string {
+	if n.agent == nil {
+		return ""
+	}
+	return n.agent.Addr()
+}
