@@ -24,6 +24,7 @@ const (
 	MsgMap     = msgMap
 	MsgMapped  = msgMapped
 	MsgGone    = msgGone
+	MsgCut     = msgCut
 	TokenSize  = tokenSize
 )
 

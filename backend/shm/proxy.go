@@ -67,7 +67,19 @@ func (g *proxyGate) Close() {
 	}
 	r := g.r
 	r.mu.Lock()
-	delete(r.proxies, g)
+	gs := r.proxies[g.id]
+	for i, x := range gs {
+		if x == g {
+			gs[i] = gs[len(gs)-1]
+			gs = gs[:len(gs)-1]
+			break
+		}
+	}
+	if len(gs) == 0 {
+		delete(r.proxies, g.id)
+	} else {
+		r.proxies[g.id] = gs
+	}
 	r.mu.Unlock()
 	c := r.cache
 	c.mu.Lock()
@@ -100,7 +112,11 @@ func (r *route) MapProxy(ctx context.Context, region uint64, key buffer.Key, nee
 		case code == rdmapb.Code_NOT_SUPPORTED:
 			return nil, nil, ErrNotShareable
 		case code != rdmapb.Code_OK:
-			return nil, nil, fmt.Errorf("shm: map region %d for a proxy (%s): %w", region, code, codeErr(code))
+			op := backend.OpRead
+			if need.Allows(buffer.AccessWrite) {
+				op = backend.OpWrite
+			}
+			return nil, nil, fmt.Errorf("shm: map region %d for a proxy: %w", region, &backend.RemoteError{Code: code, Op: op})
 		}
 	}
 	defer r.cache.unref(e)
@@ -120,7 +136,7 @@ func (r *route) MapProxy(ctx context.Context, region uint64, key buffer.Key, nee
 	e.m.refs++ // the mapping stays until Close, listed or not
 	r.cache.mu.Unlock()
 	r.mu.Lock()
-	r.proxies[g] = struct{}{}
+	r.proxies[g.id] = append(r.proxies[g.id], g)
 	r.mu.Unlock()
 	// The reader marks the route failed before it tells every proxy of the
 	// end (cutProxies): either it saw g, or g sees the failure here.
@@ -167,11 +183,8 @@ func (r *route) awaitCtx(ctx context.Context, req uint64, ch chan mapReply) (map
 func (r *route) Notify(ctx context.Context, region uint64, off, n uint64, imm uint32, origin uint64) error {
 	r.mu.Lock()
 	slot := uint32(0)
-	for g := range r.proxies {
-		if g.id == region {
-			slot = g.slot
-			break
-		}
+	if gs := r.proxies[region]; len(gs) > 0 {
+		slot = gs[len(gs)-1].slot // the newest: an older one may be of a slot cut since
 	}
 	r.mu.Unlock()
 	if slot == 0 {
@@ -207,11 +220,8 @@ func (r *route) OnCut(f func(region uint64)) {
 func (r *route) cutNotice(slot uint32, id uint64) {
 	r.mu.Lock()
 	f, hit := r.onCut, false
-	for g := range r.proxies {
-		if g.id == id && g.slot == slot {
-			hit = true
-			break
-		}
+	for _, g := range r.proxies[id] {
+		hit = hit || g.slot == slot
 	}
 	r.mu.Unlock()
 	if f != nil && hit {
@@ -224,26 +234,22 @@ func (r *route) cutNotice(slot uint32, id uint64) {
 func (r *route) cutProxies() {
 	r.mu.Lock()
 	f := r.onCut
-	ids := make(map[uint64]struct{}, len(r.proxies))
-	for g := range r.proxies {
-		ids[g.id] = struct{}{}
+	ids := make([]uint64, 0, len(r.proxies))
+	for id := range r.proxies {
+		ids = append(ids, id)
 	}
 	r.mu.Unlock()
 	if f == nil {
 		return
 	}
-	for id := range ids {
+	for _, id := range ids {
 		f(id)
 	}
 }
 
-// acceptAgentRoute is AcceptRoute for this process's own host agent
-// (wiring.SHMAcceptAgentRoute): the connection that proves the token it
-// hands out is marked as the agent's.
-func (b *Backend) acceptAgentRoute(ctx context.Context, peerID uint64, p []byte) ([]byte, error) {
-	return b.acceptRoute(ctx, peerID, p, true)
-}
-
+// wiring.SHMAcceptAgentRoute is AcceptRoute for this process's own host
+// agent: the connection that proves the token it hands out is marked as
+// the agent's.
 func init() {
 	wiring.SHMAcceptAgentRoute = func(b any, ctx context.Context, peerID uint64, info []byte) ([]byte, error) {
 		return b.(*Backend).acceptRoute(ctx, peerID, info, true)

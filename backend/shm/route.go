@@ -44,8 +44,9 @@ type route struct {
 	// replies waits for the owner's answer to map request req.
 	replies map[uint64]chan mapReply
 	nextReq uint64
-	// proxies are the gates MapProxy handed out and not yet closed.
-	proxies map[*proxyGate]struct{}
+	// proxies are the gates MapProxy handed out and not yet closed, by
+	// region id.
+	proxies map[uint64][]*proxyGate
 	// onCut is OnCut's function (nil: cut notices are ignored).
 	onCut func(region uint64)
 }
@@ -59,7 +60,7 @@ type mapReply struct {
 func newRoute(b *Backend, peerID uint64, conn *net.UnixConn, tbl *table, fb backend.Route) *route {
 	r := &route{b: b, peerID: peerID, conn: conn, table: tbl, fb: fb,
 		room: make(chan struct{}, b.cfg.MaxInFlight), wake: make(chan struct{}, 1), poke: make(chan struct{}, 1),
-		stop: make(chan struct{}), replies: make(map[uint64]chan mapReply), proxies: make(map[*proxyGate]struct{})}
+		stop: make(chan struct{}), replies: make(map[uint64]chan mapReply), proxies: make(map[uint64][]*proxyGate)}
 	r.cache = newMapCache(b.cfg.MaxMapped, &r.gate)
 	coarseclock.Acquire() // the lease checks' clock; Close gives it back
 	tbl.coarse = true
