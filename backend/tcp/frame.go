@@ -15,7 +15,9 @@ const (
 	// Version of the data protocol and route info. The operations of
 	// issue 15 (opWriteImm and on) were added without a new version: a
 	// peer that does not know them closes the connection as for any
-	// unknown op.
+	// unknown op. The via and the origin (issue 26) came the same way:
+	// only host agents send them, and a server older than them closes the
+	// connection on them as on any reserved bit.
 	Version = 1
 
 	reqHeaderSize  = 48 // fixed part of every request
@@ -68,7 +70,7 @@ var helloMagic = [4]byte{'R', 'D', 'M', 'T'}
 //	1     flags: bit 0 has imm (send), bit 1 first frame of an op (write,
 //	      read, write-imm), bit 2 origin (write-imm, send); others 0
 //	2:4   via     uint16 (the target process's slot at a host agent; 0 =
-//	      the server's own memory; 0 for a ping)
+//	      the server's own memory; on every frame of an op; 0 for a ping)
 //	4:8   length  uint32 (payload bytes; 8 for an atomic, which has none)
 //	8:16  wrid    uint64
 //	16:24 region  uint64 (0 for a send)

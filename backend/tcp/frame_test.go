@@ -166,6 +166,9 @@ func FuzzReqHeader(f *testing.F) {
 	for _, h := range verbHeaders() {
 		f.Add(reqBytes(h), uint32(1<<20))
 	}
+	for _, h := range viaHeaders() {
+		f.Add(reqBytes(h), uint32(1<<20))
+	}
 	f.Fuzz(func(t *testing.T, b []byte, maxLen uint32) {
 		var h reqHeader
 		if err := h.decode(b, maxLen); err != nil {

@@ -43,6 +43,9 @@ func checkReqHeader(t *testing.T, h *reqHeader, maxLen uint32) {
 	default:
 		ok = false
 	}
+	// A via anywhere but on a ping; an origin (not 0) only on a write-imm
+	// or a send.
+	ok = ok && (h.via == 0 || h.op != opPing) && (h.origin == 0 || hasTrailer(h.op))
 	if !ok || (h.hasImm && h.op != opSend) {
 		t.Fatalf("decode accepted %+v (max %d)", *h, maxLen)
 	}

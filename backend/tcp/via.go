@@ -59,6 +59,7 @@ type viaState struct {
 
 	memo struct {
 		ok       bool
+		rr       *resolverRef // the resolver that gave it
 		via      uint16
 		need     buffer.Access
 		region   uint64
@@ -96,7 +97,7 @@ func (s *serverConn) acquireVia(h *reqHeader, off, n uint64, need buffer.Access)
 		return memreg.Ref{}, errOriginNoVia
 	}
 	m := &s.via.memo
-	if m.ok && m.via == h.via && m.region == h.region && m.key == h.key && m.need == need {
+	if m.ok && m.rr == rr && m.via == h.via && m.region == h.region && m.key == h.key && m.need == need {
 		if ref, err := s.b.reg.AcquireRemote(m.local, m.localKey, off, n, need); err == nil {
 			return ref, nil
 		}
@@ -116,7 +117,8 @@ func (s *serverConn) acquireVia(h *reqHeader, off, n uint64, need buffer.Access)
 	if err != nil {
 		return memreg.Ref{}, err
 	}
-	m.ok, m.via, m.need, m.region, m.key, m.local, m.localKey = true, h.via, need, h.region, h.key, local, localKey
+	m.ok, m.rr, m.via, m.need = true, rr, h.via, need
+	m.region, m.key, m.local, m.localKey = h.region, h.key, local, localKey
 	return ref, nil
 }
 

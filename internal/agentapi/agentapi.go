@@ -15,6 +15,25 @@
 // The TCP backend takes a Resolver through wiring.SetResolver (set by
 // package backend/tcp); a backend without one refuses frames with a via
 // with rdmamgr.ErrNotSupported.
+//
+// Contract for the agent:
+//   - A backend may reuse a resolution for later frames of the same (via,
+//     region, key, need) on a connection for as long as the proxy region
+//     admits them (memreg.AcquireRemote succeeds), without calling Resolve
+//     again. To end a process's access, revoke or release its proxies (as
+//     on a cut notice or the process's death); refusing Resolve alone
+//     stops only new resolutions. A proxy that no longer admits a frame
+//     (released, revoked, past its lease) makes the backend Resolve again.
+//   - Resolve and Inbox run on a connection's goroutine: while one waits,
+//     that connection serves nothing. Resolve must honour ctx (it ends
+//     within ResolveTimeout, and when the backend closes; Close waits for
+//     it). The calling connection holds no memreg reference while it
+//     calls Resolve (its batch of answers is flushed first), so a Resolve
+//     that waits on the process does not hold up a Revoke on this
+//     connection's account; other connections serve on meanwhile.
+//   - Inbox(via) must return an inbox that does not block (backend.Inbox).
+//     An event names the process's own region id (the frame's, not the
+//     proxy's) and the origin as its Peer.
 package agentapi
 
 import (
