@@ -148,6 +148,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Agent != "" && k != KindAuto && k != backend.KindSHM {
 		return c, fmt.Errorf("node: an agent (%s) needs the shm backend: backend %q: %w", c.Agent, k, rdmamgr.ErrInvalid)
 	}
+	if c.Agent != "" && c.HostAgent.Socket != "" {
+		return c, fmt.Errorf("node: a host agent (%s) does not attach to one (%s): %w", c.HostAgent.Socket, c.Agent, rdmamgr.ErrInvalid)
+	}
 	if err := c.agentDefaults(); err != nil {
 		return c, err
 	}

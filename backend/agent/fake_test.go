@@ -228,21 +228,20 @@ func (a *fakeAgent) serve(c *net.UnixConn) error {
 // run executes posts in order, one done batch per post batch; cancels
 // end a held operation.
 func (a *fakeAgent) run(c *net.UnixConn, me uint64, buf []byte) error {
-	type job struct {
-		posts    []agentwire.Post
-		cancelOf map[uint64]chan struct{}
-	}
+	type job struct{ posts []agentwire.Post }
 	jobs := make(chan job, 1024)
 	var cmu sync.Mutex
 	cancels := map[uint64]chan struct{}{}
 	cancelled := map[uint64]bool{}
 	var ew sync.WaitGroup
 	ew.Add(1)
-	go func() { // the executor
+	go func() { // the executor: each operation on its own (a held one
+		// waits for release or its cancel), a done packet each
 		defer ew.Done()
-		var b agentwire.Batch
+		var wmu sync.Mutex
+		var ow sync.WaitGroup
+		defer ow.Wait()
 		for j := range jobs {
-			b.Start(agentwire.TypeDone)
 			for i := range j.posts {
 				p := &j.posts[i]
 				cmu.Lock()
@@ -251,43 +250,45 @@ func (a *fakeAgent) run(c *net.UnixConn, me uint64, buf []byte) error {
 				a.mu.Lock()
 				hold := a.hold
 				a.mu.Unlock()
-				var err error
-				var res uint64
 				if hold == nil {
 					hold = closedChan
 				}
-				select {
-				case <-cancel:
-					err = fmt.Errorf("fake: cancelled: %w", rdmamgr.ErrClosed)
-				default:
+				ow.Add(1)
+				go func() {
+					defer ow.Done()
+					var err error
+					var res uint64
 					select {
-					case <-hold:
 					case <-cancel:
 						err = fmt.Errorf("fake: cancelled: %w", rdmamgr.ErrClosed)
+					default:
+						select {
+						case <-hold:
+						case <-cancel:
+							err = fmt.Errorf("fake: cancelled: %w", rdmamgr.ErrClosed)
+						}
 					}
-				}
-				if err == nil {
-					res, err = a.exec(me, p)
-				}
-				cmu.Lock()
-				delete(cancels, p.WRID)
-				delete(cancelled, p.WRID)
-				cmu.Unlock()
-				if b.AddDone(agentwire.DoneOf(p.WRID, err, res)) != nil {
-					agentwire.WritePacket(c, b.Packet())
+					if err == nil {
+						res, err = a.exec(me, p)
+					}
+					cmu.Lock()
+					delete(cancels, p.WRID)
+					delete(cancelled, p.WRID)
+					cmu.Unlock()
+					var b agentwire.Batch
 					b.Start(agentwire.TypeDone)
 					b.AddDone(agentwire.DoneOf(p.WRID, err, res))
-				}
-			}
-			pkt := b.Packet()
-			a.mu.Lock()
-			if m := a.mangle; m != nil {
-				a.mangle = nil
-				pkt = m(pkt)
-			}
-			a.mu.Unlock()
-			if pkt != nil {
-				agentwire.WritePacket(c, pkt)
+					pkt := b.Packet()
+					a.mu.Lock()
+					if m := a.mangle; m != nil {
+						a.mangle = nil
+						pkt = m(pkt)
+					}
+					a.mu.Unlock()
+					wmu.Lock()
+					agentwire.WritePacket(c, pkt)
+					wmu.Unlock()
+				}()
 			}
 		}
 	}()

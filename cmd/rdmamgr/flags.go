@@ -36,11 +36,11 @@ type common struct {
 	pprof    bool           // serve --pprof: /debug/pprof/ on the admin listener
 	// dataListen is serve --data-listen ("": next to the actor system).
 	dataListen string
-	// agent is --agent: the host agent's attach socket ("": none).
-	agent string
 	// hostAgent is serve --agent-socket and --agent-routes: run as the
 	// host's agent ("": not).
 	hostAgent node.HostAgent
+	// agent is --agent: the host agent's attach socket ("": none).
+	agent string
 }
 
 // registerLog adds --log-level (default def, as the command uses it) and

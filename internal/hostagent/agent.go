@@ -5,7 +5,6 @@ package hostagent
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -36,7 +35,7 @@ type Agent struct {
 	tcp  backend.Backend  // the manager's TCP backend: it serves via frames
 	shm  *shm.Backend     // our shm initiator, over an empty registry
 	log  *slog.Logger
-	uid  int // ours (a.mu: tests change it)
+	uid  int    // ours (a.mu: tests change it)
 	addr string // our actor address, as processes name us to peers
 
 	life    context.Context // ends when Close starts
@@ -246,9 +245,6 @@ func hostID() ([HostIDSize]byte, error) {
 	copy(id[:], h.Sum(nil))
 	return id, nil
 }
-
-// errClosing is why a closing agent refuses new work.
-var errClosing = errors.New("hostagent: closing")
 
 // releaseTimeout bounds the release of one proxy (its Refs are cut, so
 // this is only a safety net).

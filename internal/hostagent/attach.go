@@ -73,7 +73,7 @@ func (a *Agent) handshake(c *net.UnixConn) (*proc, error) {
 	}
 	p := newProc(a, c, &auth, uid, route)
 	if err := a.takeSlot(p); err != nil {
-		route.Close()
+		p.abandon(err)
 		return nil, err
 	}
 	hid := a.cfg.HostID
@@ -83,8 +83,7 @@ func (a *Agent) handshake(c *net.UnixConn) (*proc, error) {
 		err = agentwire.WritePacket(c, pkt)
 	}
 	if err != nil {
-		a.dropSlot(p)
-		route.Close()
+		p.abandon(err)
 		return nil, err
 	}
 	c.SetDeadline(time.Time{})

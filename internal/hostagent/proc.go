@@ -60,13 +60,15 @@ func newProc(a *Agent, c *net.UnixConn, auth *agentwire.Auth, uid uint32, r back
 		ops: make(map[uint64]*op), proxies: make(map[uint64]*proxy)}
 	p.ctx, p.stop = context.WithCancel(a.life)
 	p.pr.OnCut(p.onCut)
+	// run's three goroutines count from now: end may run (Close) before
+	// run starts them, and waits for them.
+	p.loops.Add(3)
 	return p
 }
 
 // run serves the process until it goes: this goroutine reads its
 // packets; a poster posts its operations in order, a writer sends dones.
 func (p *proc) run() {
-	p.loops.Add(3)
 	go p.poster()
 	go p.writer()
 	go func() { // the shm route ending means the process went
@@ -240,6 +242,13 @@ func (p *proc) end(why error) {
 			p.conn.Close()
 		}()
 	})
+}
+
+// abandon ends a process whose attach failed after newProc: run will not
+// start its goroutines.
+func (p *proc) abandon(why error) {
+	p.loops.Add(-3)
+	p.end(why)
 }
 
 // goneAndEnd tells the process why it goes, then ends it (Close).
