@@ -83,6 +83,8 @@ func (c *cluster) startAgent(h *netns.Host) *agentProc {
 	c.t.Cleanup(func() {
 		if err := a.p.Stop(20 * time.Second); err != nil && !a.p.Killed() {
 			c.t.Errorf("%s agent: %v\n%s", h.Name, err, a.log)
+		} else if c.t.Failed() {
+			c.t.Logf("%s agent's log:\n%s", h.Name, tail(a.log.String(), 40))
 		}
 	})
 	return a
@@ -199,4 +201,10 @@ func fetchMain(url string) int {
 		return 1
 	}
 	return 0
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

@@ -27,17 +27,27 @@ func TestMain(m *testing.M) {
 	if url := os.Getenv(envFetch); url != "" {
 		os.Exit(fetchMain(url))
 	}
-	netns.Sweep()
-	os.Exit(m.Run())
+	os.Exit(testMain(m))
 }
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "rdmamgr-agenthosts-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binDir = dir
+	netns.Sweep()
+	return m.Run()
+}
+
+// binDir holds the rdmamgr binary the agents run (removed after the tests).
+var binDir string
 
 // rdmamgrBin builds cmd/rdmamgr once (for the agents) and returns its path.
 var rdmamgrBin = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "rdmamgr-agenthosts-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "rdmamgr")
+	bin := filepath.Join(binDir, "rdmamgr")
 	return bin, proc.Build("github.com/rdmamgr/rdmamgr/cmd/rdmamgr", bin)
 })
 
