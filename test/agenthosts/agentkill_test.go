@@ -3,9 +3,15 @@
 package agenthosts
 
 import (
+	"context"
 	"fmt"
+	"path/filepath"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/rdmamgr/rdmamgr/internal/proc"
 )
 
 // linger is the workers' route linger in agent mode: after the agent's
@@ -113,4 +119,72 @@ func (c *cluster) agentKilled(t *testing.T, round int) {
 	time.Sleep(linger + time.Second)
 	c.allToAll(t, round+40, "agent")
 	c.checkConns(t, agentConnsPerPair)
+}
+
+// agentBuffers returns the regions a's registry holds (its proxies of
+// attached processes' regions), from `rdmamgr status` run inside its host.
+func (c *cluster) agentBuffers(t *testing.T, a *agentProc) int {
+	t.Helper()
+	bin, err := rdmamgrBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out proc.Buffer
+	path, argv := a.host.Wrap(bin, "status", "--peer", a.addr, "--timeout", "20s",
+		"--tls-ca", filepath.Join(c.certs(), "ca.crt"),
+		"--tls-cert", filepath.Join(c.certs(), a.host.Name+".crt"), "--tls-key", filepath.Join(c.certs(), a.host.Name+".key"))
+	if err := proc.Run(ctx, proc.Spec{Path: path, Args: argv, Stdout: &out, Stderr: &out}); err != nil {
+		t.Fatalf("%s agent's status: %v\n%s", a.host.Name, err, out.String())
+	}
+	m := regexp.MustCompile(`(?m)^buffers: (\d+),`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("%s agent's status without a buffers line:\n%s", a.host.Name, out.String())
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// released checks that the agents let go of every region of the processes
+// that ended (killed or quit): their proxies are revoked and released once
+// the process's attachment ends (polled for 10 s).
+func (c *cluster) released(t *testing.T) {
+	t.Helper()
+	var held []int
+	for _, a := range c.agents {
+		held = append(held, c.agentBuffers(t, a))
+	}
+	t.Logf("regions held by the agents of h1, h2, h3 while the processes run: %v", held)
+	if held[0] == 0 || held[2] == 0 {
+		t.Fatalf("the agents hold no region of their processes: nothing to check")
+	}
+	// A worker has two regions (its shared buffer, its local one): an
+	// agent holds at most those of its live processes, none of the
+	// killed one's.
+	for i, h := range c.net.Hosts {
+		live := 0
+		for _, w := range c.live() {
+			if w.host == h {
+				live++
+			}
+		}
+		if held[i] > 2*live {
+			t.Errorf("%s agent holds %d regions for %d live processes of two regions each", h.Name, held[i], live)
+		}
+	}
+	for _, w := range c.live() {
+		w.quit(t)
+	}
+	for _, a := range c.agents {
+		n := -1
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			if n = c.agentBuffers(t, a); n == 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if n != 0 {
+			t.Errorf("%s agent holds %d regions after every process ended", a.host.Name, n)
+		}
+	}
 }

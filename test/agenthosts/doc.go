@@ -19,7 +19,9 @@
 //     other hosts end with a sentinel (never a wrong byte), h1 with h3 and
 //     shm within each host go on without an error; restarted, every pair
 //     works through the agents again with no process restarted; a process
-//     killed mid-run as in TestDirect.
+//     killed mid-run as in TestDirect; the agents hold proxies of live
+//     processes' regions only (none of the killed one's), and none once
+//     every process has quit (`rdmamgr status` of each agent).
 //   - TestFigures (RDMAMGR_AGFIGURES=1): the README's figures, direct
 //     against agents: connections, RSS, Go heap and goroutines per host;
 //     throughput at 4 KiB, 64 KiB and 1 MiB; an 8-byte Get's latency.

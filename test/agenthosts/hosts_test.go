@@ -234,4 +234,5 @@ func TestAgent(t *testing.T) {
 	t.Run("Connections", func(t *testing.T) { c.checkConns(t, agentConnsPerPair) })
 	t.Run("AgentKilled", func(t *testing.T) { c.agentKilled(t, 10) })
 	t.Run("ProcessKilled", func(t *testing.T) { c.processKilled(t, 20) })
+	t.Run("Released", func(t *testing.T) { c.released(t) })
 }

@@ -192,6 +192,22 @@ func (w *workerProc) stop(t *testing.T) {
 	}
 }
 
+// quit asks the worker to end (closing its stdin: it gives up its queue
+// pairs and closes its node) and waits; it must exit 0.
+func (w *workerProc) quit(t *testing.T) {
+	t.Helper()
+	w.in.Close()
+	select {
+	case <-w.p.Done():
+	case <-time.After(30 * time.Second):
+		t.Errorf("%s did not quit within 30 s", w.id)
+	}
+	if err := w.p.Stop(time.Second); err != nil {
+		t.Errorf("%s: %v\n%s", w.id, err, w.log)
+	}
+	w.dead = true
+}
+
 // kill ends the worker with SIGKILL.
 func (w *workerProc) kill() {
 	w.dead = true
