@@ -19,6 +19,13 @@
 // ibverbs without -tags ibverbs; a warning when it failed to start, e.g.
 // no RDMA device); a backend selected by name must start or Start fails.
 //
+// With Config.Agent (the host agent's socket) the agent backend
+// (backend/agent) runs right after shm: a peer on another host that is
+// attached to its own agent is reached through both agents; one that is
+// not, or while ours is not there (retried every second in the background:
+// Start does not wait for it), gets the next backend. The agent needs shm
+// (Backend auto or shm).
+//
 // The choice is then made per peer, when the manager sets up a route
 // (actor.Manager.Start): it tries the backends in order and takes
 // the first that connects. A backend that refuses the peer with

@@ -242,3 +242,12 @@ func (a *attachment) shutdown(wait time.Duration) {
 	a.end(fmt.Errorf("agent: detached: %w", rdmamgr.ErrClosed))
 	a.wg.Wait()
 }
+
+// SetInbox implements backend.InboxUser: events and messages for us come
+// from our agent over its shm route, so they reach our shm backend's inbox
+// (the same one the manager gives it; setting it again is harmless).
+func (b *Backend) SetInbox(in backend.Inbox) {
+	if u, ok := b.cfg.SHM.(backend.InboxUser); ok {
+		u.SetInbox(in)
+	}
+}

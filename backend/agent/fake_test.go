@@ -122,14 +122,6 @@ func (a *fakeAgent) release() {
 	a.mu.Unlock()
 }
 
-// send writes pkt to every attached process.
-func (a *fakeAgent) send(pkt []byte) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for c := range a.conns {
-		agentwire.WritePacket(c, pkt)
-	}
-}
 
 func (a *fakeAgent) accept() {
 	defer a.wg.Done()

@@ -1,0 +1,52 @@
+// Package agent is the process side of the host agent (issue 26): a
+// backend of kind "agent" whose routes reach processes of other hosts
+// through the agents both ends are attached to. Package node builds it
+// after shm when node.Config.Agent names the agent's socket (`--agent`):
+// its order is shm, agent, ibverbs, tcp.
+//
+// # Attaching
+//
+// Start attaches to the agent's unix socket (SOCK_SEQPACKET; the protocol
+// is internal/agentwire's): the agent's hello, our auth (the deployment's
+// MAC over its nonce, our pid, manager id and address; the agent checks
+// our pid and uid with SO_PEERCRED), then the shm handshake: the agent is
+// an shm initiator of this process, and our own shm backend accepts its
+// route (wiring.SHMAcceptAgentRoute marks it as our agent's, the one
+// connection whose origin ids it honours), so the agent maps only what our
+// shm owner side grants for a key. Welcome gives our slot at the agent,
+// the agent's address and its host id. An agent that is not there is
+// logged and tried again every Config.Retry (1 s) in the background;
+// meanwhile the backend refuses routes and the manager goes direct. One
+// that goes (its socket ends) is re-attached when it is back, without
+// restarting the process.
+//
+// # Routes
+//
+// PrepareRoute refuses with ErrNotSupported while not attached; its info
+// names our agent's host id, our slot and our agent's address. AcceptRoute
+// refuses with ErrNotSupported while not attached or when the initiator's
+// host is ours (shm is the way there), and answers our slot and agent. The
+// route forwards every work request (Put, Get, PutWithImm, Send, the
+// atomics; PostList too) to our agent, naming the local memory by its
+// memreg region (id, key) and slice and the target by its slot at its
+// agent (via); records are batched, one packet per batch, in posting
+// order, and the agent posts them in order on its one route to the far
+// agent, which keeps RC's ordering. The route completes each request on
+// the agent's done (a refusal carries its code's sentinel), cancels
+// through the agent (the outcome is the cause unless it completed first)
+// and says "via host agent" in its reason (status, "route up" log).
+//
+// # Failure
+//
+// When the socket ends (the agent died, said gone, or broke the protocol)
+// every route on the attachment ends and every operation in flight fails
+// with ErrPeerGone ("host agent gone"): the agent closes its socket only
+// once it can touch none of our memory any more (a dying process's memory
+// is unmapped before its sockets close), so reported means finished. A
+// done with PEER_GONE (the target left its agent) ends that route, so
+// the manager sets up a new one. Route.Close and Backend.Close cancel what
+// is in flight and wait for the agent's answers, at most CloseTimeout.
+//
+// The package builds everywhere; off Linux attaching fails with
+// ErrNotSupported (no agent there).
+package agent
