@@ -22,10 +22,6 @@ type entry struct {
 	mem      []byte // the region's bytes in our mapping of its memfd
 	m        *mapping
 	fallback bool // not memfd-backed: its operations go to the fallback
-	// proxies counts the proxy gates over this entry's slot and mapping
-	// (proxy.go): such an entry is never evicted (the owner would cut the
-	// region under the agent). Guarded by mapCache.mu.
-	proxies int
 
 	// refs counts the cache's reference (until it drops the entry) and one
 	// per copy using it; the last one lets the mapping go and leaves the
@@ -71,11 +67,15 @@ type mapCache struct {
 	entries map[uint64]*entry
 	order   []uint64 // region ids in the order mapped (may hold dropped ones)
 	maps    map[fileID]*mapping
+	// proxied counts the open proxy gates of each region (proxy.go): its
+	// entry is never evicted (the owner would cut the region under the
+	// agent), whichever entry of the region the gates came from.
+	proxied map[uint64]int
 	closed  bool
 }
 
 func newMapCache(max int, gate *refgate.Gate) *mapCache {
-	return &mapCache{max: max, gate: gate, entries: make(map[uint64]*entry), maps: make(map[fileID]*mapping)}
+	return &mapCache{max: max, gate: gate, entries: make(map[uint64]*entry), maps: make(map[fileID]*mapping), proxied: make(map[uint64]int)}
 }
 
 // get returns the entry of region id under key with a reference (unref
@@ -183,7 +183,7 @@ func (c *mapCache) install(e *entry, fd int, off, n uint64) (evicted []*entry, e
 		old := c.entries[id]
 		switch {
 		case old == nil || old == e: // dropped before; e is listed last
-		case old.proxies > 0: // kept: to the back of the line
+		case c.proxied[id] > 0: // kept: to the back of the line
 			c.order = append(c.order, id)
 		default:
 			c.dropLocked(old)

@@ -35,7 +35,7 @@ var (
 type proxyGate struct {
 	r      *route
 	t      *table
-	e      *entry // for its proxies count (under the cache's lock)
+	e      *entry // its mapping and access
 	slot   uint32
 	id     uint64
 	closed atomic.Bool
@@ -83,7 +83,11 @@ func (g *proxyGate) Close() {
 	r.mu.Unlock()
 	c := r.cache
 	c.mu.Lock()
-	g.e.proxies--
+	if n := c.proxied[g.id] - 1; n > 0 {
+		c.proxied[g.id] = n
+	} else {
+		delete(c.proxied, g.id)
+	}
 	c.release(g.e.m)
 	c.mu.Unlock()
 	g.t.release()
@@ -132,7 +136,7 @@ func (r *route) MapProxy(ctx context.Context, region uint64, key buffer.Key, nee
 	coarseclock.Acquire()
 	g := &proxyGate{r: r, t: r.table, e: e, slot: e.slot, id: e.id}
 	r.cache.mu.Lock()
-	e.proxies++
+	r.cache.proxied[e.id]++
 	e.m.refs++ // the mapping stays until Close, listed or not
 	r.cache.mu.Unlock()
 	r.mu.Lock()

@@ -10,6 +10,19 @@ import (
 // The host agent's seams into package backend/shm (issue 26, AGENT.md
 // part 1). The agent is an shm initiator of each attached process; the
 // process is the owner of the regions the agent maps.
+//
+// The agent's side, per attached process:
+//
+//	pending, info, _ := agentSHM.PrepareRoute(ctx, procID) // info to the process
+//	rt, _ := pending.Complete(ctx, answer)                  // the process's answer
+//	pr := rt.(wiring.ProxyRoute)
+//	pr.OnCut(func(region uint64) { go revokeProxiesOf(region) }) // never block here
+//	mem, gate, err := pr.MapProxy(ctx, region, key, need)
+//	h, err := agentReg.RegisterProxy(mem, gate.(wiring.ProxyGate).Access(), gate)
+//	// serve and post on h; agentReg.Release(ctx, h) when done (frees the mapping)
+//
+// The process's side: wiring.SHMAcceptAgentRoute(procSHM, ctx, agentID,
+// info) instead of procSHM.AcceptRoute.
 
 // ProxyRoute is what an shm route the agent initiated offers it: the
 // backend.Route that shm's PendingRoute.Complete returns implements it
