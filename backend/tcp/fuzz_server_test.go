@@ -76,8 +76,7 @@ func fuzzServe(f *testing.F, agent bool) {
 	var procRecv buffer.Buffer
 	if agent {
 		fake := newFakeAgent(reg, 1)
-		procMem = make([]byte, 4096)
-		if _, err := fake.region(procMem, accessAll); err != nil { // region 1 of the process
+		if _, procMem, err = fake.region(4096, accessAll); err != nil { // region 1 of the process
 			f.Fatal(err)
 		}
 		if procRecv, err = fake.proc.Allocate(4096, buffer.AccessReadWrite); err != nil {
@@ -85,8 +84,8 @@ func fuzzServe(f *testing.F, agent bool) {
 		}
 		inboxes = append(inboxes, fake.inbox)
 		wiring.SetResolver(b, fake)
-		// The process's region and its proxy are Go memory, pinned while
-		// registered: unpinned before the fuzz engine drops them.
+		// The process's registry and the proxies are closed with the
+		// target (their memfds and mappings are not left to the GC).
 		f.Cleanup(func() {
 			for _, in := range inboxes {
 				in.Close()

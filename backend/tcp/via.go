@@ -61,7 +61,6 @@ type viaState struct {
 		ok       bool
 		rr       *resolverRef // the resolver that gave it
 		via      uint16
-		need     buffer.Access
 		region   uint64
 		key      buffer.Key
 		local    uint64
@@ -82,9 +81,11 @@ func (s *serverConn) acquire(h *reqHeader, off, n uint64, need buffer.Access) (m
 }
 
 // acquireVia resolves h's (via, region, key) to a proxy region and
-// acquires it. The last resolution is tried first; if the proxy no longer
-// admits the range (gone, revoked, re-mapped), the resolver is asked
-// again. Before a Resolve, which may wait (first use maps the region),
+// acquires it. The last resolution is tried first, whatever need it was
+// made for (the proxy's own AcquireRemote checks this frame's: the plain
+// WRITEs and the last write-imm frame of a PutWithImm share it); if the
+// proxy does not admit the request (gone, revoked, re-mapped, or
+// registered for less access), the resolver is asked again. Before a Resolve, which may wait (first use maps the region),
 // the batch is flushed: no READ reference waits on it.
 func (s *serverConn) acquireVia(h *reqHeader, off, n uint64, need buffer.Access) (memreg.Ref, error) {
 	rr := s.b.resolver.Load()
@@ -97,7 +98,7 @@ func (s *serverConn) acquireVia(h *reqHeader, off, n uint64, need buffer.Access)
 		return memreg.Ref{}, errOriginNoVia
 	}
 	m := &s.via.memo
-	if m.ok && m.rr == rr && m.via == h.via && m.region == h.region && m.key == h.key && m.need == need {
+	if m.ok && m.rr == rr && m.via == h.via && m.region == h.region && m.key == h.key {
 		if ref, err := s.b.reg.AcquireRemote(m.local, m.localKey, off, n, need); err == nil {
 			return ref, nil
 		}
@@ -117,7 +118,7 @@ func (s *serverConn) acquireVia(h *reqHeader, off, n uint64, need buffer.Access)
 	if err != nil {
 		return memreg.Ref{}, err
 	}
-	m.ok, m.rr, m.via, m.need = true, rr, h.via, need
+	m.ok, m.rr, m.via = true, rr, h.via
 	m.region, m.key, m.local, m.localKey = h.region, h.key, local, localKey
 	return ref, nil
 }

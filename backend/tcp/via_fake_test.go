@@ -32,14 +32,18 @@ type fakeAgent struct {
 
 	resolves atomic.Int64
 	// block, when set, makes Resolve wait for ctx (and report it).
-	block   atomic.Bool
+	block atomic.Bool
+	// narrow, when set, makes each proxy admit only the access it was
+	// resolved for (one proxy per region and need).
+	narrow  atomic.Bool
 	blocked chan context.Context
 
 	mu      sync.Mutex
 	fail    error                    // Resolve's error, when set
 	handles map[uint64]buffer.Buffer // proc's regions by id
 	proxies map[uint64]buffer.Buffer // the agent's proxy of each
-	last    time.Time                // deadline of the last Resolve's ctx
+	narrowP map[[2]uint64]buffer.Buffer
+	last    time.Time // deadline of the last Resolve's ctx
 }
 
 var _ agentapi.Resolver = (*fakeAgent)(nil)
@@ -52,11 +56,12 @@ func newFakeAgent(agent *memreg.Registry, via uint16) *fakeAgent {
 		blocked: make(chan context.Context, 1),
 		handles: make(map[uint64]buffer.Buffer),
 		proxies: make(map[uint64]buffer.Buffer),
+		narrowP: make(map[[2]uint64]buffer.Buffer),
 	}
 }
 
 // newTestFakeAgent is newFakeAgent whose process's registry and inbox are
-// closed at t's cleanup (its Go memory is pinned while registered).
+// closed at t's cleanup.
 func newTestFakeAgent(t testing.TB, agent *memreg.Registry, via uint16) *fakeAgent {
 	f := newFakeAgent(agent, via)
 	t.Cleanup(func() {
@@ -70,16 +75,23 @@ func newTestFakeAgent(t testing.TB, agent *memreg.Registry, via uint16) *fakeAge
 	return f
 }
 
-// region registers mem in the process's registry and returns its handle.
-func (f *fakeAgent) region(mem []byte, access buffer.Access) (buffer.Buffer, error) {
-	h, err := f.proc.Register(mem, access)
+// region allocates n bytes in the process's registry and returns the
+// handle and memory (off the Go heap, as a process's exported region is:
+// the race detector does not see the socket's order, as with the
+// package's other tests' regions).
+func (f *fakeAgent) region(n uint64, access buffer.Access) (buffer.Buffer, []byte, error) {
+	h, err := f.proc.Allocate(n, access)
 	if err != nil {
-		return h, err
+		return h, nil, err
+	}
+	mem, err := f.proc.Bytes(h)
+	if err != nil {
+		return h, nil, err
 	}
 	f.mu.Lock()
 	f.handles[h.Region] = h
 	f.mu.Unlock()
-	return h, nil
+	return h, mem, nil
 }
 
 func (f *fakeAgent) setFail(err error) {
@@ -140,6 +152,17 @@ func (f *fakeAgent) Resolve(ctx context.Context, via uint16, region uint64, key 
 	}
 	mem := ref.Bytes()
 	ref.Release()
+	if f.narrow.Load() {
+		k := [2]uint64{region, uint64(need)}
+		p, ok := f.narrowP[k]
+		if !ok {
+			if p, err = f.agent.Register(mem, need); err != nil {
+				return 0, buffer.Key{}, err
+			}
+			f.narrowP[k] = p
+		}
+		return p.Region, p.Key, nil
+	}
 	p, ok := f.proxies[region]
 	if !ok {
 		if p, err = f.agent.Register(mem, h.Access); err != nil {

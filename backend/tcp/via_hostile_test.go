@@ -28,8 +28,7 @@ func TestRawViaRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	fake := newTestFakeAgent(t, p.regB, testVia)
-	procMem := make([]byte, 4096)
-	ph, err := fake.region(procMem, accessAll)
+	ph, procMem, err := fake.region(4096, accessAll)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,8 +108,7 @@ func TestMalformedViaFrames(t *testing.T) {
 	p := newPair(t, Config{}, Config{})
 	fake := newTestFakeAgent(t, p.regB, testVia)
 	wiring.SetResolver(p.b, fake)
-	procMem := make([]byte, 4096)
-	ph, err := fake.region(procMem, accessAll)
+	ph, procMem, err := fake.region(4096, accessAll)
 	if err != nil {
 		t.Fatal(err)
 	}

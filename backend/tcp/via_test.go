@@ -33,19 +33,18 @@ type agentPair struct {
 	procMem []byte
 }
 
-func newAgentPair(t *testing.T, cfgA, cfgB Config, n int) *agentPair {
+func newAgentPair(t testing.TB, cfgA, cfgB Config, n int) *agentPair {
 	t.Helper()
 	p := &agentPair{pair: newPair(t, cfgA, cfgB)}
 	p.fake = newTestFakeAgent(t, p.regB, testVia)
 	if !wiring.SetResolver(p.b, p.fake) {
 		t.Fatal("SetResolver refused a *tcp.Backend")
 	}
-	p.procMem = make([]byte, n)
-	backendtest.Random(t, p.procMem)
 	var err error
-	if p.procH, err = p.fake.region(p.procMem, accessAll); err != nil {
+	if p.procH, p.procMem, err = p.fake.region(uint64(n), accessAll); err != nil {
 		t.Fatal(err)
 	}
+	backendtest.Random(t, p.procMem)
 	return p
 }
 
@@ -228,6 +227,33 @@ func TestViaResolveErrors(t *testing.T) {
 	if p.b.Served().Rejected == 0 {
 		t.Fatal("refusals not counted")
 	}
+}
+
+// TestViaNarrowProxy: an agent whose proxies admit only the access they
+// were resolved for: a Put after a Get of the same region resolves again
+// (the connection's last resolution does not admit it) and succeeds, and
+// a run of Gets resolves once.
+func TestViaNarrowProxy(t *testing.T) {
+	p := newAgentPair(t, Config{ConnsPerRoute: 1}, Config{}, 4096)
+	p.fake.narrow.Store(true)
+	_, local := backendtest.Alloc(t, p.regA, 4096, buffer.AccessReadWrite)
+	backendtest.Random(t, local)
+	slice := backendtest.Slice(t, p.procH, 0, 256)
+	for i := range 3 {
+		if err := backendtest.DoWR(t, waitTimeout, p.route, viaWR(backend.OpRead, make([]byte, 256), slice)); err != nil {
+			t.Fatalf("get %d: %v", i, err)
+		}
+	}
+	if n := p.fake.resolves.Load(); n != 1 {
+		t.Fatalf("%d resolves for 3 gets, want 1", n)
+	}
+	if err := backendtest.DoWR(t, waitTimeout, p.route, viaWR(backend.OpWrite, local[:256], slice)); err != nil {
+		t.Fatalf("put after gets: %v", err)
+	}
+	if n := p.fake.resolves.Load(); n != 2 {
+		t.Fatalf("%d resolves after the put, want 2", n)
+	}
+	backendtest.AssertSame(t, "process memory", p.procMem[:256], local[:256])
 }
 
 // TestViaRefusedWithoutResolver: a server that is not an agent answers a

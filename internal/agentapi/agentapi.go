@@ -18,9 +18,10 @@
 //
 // Contract for the agent:
 //   - A backend may reuse a resolution for later frames of the same (via,
-//     region, key, need) on a connection for as long as the proxy region
-//     admits them (memreg.AcquireRemote succeeds), without calling Resolve
-//     again. To end a process's access, revoke or release its proxies (as
+//     region, key) on a connection, whatever their need, for as long as
+//     the proxy region admits them (memreg.AcquireRemote with the frame's
+//     need succeeds), without calling Resolve again: a proxy must admit no
+//     more access than the process's key grants. To end a process's access, revoke or release its proxies (as
 //     on a cut notice or the process's death); refusing Resolve alone
 //     stops only new resolutions. A proxy that no longer admits a frame
 //     (released, revoked, past its lease) makes the backend Resolve again.
