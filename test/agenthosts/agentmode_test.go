@@ -77,6 +77,9 @@ func (c *cluster) startAgent(h *netns.Host) *agentProc {
 		"--secret-file", c.secretFile(), "--agent-socket", c.agentSocket(h), "--agent-routes", strconv.Itoa(agentRoutes),
 		"--tls-ca", filepath.Join(c.certs(), "ca.crt"),
 		"--tls-cert", filepath.Join(c.certs(), h.Name+".crt"), "--tls-key", filepath.Join(c.certs(), h.Name+".key")}}
+	if dir := os.Getenv("RDMAMGR_AGPROFILE"); dir != "" { // the agents' CPU profiles, for a figures run
+		a.args = append(a.args, "--cpuprofile", filepath.Join(dir, fmt.Sprintf("agent-%s-%d.pprof", h.Name, time.Now().UnixNano())))
+	}
 	if err := a.start(bin); err != nil {
 		c.t.Fatal(err)
 	}

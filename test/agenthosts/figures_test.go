@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -63,25 +64,27 @@ func TestFigures(t *testing.T) {
 		var b strings.Builder
 		fmt.Fprint(&b, "| size | op |")
 		for _, agent := range modes {
-			fmt.Fprintf(&b, " %s MiB/s | p50 |", modeName(agent))
+			fmt.Fprintf(&b, " %s MiB/s | p50 | CPU/op |", modeName(agent))
 		}
 		if len(modes) == 2 {
 			fmt.Fprint(&b, " agent / direct |")
 		}
 		fmt.Fprintln(&b)
-		fmt.Fprintln(&b, "|---|---|"+strings.Repeat("---:|---:|", len(modes))+strings.Repeat("---:|", len(modes)-1))
+		fmt.Fprintln(&b, "|---|---|"+strings.Repeat("---:|---:|---:|", len(modes))+strings.Repeat("---:|", len(modes)-1))
 		for _, r := range []struct{ size, count int }{{4 << 10, 4000}, {64 << 10, 1500}, {1 << 20, 150}} {
 			for _, op := range []string{"put", "get"} {
-				mibs, p50 := make([][]float64, len(cs)), make([][]float64, len(cs))
+				mibs, p50, cpu := make([][]float64, len(cs)), make([][]float64, len(cs)), make([][]float64, len(cs))
 				for range 3 {
 					for i, c := range cs {
+						t0 := c.cpuTime()
 						res := c.benchOne(t, 0, 1, benchSpec{Op: op, Size: r.size, Count: r.count, Conc: 4})
 						mibs[i], p50[i] = append(mibs[i], res.MiBs), append(p50[i], res.P50us)
+						cpu[i] = append(cpu[i], float64((c.cpuTime()-t0).Microseconds())/float64(r.count))
 					}
 				}
 				fmt.Fprintf(&b, "| %s | %s |", sizeName(r.size), op)
 				for i := range cs {
-					fmt.Fprintf(&b, " %s | %.0f µs |", medianRange(mibs[i]), median(p50[i]))
+					fmt.Fprintf(&b, " %s | %.0f µs | %.0f µs |", medianRange(mibs[i]), median(p50[i]), median(cpu[i]))
 				}
 				if len(cs) == 2 {
 					fmt.Fprintf(&b, " %.2f |", median(mibs[1])/median(mibs[0]))
@@ -102,8 +105,40 @@ func TestFigures(t *testing.T) {
 		if len(cs) == 2 {
 			fmt.Fprintf(&b, " the agents add %.1f µs", median(lat[1])-median(lat[0]))
 		}
-		t.Logf("h1 -> h2, one process each, 4 in flight (median and range of 3 runs, alternating):\n%s", b.String())
+		t.Logf("h1 -> h2, one process each, 4 in flight (median and range of 3 runs, alternating; CPU/op: user+system time of every process of the run, workers and agents, per operation):\n%s", b.String())
 	})
+}
+
+// cpuTime is the CPU time (user and system, all threads) the cluster's
+// live workers and agents have used so far.
+func (c *cluster) cpuTime() time.Duration {
+	var d time.Duration
+	for _, w := range c.live() {
+		d += cpuOf(w.p.Pid())
+	}
+	for _, a := range c.agents {
+		d += cpuOf(a.p.Pid())
+	}
+	return d
+}
+
+// cpuOf reads utime+stime of pid from /proc/PID/stat (clock ticks of
+// 10 ms: USER_HZ is 100 on Linux).
+func cpuOf(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name is in parentheses and may hold spaces: fields
+	// count from after its closing parenthesis (state is field 3).
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 func modeName(agent bool) string {
