@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,6 +55,7 @@ func (c *cluster) agentKilled(t *testing.T, round int) {
 	for _, w := range ws {
 		byID[w.id] = w
 	}
+	told := map[string]bool{}
 	for _, w := range ws {
 		for id, r := range res[w.id] {
 			o := byID[id]
@@ -75,6 +78,15 @@ func (c *cluster) agentKilled(t *testing.T, round int) {
 				t.Errorf("%s -> %s (through the killed agent): no error in %d iterations (routes %v)", w.id, id, r.Iters, r.Kinds)
 			}
 			t.Logf("%s -> %s (through the killed agent): %d ok, routes %v, then %v: %v", w.id, id, r.OK, r.Kinds, r.Errs, sortedValues(r.First))
+			if strings.Contains(r.First["ErrPeerGone"], "host agent gone") {
+				told[w.id] = true
+			}
+		}
+	}
+	// h2's processes are told why: their agent is gone.
+	for _, w := range ws {
+		if w.host == h2 && !told[w.id] {
+			t.Errorf("%s: no operation failed with \"host agent gone\"", w.id)
 		}
 	}
 	c.agents[1].restart(t)
@@ -173,9 +185,12 @@ func (c *cluster) released(t *testing.T) {
 			t.Errorf("%s agent holds %d regions for %d live processes of two regions each", h.Name, held[i], live)
 		}
 	}
+	var wg sync.WaitGroup
 	for _, w := range c.live() {
-		w.quit(t)
+		wg.Add(1)
+		go func() { defer wg.Done(); w.quit(t) }()
 	}
+	wg.Wait()
 	for _, a := range c.agents {
 		n := -1
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
