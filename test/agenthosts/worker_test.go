@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,6 +74,13 @@ type peer struct {
 }
 
 func workerMain() int {
+	if dir := os.Getenv("RDMAMGR_AGPROFILE"); dir != "" { // a figures run's CPU profiles
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("worker-%s-%d.pprof", os.Getenv(envID), os.Getpid())))
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer f.Close()
+			defer pprof.StopCPUProfile()
+		}
+	}
 	w, err := startWorker()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
