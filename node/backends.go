@@ -134,6 +134,7 @@ func startAgent(ctx context.Context, cfg Config, m *actor.Manager, advertised st
 	if shmb == nil {
 		return nil, fmt.Errorf("agent: needs the shm backend, which is out: %w", rdmamgr.ErrNotSupported)
 	}
+	reg.SetUnpooled() // the agent maps our local regions while we hold them (memreg)
 	acfg := agent.Config{Socket: cfg.Agent, Secret: cfg.Manager.Secret, ManagerID: m.ID(), Addr: advertised, SHM: shmb}
 	b, err := wiring.NewBackend[*agent.Backend](acfg, reg, log)
 	if err != nil {

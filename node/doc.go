@@ -26,6 +26,12 @@
 // Start does not wait for it), gets the next backend. The agent needs shm
 // (Backend auto or shm).
 //
+// With Config.HostAgent.Socket the node is its host's agent
+// (internal/hostagent): TCP alone (Backend auto or tcp), HostAgent.Routes
+// connections per route, and the attach listener, started after the
+// manager and closed before it. A node is an agent or attached to one,
+// not both.
+//
 // The choice is then made per peer, when the manager sets up a route
 // (actor.Manager.Start): it tries the backends in order and takes
 // the first that connects. A backend that refuses the peer with

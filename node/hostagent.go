@@ -59,8 +59,8 @@ func (c *Config) agentDefaults() error {
 	return nil
 }
 
-// startAgent starts the host agent beside the manager (cfg.HostAgent).
-func (n *Node) startAgent(ctx context.Context, cfg Config) error {
+// startHostAgent starts the host agent beside the manager (cfg.HostAgent).
+func (n *Node) startHostAgent(ctx context.Context, cfg Config) error {
 	h := cfg.HostAgent
 	if h.Socket == "" {
 		return nil

@@ -54,7 +54,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.Close()
 		return nil, err
 	}
-	if err := n.startAgent(ctx, cfg); err != nil {
+	if err := n.startHostAgent(ctx, cfg); err != nil {
 		n.Close()
 		return nil, err
 	}
@@ -85,8 +85,9 @@ func (n *Node) startManager(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// Close shuts down the manager (its routes, backends and registry), the
-// remote and the actor system, and waits for them. Idempotent: later and
+// Close shuts down the host agent (Config.HostAgent), the manager (its
+// routes, backends and registry), the remote and the actor system, and
+// waits for them. Idempotent: later and
 // concurrent calls wait for the first and return its error.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {

@@ -251,11 +251,17 @@ func (r *route) cutProxies() {
 	}
 }
 
-// wiring.SHMAcceptAgentRoute is AcceptRoute for this process's own host
-// agent: the connection that proves the token it hands out is marked as
-// the agent's.
+// acceptAgentRoute is AcceptRoute for this process's own host agent
+// (wiring.SHMAcceptAgentRoute): the connection that proves the token it
+// hands out is marked as the agent's. The registry stops pooling: the
+// agent maps our local regions while we hold them (memreg.SetUnpooled).
+func (b *Backend) acceptAgentRoute(ctx context.Context, peerID uint64, p []byte) ([]byte, error) {
+	b.reg.SetUnpooled()
+	return b.acceptRoute(ctx, peerID, p, true)
+}
+
 func init() {
 	wiring.SHMAcceptAgentRoute = func(b any, ctx context.Context, peerID uint64, info []byte) ([]byte, error) {
-		return b.(*Backend).acceptRoute(ctx, peerID, info, true)
+		return b.(*Backend).acceptAgentRoute(ctx, peerID, info)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/internal/agentapi"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 	"github.com/rdmamgr/rdmamgr/internal/word"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
@@ -109,8 +110,13 @@ func (s *serverConn) serveSend(br *connReader, h *reqHeader) error {
 		return nil
 	}
 	s.servedIn(uint64(n), true) // a send is one frame
-	l.Done(n, h.imm, h.hasImm, nil)
-	s.appendResp(respHeader{op: h.op, wrid: h.wrid}, memreg.Ref{})
+	var code byte
+	if cl, ok := l.(agentapi.CheckedLanding); ok { // a host agent's: it can still refuse
+		code = byte(backend.Code(cl.Deliver(n, h.imm, h.hasImm)))
+	} else {
+		l.Done(n, h.imm, h.hasImm, nil)
+	}
+	s.appendResp(respHeader{op: h.op, code: code, wrid: h.wrid}, memreg.Ref{})
 	return nil
 }
 

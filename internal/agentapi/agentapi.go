@@ -66,3 +66,16 @@ type Resolver interface {
 	// it). An error refuses the event or message with its code.
 	Inbox(via uint16) (backend.Inbox, error)
 }
+
+// CheckedLanding is a backend.Landing whose message can still be refused
+// once its bytes are in: an agent's Inbox stages a message for an attached
+// process and hands it on, and the process may have no receive posted.
+// The backend calls Deliver instead of Done(n, imm, hasImm, nil) and
+// answers the sender with its error (nil: delivered); a failed transfer
+// still calls Done with its error. Deliver may wait (the process's answer,
+// bounded): the connection serves nothing else meanwhile, which keeps its
+// messages in order.
+type CheckedLanding interface {
+	backend.Landing
+	Deliver(n int, imm uint32, hasImm bool) error
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/internal/agentapi"
 )
 
 // noticeTimeout bounds the delivery of an event or a message to an
@@ -38,10 +39,9 @@ func (pi *procInbox) Event(ev backend.Event) error {
 }
 
 // Recv implements backend.Inbox: the message lands in a staging buffer of
-// the agent, and Done sends it on to the process (an shm Send with the
-// origin), waiting for it. The process's refusal then (no receive posted,
-// too small, a full queue) comes after the sender was answered: it is
-// logged and the message dropped (backend.Landing.Done has no way back).
+// the agent, and Deliver hands it on to the process (an shm Send naming
+// the origin), waiting for the process's answer, which is the sender's
+// (agentapi.CheckedLanding): no receive posted, too small, a full queue.
 func (pi *procInbox) Recv(peer uint64, n uint64) (backend.Landing, error) {
 	p := (*proc)(pi)
 	if n > maxMessage {
@@ -62,23 +62,24 @@ type landing struct {
 	mem  []byte
 }
 
+var _ agentapi.CheckedLanding = (*landing)(nil)
+
 func (l *landing) Mem() []byte { return l.mem }
 
-// Done sends the message on, unless it failed.
-func (l *landing) Done(n int, imm uint32, hasImm bool, err error) {
-	if err != nil {
-		return
-	}
+// Done: the transfer failed (a delivered message goes through Deliver);
+// the staging buffer is dropped.
+func (l *landing) Done(int, uint32, bool, error) {}
+
+// Deliver sends the message on to the process and returns its refusal.
+func (l *landing) Deliver(n int, imm uint32, hasImm bool) error {
 	p := l.p
 	c := syncCompleter(make(chan error, 1))
 	wr := backend.WorkRequest{Op: backend.OpSend, Local: l.mem[:n], Imm: imm, HasImm: hasImm,
 		Origin: l.peer, Deadline: time.Now().Add(noticeTimeout), Done: c}
 	if err := p.route.Post(&wr); err != nil {
-		c <- err
+		return err
 	}
-	if err := <-c; err != nil {
-		p.a.log.Warn("message for an attached process dropped", "pid", p.pid, "from", fmt.Sprintf("%016x", l.peer), "err", err)
-	}
+	return <-c
 }
 
 // syncCompleter hands a completion to a waiting poster.

@@ -43,7 +43,10 @@ func TestSlots(t *testing.T) {
 	a.mu.Lock()
 	a.next = 0xffff // the round comes back to the start
 	a.mu.Unlock()
-	for _, want := range []struct{ slot uint16; gen uint32 }{{0xffff, 1}, {1, 2}} {
+	for _, want := range []struct {
+		slot uint16
+		gen  uint32
+	}{{0xffff, 1}, {1, 2}} {
 		if err := f1.attach(ctx, a.cfg.Socket, attachOpts{secret: secret}); err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ package hostagent
 import (
 	"bytes"
 	"errors"
+	"sync"
 	"testing"
 
 	"github.com/rdmamgr/rdmamgr"
@@ -19,7 +20,8 @@ type testInbox struct {
 	events chan backend.Event
 	msgs   chan []byte
 	peers  chan uint64
-	recv   []byte // the posted receive buffer, nil: none
+	mu     sync.Mutex
+	recv   []byte // the posted receive buffer, nil: none (mu)
 }
 
 func (in *testInbox) Event(ev backend.Event) error {
@@ -32,6 +34,8 @@ func (in *testInbox) Event(ev backend.Event) error {
 }
 
 func (in *testInbox) Recv(peer, n uint64) (backend.Landing, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
 	if in.recv == nil {
 		return nil, rdmamgr.ErrNoReceive
 	}
@@ -57,8 +61,8 @@ func (l *testLanding) Done(n int, imm uint32, hasImm bool, err error) {
 // A PutWithImm's bytes land in the target's region and its event reaches
 // the target's inbox naming the initiating process (not an agent), in
 // order after the Put before it; a Send's message reaches the target's
-// receive buffer naming it too; an event nobody takes is refused back to
-// the initiator.
+// receive buffer naming it too; a message with no receive posted and an
+// event nobody takes are refused back to the initiator.
 func TestExecutorEventsAndSends(t *testing.T) {
 	_, b, p1, p2 := pairOfAgents(t)
 	in := &testInbox{events: make(chan backend.Event, 4), msgs: make(chan []byte, 4), peers: make(chan uint64, 4), recv: make([]byte, 4096)}
@@ -93,6 +97,14 @@ func TestExecutorEventsAndSends(t *testing.T) {
 	}
 	if got, peer := <-in.msgs, <-in.peers; !bytes.Equal(got, srcMem[:100]) || peer != p1.id {
 		t.Fatalf("message of %d bytes from %x, want 100 from %x", len(got), peer, p1.id)
+	}
+
+	in.mu.Lock()
+	in.recv = nil // no receive posted: the sender hears of it
+	in.mu.Unlock()
+	p1.post(t, agentwire.Post{WRID: 5, Op: backend.OpSend, Via: via, FarAgent: far, Local: msg})
+	if d := p1.dones(t, 1)[5]; d.Code != uint32(rdmapb.Code_NO_RECEIVE) {
+		t.Fatalf("send without a receive posted: %v", rdmapb.Code(d.Code))
 	}
 
 	for range cap(in.events) { // fill the subscriber's queue: the next is refused

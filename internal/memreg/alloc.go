@@ -26,7 +26,11 @@ func (g *Registry) Allocate(size uint64, access buffer.Access) (buffer.Buffer, e
 	if err := g.reserve(size); err != nil {
 		return buffer.Buffer{}, err
 	}
-	r, err := g.allocPooled(size, access)
+	var r *Region
+	err := errPoolFull
+	if !g.unpooled.Load() {
+		r, err = g.allocPooled(size, access)
+	}
 	if errors.Is(err, errPoolFull) {
 		r, err = g.allocOwn(size, access)
 	}
@@ -36,6 +40,14 @@ func (g *Registry) Allocate(size uint64, access buffer.Access) (buffer.Buffer, e
 	}
 	return g.handle(r), nil
 }
+
+// SetUnpooled makes Allocate give every later region a memfd and mapping
+// of its own, never a slot of a slab. A process attached to a host agent
+// needs it: the agent maps the process's own (local) regions too, and a
+// pooled region's first export moves it out of its slab only once no one
+// else holds it (ExportFD), while the process holds its local region for
+// the operation the agent is to run on it: the export would fail.
+func (g *Registry) SetUnpooled() { g.unpooled.Store(true) }
 
 // allocPooled registers a slot of a slab; errPoolFull when size is not
 // pooled or the slab cap is reached.

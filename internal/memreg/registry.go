@@ -57,6 +57,9 @@ type Registry struct {
 
 	pool  pool         // its own lock
 	owned *ownedSpares // spareMemfds; its own lock
+	// unpooled: Allocate gives every region a memfd of its own
+	// (SetUnpooled).
+	unpooled atomic.Bool
 }
 
 // NewRegistry returns an empty registry for the manager ownerID. It does no I/O.
