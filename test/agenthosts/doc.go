@@ -24,7 +24,8 @@
 //     every process has quit (`rdmamgr status` of each agent).
 //   - TestFigures (RDMAMGR_AGFIGURES=1): the README's figures, direct
 //     against agents: connections, RSS, Go heap and goroutines per host;
-//     throughput at 4 KiB, 64 KiB and 1 MiB; an 8-byte Get's latency.
+//     throughput and CPU per operation at 4 KiB, 64 KiB and 1 MiB; an
+//     8-byte Get's latency.
 //
 // The tests skip where namespaces cannot be made, saying why, unless
 // RDMAMGR_REQUIRE_NETNS=1 (set by .ci/run). Every loop is bounded by a

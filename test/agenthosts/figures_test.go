@@ -22,7 +22,10 @@ import (
 // (data, control), the RSS, Go heap and goroutines of its processes (and
 // its agent), before and after; the growth per pair of processes on two
 // hosts extrapolates to 100 hosts × 8 and × 64 processes. Throughput and
-// latency: one process on h1 to one on h2, direct and through the agents.
+// latency: one process on h1 to one on h2, direct and through the agents,
+// with the CPU time per operation of every process of the run (the
+// figure a loaded machine does not skew). RDMAMGR_AGPROFILE=DIR writes
+// every worker's and agent's CPU profile into DIR.
 func TestFigures(t *testing.T) {
 	if os.Getenv("RDMAMGR_AGFIGURES") != "1" {
 		t.Skip("a measurement: RDMAMGR_AGFIGURES=1 go test -count=1 -run Figures -v ./test/agenthosts")
