@@ -82,7 +82,7 @@ func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised
 			b, err = startSHM(ctx, cfg, t, reg, log)
 			shmb = b
 		case backend.KindAgent:
-			b, err = startAgent(ctx, cfg, m, advertised, shmb, reg, log)
+			b, err = startAgentBackend(ctx, cfg, m, advertised, shmb, reg, log)
 		case backend.KindIBVerbs:
 			b, err = startIBVerbs(ctx, cfg.IBVerbs, reg, log)
 		}
@@ -127,14 +127,14 @@ func startSHM(ctx context.Context, cfg Config, t *tcp.Backend, reg *memreg.Regis
 	return b, nil
 }
 
-// startAgent builds and starts the agent backend over the started shm
+// startAgentBackend builds and starts the agent backend over the started shm
 // backend shmb (nil: shm is out, and so is the agent). Start attaches, or
 // keeps trying in the background: an absent agent is no error.
-func startAgent(ctx context.Context, cfg Config, m *actor.Manager, advertised string, shmb backend.Backend, reg *memreg.Registry, log *slog.Logger) (backend.Backend, error) {
+func startAgentBackend(ctx context.Context, cfg Config, m *actor.Manager, advertised string, shmb backend.Backend, reg *memreg.Registry, log *slog.Logger) (backend.Backend, error) {
 	if shmb == nil {
 		return nil, fmt.Errorf("agent: needs the shm backend, which is out: %w", rdmamgr.ErrNotSupported)
 	}
-	reg.SetUnpooled() // the agent maps our local regions while we hold them (memreg)
+	reg.SetUnpooled() // the agent maps our regions while we use them (memreg)
 	acfg := agent.Config{Socket: cfg.Agent, Secret: cfg.Manager.Secret, ManagerID: m.ID(), Addr: advertised, SHM: shmb}
 	b, err := wiring.NewBackend[*agent.Backend](acfg, reg, log)
 	if err != nil {

@@ -158,6 +158,19 @@ func (b *Backend) lost(a *attachment, cause error) {
 	}
 }
 
+// closedErr is ErrClosed after Close, ErrNotStarted before Start.
+func (b *Backend) closedErr() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.closed:
+		return fmt.Errorf("agent: backend closed: %w", rdmamgr.ErrClosed)
+	case !b.started:
+		return fmt.Errorf("agent: %w", rdmamgr.ErrNotStarted)
+	}
+	return nil
+}
+
 // current returns the live attachment, or nil.
 func (b *Backend) current() *attachment {
 	b.mu.Lock()
@@ -181,6 +194,9 @@ func (b *Backend) errNotAttached() error {
 // PrepareRoute refuses (ErrNotSupported) when not attached; else its info
 // names our host (the agent's host id), our slot and our agent.
 func (b *Backend) PrepareRoute(ctx context.Context, _ uint64) (backend.PendingRoute, []byte, error) {
+	if err := b.closedErr(); err != nil {
+		return nil, nil, err
+	}
 	a := b.current()
 	if a == nil {
 		return nil, nil, b.errNotAttached()
@@ -196,6 +212,9 @@ func (b *Backend) PrepareRoute(ctx context.Context, _ uint64) (backend.PendingRo
 func (b *Backend) AcceptRoute(ctx context.Context, _ uint64, info []byte) ([]byte, error) {
 	i, err := decodeInfo(info)
 	if err != nil {
+		return nil, err
+	}
+	if err := b.closedErr(); err != nil {
 		return nil, err
 	}
 	a := b.current()

@@ -122,7 +122,6 @@ func (a *fakeAgent) release() {
 	a.mu.Unlock()
 }
 
-
 func (a *fakeAgent) accept() {
 	defer a.wg.Done()
 	for {

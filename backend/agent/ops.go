@@ -34,6 +34,9 @@ func (r *route) record(wr *backend.WorkRequest) (agentwire.Post, error) {
 	default:
 		return p, fmt.Errorf("agent: op %v: %w", wr.Op, rdmamgr.ErrNotSupported)
 	}
+	if wr.Op.Atomic() && (wr.Remote.Length != 8 || wr.Remote.Offset%8 != 0 || len(wr.Local) != 0) {
+		return p, fmt.Errorf("agent: %v on %d bytes at offset %d (want one 8-byte aligned word, no local memory): %w", wr.Op, wr.Remote.Length, wr.Remote.Offset, rdmamgr.ErrMisaligned)
+	}
 	if !wr.Op.Atomic() {
 		l, err := localOf(wr)
 		if err != nil {
@@ -63,6 +66,11 @@ func localOf(wr *backend.WorkRequest) (agentwire.Local, error) {
 	}
 	if len(wr.Local) == 0 {
 		return agentwire.Local{}, fmt.Errorf("agent: empty local memory: %w", rdmamgr.ErrInvalid)
+	}
+	if reg.Kind() != memreg.KindAllocated {
+		// Caller memory registered in place is in no memfd: the agent
+		// cannot map it (direct routes reach it over TCP).
+		return agentwire.Local{}, fmt.Errorf("agent: local region %d is caller memory, not in shared memory: the host agent cannot reach it: %w", reg.ID(), rdmamgr.ErrNotSupported)
 	}
 	mem := reg.Mem()
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
