@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -46,9 +47,18 @@ func testMain(m *testing.M) int {
 var binDir string
 
 // rdmamgrBin builds cmd/rdmamgr once (for the agents) and returns its path.
+// Under -race the agents get the race detector too: one that reports a race
+// exits 66 when stopped, which fails the test.
 var rdmamgrBin = sync.OnceValues(func() (string, error) {
 	bin := filepath.Join(binDir, "rdmamgr")
-	return bin, proc.Build("github.com/rdmamgr/rdmamgr/cmd/rdmamgr", bin)
+	const pkg = "github.com/rdmamgr/rdmamgr/cmd/rdmamgr"
+	if !raceEnabled {
+		return bin, proc.Build(pkg, bin)
+	}
+	if out, err := exec.Command("go", "build", "-race", "-o", bin, pkg).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build -race %s: %v\n%s", pkg, err, out)
+	}
+	return bin, nil
 })
 
 // cluster is hosts × procs workers on namespaced hosts, each host with its
