@@ -27,6 +27,9 @@
 //     throughput and CPU per operation at 4 KiB, 64 KiB and 1 MiB; an
 //     8-byte Get's latency.
 //
+// Under -race the workers (this binary) and the agents (built with -race
+// for the run) both run with the race detector.
+//
 // The tests skip where namespaces cannot be made, saying why, unless
 // RDMAMGR_REQUIRE_NETNS=1 (set by .ci/run). Every loop is bounded by a
 // count and every wait by a time; namespaces (and what runs in them) are
