@@ -186,3 +186,37 @@ func TestRefusals(t *testing.T) {
 		t.Fatalf("hostile answer: %v", err)
 	}
 }
+
+// The owner of a revoked region may still Put from it and Get into it: the
+// agent, which maps it as any peer would, cannot, so the bytes go through
+// a bounce region (without it the agent's map is refused: REVOKED).
+func TestRevokedLocalBounces(t *testing.T) {
+	x := newPair(t)
+	r := x.route(t)
+	const n = 8192
+	src, smem := backendtest.Alloc(t, x.p1.reg, n, buffer.AccessReadWrite)
+	dst, dmem := backendtest.Alloc(t, x.p2.reg, n, buffer.AccessReadWrite)
+	backendtest.Random(t, smem)
+	if err := x.p1.reg.Revoke(t.Context(), src); err != nil {
+		t.Fatal(err)
+	}
+	if err := backendtest.Do(t, wait, r, x.p1.reg, backend.OpWrite, src, dst); err != nil {
+		t.Fatalf("Put from a revoked region of ours: %v", err)
+	}
+	if !bytes.Equal(dmem, smem) {
+		t.Fatal("Put: bytes differ")
+	}
+	backendtest.Random(t, dmem)
+	if err := backendtest.Do(t, wait, r, x.p1.reg, backend.OpRead, src, dst); err != nil {
+		t.Fatalf("Get into a revoked region of ours: %v", err)
+	}
+	if !bytes.Equal(dmem, smem) {
+		t.Fatal("Get: bytes differ")
+	}
+	// The bounce regions go once released (in the background).
+	for end := time.Now().Add(wait); len(x.p1.reg.Regions()) != 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d regions left, want the revoked one", len(x.p1.reg.Regions()))
+		}
+	}
+}

@@ -178,7 +178,8 @@ type attachment struct {
 type inflight struct {
 	wr        *backend.WorkRequest
 	r         *route
-	cancelled bool // a cancel record was sent
+	bounce    *bounce // the bounce region of a revoked local region, or nil
+	cancelled bool    // a cancel record was sent
 }
 
 func newAttachment(b *Backend, conn *net.UnixConn, w agentwire.Welcome) *attachment {

@@ -23,6 +23,7 @@ func init() {
 type Backend struct {
 	cfg Config
 	log *slog.Logger
+	reg *memreg.Registry // the process's: bounce regions (bounce.go)
 
 	life context.Context
 	stop context.CancelFunc
@@ -42,7 +43,7 @@ var (
 
 // New builds the backend (no I/O: Start attaches). The registry is the
 // process manager's; the agent maps its regions through the shm backend.
-func New(cfg Config, _ *memreg.Registry, log *slog.Logger) (*Backend, error) {
+func New(cfg Config, reg *memreg.Registry, log *slog.Logger) (*Backend, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -51,7 +52,7 @@ func New(cfg Config, _ *memreg.Registry, log *slog.Logger) (*Backend, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	life, stop := context.WithCancel(context.Background())
-	return &Backend{cfg: cfg, log: log.With("backend", "agent", "socket", cfg.Socket), life: life, stop: stop}, nil
+	return &Backend{cfg: cfg, reg: reg, log: log.With("backend", "agent", "socket", cfg.Socket), life: life, stop: stop}, nil
 }
 
 // Kind is backend.KindAgent.

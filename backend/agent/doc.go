@@ -36,6 +36,13 @@
 // through the agent (the outcome is the cause unless it completed first)
 // and says "via host agent" in its reason (status, "route up" log).
 //
+// The agent maps our memory as any peer does, through our shm owner side:
+// so only memfd-backed regions reach it (node sets memreg's SetUnpooled:
+// every buffer a memfd of its own; caller memory registered in place is
+// refused at Post with ErrNotSupported), and a region we revoked is closed
+// to it too: an operation on such a region of ours goes through a bounce
+// region (bounce.go), the one extra copy of the path.
+//
 // # Failure
 //
 // When the socket ends (the agent died, said gone, or broke the protocol)

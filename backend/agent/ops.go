@@ -83,7 +83,7 @@ func localOf(wr *backend.WorkRequest) (agentwire.Local, error) {
 
 // post records wr (its record p) for the writer, waiting while the batch
 // is full. It fails when the attachment ended or r closed.
-func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post) error {
+func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post, x *bounce) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for {
@@ -105,7 +105,7 @@ func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post) 
 		a.kickWriter()
 		a.cond.Wait()
 	}
-	op := &inflight{wr: wr, r: r}
+	op := &inflight{wr: wr, r: r, bounce: x}
 	a.ops[p.WRID] = op
 	r.ids[wr] = p.WRID
 	if wr.CancelCause() != nil { // set while Post ran: not lost
@@ -165,7 +165,7 @@ func (a *attachment) complete(dones []agentwire.Done) error {
 		} else {
 			op.wr.Result = d.Result
 		}
-		op.r.finish(op.wr, err)
+		op.r.finish(op.wr, op.bounce, err)
 	}
 	return nil
 }
@@ -195,7 +195,7 @@ func (a *attachment) end(cause error) {
 		r.fail(err)
 	}
 	for _, op := range ops {
-		op.r.finish(op.wr, err)
+		op.r.finish(op.wr, op.bounce, err)
 	}
 	a.b.lost(a, cause) // before done: keepAttached then sees no attachment
 	close(a.done)

@@ -81,7 +81,14 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 	if err := r.acquire(wr); err != nil {
 		return err
 	}
-	if err := r.a.post(r, wr, &p); err != nil {
+	x, err := r.a.b.newBounce(wr, &p)
+	if err == nil {
+		err = r.a.post(r, wr, &p, x)
+	}
+	if err != nil {
+		if x != nil {
+			r.a.b.dropBounce(x)
+		}
 		<-r.room
 		return err
 	}
@@ -133,8 +140,12 @@ func (r *route) forgetLocked(wr *backend.WorkRequest) {
 	}
 }
 
-// finish completes wr (it is no longer in flight) with err.
-func (r *route) finish(wr *backend.WorkRequest, err error) {
+// finish completes wr (it is no longer in flight) with err, after its
+// bounce region, if any, is done with.
+func (r *route) finish(wr *backend.WorkRequest, x *bounce, err error) {
+	if x != nil {
+		r.a.b.finishBounce(x, wr, err == nil)
+	}
 	r.ops.Add(1)
 	if err != nil {
 		r.errs.Add(1)
