@@ -28,13 +28,11 @@ func (b *benchRun) ring(ctx context.Context, limit int64) {
 	cfg := b.cfg
 	n := cfg.Concurrency
 	slots := make([]ringSlot, n)
-	index := make(map[*queuepair.WorkRequest]int, n) // of the slots' requests
 	for i := range slots {
 		s := &slots[i]
 		s.off = uint64(i) * cfg.Size
 		s.l, _ = b.local.Slice(s.off, cfg.Size)
 		s.r, _ = b.remote.Slice(s.off, cfg.Size)
-		index[&s.wr] = i
 	}
 	// Room for every slot's operation and, with Verify, as many read-backs
 	// (done's, reaped and skipped here).
@@ -62,11 +60,12 @@ func (b *benchRun) ring(ctx context.Context, limit int64) {
 		s.t0, s.armed = now, true
 		armed++
 		wrs = append(wrs, &s.wr)
+		op := queuepair.GetOp(s.l, s.r)
 		if cfg.Op == "put" {
-			ops = append(ops, queuepair.PutOp(s.l, s.r))
-		} else {
-			ops = append(ops, queuepair.GetOp(s.l, s.r))
+			op = queuepair.PutOp(s.l, s.r)
 		}
+		op.ID = uint64(i) + 1 // 0: a read-back of done's
+		ops = append(ops, op)
 	}
 	post := func() {
 		if len(wrs) > 0 {
@@ -95,10 +94,10 @@ func (b *benchRun) ring(ctx context.Context, limit int64) {
 		}
 		now := time.Now()
 		for _, w := range out[:k] {
-			i, ok := index[w]
-			if !ok {
+			if w.ID() == 0 || int(w.ID()) > len(slots) || &slots[w.ID()-1].wr != w {
 				continue // a read-back of done's
 			}
+			i := int(w.ID()) - 1
 			s := &slots[i]
 			s.armed = false
 			armed--
