@@ -6,8 +6,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
