@@ -30,7 +30,9 @@ func (b *benchRun) ring(ctx context.Context, limit int64) {
 	slots := make([]ringSlot, n)
 	for i := range slots {
 		s := &slots[i]
-		s.off = uint64(i) * cfg.Size
+		if !cfg.SharedSlot {
+			s.off = uint64(i) * cfg.Size
+		}
 		s.l, _ = b.local.Slice(s.off, cfg.Size)
 		s.r, _ = b.remote.Slice(s.off, cfg.Size)
 	}

@@ -31,6 +31,11 @@ type Config struct {
 	Ring   bool
 	Warmup int  // untimed operations first
 	Verify bool // check every byte of every operation
+	// SharedSlot: every operation in flight uses the first slot's bytes
+	// (as ucx_perftest's one buffer of the message size does), so the
+	// operations move Size bytes of memory, not Size × Concurrency; not
+	// with Verify.
+	SharedSlot bool
 	// MaxErrors stops the run once more operations than this failed.
 	MaxErrors int
 	// Progress, when not nil, is called about every ProgressEvery (default

@@ -50,8 +50,10 @@ func completeRun(wrs []*backend.WorkRequest, errs []error) {
 			w.report(errs[i])
 			continue
 		}
-		w.qp.observe(w, errs[i])
-		w.start = time.Time{}
+		if !w.start.IsZero() { // an observer's
+			w.qp.observe(w, errs[i])
+			w.start = time.Time{}
+		}
 		ws[k], refs[k], qs[k], cqs[k] = w, w.ref, w.qp, w.cq
 		w.ref, w.qp, w.cq = memreg.Ref{}, nil, nil
 		w.err = errs[i]

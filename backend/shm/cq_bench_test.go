@@ -56,7 +56,11 @@ func BenchmarkCQ(b *testing.B) {
 				wrs := make([]queuepair.WorkRequest, inflight)
 				ops := make([]queuepair.Op, inflight)
 				for i := range wrs {
-					l, r := backendtest.Slice(b, ha, i*n, n), backendtest.Slice(b, hb, i*n, n)
+					at := i * n
+					if os.Getenv("CQ_SAMESLOT") != "" {
+						at = 0
+					}
+					l, r := backendtest.Slice(b, ha, at, n), backendtest.Slice(b, hb, at, n)
 					if op == backend.OpRead {
 						ops[i] = queuepair.GetOp(l, r)
 					} else {
