@@ -257,7 +257,9 @@ func (b *benchRun) worker(ctx context.Context, slot int, limit int64) {
 			b.qp.PostGet(ctx, &wr, l, r)
 		}
 		err := wr.Wait(ctx)
-		b.done(ctx, slot, off, time.Since(t0), err)
+		if b.done(ctx, slot, off, time.Since(t0), err) {
+			b.ops.Add(1)
+		}
 	}
 }
 
@@ -272,20 +274,22 @@ func (b *benchRun) prepareSlot(off, seq uint64) {
 	}
 }
 
-// done counts an operation of slot that completed with err after d.
-// Operations ended by the stop count neither as done nor as failed.
-func (b *benchRun) done(ctx context.Context, slot int, off uint64, d time.Duration, err error) {
+// done records an operation of slot that completed with err after d and
+// reports whether it succeeded: the caller adds it to b.ops (the ring once
+// per batch). Operations ended by the stop count neither as done nor as
+// failed.
+func (b *benchRun) done(ctx context.Context, slot int, off uint64, d time.Duration, err error) bool {
 	if err != nil {
 		if ctx.Err() == nil {
 			b.fail(err)
 		}
-		return
+		return false
 	}
 	b.latencies[slot] = append(b.latencies[slot], d)
-	b.ops.Add(1)
 	if b.cfg.Verify {
 		b.verifyOp(ctx, slot, off)
 	}
+	return true
 }
 
 // verifyOp checks the bytes of the operation that just completed on slot.
