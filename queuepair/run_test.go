@@ -1,0 +1,105 @@
+package queuepair
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/qpbind"
+)
+
+// runRoute completes every list it is given at once, in the poster's
+// goroutine, through the first request's qpbind.RunCompleter (as shm's
+// inline copies do): every third request fails.
+type runRoute struct {
+	fakeRoute
+	runs atomic.Int64
+}
+
+func (r *runRoute) PostList(wrs []*backend.WorkRequest) (int, error) {
+	errs := make([]error, len(wrs))
+	for i := range errs {
+		if i%3 == 2 {
+			errs[i] = rdmamgr.ErrRevoked
+		}
+	}
+	rc, ok := wrs[0].Done.(qpbind.RunCompleter)
+	if !ok {
+		panic("a queue pair's request is not a qpbind.RunCompleter")
+	}
+	r.runs.Add(1)
+	rc.CompleteRun(wrs, errs)
+	return len(wrs), nil
+}
+
+// A chain completed as one run is reported as each would be alone: once,
+// through the queue, with its own outcome and the Op.ID it was posted
+// with; its local references dropped (the buffer releases) and the queue
+// pair's count too (Release returns). Re-posting one the queue still holds
+// panics; reaped, each re-posts at once.
+func TestCompleteRun(t *testing.T) {
+	e := newEnv(t, qpbind.Options{})
+	r := &runRoute{fakeRoute: *newFakeRoute()}
+	qp := newQueuePair(9, peerID, r, e.local, qpbind.Options{})
+	cq := NewCompletionQueue(16)
+	qp.SetCompletionQueue(cq)
+	local := alloc(t, e.local, 64, buffer.AccessReadWrite)
+	other := alloc(t, e.local, 64, buffer.AccessReadWrite)
+	remote := alloc(t, e.remote, 64, buffer.AccessReadWrite)
+	const n = 7
+	wrs := make([]*WorkRequest, n)
+	ops := make([]Op, n)
+	for i := range wrs {
+		wrs[i] = new(WorkRequest)
+		l := local
+		if i >= 4 { // two regions in one run
+			l = other
+		}
+		ops[i] = PutOp(l, remote)
+		if i%2 == 1 {
+			ops[i] = GetOp(l, remote)
+		}
+		ops[i].ID = uint64(100 + i)
+	}
+	out := make([]*WorkRequest, n)
+	for round := range 3 {
+		qp.PostOps(context.Background(), wrs, ops)
+		if got := r.runs.Load(); got != int64(round+1) {
+			t.Fatalf("round %d: %d runs, want one per chain", round, got)
+		}
+		if round == 0 {
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Fatal("re-posting a request the queue holds did not panic")
+					}
+				}()
+				qp.PostPut(context.Background(), wrs[0], local, remote)
+			}()
+		}
+		k := cq.Poll(out)
+		if k != n {
+			t.Fatalf("round %d: Poll reaped %d, want %d", round, k, n)
+		}
+		for i, w := range out[:k] {
+			if w != wrs[i] || w.ID() != uint64(100+i) {
+				t.Fatalf("round %d: report %d is request %d (ID %d), want %d in order", round, i, w.ID()-100, w.ID(), i)
+			}
+			done, err := w.Poll()
+			if !done || (i%3 == 2) != errors.Is(err, rdmamgr.ErrRevoked) || (i%3 != 2 && err != nil) {
+				t.Fatalf("round %d: request %d: done %v, err %v", round, i, done, err)
+			}
+		}
+		if k := cq.Poll(out); k != 0 {
+			t.Fatalf("round %d: %d more reports, want each once", round, k)
+		}
+	}
+	if !drained(t, e.local, local) || !drained(t, e.local, other) {
+		t.Fatal("a local buffer still referenced after every run was reported")
+	}
+	qp.Release() // returns only once every operation left its count
+}
