@@ -41,7 +41,7 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 		ch.entries = n
 	}
 	if q.reg != nil {
-		ch.local = q.reg.NewLocalRun()
+		ch.local = q.reg.NewLocalRun(q.near.Load())
 	}
 	i := 0
 	defer func() {
@@ -59,6 +59,9 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 		}
 	}
 	ch.giveBack(q)
+	if r := ch.local.Last(); r != nil && r != q.near.Load() {
+		q.near.Store(r)
+	}
 	q.postList(ready, c)
 	clear(ready) // hold no request past the post
 	*chain = ready[:0]

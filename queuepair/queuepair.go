@@ -37,6 +37,9 @@ type QueuePair struct {
 	relOnce sync.Once
 	cq      atomic.Pointer[CompletionQueue] // where operations posted now report
 	list    backend.ListPoster              // route's chain posting; nil: a loop of Post
+	// near is the local region an operation was last posted from: the
+	// next one from it is resolved without the registry's lookup.
+	near atomic.Pointer[memreg.Region]
 
 	// ops counts the operations armed and not yet completed, and is closed
 	// by Release, which waits for it to drain. Lock-free: it is on the data
@@ -218,7 +221,11 @@ func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer
 	if q.reg != nil && ch != nil {
 		ref, err = ch.local.Acquire(local, ch.left)
 	} else if q.reg != nil {
-		ref, err = q.reg.AcquireLocalOf(local)
+		near := q.near.Load()
+		lr := q.reg.NewLocalRun(near)
+		if ref, err = lr.Acquire(local, 1); err == nil && ref.Region() != near {
+			q.near.Store(ref.Region())
+		}
 	} else {
 		ref, err = q.local.AcquireLocal(*local)
 	}
@@ -314,6 +321,7 @@ func (q *QueuePair) Release() {
 	q.relOnce.Do(func() {
 		q.ops.Close()
 		<-q.ops.Drained()
+		q.near.Store(nil) // keeps no released region's memory from the collector
 		coarseclock.Release()
 		if q.onRel != nil {
 			q.onRel()

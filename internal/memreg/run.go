@@ -18,8 +18,14 @@ type LocalRun struct {
 	spare int64   // references to r taken and not handed out
 }
 
-// NewLocalRun returns a LocalRun on g.
-func (g *Registry) NewLocalRun() LocalRun { return LocalRun{g: g} }
+// NewLocalRun returns a LocalRun on g; near, when not nil, is a region of
+// g's (held or not) the first handle is probably in: resolving one in it
+// skips the registry's lookup.
+func (g *Registry) NewLocalRun(near *Region) LocalRun { return LocalRun{g: g, r: near} }
+
+// Last returns the region the run resolved last (nil: none), a hint for
+// the next NewLocalRun.
+func (lr *LocalRun) Last() *Region { return lr.r }
 
 // Acquire is AcquireLocalOf(b); want is how many handles the chain may
 // still resolve, this one included: when b's region is not the last one's,

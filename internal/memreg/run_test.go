@@ -25,7 +25,7 @@ func TestLocalRun(t *testing.T) {
 		}
 		return &s
 	}
-	lr := g.NewLocalRun()
+	lr := g.NewLocalRun(nil)
 	var refs []Ref
 	take := func(h *buffer.Buffer, want int64) {
 		t.Helper()
@@ -79,7 +79,7 @@ func TestLocalRun(t *testing.T) {
 		t.Fatalf("after ReleaseAll a holds %d, b %d references, want 0", ga, gb)
 	}
 	// A released region: its run's fast path refuses, as AcquireLocalOf.
-	lr = g.NewLocalRun()
+	lr = g.NewLocalRun(nil)
 	take(slice(a, 0, 8), 1)
 	ReleaseAll(refs[len(refs)-1:])
 	if err := g.Release(context.Background(), a); err != nil {
