@@ -32,6 +32,9 @@ var sink byte
 // which ns/op includes), and x-copy is p10-ns/op over copy-ns/op
 // (must-have 2 of issue 25: "within a small multiple of the copy").
 // cpu-ns/op is the process's CPU time per operation.
+// CQ_INFLIGHT=N sets the operations in flight (default 64); CQ_SAMESLOT=1
+// puts them all on the same bytes, as ucx_perftest does (bench
+// --shared-slot).
 // go test -run '^$' -bench CQ ./backend/shm
 func BenchmarkCQ(b *testing.B) {
 	const window = 4096
