@@ -45,6 +45,7 @@ func (r *runRoute) PostList(wrs []*backend.WorkRequest) (int, error) {
 // panics; reaped, each re-posts at once.
 func TestCompleteRun(t *testing.T) {
 	e := newEnv(t, qpbind.Options{})
+	defer e.qp.Release()
 	r := &runRoute{fakeRoute: *newFakeRoute()}
 	qp := newQueuePair(9, peerID, r, e.local, qpbind.Options{})
 	cq := NewCompletionQueue(16)
@@ -131,7 +132,8 @@ func (r *nullRoute) PostList(wrs []*backend.WorkRequest) (int, error) {
 // window of 4096 operations.
 func BenchmarkPostOpsRun(b *testing.B) {
 	const inflight = 64
-	e := newEnv(&testing.T{}, qpbind.Options{})
+	e := newEnv(b, qpbind.Options{})
+	defer e.qp.Release()
 	r := &nullRoute{fakeRoute: *newFakeRoute()}
 	qp := newQueuePair(9, peerID, r, e.local, qpbind.Options{})
 	defer qp.Release()
