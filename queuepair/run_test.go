@@ -3,6 +3,7 @@ package queuepair
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -178,4 +179,37 @@ func BenchmarkPostOpsRun(b *testing.B) {
 		slices.Sort(win)
 		b.ReportMetric(float64(win[len(win)/10].Nanoseconds())/window, "p10-ns/op")
 	}
+}
+
+// reset writes every field of backend.WorkRequest itself (with prepare's
+// operands) rather than Reset and then most of them again: a field added
+// to backend.WorkRequest must be added there too, or a re-posted request
+// carries the last operation's value. This fails until it is.
+func TestResetWritesEveryField(t *testing.T) {
+	want := []string{"Op", "Local", "LocalRegion", "Remote", "Deadline", "Done", "Cancel",
+		"Imm", "HasImm", "Compare", "Swap", "Result", "cause"}
+	typ := reflect.TypeFor[backend.WorkRequest]()
+	var got []string
+	for i := range typ.NumField() {
+		got = append(got, typ.Field(i).Name)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("backend.WorkRequest has fields %v, reset (workrequest.go) writes %v: update it", got, want)
+	}
+	// And a re-posted request starts clean: no Result, no cause, the
+	// new operation's handle and deadline.
+	e := newEnv(t, qpbind.Options{})
+	defer e.qp.Release()
+	local := alloc(t, e.local, 8, buffer.AccessReadWrite)
+	remote := alloc(t, e.remote, 8, buffer.AccessReadWrite)
+	w := new(WorkRequest)
+	w.wr.Result = 7
+	w.wr.RequestCancel(errors.New("old"))
+	if !e.qp.prepare(w, backend.OpRead, &local, &remote, time.Time{}, nil, operands{}, nil) {
+		t.Fatal("prepare refused the request")
+	}
+	if w.wr.Result != 0 || w.wr.CancelCause() != nil || w.wr.Remote != remote || w.wr.Op != backend.OpRead {
+		t.Fatalf("re-armed request: result %d, cause %v, op %v", w.wr.Result, w.wr.CancelCause(), w.wr.Op)
+	}
+	w.finish(nil)
 }

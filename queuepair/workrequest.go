@@ -139,13 +139,18 @@ func (w *WorkRequest) reset(op backend.Op, remote *buffer.Buffer, deadline time.
 		}
 	}
 	w.err = nil
-	w.wr.Reset()
-	w.wr.Op = op
-	w.wr.Remote = *remote
-	w.wr.Deadline = deadline
-	w.wr.Done = (*completer)(w)
+	if w.wr.CancelCause() != nil {
+		w.wr.Reset() // the cause: only Reset clears it
+	}
+	// Every other field of backend.WorkRequest written once (Reset, then
+	// these, wrote most twice); Imm, HasImm, Compare and Swap are
+	// prepare's. TestResetWritesEveryField keeps this in step with the
+	// struct.
+	wr := &w.wr
+	wr.Op, wr.Local, wr.LocalRegion, wr.Remote = op, nil, nil, *remote
+	wr.Deadline, wr.Done, wr.Cancel, wr.Result = deadline, (*completer)(w), nil, 0
 	if ctx != nil {
-		w.wr.Cancel = ctx.Done()
+		wr.Cancel = ctx.Done()
 	}
 }
 
