@@ -219,6 +219,11 @@ func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer
 	var ref memreg.Ref
 	var err error
 	if q.reg != nil && ch != nil {
+		if ch.local.Next(local, &w.ref) { // the common case: a reference taken with the chain's
+			w.wr.LocalRegion = w.ref.Region()
+			w.wr.Local = w.ref.Bytes()
+			return true
+		}
 		ref, err = ch.local.Acquire(local, ch.left)
 	} else if q.reg != nil {
 		near := q.near.Load()

@@ -27,6 +27,21 @@ func (g *Registry) NewLocalRun(near *Region) LocalRun { return LocalRun{g: g, r:
 // the next NewLocalRun.
 func (lr *LocalRun) Last() *Region { return lr.r }
 
+// Next is Acquire's common case, writing the Ref into *dst (a data path's
+// field) rather than returning it: when b is in the last region and a
+// reference to it is spare. It reports false, changing nothing, otherwise:
+// then call Acquire.
+func (lr *LocalRun) Next(b *buffer.Buffer, dst *Ref) bool {
+	r := lr.r
+	if lr.spare == 0 || b.Region != r.id || b.OwnerID != lr.g.ownerID || !r.key.Equal(b.Key) ||
+		buffer.CheckRange(uint64(len(r.mem)), b.Offset, b.Length) != nil {
+		return false
+	}
+	lr.spare--
+	dst.r, dst.mem, dst.remote = r, r.mem[b.Offset:b.End():b.End()], false
+	return true
+}
+
 // Acquire is AcquireLocalOf(b); want is how many handles the chain may
 // still resolve, this one included: when b's region is not the last one's,
 // that many references to it are taken at once.

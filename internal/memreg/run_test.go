@@ -42,7 +42,16 @@ func TestLocalRun(t *testing.T) {
 	if got := ra.Refs(); got != 4 {
 		t.Fatalf("a holds %d references after the first of a chain of 4, want 4 (taken at once)", got)
 	}
-	take(slice(a, 8, 8), 3)
+	var next Ref
+	if !lr.Next(slice(a, 8, 8), &next) || next.Region() != ra || len(next.Bytes()) != 8 || &next.Bytes()[0] != &ra.mem[8] {
+		t.Fatal("Next on the last region with references spare did not resolve it")
+	}
+	refs = append(refs, next)
+	wrongKey := *slice(a, 16, 8)
+	wrongKey.Key[1] ^= 1
+	if lr.Next(&wrongKey, &next) || lr.Next(slice(b, 0, 8), &next) {
+		t.Fatal("Next resolved a handle with a wrong key, or of another region")
+	}
 	badKey := *slice(a, 16, 8)
 	badKey.Key[0] ^= 1
 	if _, err := lr.Acquire(&badKey, 2); !errors.Is(err, rdmamgr.ErrBadKey) {
@@ -57,6 +66,9 @@ func TestLocalRun(t *testing.T) {
 	other.OwnerID ^= 1
 	if _, err := lr.Acquire(&other, 2); !errors.Is(err, rdmamgr.ErrInvalid) {
 		t.Fatalf("Acquire of another owner's handle: %v, want ErrInvalid", err)
+	}
+	if lr.Next(slice(a, 16, 8), &next) {
+		t.Fatal("Next with no reference spare resolved a handle")
 	}
 	if got := ra.Refs(); got != 2 {
 		t.Fatalf("a holds %d references after the refusals, want 2 (the spare ones given back)", got)
