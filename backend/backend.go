@@ -109,6 +109,17 @@ type WorkRequest struct {
 	// before Complete when the atomic succeeded.
 	Result uint64
 
+	// Via names the target process at the peer when the peer is a host
+	// agent: its slot there (0: none; the peer's own memory). A peer that
+	// is not an agent refuses a request with Via with ErrNotSupported.
+	// Set only by the module's agent; TCP carries it.
+	Via uint16
+	// Origin is the manager the request is posted for when a host agent
+	// posts it for an attached process (0: the route's own manager). The
+	// event of an OpWriteImm and the message of an OpSend name it as
+	// their Peer at the owner (honoured only with Via, by an agent).
+	Origin uint64
+
 	cause atomic.Pointer[error] // set once by RequestCancel
 }
 
@@ -133,6 +144,7 @@ func (wr *WorkRequest) Reset() {
 	wr.Op, wr.Local, wr.LocalRegion, wr.Remote = 0, nil, nil, buffer.Buffer{}
 	wr.Deadline, wr.Done, wr.Cancel = time.Time{}, nil, nil
 	wr.Imm, wr.HasImm, wr.Compare, wr.Swap, wr.Result = 0, false, 0, 0, 0
+	wr.Via, wr.Origin = 0, 0
 	if wr.cause.Load() != nil { // a store costs a barrier: only when there is one to clear
 		wr.cause.Store(nil)
 	}

@@ -187,7 +187,7 @@ func BenchmarkPostOpsRun(b *testing.B) {
 // carries the last operation's value. This fails until it is.
 func TestResetWritesEveryField(t *testing.T) {
 	want := []string{"Op", "Local", "LocalRegion", "Remote", "Deadline", "Done", "Cancel",
-		"Imm", "HasImm", "Compare", "Swap", "Result", "cause"}
+		"Imm", "HasImm", "Compare", "Swap", "Result", "Via", "Origin", "cause"}
 	typ := reflect.TypeFor[backend.WorkRequest]()
 	var got []string
 	for i := range typ.NumField() {
@@ -203,12 +203,12 @@ func TestResetWritesEveryField(t *testing.T) {
 	local := alloc(t, e.local, 8, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 8, buffer.AccessReadWrite)
 	w := new(WorkRequest)
-	w.wr.Result = 7
+	w.wr.Result, w.wr.Via, w.wr.Origin = 7, 3, 9
 	w.wr.RequestCancel(errors.New("old"))
 	if !e.qp.prepare(w, backend.OpRead, &local, &remote, time.Time{}, nil, operands{}, nil) {
 		t.Fatal("prepare refused the request")
 	}
-	if w.wr.Result != 0 || w.wr.CancelCause() != nil || w.wr.Remote != remote || w.wr.Op != backend.OpRead {
+	if w.wr.Result != 0 || w.wr.Via != 0 || w.wr.Origin != 0 || w.wr.CancelCause() != nil || w.wr.Remote != remote || w.wr.Op != backend.OpRead {
 		t.Fatalf("re-armed request: result %d, cause %v, op %v", w.wr.Result, w.wr.CancelCause(), w.wr.Op)
 	}
 	w.finish(nil)

@@ -149,6 +149,7 @@ func (w *WorkRequest) reset(op backend.Op, remote *buffer.Buffer, deadline time.
 	wr := &w.wr
 	wr.Op, wr.Local, wr.LocalRegion, wr.Remote = op, nil, nil, *remote
 	wr.Deadline, wr.Done, wr.Cancel, wr.Result = deadline, (*completer)(w), nil, 0
+	wr.Via, wr.Origin = 0, 0
 	if ctx != nil {
 		wr.Cancel = ctx.Done()
 	}
@@ -280,6 +281,10 @@ func (w *WorkRequest) Err() error {
 // way, when Wait returns the memory is the caller's again, and Err returns
 // the same outcome.
 func (w *WorkRequest) Wait(ctx context.Context) error {
+	var spin spinner // spin.go: an outcome that comes soon costs no wake-up
+	for w.state.Load() == statePending && spin.more() {
+	}
+	spin.hit()
 	if finished(w.settled()) || !w.park() {
 		w.settled()
 		return w.err

@@ -70,6 +70,8 @@ type token struct {
 	pid     uint32
 	uid     uint32
 	expires time.Time
+	// agent: issued to this process's own host agent (acceptAgentRoute).
+	agent bool
 }
 
 func init() { wiring.SetBackend(newSHM) }
@@ -248,7 +250,7 @@ func (b *Backend) removeRoute(r *route) {
 }
 
 // newToken records an accepted route's token.
-func (b *Backend) newToken(peerID uint64, info *routeInfo) ([tokenSize]byte, error) {
+func (b *Backend) newToken(peerID uint64, info *routeInfo, agent bool) ([tokenSize]byte, error) {
 	var tok [tokenSize]byte
 	_, _ = rand.Read(tok[:])
 	now := time.Now()
@@ -267,7 +269,7 @@ func (b *Backend) newToken(peerID uint64, info *routeInfo) ([tokenSize]byte, err
 			return tok, fmt.Errorf("shm: %d routes awaiting their connection: %w", len(b.tokens), rdmamgr.ErrLimit)
 		}
 	}
-	b.tokens[tok] = token{peerID: peerID, pid: info.pid, uid: info.uid, expires: now.Add(tokenTTL)}
+	b.tokens[tok] = token{peerID: peerID, pid: info.pid, uid: info.uid, expires: now.Add(tokenTTL), agent: agent}
 	return tok, nil
 }
 

@@ -3,6 +3,7 @@
 package shm
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -66,11 +67,15 @@ type mapCache struct {
 	entries map[uint64]*entry
 	order   []uint64 // region ids in the order mapped (may hold dropped ones)
 	maps    map[fileID]*mapping
+	// proxied counts the open proxy gates of each region (proxy.go): its
+	// entry is never evicted (the owner would cut the region under the
+	// agent), whichever entry of the region the gates came from.
+	proxied map[uint64]int
 	closed  bool
 }
 
 func newMapCache(max int, gate *refgate.Gate) *mapCache {
-	return &mapCache{max: max, gate: gate, entries: make(map[uint64]*entry), maps: make(map[fileID]*mapping)}
+	return &mapCache{max: max, gate: gate, entries: make(map[uint64]*entry), maps: make(map[fileID]*mapping), proxied: make(map[uint64]int)}
 }
 
 // get returns the entry of region id under key with a reference (unref
@@ -172,16 +177,30 @@ func (c *mapCache) install(e *entry, fd int, off, n uint64) (evicted []*entry, e
 	}
 	c.entries[e.id] = e
 	c.order = append(c.order, e.id)
-	for len(c.entries) > c.max && len(c.order) > 0 {
+	for tries := len(c.order); len(c.entries) > c.max && tries > 0; tries-- {
 		id := c.order[0]
 		c.order = c.order[1:]
-		if old := c.entries[id]; old != nil && old != e {
+		old := c.entries[id]
+		switch {
+		case old == nil || old == e: // dropped before; e is listed last
+		case c.proxied[id] > 0: // kept: to the back of the line
+			c.order = append(c.order, id)
+		default:
 			c.dropLocked(old)
 			evicted = append(evicted, old)
 		}
 	}
-	if len(c.order) > 4*c.max { // compact the ids of dropped entries
-		c.order = append([]uint64(nil), c.order[len(c.order)-len(c.entries):]...)
+	if len(c.order) > 4*c.max { // compact: each listed id once, at its last place
+		seen := make(map[uint64]bool, len(c.entries))
+		keep := make([]uint64, 0, len(c.entries))
+		for i := len(c.order) - 1; i >= 0; i-- {
+			if id := c.order[i]; c.entries[id] != nil && !seen[id] {
+				seen[id] = true
+				keep = append(keep, id)
+			}
+		}
+		slices.Reverse(keep)
+		c.order = keep
 	}
 	return evicted, nil
 }

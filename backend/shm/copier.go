@@ -9,6 +9,7 @@ import (
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
+	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
@@ -123,38 +124,53 @@ func (r *route) ended(wr *backend.WorkRequest) error {
 // answer: a mapping, or a note that the region goes to the fallback. The
 // entry comes with a reference.
 func (r *route) mapRegion(wr *backend.WorkRequest) (*entry, error) {
+	e, code, err := r.mapEntry(wr.Remote.Region, wr.Remote.Key, wr.Op.Need(), func(req uint64, ch chan mapReply) (mapReply, error) {
+		return r.await(wr, req, ch)
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case code == rdmapb.Code_NOT_SUPPORTED:
+		return r.installFallback(wr)
+	case code != rdmapb.Code_OK:
+		return nil, &backend.RemoteError{Code: code, Op: wr.Op}
+	}
+	return e, nil
+}
+
+// mapEntry asks the owner for region id under key, needing need, waits
+// for the answer with wait, and installs the mapping: the entry comes with
+// a reference. A refusal is its code (nil entry, nil error).
+func (r *route) mapEntry(id uint64, key buffer.Key, need buffer.Access, wait func(req uint64, ch chan mapReply) (mapReply, error)) (*entry, rdmapb.Code, error) {
 	req, ch := r.newRequest()
-	msg := mapMsg{req: req, region: wr.Remote.Region, key: wr.Remote.Key, need: wr.Op.Need()}
+	msg := mapMsg{req: req, region: id, key: key, need: need}
 	if err := writePacket(r.conn, msg.encode(), -1); err != nil {
 		r.forget(req, ch)
 		r.fail(errOwnerGone)
-		return nil, r.st.Err()
+		return nil, 0, r.st.Err()
 	}
-	rep, err := r.await(wr, req, ch)
+	rep, err := wait(req, ch)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if rep.m.code != uint32(rdmapb.Code_OK) {
 		rep.close()
-		if rdmapb.Code(rep.m.code) == rdmapb.Code_NOT_SUPPORTED {
-			return r.installFallback(wr)
-		}
-		return nil, &backend.RemoteError{Code: rdmapb.Code(rep.m.code), Op: wr.Op}
+		return nil, rdmapb.Code(rep.m.code), nil
 	}
 	if rep.fd < 0 || rep.m.slot == 0 || rep.m.slot >= tableSlots {
 		rep.close()
 		r.fail(fmt.Errorf("shm: map reply slot %d fd %d: %w", rep.m.slot, rep.fd, rdmamgr.ErrProtocol))
-		return nil, r.st.Err()
+		return nil, 0, r.st.Err()
 	}
-	e := &entry{id: wr.Remote.Region, key: wr.Remote.Key, slot: rep.m.slot, access: rep.m.access}
+	e := &entry{id: id, key: key, slot: rep.m.slot, access: rep.m.access}
 	evicted, err := r.cache.install(e, rep.fd, rep.m.off, rep.m.len)
 	if err != nil {
 		r.fail(err)
-		return nil, r.st.Err()
+		return nil, 0, r.st.Err()
 	}
 	r.tellEvicted(evicted)
 	e.refs.Add(1)
-	return e, nil
+	return e, rdmapb.Code_OK, nil
 }
 
 func (rep *mapReply) close() {

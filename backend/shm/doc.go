@@ -20,8 +20,8 @@
 // kernel (SO_PEERCRED): its uid must be the one the route named and one
 // it serves, its pid the one the route named. Only then does it pass,
 // over SCM_RIGHTS, the route's state table (below). The same steps let a
-// host agent later map regions for every process of the host: the agent
-// is one more authenticated peer of each owner.
+// host agent map regions for every process of the host: the agent is one
+// more authenticated peer of each owner (below, "A host agent").
 //
 // A region is handed out on the initiator's first use of it (a map
 // request naming region id, key and the access it needs): the owner runs
@@ -146,6 +146,46 @@
 // the cache from 1 MiB on, right only for copies larger than the cache.
 // Served counters are kept in the state table (the owner's CPU does not
 // see the copies).
+//
+// # A host agent
+//
+// A process attached to its host's agent (issue 26) runs this handshake
+// with the agent as initiator, over the attach socket instead of the
+// actors; the process accepts that route through
+// internal/wiring.SHMAcceptAgentRoute, which marks the connection that
+// proves its token as its agent's. Nothing more is trusted: the agent
+// maps only what a key unlocks, under the same checks. The mark changes
+// two things on the owner's side, for that connection only:
+//
+//   - Cut notice. When a region the agent mapped is cut (revoked,
+//     released, expired, or the connection ends), the owner sends a
+//     msgCut (slot, region) right after writing the slot's state and
+//     before it waits for the slot's count; never blocking (a full socket
+//     drops it, and the owner waits as it would without). Any other peer
+//     gets msgGone alone, as before: an initiator that does not know
+//     msgCut never sees one.
+//   - Origin. A msgEvent or msgSend may carry the manager id of the
+//     process the agent posts for (WorkRequest.Origin); the owner's Inbox
+//     gets it as the event's or message's Peer. From any other peer an
+//     origin is refused with ErrUnauthenticated (nothing is delivered, the
+//     connection goes on).
+//
+// On the agent's side the route is an internal/wiring.ProxyRoute. MapProxy
+// maps a whole region (once, cached) and returns its memory and a gate
+// over its slot, which the agent registers as a proxy region of its own
+// registry (memreg.RegisterProxy): its TCP backend then serves and posts
+// on it with no extra copy. The gate's Enter counts a user into the slot
+// exactly as a copy does (count, then state and lease, sequentially
+// consistent), so the owner's Revoke and Release wait for the agent's
+// users as for copies, with the same 2 s give-up. OnCut is called on a
+// msgCut for a proxied region (and for every proxied region when the
+// route ends): the agent revokes its proxy, which ends its users (the
+// TCP server's cutter), so the owner's wait ends at once instead of at
+// the give-up. A proxied region is never evicted from the route's
+// mappings; its gate keeps the mapping, the state table and the coarse
+// clock until the proxy is freed, so it outlives the route (Enter then
+// fails with ErrPeerGone) and Close does not wait for proxies. Notify
+// sends the event of a PutWithImm whose bytes the agent wrote itself.
 //
 // Contract: as every backend's (package backend). Linux only: elsewhere
 // its construction fails with ErrNotBuilt (node's "auto" leaves it out).

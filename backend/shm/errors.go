@@ -22,11 +22,12 @@ var (
 
 // Internal errors; they match the module's sentinels.
 var (
-	errBadPlace    = fmt.Errorf("shm: region lies outside its memfd: %w", rdmamgr.ErrProtocol)
-	errRouteClosed = fmt.Errorf("shm: route closed: %w", rdmamgr.ErrClosed)
-	errOwnerSilent = fmt.Errorf("shm: owner did not answer a map request: %w", rdmamgr.ErrPeerGone)
-	errOwnerGone   = fmt.Errorf("shm: owner closed the connection: %w", rdmamgr.ErrPeerGone)
-	errCopyFault   = fmt.Errorf("shm: fault while copying shared memory: %w", rdmamgr.ErrPeerGone)
+	errBadPlace     = fmt.Errorf("shm: region lies outside its memfd: %w", rdmamgr.ErrProtocol)
+	errForgedOrigin = fmt.Errorf("shm: origin claimed by a peer that is not this process's host agent: %w", rdmamgr.ErrUnauthenticated)
+	errRouteClosed  = fmt.Errorf("shm: route closed: %w", rdmamgr.ErrClosed)
+	errOwnerSilent  = fmt.Errorf("shm: owner did not answer a map request: %w", rdmamgr.ErrPeerGone)
+	errOwnerGone    = fmt.Errorf("shm: owner closed the connection: %w", rdmamgr.ErrPeerGone)
+	errCopyFault    = fmt.Errorf("shm: fault while copying shared memory: %w", rdmamgr.ErrPeerGone)
 )
 
 // uidRefused: the peer is on this host but runs as a uid we do not serve

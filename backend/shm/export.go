@@ -181,6 +181,12 @@ func (c *serverConn) cutExport(e *export, st uint64) {
 
 func (c *serverConn) drain(e *export) {
 	defer c.drains.Done()
+	if c.agent {
+		// The cut notice, before the wait: the agent revokes its proxy of
+		// the region, which ends its users at once. Never blocking (an
+		// agent that does not read loses it, and is waited for as before).
+		_ = tryWritePacket(c.conn, slotMsg(msgCut, e.slot, e.id))
+	}
 	n := c.table.word(e.slot, wInFlight)
 	d := 20 * time.Microsecond
 	start := time.Now()

@@ -3,6 +3,7 @@
 package shm
 
 import (
+	"encoding/binary"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -24,6 +25,7 @@ const (
 	MsgMap     = msgMap
 	MsgMapped  = msgMapped
 	MsgGone    = msgGone
+	MsgCut     = msgCut
 	TokenSize  = tokenSize
 )
 
@@ -69,9 +71,23 @@ func EncodeEvent(req uint64, slot uint32, region, off, n uint64, imm uint32) []b
 	return m.encode()
 }
 
+// EncodeEventOrigin builds an event message carrying origin (8 bytes
+// after the imm, even when 0).
+func EncodeEventOrigin(req uint64, slot uint32, region, off, n uint64, imm uint32, origin uint64) []byte {
+	return binary.LittleEndian.AppendUint64(EncodeEvent(req, slot, region, off, n, imm), origin)
+}
+
+// EncodeSendOrigin builds the first packet of a message of n bytes
+// carrying origin (the flag set, even when 0) and data.
+func EncodeSendOrigin(req, n, origin uint64, data []byte) []byte {
+	b := sendHeader(nil, req, n, 0, false, 1)
+	binary.LittleEndian.PutUint64(b[len(b)-8:], origin)
+	return append(b, data...)
+}
+
 // EncodeSend builds the first packet of a message of n bytes carrying data.
 func EncodeSend(req, n uint64, data []byte) []byte {
-	return append(sendHeader(nil, req, n, 0, false), data...)
+	return append(sendHeader(nil, req, n, 0, false, 0), data...)
 }
 
 // Socket caps (admit.go).

@@ -35,6 +35,11 @@ func FuzzOwnerMessages(f *testing.F) {
 	f.Add(append(pkt(mapRegion), pkt(shm.EncodeEvent(2, 1, region.Region, 8190, 64, 7))...))
 	f.Add(pkt(shm.EncodeMap(1, 999, [16]byte{}, byte(buffer.AccessRead))))
 	f.Add(pkt(shm.EncodeSend(3, 100, []byte("hello"))))
+	// A forged origin (this peer is not the owner's agent), and malformed ones.
+	f.Add(append(pkt(mapRegion), pkt(shm.EncodeEventOrigin(2, 1, region.Region, 0, 64, 7, 0xBAD))...))
+	f.Add(append(pkt(mapRegion), pkt(shm.EncodeEventOrigin(2, 1, region.Region, 0, 64, 7, 0))...))
+	f.Add(pkt(shm.EncodeSendOrigin(3, 100, 0xBAD, []byte("hello"))))
+	f.Add(pkt(shm.EncodeSendOrigin(3, 100, 0, []byte("hello"))))
 	f.Add(pkt(shm.EncodeSend(3, 1<<40, nil)))
 	f.Add(pkt([]byte{shm.MsgSendMore, 3, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3}))
 	f.Add(pkt([]byte{6, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0})) // unmap slot 1

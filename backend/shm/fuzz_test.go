@@ -263,6 +263,8 @@ func FuzzInitiatorReplies(f *testing.F) {
 	f.Add(pkt(fdNone, mapped(1, 0, tableSlots, 0, 4096, buffer.AccessReadWrite)), alive)
 	f.Add(append(pkt(fdNone, ackMsg(1, uint32(rdmapb.Code_RELEASED))), pkt(fdNone, slotMsg(msgGone, 1, 1))...), []byte{})
 	f.Add(pkt(fdNone, []byte{99}), []byte{})
+	f.Add(append(pkt(fdNone, slotMsg(msgCut, 1, 1)), pkt(fdSealed, mapped(1, 0, 1, 0, 4096, buffer.AccessReadWrite))...), alive)
+	f.Add(pkt(fdNone, slotMsg(msgCut, 1, 1)[:9]), alive)
 	f.Fuzz(func(t *testing.T, packets, tableBytes []byte) {
 		b, reg := fuzzBackend(t)
 		initiator, owner := socketPair(t)

@@ -38,6 +38,12 @@ func (b *Backend) PrepareRoute(ctx context.Context, peerID uint64) (backend.Pend
 // (and the fallback's answer). A peer on another host, or of a uid we do
 // not serve, gets ErrNotSameHost (its manager tries its next backend).
 func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, p []byte) ([]byte, error) {
+	return b.acceptRoute(ctx, peerID, p, false)
+}
+
+// acceptRoute is AcceptRoute; agent marks the route as this process's
+// own host agent's (acceptAgentRoute).
+func (b *Backend) acceptRoute(ctx context.Context, peerID uint64, p []byte, agent bool) ([]byte, error) {
 	if err := b.ready(); err != nil {
 		return nil, err
 	}
@@ -51,7 +57,7 @@ func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, p []byte) ([]b
 	if !b.uidAllowed(info.uid) {
 		return nil, uidRefused{uid: info.uid}
 	}
-	tok, err := b.newToken(peerID, &info)
+	tok, err := b.newToken(peerID, &info, agent)
 	if err != nil {
 		return nil, err
 	}

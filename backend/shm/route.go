@@ -44,6 +44,11 @@ type route struct {
 	// replies waits for the owner's answer to map request req.
 	replies map[uint64]chan mapReply
 	nextReq uint64
+	// proxies are the gates MapProxy handed out and not yet closed, by
+	// region id.
+	proxies map[uint64][]*proxyGate
+	// onCut is OnCut's function (nil: cut notices are ignored).
+	onCut func(region uint64)
 }
 
 // mapReply is a msgMapped with its fd (-1: none), owned by the receiver.
@@ -55,10 +60,11 @@ type mapReply struct {
 func newRoute(b *Backend, peerID uint64, conn *net.UnixConn, tbl *table, fb backend.Route) *route {
 	r := &route{b: b, peerID: peerID, conn: conn, table: tbl, fb: fb,
 		room: make(chan struct{}, b.cfg.MaxInFlight), wake: make(chan struct{}, 1), poke: make(chan struct{}, 1),
-		stop: make(chan struct{}), replies: make(map[uint64]chan mapReply)}
+		stop: make(chan struct{}), replies: make(map[uint64]chan mapReply), proxies: make(map[uint64][]*proxyGate)}
 	r.cache = newMapCache(b.cfg.MaxMapped, &r.gate)
 	coarseclock.Acquire() // the lease checks' clock; Close gives it back
 	tbl.coarse = true
+	tbl.refs.Store(1) // the route's hold; proxy gates take more (proxy.go)
 	r.st.Init()
 	r.wg.Add(2)
 	go r.reader()
@@ -116,7 +122,7 @@ func (r *route) Close() error {
 		r.cache.close() // the mappings go with their last copies, and then the gate drains
 		<-r.gate.Drained()
 		coarseclock.Release() // no copy runs any more
-		r.table.close()
+		r.table.release()     // unmapped now, or by the last proxy gate's Close
 		if r.fb != nil {
 			r.fb.Close()
 		}
@@ -128,6 +134,7 @@ func (r *route) Close() error {
 // reader takes the owner's messages: map replies and regions gone.
 func (r *route) reader() {
 	defer r.wg.Done()
+	defer r.cutProxies() // after fail: see MapProxy
 	buf, oob := make([]byte, maxPacket), make([]byte, oobSize)
 	for {
 		p, err := readPacket(r.conn, buf, oob)
@@ -188,6 +195,14 @@ func (r *route) dispatch(p packet) error {
 			return err
 		}
 		r.cache.dropID(id, slot)
+		return nil
+	case msgCut:
+		slot, id := d.u32(), d.u64()
+		p.close()
+		if err := d.end(); err != nil {
+			return err
+		}
+		r.cutNotice(slot, id)
 		return nil
 	default:
 		p.close()

@@ -148,6 +148,7 @@ func (c *serverConn) authenticate() error {
 	}
 	c.mu.Lock()
 	c.tableFD, c.table, c.peerID, c.free = fd, tbl, t.peerID, make([]uint32, 0, 64)
+	c.agent = t.agent
 	c.mu.Unlock()
 	if err := writePacket(c.conn, welcome(rdmapb.Code_OK), fd); err != nil {
 		return err
@@ -251,6 +252,11 @@ type serverConn struct {
 	// goroutine's only).
 	authed   bool
 	authedAs uint64
+	// agent: the peer is this process's own host agent (its token was
+	// issued by acceptAgentRoute): an origin on its events and messages is
+	// honoured, and it gets cut notices (msgCut). Set under mu with the
+	// table, read-only after.
+	agent bool
 
 	mu sync.Mutex // guards the fields below
 	// peerID is the initiating manager (0 until authenticated).

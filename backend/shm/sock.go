@@ -71,6 +71,22 @@ func writePacket(c *net.UnixConn, b []byte, fd int) error {
 	return err
 }
 
+// tryWritePacket sends one message without fds if the socket has room
+// now (MSG_DONTWAIT), else fails with EAGAIN.
+func tryWritePacket(c *net.UnixConn, b []byte) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.Sendmsg(int(fd), b, nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
 // oobSize fits one fd's control message.
 var oobSize = unix.CmsgSpace(4)
 

@@ -31,3 +31,7 @@ func (b *Backend) AcceptRoute(context.Context, uint64, []byte) ([]byte, error) {
 func (b *Backend) PrepareRoute(context.Context, uint64) (backend.PendingRoute, []byte, error) {
 	return nil, nil, ErrNotBuilt
 }
+
+func init() {
+	wiring.SHMAcceptAgentRoute = func(any, context.Context, uint64, []byte) ([]byte, error) { return nil, ErrNotBuilt }
+}

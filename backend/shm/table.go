@@ -52,6 +52,10 @@ type table struct {
 	// internal/coarseclock), makes enter's lease check read the coarse
 	// clock; else it reads nanotime.
 	coarse bool
+	// refs counts an initiator's holders of the mapping: its route, and
+	// each proxy gate (proxy.go), which may outlive the route; the last
+	// one unmaps it (release).
+	refs atomic.Int32
 }
 
 // word returns word i of slot s; s < tableSlots is the caller's check.
@@ -162,3 +166,24 @@ type fileID struct{ dev, ino uint64 }
 
 // close unmaps the table.
 func (t *table) close() { unix.Munmap(t.mem) }
+
+// tryAcquire takes one more hold on an initiator's table unless its last
+// one is gone.
+func (t *table) tryAcquire() bool {
+	for {
+		n := t.refs.Load()
+		if n <= 0 {
+			return false
+		}
+		if t.refs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// release drops a hold; the last one unmaps the table.
+func (t *table) release() {
+	if t.refs.Add(-1) == 0 {
+		t.close()
+	}
+}

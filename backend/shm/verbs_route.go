@@ -59,7 +59,7 @@ func guardedAtomic(wr *backend.WorkRequest, mem []byte) (old uint64, err error) 
 // returns its inbox's answer.
 func (r *route) notify(e *entry, wr *backend.WorkRequest) error {
 	req, ch := r.newRequest()
-	m := eventMsg{req: req, slot: e.slot, region: e.id, off: wr.Remote.Offset, n: uint64(len(wr.Local)), imm: wr.Imm}
+	m := eventMsg{req: req, slot: e.slot, region: e.id, off: wr.Remote.Offset, n: uint64(len(wr.Local)), imm: wr.Imm, origin: originOf(wr)}
 	if err := writePacket(r.conn, m.encode(), -1); err != nil {
 		r.forget(req, ch)
 		r.fail(errOwnerGone)
@@ -85,7 +85,7 @@ func (r *route) sendMessage(wr *backend.WorkRequest) error {
 	data := wr.Local
 	for first := true; first || len(data) > 0; first = false {
 		if first {
-			pkt = sendHeader(pkt, req, uint64(len(data)), wr.Imm, wr.HasImm)
+			pkt = sendHeader(pkt, req, uint64(len(data)), wr.Imm, wr.HasImm, originOf(wr))
 		} else {
 			pkt = sendMoreHeader(pkt, req)
 		}
@@ -124,3 +124,6 @@ func (r *route) ackOf(wr *backend.WorkRequest, req uint64, ch chan mapReply) err
 	}
 	return nil
 }
+
+// originOf is the origin manager id wr carries to the owner (0: none).
+func originOf(wr *backend.WorkRequest) uint64 { return wr.Origin }

@@ -48,12 +48,15 @@ type inSend struct {
 // event delivers a PutWithImm's event: the initiator copied the bytes into
 // a region it mapped through this connection, and says so.
 func (c *serverConn) event(m eventMsg) error {
-	err := c.checkEvent(m)
+	peer, err := c.originOf(m.origin)
+	if err == nil {
+		err = c.checkEvent(m)
+	}
 	if err == nil {
 		if in := c.b.theInbox(); in == nil {
 			err = fmt.Errorf("no inbox: %w", rdmamgr.ErrNoReceive)
 		} else {
-			err = in.Event(backend.Event{Peer: c.peerID, Region: m.region, Offset: m.off, Length: m.n, Imm: m.imm})
+			err = in.Event(backend.Event{Peer: peer, Region: m.region, Offset: m.off, Length: m.n, Imm: m.imm})
 		}
 	}
 	return writePacket(c.conn, ackMsg(m.req, uint32(backend.RemoteCode(err))), -1)
@@ -84,14 +87,25 @@ func (c *serverConn) sendStart(d *decoder) error {
 	if c.send != nil {
 		return fmt.Errorf("shm: a message started inside another: %w", rdmamgr.ErrProtocol)
 	}
-	s := &inSend{req: d.u64(), n: d.u64(), imm: d.u32(), hasImm: d.u8() == 1}
-	data := d.b
-	if d.err != nil || s.n == 0 || s.n > maxSend || uint64(len(data)) > s.n {
-		return fmt.Errorf("shm: message header (%d bytes, %v): %w", s.n, d.err, rdmamgr.ErrProtocol)
+	s := &inSend{req: d.u64(), n: d.u64(), imm: d.u32()}
+	flags := d.u8()
+	s.hasImm = flags&sendHasImm != 0
+	var origin uint64
+	if flags&sendOrigin != 0 {
+		if origin = d.u64(); origin == 0 && d.err == nil {
+			return fmt.Errorf("shm: message with origin 0: %w", rdmamgr.ErrProtocol)
+		}
 	}
-	if in := c.b.theInbox(); in == nil {
+	data := d.b
+	if d.err != nil || flags&^(sendHasImm|sendOrigin) != 0 || s.n == 0 || s.n > maxSend || uint64(len(data)) > s.n {
+		return fmt.Errorf("shm: message header (%d bytes, flags %#x, %v): %w", s.n, flags, d.err, rdmamgr.ErrProtocol)
+	}
+	peer, err := c.originOf(origin)
+	if in := c.b.theInbox(); err != nil {
+		s.err = err // the bytes are drained, the message refused
+	} else if in == nil {
 		s.err = fmt.Errorf("no inbox: %w", rdmamgr.ErrNoReceive)
-	} else if s.landing, s.err = in.Recv(c.peerID, s.n); s.err == nil && uint64(len(s.landing.Mem())) < s.n {
+	} else if s.landing, s.err = in.Recv(peer, s.n); s.err == nil && uint64(len(s.landing.Mem())) < s.n {
 		s.landing.Done(0, 0, false, rdmamgr.ErrReceiveTooSmall)
 		s.landing, s.err = nil, rdmamgr.ErrReceiveTooSmall
 	}
@@ -128,6 +142,20 @@ func (c *serverConn) sendData(data []byte) error {
 		code = uint32(backend.RemoteCode(s.err))
 	}
 	return writePacket(c.conn, ackMsg(s.req, code), -1)
+}
+
+// originOf returns the Peer an event or a message is delivered as: the
+// connection's peer, or origin (not 0) when the peer is this process's
+// own host agent posting for another process; a non-agent claiming an
+// origin is refused (ErrUnauthenticated), the connection kept.
+func (c *serverConn) originOf(origin uint64) (uint64, error) {
+	switch {
+	case origin == 0:
+		return c.peerID, nil
+	case !c.agent:
+		return 0, errForgedOrigin
+	}
+	return origin, nil
 }
 
 // abandonSend gives back the landing of a message the connection ended in.

@@ -23,10 +23,11 @@ const (
 	msgMapped   = 5  // owner → initiator: req, code, slot, offset, length, access; the memfd
 	msgUnmap    = 6  // initiator → owner: slot, region (no longer mapped)
 	msgGone     = 7  // owner → initiator: slot, region (cut and drained: unmap it)
-	msgEvent    = 8  // initiator → owner: req, slot, region, offset, length, imm (after the bytes)
-	msgSend     = 9  // initiator → owner: req, length, imm, has-imm; the message's first bytes
+	msgEvent    = 8  // initiator → owner: req, slot, region, offset, length, imm[, origin] (after the bytes)
+	msgSend     = 9  // initiator → owner: req, length, imm, flags[, origin]; the message's first bytes
 	msgSendMore = 10 // initiator → owner: req; the message's next bytes
 	msgAck      = 11 // owner → initiator: req, code (of an event or a message)
+	msgCut      = 12 // owner → its agent only: slot, region (cut: its users are being drained)
 )
 
 // fragMax is how many bytes of a message one packet carries; maxSend
@@ -236,6 +237,9 @@ type eventMsg struct {
 	region, off uint64
 	n           uint64
 	imm         uint32
+	// origin, when not 0, is the manager a host agent posts for (8 more
+	// bytes); honoured only from the owner's own agent.
+	origin uint64
 }
 
 func (m *eventMsg) encode() []byte {
@@ -245,7 +249,11 @@ func (m *eventMsg) encode() []byte {
 	b = binary.LittleEndian.AppendUint64(b, m.region)
 	b = binary.LittleEndian.AppendUint64(b, m.off)
 	b = binary.LittleEndian.AppendUint64(b, m.n)
-	return binary.LittleEndian.AppendUint32(b, m.imm)
+	b = binary.LittleEndian.AppendUint32(b, m.imm)
+	if m.origin != 0 {
+		b = binary.LittleEndian.AppendUint64(b, m.origin)
+	}
+	return b
 }
 
 func decodeEvent(d *decoder) eventMsg {
@@ -253,18 +261,34 @@ func decodeEvent(d *decoder) eventMsg {
 	m.req, m.slot = d.u64(), d.u32()
 	m.region, m.off, m.n = d.u64(), d.u64(), d.u64()
 	m.imm = d.u32()
+	if len(d.b) == 8 {
+		if m.origin = d.u64(); m.origin == 0 {
+			d.err = fmt.Errorf("shm: event with origin 0: %w", rdmamgr.ErrProtocol)
+		}
+	}
 	return m
 }
 
+// Flags of a msgSend.
+const (
+	sendHasImm = 1
+	sendOrigin = 2 // 8 bytes of origin manager id follow the flags
+)
+
 // sendHeader starts a msgSend packet: the message's first bytes follow.
-func sendHeader(b []byte, req, n uint64, imm uint32, hasImm bool) []byte {
+// origin, when not 0, is the manager a host agent posts for.
+func sendHeader(b []byte, req, n uint64, imm uint32, hasImm bool, origin uint64) []byte {
 	b = append(b[:0], msgSend)
 	b = binary.LittleEndian.AppendUint64(b, req)
 	b = binary.LittleEndian.AppendUint64(b, n)
 	b = binary.LittleEndian.AppendUint32(b, imm)
 	h := byte(0)
 	if hasImm {
-		h = 1
+		h = sendHasImm
+	}
+	if origin != 0 {
+		b = append(b, h|sendOrigin)
+		return binary.LittleEndian.AppendUint64(b, origin)
 	}
 	return append(b, h)
 }

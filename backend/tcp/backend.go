@@ -36,6 +36,13 @@ type Backend struct {
 	// inbox takes the PutWithImm events and Send messages served
 	// (SetInbox; nil: both are refused with ErrNoReceive).
 	inbox atomic.Pointer[inboxRef]
+	// resolver serves frames for attached processes (via.go; nil: not a
+	// host agent, they are refused with ErrNotSupported).
+	resolver atomic.Pointer[resolverRef]
+	// life ends when Close starts (stop): it bounds what waits for the
+	// resolver.
+	life context.Context
+	stop context.CancelFunc
 
 	mu sync.Mutex // guards the fields below
 	// ln is the data listener, set by Start.
@@ -89,6 +96,7 @@ func newTCP(cfg Config, reg *memreg.Registry, log *slog.Logger) (*Backend, error
 		pendingByIP:  make(map[netip.Addr]int),
 		done:         make(chan struct{}),
 	}
+	b.life, b.stop = context.WithCancel(context.Background())
 	if reg != nil {
 		reg.AddCutter(memreg.CutterFunc(b.cutRegion))
 	}
@@ -181,6 +189,7 @@ func (b *Backend) Close() error {
 	}
 	b.closed = true
 	close(b.done)
+	b.stop()
 	if b.ln != nil {
 		b.ln.Close()
 	}

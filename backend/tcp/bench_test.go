@@ -41,16 +41,28 @@ func (c chanCompleter) Complete(wr *backend.WorkRequest, err error) {
 }
 
 // benchOps keeps depth ops of size bytes in flight over a loopback route.
-func benchOps(b *testing.B, op backend.Op, size int) {
+func benchOps(b *testing.B, op backend.Op, size int) { benchOpsVia(b, op, size, false) }
+
+// benchOpsVia is benchOps, through a host agent to its attached process
+// when via is set (BenchmarkVia).
+func benchOpsVia(b *testing.B, op backend.Op, size int, via bool) {
 	const depth = 64
-	p := newPair(b, Config{}, Config{})
+	var p *pair
+	var hr buffer.Buffer
+	var slot uint16
+	if via {
+		ap := newAgentPair(b, Config{}, Config{}, depth*size)
+		p, hr, slot = ap.pair, ap.procH, testVia
+	} else {
+		p = newPair(b, Config{}, Config{})
+		hr, _ = backendtest.Alloc(b, p.regB, depth*size, buffer.AccessReadWrite)
+	}
 	_, local := backendtest.Alloc(b, p.regA, depth*size, buffer.AccessReadWrite)
-	hr, _ := backendtest.Alloc(b, p.regB, depth*size, buffer.AccessReadWrite)
 	done := make(chanCompleter, depth)
 	wrs := make([]*backend.WorkRequest, depth)
 	for i := range wrs {
 		off := i * size
-		wrs[i] = &backend.WorkRequest{Op: op, Local: local[off : off+size], Remote: backendtest.Slice(b, hr, off, size), Done: done}
+		wrs[i] = &backend.WorkRequest{Op: op, Local: local[off : off+size], Remote: backendtest.Slice(b, hr, off, size), Via: slot, Done: done}
 	}
 	post := func(wr *backend.WorkRequest) {
 		wr.Deadline = time.Now().Add(time.Minute)
@@ -87,6 +99,23 @@ var benchSizes = []int{64, 4 << 10, 1 << 20}
 func BenchmarkPut(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) { benchOps(b, backend.OpWrite, size) })
+	}
+}
+
+// BenchmarkVia compares, in one run, pipelined Puts and Gets served by the
+// owner itself (direct) and through a host agent to its attached process
+// (via: the server resolves once per connection, then serves the proxy).
+func BenchmarkVia(b *testing.B) {
+	for _, op := range []backend.Op{backend.OpWrite, backend.OpRead} {
+		for _, size := range []int{64, 4 << 10} {
+			for _, via := range []bool{false, true} {
+				name := fmt.Sprintf("%s/size=%d/direct", op, size)
+				if via {
+					name = fmt.Sprintf("%s/size=%d/via", op, size)
+				}
+				b.Run(name, func(b *testing.B) { benchOpsVia(b, op, size, via) })
+			}
+		}
 	}
 }
 

@@ -11,7 +11,8 @@
 // over them and complete when the last chunk lands.
 //
 // Wire format (frame.go): a fixed 48-byte request header (64 bytes for the
-// operations with operands: write-imm, send, compare-swap, fetch-add),
+// operations with operands: write-imm, send, compare-swap, fetch-add; 72
+// for a write-imm or send with an origin: Host agents, below),
 // followed for WRITE, write-imm and send by its payload (and, for the
 // last two, a trailer byte); a fixed 16-byte response header (24 for an
 // atomic, with the word's old value), followed for a successful READ by
@@ -23,11 +24,15 @@
 // and the owner answers the batch with one writev. A connection's frames
 // are written by its writer goroutine: posters put their chunks on the
 // connection's submission ring under one lock (a chain of them at once
-// with PostList, the route's backend.ListPoster), waking the writer only
-// when it sleeps, and the writer drains the ring in batches of up to 64
-// frames, one writev each; an operation alone in flight, of at most 64
-// KiB, is written by its poster instead (client_write.go), in posting
-// order still. A connection's chunks in flight sit in a table indexed by
+// with PostList, the route's backend.ListPoster); a poster whose frames
+// are to go now (below) and that finds nobody writing the connection, with
+// at most 64 KiB queued and at most 64 KiB written and unanswered (a peer
+// that reads slowly never holds up Post), writes the ring itself with one writev (client_write.go), in posting
+// order still, and otherwise wakes the writer goroutine if it sleeps,
+// which drains the ring in batches of up to 64 frames, one writev each.
+// A goroutine hand-off costs a wake-up of another thread where goroutines
+// run on several cores (tens of microseconds on a virtual machine), so a
+// batch's frames go out without one. A connection's chunks in flight sit in a table indexed by
 // slot (slots.go); a frame's id is the slot and its generation, which
 // moves on when the slot is freed, so an answer naming an id not held now
 // (forged, or for a slot freed and reused) is a protocol violation and
@@ -35,7 +40,8 @@
 // channel per operation: room in flight is an atomic count (sem.go). A
 // small frame posted behind many unanswered ones on its connection waits
 // on the ring for company (up to 16 frames, or until the reader takes in
-// answers, which wakes the writer), and small single-chunk operations go
+// answers, which wakes the writer; a PostList chain is company enough and
+// goes at once), and small single-chunk operations go
 // in runs of 32 per connection, so a pipeline of small operations costs
 // few writevs and reads; the reader matches a batch of answers under one
 // hold of the connection's lock and finishes them together. Every
@@ -95,6 +101,35 @@
 // waits out the frame timeout. A wrong key and an unknown region get one
 // code (backend.RemoteCode).
 //
+// Host agents (via.go, issue 26). A request may name a process attached
+// to the server's host agent: its via (request bytes 2:4, the process's
+// slot at the agent; backend.WorkRequest.Via) and, on a write-imm or a
+// send, the origin (the manager the initiating agent posted it for;
+// WorkRequest.Origin). Only an agent's server, given an agentapi.Resolver
+// through wiring.SetResolver, serves them: it resolves (via, region, key)
+// to a proxy region of its own registry over the process's memory, then
+// serves the frame on it exactly as on its own regions (AcquireRemote,
+// cuts, sinks, no extra copy), and hands events and messages to the
+// process's inbox (Resolver.Inbox(via)) naming the origin as their Peer
+// (the connection's peer without one). A refusal of the resolver answers
+// that request with its code (RELEASED for a wrong key, PEER_GONE for a
+// slot with no process, ...) and the connection serves on. A server
+// without a resolver answers a request with a via or an origin
+// NOT_SUPPORTED, and an agent one with an origin but no via; the
+// connection serves on. A connection keeps its last resolution and reuses
+// it while the proxy admits the request, so a run of frames for one
+// region resolves once and allocates nothing: an agent ends a process's
+// access by revoking or releasing the proxy, never by refusing Resolve
+// alone. Resolve runs on the connection's goroutine, so a slow one (first
+// use of a region maps it from the process) stalls that connection and
+// everything queued behind it on that connection: each call is bounded
+// by a context that ends within agentapi.ResolveTimeout (5 s) or when the
+// backend closes, and the batch of answers is flushed first, so no READ
+// reference waits on it. The fence holds unchanged: it is route-wide on
+// the initiator and a WRITE is answered only once its bytes are in the
+// process's memory, so a notice for a process comes after every WRITE
+// posted before it on the route (to any process at that agent).
+//
 // With ServerTLS and ClientTLS set (--data-tls) every data connection runs
 // over mutual TLS, wrapped at accept and at dial (tls.go); the hello and
 // everything above it are unchanged. Dialled TLS connections write through
@@ -107,7 +142,8 @@
 // server side is server_accept.go (accept loop, pending caps),
 // server_conn.go (hello, one connection), server_frames.go (serving
 // frames, batched responses), server_write.go (WRITE and READ),
-// server_verbs.go (write-imm, send, atomics) and verbs.go (the inbox); the
+// server_verbs.go (write-imm, send, atomics), verbs.go (the inbox) and
+// via.go (frames for a host agent's attached processes); the
 // client side is client_handshake.go (dial and hello), route.go (route
 // state, striping, the lane, watchdog), fence.go (notices after earlier
 // WRITEs and atomics), op.go (the op/chunk state machine), client.go,

@@ -156,7 +156,7 @@ func (fc *fakeConn) tryReadReq() (reqHeader, error) {
 	if _, err := io.ReadFull(fc.br, b[:reqHeaderSize]); err != nil {
 		return h, fmt.Errorf("fake server: read request: %w", err)
 	}
-	n := reqSize(b[0])
+	n := reqSizeOf(b[0], b[1])
 	if _, err := io.ReadFull(fc.br, b[reqHeaderSize:n]); err != nil {
 		return h, fmt.Errorf("fake server: read request operands: %w", err)
 	}

@@ -15,12 +15,16 @@ const (
 	// Version of the data protocol and route info. The operations of
 	// issue 15 (opWriteImm and on) were added without a new version: a
 	// peer that does not know them closes the connection as for any
-	// unknown op.
+	// unknown op. The via and the origin (issue 26) came the same way:
+	// only host agents send them, and a server older than them closes the
+	// connection on them as on any reserved bit.
 	Version = 1
 
 	reqHeaderSize  = 48 // fixed part of every request
 	reqExtSize     = 16 // operands of opWriteImm, opSend and the atomics
-	reqMaxSize     = reqHeaderSize + reqExtSize
+	reqOriginSize  = 8  // origin of opWriteImm and opSend (flagOrigin)
+	reqOpsSize     = reqHeaderSize + reqExtSize
+	reqMaxSize     = reqOpsSize + reqOriginSize
 	respHeaderSize = 16 // fixed part of every response
 	respValueSize  = 8  // an atomic's old value
 	respMaxSize    = respHeaderSize + respValueSize
@@ -44,9 +48,12 @@ const (
 	// flagFirst marks the first frame of a write, read or write-imm split
 	// into chunks: the server counts served operations by it, not frames.
 	flagFirst = 2
-	respFlag  = 0x80
-	maxConns  = 64
-	maxAddrSz = 512
+	// flagOrigin: a write-imm or send carries the manager it was posted
+	// for (an agent posts for an attached process) in 8 more bytes.
+	flagOrigin = 4
+	respFlag   = 0x80
+	maxConns   = 64
+	maxAddrSz  = 512
 
 	// trailer values: the initiator sends trailerAbort in place of
 	// trailerCommit when it cut the payload short (a cancel swapped the
@@ -60,8 +67,10 @@ var helloMagic = [4]byte{'R', 'D', 'M', 'T'}
 // reqHeader is a request frame header.
 //
 //	0     op (1 write, 2 read, 3 ping, 4 write-imm, 5 send, 6 compare-swap, 7 fetch-add)
-//	1     flags (0; send: bit 0 = has imm)
-//	2:4   reserved (0)
+//	1     flags: bit 0 has imm (send), bit 1 first frame of an op (write,
+//	      read, write-imm), bit 2 origin (write-imm, send); others 0
+//	2:4   via     uint16 (the target process's slot at a host agent; 0 =
+//	      the server's own memory; on every frame of an op; 0 for a ping)
 //	4:8   length  uint32 (payload bytes; 8 for an atomic, which has none)
 //	8:16  wrid    uint64
 //	16:24 region  uint64 (0 for a send)
@@ -77,12 +86,22 @@ var helloMagic = [4]byte{'R', 'D', 'M', 'T'}
 //	compare-swap  48:56 compare, 56:64 swap
 //	fetch-add     48:56 0, 56:64 addend
 //
+// A write-imm or a send with flagOrigin adds 8 bytes after those:
+//
+//	64:72 origin  uint64 (the manager the agent posted it for; not 0)
+//
+// A server without a resolver (not a host agent) answers a request with a
+// via or an origin NOT_SUPPORTED (and serves on); an agent resolves via,
+// region and key to a region of its own (agentapi.Resolver) and honours
+// an origin only with a via.
+//
 // A write-imm and a send end with one trailer byte after the payload:
 // 1 commit, 0 abort (the initiator cut the payload short).
 type reqHeader struct {
 	op     byte
 	hasImm bool
-	first  bool // flagFirst
+	first  bool   // flagFirst
+	via    uint16 // bytes 2:4
 	length uint32
 	wrid   uint64
 	region uint64
@@ -93,10 +112,18 @@ type reqHeader struct {
 	// compare and swap are the atomics' operands (swap: the addend of
 	// fetch-add).
 	compare, swap uint64
+	// origin is the manager a write-imm or send was posted for (0: none;
+	// flagOrigin).
+	origin uint64
 }
 
 // size is the encoded size of h.
-func (h *reqHeader) size() int { return reqSize(h.op) }
+func (h *reqHeader) size() int {
+	if h.origin != 0 && hasTrailer(h.op) {
+		return reqOpsSize + reqOriginSize
+	}
+	return reqSize(h.op)
+}
 
 func (h *reqHeader) encode(b []byte) {
 	_ = b[h.size()-1]
@@ -108,7 +135,7 @@ func (h *reqHeader) encode(b []byte) {
 	if h.first {
 		b[1] |= flagFirst
 	}
-	b[2], b[3] = 0, 0
+	binary.LittleEndian.PutUint16(b[2:], h.via)
 	binary.LittleEndian.PutUint32(b[4:], h.length)
 	binary.LittleEndian.PutUint64(b[8:], h.wrid)
 	binary.LittleEndian.PutUint64(b[16:], h.region)
@@ -117,12 +144,16 @@ func (h *reqHeader) encode(b []byte) {
 	if h.size() == reqHeaderSize {
 		return
 	}
-	e := b[reqHeaderSize:reqMaxSize]
+	e := b[reqHeaderSize:reqOpsSize]
 	switch h.op {
 	case opWriteImm, opSend:
 		binary.LittleEndian.PutUint32(e[0:], h.imm)
 		binary.LittleEndian.PutUint32(e[4:], 0)
 		binary.LittleEndian.PutUint64(e[8:], h.total)
+		if h.origin != 0 {
+			b[1] |= flagOrigin
+			binary.LittleEndian.PutUint64(b[reqOpsSize:], h.origin)
+		}
 	default:
 		binary.LittleEndian.PutUint64(e[0:], h.compare)
 		binary.LittleEndian.PutUint64(e[8:], h.swap)
@@ -130,8 +161,8 @@ func (h *reqHeader) encode(b []byte) {
 }
 
 // decode parses and validates a request header; b holds at least
-// reqSize(b[0]) bytes (the operands of ops 4 to 7 too). maxLen bounds
-// length.
+// reqSizeOf(b[0], b[1]) bytes (the operands of ops 4 to 7 and the origin
+// too). maxLen bounds length.
 func (h *reqHeader) decode(b []byte, maxLen uint32) error {
 	if len(b) < reqHeaderSize {
 		return fmt.Errorf("request header of %d bytes: %w", len(b), rdmamgr.ErrProtocol)
@@ -140,7 +171,7 @@ func (h *reqHeader) decode(b []byte, maxLen uint32) error {
 	if h.op < opWrite || h.op > opFetchAdd {
 		return fmt.Errorf("request op %#x: %w", h.op, rdmamgr.ErrProtocol)
 	}
-	if len(b) < h.size() {
+	if len(b) < reqSizeOf(b[0], b[1]) {
 		return fmt.Errorf("request header of %d bytes for op %d: %w", len(b), h.op, rdmamgr.ErrProtocol)
 	}
 	flags := b[1]
@@ -150,9 +181,14 @@ func (h *reqHeader) decode(b []byte, maxLen uint32) error {
 	if h.op == opWrite || h.op == opRead || h.op == opWriteImm {
 		h.first, flags = flags&flagFirst != 0, flags&^flagFirst
 	}
-	if flags != 0 || b[2] != 0 || b[3] != 0 {
+	hasOrigin := false
+	if hasTrailer(h.op) {
+		hasOrigin, flags = flags&flagOrigin != 0, flags&^flagOrigin
+	}
+	if flags != 0 {
 		return fmt.Errorf("request reserved bits set: %w", rdmamgr.ErrProtocol)
 	}
+	h.via = binary.LittleEndian.Uint16(b[2:])
 	h.length = binary.LittleEndian.Uint32(b[4:])
 	h.wrid = binary.LittleEndian.Uint64(b[8:])
 	h.region = binary.LittleEndian.Uint64(b[16:])
@@ -161,7 +197,7 @@ func (h *reqHeader) decode(b []byte, maxLen uint32) error {
 	switch {
 	case h.op == opPing:
 		// A ping carries a wrid and nothing else.
-		if h.length != 0 || h.region != 0 || h.offset != 0 || h.key != (buffer.Key{}) {
+		if h.length != 0 || h.region != 0 || h.offset != 0 || h.key != (buffer.Key{}) || h.via != 0 {
 			return fmt.Errorf("ping with a length or a target: %w", rdmamgr.ErrProtocol)
 		}
 		return nil
@@ -174,10 +210,16 @@ func (h *reqHeader) decode(b []byte, maxLen uint32) error {
 	case h.op == opSend && (h.region != 0 || h.offset != 0 || h.key != (buffer.Key{})):
 		return fmt.Errorf("send with a target: %w", rdmamgr.ErrProtocol)
 	}
-	if h.size() == reqHeaderSize {
+	if reqSize(h.op) == reqHeaderSize {
 		return nil
 	}
-	return h.decodeOperands(b[reqHeaderSize:reqMaxSize])
+	if hasOrigin {
+		h.origin = binary.LittleEndian.Uint64(b[reqOpsSize:])
+		if h.origin == 0 {
+			return fmt.Errorf("%s with origin 0: %w", opOf(h.op), rdmamgr.ErrProtocol)
+		}
+	}
+	return h.decodeOperands(b[reqHeaderSize:reqOpsSize])
 }
 
 // decodeOperands parses the operands of ops 4 to 7; bytes an op does not

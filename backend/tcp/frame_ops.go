@@ -39,12 +39,23 @@ func opOf(w byte) backend.Op {
 	return backend.Op(w) // write, read; a ping is never an error
 }
 
-// reqSize is the header size of a request with wire op w.
+// reqSize is the header size of a request with wire op w, without an
+// origin.
 func reqSize(w byte) int {
 	if w >= opWriteImm && w <= opFetchAdd {
-		return reqMaxSize
+		return reqOpsSize
 	}
 	return reqHeaderSize
+}
+
+// reqSizeOf is the header size of a request whose first two bytes are w
+// and flags: an origin counts only on the ops that may carry one (on
+// others the flag is refused by decode).
+func reqSizeOf(w, flags byte) int {
+	if flags&flagOrigin != 0 && hasTrailer(w) {
+		return reqOpsSize + reqOriginSize
+	}
+	return reqSize(w)
 }
 
 // respSize is the header size of a response to wire op w (op without

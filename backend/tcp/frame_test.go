@@ -71,8 +71,9 @@ func TestReqHeaderDecodeRejects(t *testing.T) {
 		{"op three", func(b []byte) []byte { b[0] = 3; return b }},
 		{"op with response flag", func(b []byte) []byte { b[0] = opWrite | respFlag; return b }},
 		{"flags", func(b []byte) []byte { b[1] = 1; return b }},
-		{"reserved byte 2", func(b []byte) []byte { b[2] = 0x80; return b }},
-		{"reserved byte 3", func(b []byte) []byte { b[3] = 1; return b }},
+		{"origin flag on a write", func(b []byte) []byte { b[1] = flagOrigin; return b }},
+		{"reserved flag bit 3", func(b []byte) []byte { b[1] = 8; return b }},
+		{"reserved flag bit 7", func(b []byte) []byte { b[1] = 0x80 | flagFirst; return b }},
 		{"zero length", func(b []byte) []byte { binary.LittleEndian.PutUint32(b[4:], 0); return b }},
 		{"length over max", func(b []byte) []byte { binary.LittleEndian.PutUint32(b[4:], maxLen+1); return b }},
 		{"length max uint32", func(b []byte) []byte { binary.LittleEndian.PutUint32(b[4:], math.MaxUint32); return b }},
@@ -163,6 +164,9 @@ func FuzzReqHeader(f *testing.F) {
 	f.Add(bytes.Repeat([]byte{0xFF}, reqHeaderSize+3), uint32(math.MaxUint32))
 	f.Add([]byte{opRead, 0, 0, 0, 1}, uint32(1))
 	for _, h := range verbHeaders() {
+		f.Add(reqBytes(h), uint32(1<<20))
+	}
+	for _, h := range viaHeaders() {
 		f.Add(reqBytes(h), uint32(1<<20))
 	}
 	f.Fuzz(func(t *testing.T, b []byte, maxLen uint32) {

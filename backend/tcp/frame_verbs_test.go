@@ -43,6 +43,9 @@ func checkReqHeader(t *testing.T, h *reqHeader, maxLen uint32) {
 	default:
 		ok = false
 	}
+	// A via anywhere but on a ping; an origin (not 0) only on a write-imm
+	// or a send.
+	ok = ok && (h.via == 0 || h.op != opPing) && (h.origin == 0 || hasTrailer(h.op))
 	if !ok || (h.hasImm && h.op != opSend) {
 		t.Fatalf("decode accepted %+v (max %d)", *h, maxLen)
 	}
@@ -51,8 +54,8 @@ func checkReqHeader(t *testing.T, h *reqHeader, maxLen uint32) {
 func TestVerbHeadersRoundTrip(t *testing.T) {
 	for _, want := range verbHeaders() {
 		b := reqBytes(want)
-		if len(b) != reqMaxSize {
-			t.Fatalf("%+v encodes to %d bytes, want %d", want, len(b), reqMaxSize)
+		if len(b) != reqOpsSize {
+			t.Fatalf("%+v encodes to %d bytes, want %d", want, len(b), reqOpsSize)
 		}
 		var got reqHeader
 		if err := got.decode(b, 1<<20); err != nil || got != want {
@@ -97,7 +100,7 @@ func TestVerbHeadersDecodeRejects(t *testing.T) {
 		{"compare-swap of 0 bytes", mut(cas, func(b []byte) { binary.LittleEndian.PutUint32(b[4:], 0) })},
 		{"fetch-add with a compare", mut(fa, func(b []byte) { b[50] = 1 })},
 		{"fetch-add with flags", mut(fa, func(b []byte) { b[1] = flagImm })},
-		{"atomic operands cut short", reqBytes(cas)[:reqMaxSize-1]},
+		{"atomic operands cut short", reqBytes(cas)[:reqOpsSize-1]},
 		{"op past the last", mut(fa, func(b []byte) { b[0] = opFetchAdd + 1 })},
 	}
 	for _, tc := range cases {

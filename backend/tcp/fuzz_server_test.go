@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"testing"
@@ -9,13 +10,22 @@ import (
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/backendtest"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
 
 // FuzzServeConn feeds an authenticated server connection arbitrary bytes:
 // it must never panic or hang, and without the region's key nothing may
 // change its memory (a send may land in the receive buffer posted at the
-// inbox, another region).
-func FuzzServeConn(f *testing.F) {
+// inbox, another region). The server is not an agent: frames with a via
+// or an origin are refused.
+func FuzzServeConn(f *testing.F) { fuzzServe(f, false) }
+
+// FuzzServeConnVia is FuzzServeConn against a host agent (a resolver with
+// one attached process at slot 1): neither the agent's memory nor the
+// process's may change without their keys.
+func FuzzServeConnVia(f *testing.F) { fuzzServe(f, true) }
+
+func fuzzServe(f *testing.F, agent bool) {
 	w := reqHeader{op: opWrite, length: 8, wrid: 1, region: 1, offset: 0}
 	hb := make([]byte, reqHeaderSize)
 	w.encode(hb)
@@ -28,16 +38,21 @@ func FuzzServeConn(f *testing.F) {
 	f.Add(bytes.Clone(hb))
 	f.Add(bytes.Repeat([]byte{0xff}, 100))
 	f.Add([]byte{})
-	for _, v := range verbHeaders() {
-		v.region, v.key = 1, buffer.Key{}
-		if v.op == opSend {
-			v.region = 0
+	for _, hs := range [][]reqHeader{verbHeaders(), viaHeaders()} {
+		for _, v := range hs {
+			v.region, v.key = 1, buffer.Key{}
+			if v.op == opSend {
+				v.region = 0
+			}
+			if v.length > 64 {
+				v.length = 64
+			}
+			if v.op == opWriteImm && v.total > 64 {
+				v.total = uint64(v.length)
+			}
+			f.Add(verbFrame(v, make([]byte, v.length), trailerCommit))
+			f.Add(verbFrame(v, make([]byte, v.length), trailerAbort))
 		}
-		if v.length > 64 {
-			v.length = 64
-		}
-		f.Add(verbFrame(v, make([]byte, v.length), trailerCommit))
-		f.Add(verbFrame(v, make([]byte, v.length), trailerAbort))
 	}
 
 	reg := memreg.NewRegistry(backendtest.OwnerB, buffer.Limits{})
@@ -56,11 +71,41 @@ func FuzzServeConn(f *testing.F) {
 	}
 	in := backendtest.NewInbox(reg, 4, 4)
 	b.SetInbox(in)
+	inboxes := []*backendtest.Inbox{in}
+	var procMem []byte
+	var procRecv buffer.Buffer
+	if agent {
+		fake := newFakeAgent(reg, 1)
+		if _, procMem, err = fake.region(4096, accessAll); err != nil { // region 1 of the process
+			f.Fatal(err)
+		}
+		if procRecv, err = fake.proc.Allocate(4096, buffer.AccessReadWrite); err != nil {
+			f.Fatal(err)
+		}
+		inboxes = append(inboxes, fake.inbox)
+		wiring.SetResolver(b, fake)
+		// The process's registry and the proxies are closed with the
+		// target (their memfds and mappings are not left to the GC).
+		f.Cleanup(func() {
+			for _, in := range inboxes {
+				in.Close()
+			}
+			_ = b.Close()
+			_ = reg.Close(context.Background())
+			_ = fake.proc.Close(context.Background())
+		})
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		drainInbox(in)
-		if in.Posted() == 0 {
-			if err := in.Post(recv); err != nil {
-				t.Fatal(err)
+		for i, in := range inboxes {
+			drainInbox(in)
+			if in.Posted() == 0 {
+				rb := recv
+				if i > 0 {
+					rb = procRecv
+				}
+				if err := in.Post(rb); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 		server, client := net.Pipe()
@@ -78,6 +123,11 @@ func FuzzServeConn(f *testing.F) {
 		for i, c := range mem {
 			if c != 0 {
 				t.Fatalf("owner memory changed at %d", i)
+			}
+		}
+		for i, c := range procMem {
+			if c != 0 {
+				t.Fatalf("attached process's memory changed at %d", i)
 			}
 		}
 	})

@@ -149,7 +149,7 @@ func TestMalformedFrames(t *testing.T) {
 		{"bad op", func() []byte { b := good(); b[0] = 9; return b }},
 		{"op with response flag", func() []byte { b := good(); b[0] |= respFlag; return b }},
 		{"flags set", func() []byte { b := good(); b[1] = 1; return b }},
-		{"reserved bits", func() []byte { b := good(); b[3] = 0x40; return b }},
+		{"reserved bits", func() []byte { b := good(); b[1] = 0x40; return b }},
 		{"zero length", func() []byte { b := good(); binary.LittleEndian.PutUint32(b[4:], 0); return b }},
 		{"length > MaxFrameLen", func() []byte { b := good(); binary.LittleEndian.PutUint32(b[4:], 1<<20+1); return b }},
 		{"length max uint32", func() []byte { b := good(); binary.LittleEndian.PutUint32(b[4:], math.MaxUint32); return b }},
@@ -213,7 +213,7 @@ func TestMalformedFrames(t *testing.T) {
 		}
 		backendtest.AssertSame(t, "read payload", payload, before[:64])
 		b := good()
-		b[2] = 1
+		b[1] = 0x10
 		writeRaw(t, c, b)
 		expectClosed(t, c)
 		rejected++

@@ -37,6 +37,8 @@ type serverConn struct {
 	iov     net.Buffers   // the batch for writev; WriteTo consumes it
 	iovBuf  net.Buffers   // iov's backing array, kept across batches
 
+	via viaState // frames for an attached process (via.go)
+
 	mu sync.Mutex // guards writing and flushing, and segs while flushing
 	// writing is the region a WRITE payload is being read into (nil
 	// between payloads); the read deadline is set under mu while it is.
@@ -88,6 +90,7 @@ const (
 
 func (s *serverConn) serve() error {
 	defer s.release()
+	defer s.endVia()
 	br := newConnReader(s.c)
 	defer br.close()
 	var hdr [reqMaxSize]byte
@@ -111,7 +114,7 @@ func (s *serverConn) serve() error {
 		if _, err := io.ReadFull(br, hdr[:reqHeaderSize]); err != nil {
 			return err
 		}
-		n := reqSize(hdr[0])
+		n := reqSizeOf(hdr[0], hdr[1])
 		if n > reqHeaderSize {
 			if _, err := io.ReadFull(br, hdr[reqHeaderSize:n]); err != nil {
 				return err
@@ -133,6 +136,9 @@ func (s *serverConn) serve() error {
 			err = s.serveSend(br, &h)
 		default:
 			s.serveAtomic(&h)
+		}
+		if err == nil {
+			err = s.via.err // a flush before a Resolve failed
 		}
 		if err != nil {
 			return err

@@ -37,7 +37,7 @@ func (s *serverConn) serveWriteImm(br *connReader, h *reqHeader) error {
 	var ref memreg.Ref
 	verr := rdmamgr.ErrOutOfRange
 	if end >= h.offset && h.total <= end {
-		ref, verr = s.b.reg.AcquireRemote(h.region, h.key, end-h.total, h.total, backend.OpWriteImm.Need())
+		ref, verr = s.acquire(h, end-h.total, h.total, backend.OpWriteImm.Need())
 	}
 	var code byte
 	if verr != nil {
@@ -64,7 +64,7 @@ func (s *serverConn) serveWriteImm(br *connReader, h *reqHeader) error {
 	default:
 		s.servedIn(uint64(h.length), h.first)
 		ev := backend.Event{Peer: s.peerID, Region: h.region, Offset: end - h.total, Length: h.total, Imm: h.imm}
-		code = byte(backend.Code(s.b.event(ev)))
+		code = byte(backend.Code(s.event(h, ev)))
 	}
 	s.appendResp(respHeader{op: h.op, code: code, wrid: h.wrid}, memreg.Ref{})
 	return nil
@@ -78,7 +78,7 @@ func (s *serverConn) serveWriteImm(br *connReader, h *reqHeader) error {
 func (s *serverConn) serveSend(br *connReader, h *reqHeader) error {
 	frameEnd := time.Now().Add(s.b.cfg.FrameTimeout)
 	n := int(h.length)
-	l, rerr := s.b.recv(s.peerID, uint64(n))
+	l, rerr := s.recv(h, uint64(n))
 	if rerr == nil && len(l.Mem()) < n {
 		rerr = fmt.Errorf("tcp: landing of %d bytes for %d: %w", len(l.Mem()), n, rdmamgr.ErrReceiveTooSmall)
 		l.Done(0, 0, false, rerr)
@@ -164,7 +164,7 @@ func (s *serverConn) readTrailer(br *connReader, deadline time.Time) (commit boo
 // its old value. A word whose address is not 8-byte aligned (a region
 // registered at an odd address) is refused with MISALIGNED.
 func (s *serverConn) serveAtomic(h *reqHeader) {
-	ref, err := s.b.reg.AcquireRemote(h.region, h.key, h.offset, 8, backend.OpFetchAdd.Need())
+	ref, err := s.acquire(h, h.offset, 8, backend.OpFetchAdd.Need())
 	var old uint64
 	if err == nil {
 		if h.op == opCompareSwap {

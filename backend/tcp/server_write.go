@@ -15,7 +15,7 @@ import (
 
 // serveRW serves a WRITE or a READ. An error is the connection's.
 func (s *serverConn) serveRW(br *connReader, h *reqHeader) error {
-	ref, verr := s.b.reg.AcquireRemote(h.region, h.key, h.offset, uint64(h.length), opOf(h.op).Need())
+	ref, verr := s.acquire(h, h.offset, uint64(h.length), opOf(h.op).Need())
 	if verr != nil {
 		s.rejected()
 		if h.op == opWrite {

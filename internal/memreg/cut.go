@@ -38,7 +38,8 @@ func (g *Registry) cut(r *Region) {
 
 // RemoteErr tells whether a remote request admitted on r may still touch
 // its memory: nil while it may, else ErrReleased (release started),
-// ErrRevoked or ErrExpired (the lease ran out on the owner's clock). A
+// ErrRevoked or ErrExpired (the lease ran out on the owner's clock), or
+// what a proxy's gate says (RegisterProxy). A
 // data plane checks it while a request's payload is still arriving.
 func (g *Registry) RemoteErr(r *Region) error {
 	switch {
@@ -49,6 +50,12 @@ func (g *Registry) RemoteErr(r *Region) error {
 	}
 	if l := r.lease.Load(); l != 0 && g.now() > l {
 		return rdmamgr.ErrExpired
+	}
+	if gt := r.gate; gt != nil { // a proxy: ask its owner's word
+		if err := gt.Enter(); err != nil {
+			return err
+		}
+		gt.Leave()
 	}
 	return nil
 }

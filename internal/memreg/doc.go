@@ -81,6 +81,19 @@
 // region another process may still write after its release: its memory
 // is never reused.
 //
+// # Proxy regions
+//
+// RegisterProxy registers memory the registry does not own (a host
+// agent's mapping of an attached process's region) behind a Gate, the
+// owner's word on it. It is a region like the others (id, key, access,
+// bounds, revocation, lease, limits), except that AcquireRemote and
+// AcquireLocal call Gate.Enter after their own checks and return its
+// error as is (the bare sentinel), each Ref's Release calls Gate.Leave,
+// RemoteErr asks the gate too, and once the region is freed (its Refs
+// drained) a GateCloser's Close lets the memory go. A proxy is never
+// pooled, exported (ExportFD, Memfd) or in the registration cache. A
+// region without a gate pays one nil check on the data path.
+//
 // # Registration cache
 //
 // Register of caller memory that is already registered, with the same

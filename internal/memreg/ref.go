@@ -41,7 +41,10 @@ func (f *Ref) Release() {
 	}
 	remote := f.remote
 	*f = Ref{}
-	r.refs.Leave() // first: it panics, changing nothing, if r holds no reference
+	if r.gate != nil { // a proxy: every Ref of it entered the gate (before refs.Leave, which may free it)
+		r.gate.Leave()
+	}
+	r.refs.Leave() // it panics, changing nothing more, if r holds no reference
 	if remote {
 		r.remote.Add(-1)
 	}
@@ -51,7 +54,7 @@ func (f *Ref) Release() {
 // under key, needing access need (buffer.AccessRead for a Get, AccessWrite
 // for a Put), and returns a Ref that keeps the memory registered until its
 // Release. The checks run in a fixed order: region, key, access, bounds,
-// then revocation and lease. Errors are the bare sentinels (ErrReleased,
+// then revocation and lease, then a proxy's gate (RegisterProxy). Errors are the bare sentinels (ErrReleased,
 // ErrBadKey, ErrAccess, ErrOutOfRange, ErrRevoked, ErrExpired): the data
 // path answers with their codes and allocates nothing.
 func (g *Registry) AcquireRemote(id uint64, key buffer.Key, off, n uint64, need buffer.Access) (Ref, error) {
@@ -85,6 +88,13 @@ func (g *Registry) AcquireRemote(id uint64, key buffer.Key, off, n uint64, need 
 		r.remote.Add(-1)
 		return Ref{}, rdmamgr.ErrReleased
 	}
+	if r.gate != nil { // a proxy: its owner's word last
+		if err := r.gate.Enter(); err != nil {
+			r.refs.Leave()
+			r.remote.Add(-1)
+			return Ref{}, err
+		}
+	}
 	return Ref{r: r, mem: r.mem[off : off+n : off+n], remote: true}, nil
 }
 
@@ -92,7 +102,9 @@ func (g *Registry) AcquireRemote(id uint64, key buffer.Key, off, n uint64, need 
 // owner's own use (a Put's source, a Get's destination) and returns a Ref
 // that keeps it registered until its Release. The owner's use needs no
 // access right and outlives revocation and leases; a handle of another
-// manager fails with ErrInvalid, then key and bounds are checked.
+// manager fails with ErrInvalid, then key and bounds are checked, then a
+// proxy's gate (RegisterProxy: the owner's cut ends the agent's own use
+// too).
 func (g *Registry) AcquireLocal(b buffer.Buffer) (Ref, error) { return g.AcquireLocalOf(&b) }
 
 // AcquireLocalOf is AcquireLocal of *b, for a data path that keeps its
@@ -115,6 +127,11 @@ func (g *Registry) AcquireLocalOf(b *buffer.Buffer) (Ref, error) {
 	}
 	if err == nil && !r.enter() {
 		err = rdmamgr.ErrReleased
+	}
+	if err == nil && r.gate != nil { // a proxy: its owner's word last
+		if err = r.gate.Enter(); err != nil {
+			r.refs.Leave()
+		}
 	}
 	if err != nil {
 		return Ref{}, fmt.Errorf("local %v: %w", *b, err)

@@ -65,6 +65,11 @@ type Region struct {
 
 	pinner runtime.Pinner // KindUser only; touched by Registry under its lock
 
+	// gate admits the users of a proxy region (KindProxy; nil otherwise):
+	// every Ref of it entered the gate. Written once before the region is
+	// visible.
+	gate Gate
+
 	// BackendData is set by a backend's Register hook (for example an
 	// ibverbs memory region) and read by the same backend. Written once
 	// before the region is visible to other goroutines.

@@ -270,6 +270,10 @@ func (g *Registry) free(r *Region) {
 		g.owned.put(ownedMap{fd: r.fd, mem: r.mapping})
 	case r.kind == KindUser:
 		r.pinner.Unpin()
+	case r.kind == KindProxy:
+		if c, ok := r.gate.(GateCloser); ok {
+			c.Close() // drained: no Ref is in the gate any more
+		}
 	}
 	g.unreserve(uint64(len(r.mem)))
 }

@@ -10,11 +10,13 @@
 // pairs to routes (and by the backends' tests). SetBackend and NewBackend
 // carry the backends' constructors (backends.go): each backend package
 // sets its own, and package node builds the backends over the manager's
-// registry.
+// registry. SetResolver is set by package backend/tcp and used by a host
+// agent (issue 26) to serve frames naming its attached processes.
 package wiring
 
 import (
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/internal/agentapi"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 	"github.com/rdmamgr/rdmamgr/internal/qpbind"
 )
@@ -29,3 +31,12 @@ var PeerClient func(manager any, addr, name string) any
 
 // NewQueuePair binds a *queuepair.QueuePair to route; it does no I/O.
 var NewQueuePair func(id, peerID uint64, route backend.Route, local qpbind.Resolver, opt qpbind.Options) any
+
+// SetResolver gives a backend built by NewBackend a host agent's resolver
+// (package agentapi): it then serves frames that name an attached process
+// (a Via). Set by package backend/tcp; it reports false when b is not a
+// backend that takes one. r == nil takes it away (frames with a Via are
+// then refused with ErrNotSupported, as before any was set). Call it
+// before the backend's Start; a frame served meanwhile sees the old one
+// or the new one.
+var SetResolver func(b backend.Backend, r agentapi.Resolver) bool

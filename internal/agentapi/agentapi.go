@@ -1,0 +1,68 @@
+// Package agentapi is the seam between a host agent (issue 26) and the
+// backends that serve its peers: what an agent gives a backend so that
+// frames naming an attached process (a WorkRequest's Via) are served in
+// that process's memory.
+//
+// An agent maps the regions of the processes attached to it into its own
+// registry as proxy regions (memreg.RegisterProxy). A frame from a peer
+// agent names the target process by its slot at this agent (via) and the
+// region and key as the process registered them; the backend asks the
+// Resolver for the proxy region that stands for them, then serves the
+// frame on the proxy as on any region of its registry (memreg.AcquireRemote:
+// key, access, bounds, lease, revocation; cuts; sinks). Events and
+// messages for the process go to its Inbox.
+//
+// The TCP backend takes a Resolver through wiring.SetResolver (set by
+// package backend/tcp); a backend without one refuses frames with a via
+// with rdmamgr.ErrNotSupported.
+//
+// Contract for the agent:
+//   - A backend may reuse a resolution for later frames of the same (via,
+//     region, key) on a connection, whatever their need, for as long as
+//     the proxy region admits them (memreg.AcquireRemote with the frame's
+//     need succeeds), without calling Resolve again: a proxy must admit no
+//     more access than the process's key grants. To end a process's access, revoke or release its proxies (as
+//     on a cut notice or the process's death); refusing Resolve alone
+//     stops only new resolutions. A proxy that no longer admits a frame
+//     (released, revoked, past its lease) makes the backend Resolve again.
+//   - Resolve and Inbox run on a connection's goroutine: while one waits,
+//     that connection serves nothing. Resolve must honour ctx (it ends
+//     within ResolveTimeout, and when the backend closes; Close waits for
+//     it). The calling connection holds no memreg reference while it
+//     calls Resolve (its batch of answers is flushed first), so a Resolve
+//     that waits on the process does not hold up a Revoke on this
+//     connection's account; other connections serve on meanwhile.
+//   - Inbox(via) must return an inbox that does not block (backend.Inbox).
+//     An event names the process's own region id (the frame's, not the
+//     proxy's) and the origin as its Peer.
+package agentapi
+
+import (
+	"context"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
+
+// ResolveTimeout bounds one Resolve: the backend calls it with a context
+// that ends at most this long after the call (and when the backend or the
+// connection closes).
+const ResolveTimeout = 5 * time.Second
+
+// Resolver is an agent's view of the processes attached to it. Its methods
+// run on a backend's data path, on the goroutine that serves one
+// connection: while one waits, that connection serves nothing else.
+type Resolver interface {
+	// Resolve maps a frame's (via, region, key) to a proxy region of the
+	// agent's own registry that admits need; first use may map it
+	// (bounded: ctx, at most ResolveTimeout). local and localKey name the
+	// proxy in the agent's registry. An error refuses the frame with its
+	// code (errors.Is with the module's sentinels: ErrBadKey, ErrReleased,
+	// ErrRevoked, ErrAccess, ErrPeerGone for a slot with no live process,
+	// ...); the connection serves on.
+	Resolve(ctx context.Context, via uint16, region uint64, key buffer.Key, need buffer.Access) (local uint64, localKey buffer.Key, err error)
+	// Inbox is the inbox of the process at via (events and messages for
+	// it). An error refuses the event or message with its code.
+	Inbox(via uint16) (backend.Inbox, error)
+}
