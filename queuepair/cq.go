@@ -24,6 +24,7 @@ type CompletionQueue struct {
 	mu       sync.Mutex
 	ring     []*WorkRequest // finished, in completion order; len is the capacity
 	head, n  int
+	queued   atomic.Int64  // n, for a spinning Wait to look at without mu
 	sleepers int           // Waits asleep on wake
 	wake     chan struct{} // capacity 1: sent only when somebody sleeps
 }
@@ -63,6 +64,7 @@ func (cq *CompletionQueue) push(w *WorkRequest) {
 	}
 	cq.ring[i] = w
 	cq.n++
+	cq.queued.Store(int64(cq.n))
 	if cq.sleepers > 0 {
 		select {
 		case cq.wake <- struct{}{}:
@@ -96,6 +98,7 @@ func (cq *CompletionQueue) take(out []*WorkRequest) int {
 		out[j] = w
 	}
 	cq.n -= k
+	cq.queued.Store(int64(cq.n))
 	if k > 0 {
 		cq.held.Add(int64(-k))
 	}
@@ -104,12 +107,19 @@ func (cq *CompletionQueue) take(out []*WorkRequest) int {
 
 // Wait is Poll that blocks until at least one work request finished (with
 // out not empty) or ctx ends; then it returns 0 and ctx's error (see the
-// package doc, "Errors"). It does not cancel anything.
+// package doc, "Errors"). It does not cancel anything. While operations
+// reporting into cq are in flight it spins a little (spinFor, yielding
+// its processor) before it parks: a completion that comes meanwhile costs
+// no wake-up.
 func (cq *CompletionQueue) Wait(ctx context.Context, out []*WorkRequest) (int, error) {
 	if len(out) == 0 {
 		return 0, nil
 	}
+	var spin spinner
 	for {
+		for cq.queued.Load() == 0 && cq.held.Load() > 0 && spin.more() {
+		}
+		spin.hit()
 		cq.mu.Lock()
 		if k := cq.take(out); k > 0 {
 			if cq.n > 0 && cq.sleepers > 0 { // what is left is another sleeper's

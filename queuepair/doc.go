@@ -38,7 +38,11 @@
 // reported there exactly once, as well as through its own Wait, Poll and
 // Done, which keep working. Poll reaps up to len(out) without blocking;
 // Wait blocks for at least one until ctx ends (then it returns ctx's
-// error, cancelling nothing). PostOps posts a chain of operations (any
+// error, cancelling nothing). A Wait (the queue's, or a WorkRequest's)
+// with operations in flight spins for up to 50 µs, yielding its
+// processor, before it parks, where GOMAXPROCS is above 1: a completion
+// that comes meanwhile wakes no other thread; spins that run out make the
+// next waits park at once (spin.go). PostOps posts a chain of operations (any
 // verb: Op carries Imm, HasImm, Compare and Swap) into caller-owned work
 // requests at the cost of one post: the route's backend.ListPoster when
 // it has one (one lock, one wake-up of its sender), a loop of posts

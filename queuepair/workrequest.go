@@ -260,6 +260,10 @@ func (w *WorkRequest) Err() error {
 // way, when Wait returns the memory is the caller's again, and Err returns
 // the same outcome.
 func (w *WorkRequest) Wait(ctx context.Context) error {
+	var spin spinner // spin.go: an outcome that comes soon costs no wake-up
+	for w.state.Load() == statePending && spin.more() {
+	}
+	spin.hit()
 	if w.settled() == stateDone || !w.park() {
 		w.settled()
 		return w.err

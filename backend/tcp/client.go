@@ -43,9 +43,10 @@ const (
 	// bytes posted on one connection before the next takes over.
 	smallRun = 32
 
-	// inlineMax is the largest chunk a poster writes itself when the
-	// connection has nothing queued (client_write.go): a larger one goes
-	// to the writer goroutine, so Post does not wait for its bytes.
+	// inlineMax is the most a poster writes itself (client_write.go), and
+	// the most written and unanswered on the connection when it does: a
+	// larger ring goes to the writer goroutine, so Post does not wait for
+	// many bytes, nor for a peer that does not read.
 	inlineMax = 64 << 10
 )
 
@@ -63,10 +64,13 @@ type clientConn struct {
 	lastHeard   uint64
 	lastHeardAt time.Time
 
-	mu      sync.Mutex // guards slots, pend, sleeping, failing and chunk states
-	slots   slotTable
-	pend    []*chunk // the submission ring: queued chunks, in posting order
-	failing bool
+	mu    sync.Mutex // guards slots, pend, sleeping, failing and chunk states
+	slots slotTable
+	pend  []*chunk // the submission ring: queued chunks, in posting order
+	// pendBytes bounds the bytes of the frames on pend (frameBytes; a
+	// poster writes the ring itself only while it is at most inlineMax).
+	pendBytes int
+	failing   bool
 	// sleeping says the writer waits on wake for work; the poster that
 	// finds it so clears it and sends the one wake-up.
 	sleeping bool
@@ -77,7 +81,7 @@ type clientConn struct {
 	// writer scratch below. A writer takes chunks off pend only while it
 	// holds wmu, so frames go out in posting order.
 	wmu     sync.Mutex
-	inlined atomic.Uint64 // frames written by their poster (tests read it)
+	inlined atomic.Uint64 // frames written by a poster (tests read it)
 	writevs atomic.Uint64 // batches written (benchmarks read it)
 
 	// writer scratch, under wmu
@@ -95,11 +99,14 @@ func newClientConn(r *route, c net.Conn) *clientConn {
 }
 
 // enqueue gives each chunk of the chain head (linked by next) an id and
-// puts the chain on the ring under one lock, waking the writer at most
-// once (and, for small frames behind many on the wire, not at once: see
-// wireLow); on a connection that is failing it finishes them with the route's
-// error. A chain of one small chunk, with nothing else in flight on the
-// route, is written by the poster itself (writeInline).
+// puts the chain on the ring under one lock; on a connection that is
+// failing it finishes them with the route's error. When the ring is to be
+// written now (a chain, a large frame, few frames on the wire: see
+// wireLow) and nobody writes the connection, the poster writes the ring
+// itself (writeInline): no wake-up of the writer goroutine, whose hand-off
+// costs a cross-core round trip where goroutines run on several cores.
+// Otherwise it wakes the writer at most once, or (small frames behind many
+// on the wire) lets them wait for company.
 func (cc *clientConn) enqueue(head *chunk) {
 	cc.mu.Lock()
 	if cc.failing {
@@ -113,8 +120,9 @@ func (cc *clientConn) enqueue(head *chunk) {
 		}
 		return
 	}
-	inline := head.next == nil && len(cc.pend) == 0 && len(head.local) <= inlineMax && cc.r.InFlight() <= 1
-	now := false // wake the writer now rather than let frames gather
+	// A chain is a batch already (PostList): it goes now, as a plain
+	// pipeline flushes once its poster has nothing more to add.
+	now := head.next != nil
 	for c := head; c != nil; {
 		next := c.next
 		c.next = nil
@@ -122,18 +130,18 @@ func (cc *clientConn) enqueue(head *chunk) {
 		c.id = cc.slots.put(c)
 		c.state = stQueued
 		cc.pend = append(cc.pend, c)
+		cc.pendBytes += frameBytes(c)
 		c = next
 	}
-	if inline && cc.wmu.TryLock() {
-		// Nothing queued and no writer at work: later posters queue
-		// behind this frame, since the writer needs wmu to take them.
-		cc.pend = cc.pend[:0]
-		cc.mu.Unlock()
-		cc.writeInline(head)
-		return
-	}
 	if now || len(cc.pend) >= wakeFrames || cc.slots.held-len(cc.pend) < wireLow {
-		cc.kickLocked()
+		if cc.pendBytes <= inlineMax && cc.slots.wire <= inlineMax && cc.wmu.TryLock() {
+			// No writer at work: later posters queue behind these
+			// frames, since a writer needs wmu to take them.
+			cc.mu.Unlock()
+			cc.writeInline()
+			return
+		}
+		cc.kickLocked() // a writer at work takes them after its batch
 	}
 	cc.mu.Unlock()
 }
@@ -158,6 +166,7 @@ func (cc *clientConn) push(c *chunk) bool {
 		return false
 	}
 	cc.pend = append(cc.pend, c)
+	cc.pendBytes += frameBytes(c)
 	cc.kickLocked()
 	return true
 }
@@ -197,6 +206,7 @@ func (cc *clientConn) failAll(err error) {
 	// Chunks on the ring were in slots too; drop the ring.
 	clear(cc.pend)
 	cc.pend = cc.pend[:0]
+	cc.pendBytes = 0
 	cc.mu.Unlock()
 	cc.wmu.Unlock()
 	for _, c := range left {

@@ -39,7 +39,7 @@ func (cc *clientConn) writeLoop() {
 			runtime.Gosched()
 		}
 		cc.wmu.Lock()
-		answered, ok := cc.send(nil)
+		answered, ok := cc.send()
 		cc.wmu.Unlock()
 		finishAll(answered)
 		if !ok {
@@ -48,27 +48,36 @@ func (cc *clientConn) writeLoop() {
 	}
 }
 
-// writeInline writes c's frame from the poster's goroutine; enqueue calls
-// it, with wmu held, when c is small, its operation is the only one in
-// flight on the route, nothing is queued and no other writer is at work:
-// a one-at-a-time operation then costs no hand-off to the writer
-// goroutine, whose wake-up can cost a cross-core round trip. With more in
-// flight the writer goroutine gathers the frames of many posters into one
-// writev instead. Like the writer, it waits while the socket's buffer is
-// full; a cancel or the chunk's deadline interrupts that wait as it does
-// the writer's. It releases wmu.
-func (cc *clientConn) writeInline(c *chunk) {
+// writeInline writes the ring from a poster's goroutine; enqueue calls
+// it, with wmu held, when the ring is to go now, holds at most inlineMax
+// bytes, at most inlineMax more are written and unanswered (so the
+// socket buffers have room for the batch, and the poster does not wait on
+// a peer that reads slowly or not at all) and no other writer is at
+// work: the batch then costs no hand-off to the writer goroutine, whose
+// wake-up can cost a cross-core round trip. Frames queued while it writes are left to the
+// writer goroutine, which it wakes. Like the writer, it waits while the
+// socket's buffer is full; a cancel or the chunk's deadline interrupts
+// that wait as it does the writer's. It releases wmu.
+func (cc *clientConn) writeInline() {
 	if cc.r.Err() != nil {
-		// c stays in slots, queued: drain fails it.
+		// The chunks stay in slots, queued: drain fails them.
 		cc.wmu.Unlock()
 		return
 	}
 	if testHookInline != nil {
 		testHookInline(cc)
 	}
-	answered, _ := cc.send(c)
+	nh := cc.gather()
+	answered, _ := cc.sendGathered(nh)
 	cc.wmu.Unlock()
-	cc.inlined.Add(1)
+	cc.inlined.Add(uint64(nh))
+	cc.mu.Lock()
+	if len(cc.pend) > 0 {
+		// Queued behind the batch (their posters found wmu held): the
+		// writer goroutine takes them.
+		cc.kickLocked()
+	}
+	cc.mu.Unlock()
 	finishAll(answered)
 }
 
@@ -76,12 +85,17 @@ func (cc *clientConn) writeInline(c *chunk) {
 // of the route.
 var testHookInline func(*clientConn)
 
-// send writes first (a chunk written inline, or nil) and what is on the
-// ring as one batch; called with wmu held. It returns the chunks that were
-// answered while being sent, to be finished once wmu is let go (a
-// completion may post again), and false once the route failed.
-func (cc *clientConn) send(first *chunk) ([]*chunk, bool) {
-	if cc.gather(first) == 0 {
+// send writes what is on the ring as one batch; called with wmu held.
+// It returns the chunks that were answered while being sent, to be
+// finished once wmu is let go (a completion may post again), and false
+// once the route failed.
+func (cc *clientConn) send() ([]*chunk, bool) {
+	return cc.sendGathered(cc.gather())
+}
+
+// sendGathered writes the batch gather built (nh frames), as send.
+func (cc *clientConn) sendGathered(nh int) ([]*chunk, bool) {
+	if nh == 0 {
 		return nil, true
 	}
 	if err := cc.writeBatch(); err != nil {
@@ -91,27 +105,29 @@ func (cc *clientConn) send(first *chunk) ([]*chunk, bool) {
 	return cc.markSent(), true
 }
 
+// frameBytes bounds the bytes of c's frame: its payload and the largest
+// header (a ping's is a header).
+func frameBytes(c *chunk) int { return len(c.local) + reqMaxSize }
+
 func finishAll(cs []*chunk) {
 	for _, c := range cs {
 		c.finish(c.answer)
 	}
 }
 
-// gather builds the batch in iov from first (if not nil) and the front of
-// the ring, up to maxWriteBatch frames or maxBatchBytes of payload, under
-// one hold of mu, and returns the number of frames (abandoned chunks are
+// gather builds the batch in iov from the front of the ring, up to
+// maxWriteBatch frames or maxBatchBytes of payload, under one hold of mu, and returns the number of frames (abandoned chunks are
 // skipped). What does not fit stays on the ring for the next batch.
-func (cc *clientConn) gather(first *chunk) int {
+func (cc *clientConn) gather() int {
 	cc.iov = cc.iovBuf[:0]
 	cc.sending = cc.sending[:0]
 	nh, bytes := 0, 0
 	cc.mu.Lock()
-	if first != nil {
-		nh, bytes = cc.add(first, nh, bytes)
-	}
 	taken := 0
 	for taken < len(cc.pend) && nh < maxWriteBatch && bytes < maxBatchBytes {
-		nh, bytes = cc.add(cc.pend[taken], nh, bytes)
+		c := cc.pend[taken]
+		cc.pendBytes -= frameBytes(c)
+		nh, bytes = cc.add(c, nh, bytes)
 		taken++
 	}
 	rest := copy(cc.pend, cc.pend[taken:])
@@ -137,6 +153,8 @@ func (cc *clientConn) add(c *chunk, nh, bytes int) (int, int) {
 	hb := cc.hdrs[nh][:h.size()]
 	h.encode(hb)
 	cc.iov = append(cc.iov, hb)
+	c.wire = frameBytes(c)
+	cc.slots.wire += c.wire
 	if hasPayload(h.op) {
 		cc.iov = append(cc.iov, c.local)
 		bytes += len(c.local)

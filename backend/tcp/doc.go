@@ -24,11 +24,15 @@
 // and the owner answers the batch with one writev. A connection's frames
 // are written by its writer goroutine: posters put their chunks on the
 // connection's submission ring under one lock (a chain of them at once
-// with PostList, the route's backend.ListPoster), waking the writer only
-// when it sleeps, and the writer drains the ring in batches of up to 64
-// frames, one writev each; an operation alone in flight, of at most 64
-// KiB, is written by its poster instead (client_write.go), in posting
-// order still. A connection's chunks in flight sit in a table indexed by
+// with PostList, the route's backend.ListPoster); a poster whose frames
+// are to go now (below) and that finds nobody writing the connection, with
+// at most 64 KiB queued and at most 64 KiB written and unanswered (a peer
+// that reads slowly never holds up Post), writes the ring itself with one writev (client_write.go), in posting
+// order still, and otherwise wakes the writer goroutine if it sleeps,
+// which drains the ring in batches of up to 64 frames, one writev each.
+// A goroutine hand-off costs a wake-up of another thread where goroutines
+// run on several cores (tens of microseconds on a virtual machine), so a
+// batch's frames go out without one. A connection's chunks in flight sit in a table indexed by
 // slot (slots.go); a frame's id is the slot and its generation, which
 // moves on when the slot is freed, so an answer naming an id not held now
 // (forged, or for a slot freed and reused) is a protocol violation and
@@ -36,7 +40,8 @@
 // channel per operation: room in flight is an atomic count (sem.go). A
 // small frame posted behind many unanswered ones on its connection waits
 // on the ring for company (up to 16 frames, or until the reader takes in
-// answers, which wakes the writer), and small single-chunk operations go
+// answers, which wakes the writer; a PostList chain is company enough and
+// goes at once), and small single-chunk operations go
 // in runs of 32 per connection, so a pipeline of small operations costs
 // few writevs and reads; the reader matches a batch of answers under one
 // hold of the connection's lock and finishes them together. Every

@@ -56,6 +56,7 @@ type chunk struct {
 	offset   uint64
 	deadline time.Time
 	state    int
+	wire     int   // the frame's bytes once written, until it leaves the slot table
 	answer   error // the response's outcome, for stAnswered
 	// trailer ends the frame of a write-imm or send: commit, or abort
 	// once the writer swapped the rest of the payload for zeros (unloan).
@@ -107,7 +108,7 @@ func newOp(r *route, wr *backend.WorkRequest, count int) *op {
 			c.region, c.offset = 0, 0
 		}
 		c.deadline = wr.Deadline
-		c.answer, c.cause, c.interrupted = nil, nil, false
+		c.answer, c.cause, c.interrupted, c.wire = nil, nil, false, 0
 		c.stop.Store(false)
 		c.next = nil
 	}

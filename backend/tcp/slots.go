@@ -12,6 +12,10 @@ type slotTable struct {
 	gens   []uint32 // the slot's current generation, never 0
 	free   []uint32 // free slots, a stack
 	held   int      // slots in use
+	// wire is the bytes of the frames written and not yet answered
+	// (chunk.wire of each chunk held): what the socket buffers can hold
+	// at most.
+	wire int
 }
 
 // put takes a slot for c and returns c's wire id.
@@ -44,6 +48,8 @@ func (t *slotTable) del(id uint64) {
 	if t.get(id) == nil {
 		return
 	}
+	t.wire -= t.chunks[s].wire
+	t.chunks[s].wire = 0
 	t.chunks[s] = nil
 	t.gens[s]++
 	if t.gens[s] == 0 { // wrapped: 0 is never a generation

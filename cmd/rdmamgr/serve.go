@@ -123,7 +123,7 @@ func serve(ctx context.Context, e *env, c *common, listen, name, member, metrics
 		admin = "http://" + a.Addr() + "/metrics"
 	}
 	zl.Info().Str("addr", n.Addr()).Str("name", name).Str("data", n.DataAddr()).
-		Str("backend", n.Backends()).Str("agent", c.hostAgent.Socket).Str("metrics", admin).Str("version", actor.Version()).Msg("serving")
+		Str("backend", n.Backends()).Str("agent_socket", c.hostAgent.Socket).Str("metrics", admin).Str("version", actor.Version()).Msg("serving")
 	fmt.Fprintf(e.stdout, "ready %s\n", n.Addr())
 	if f, ok := e.stdout.(interface{ Sync() error }); ok {
 		_ = f.Sync()

@@ -40,7 +40,10 @@ type Agent struct {
 
 	life    context.Context // ends when Close starts
 	endLife context.CancelFunc
-	wg      sync.WaitGroup // accept loop, processes, far-route setups
+
+	closeOnce sync.Once
+	closeErr  error
+	wg        sync.WaitGroup // accept loop, processes, far-route setups
 
 	mu sync.Mutex // guards the fields below
 	// started and closed: Start ran; Close ran.
@@ -141,13 +144,14 @@ func (a *Agent) Start(ctx context.Context) error {
 // Close stops the listener (removing its socket), tells every attached
 // process it goes, ends them (their operations cancelled, their proxies
 // released), drops the routes to the far agents and waits. Idempotent.
+// Later and concurrent calls wait for the first and return its error.
 func (a *Agent) Close() error {
+	a.closeOnce.Do(func() { a.closeErr = a.close() })
+	return a.closeErr
+}
+
+func (a *Agent) close() error {
 	a.mu.Lock()
-	if a.closed {
-		a.mu.Unlock()
-		a.wg.Wait()
-		return nil
-	}
 	a.closed = true
 	ln, started := a.ln, a.started
 	procs := make([]*proc, 0, len(a.procs))

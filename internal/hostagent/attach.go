@@ -5,8 +5,10 @@ package hostagent
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
@@ -48,7 +50,7 @@ func (a *Agent) handshake(c *net.UnixConn) (*proc, error) {
 	}
 	buf := make([]byte, agentwire.MaxPacket)
 	if pkt, err = agentwire.ReadPacket(c, buf); err != nil {
-		return nil, fmt.Errorf("no auth: %w", err)
+		return nil, handshakeErr("no auth", err)
 	}
 	auth, err := agentwire.DecodeAuth(pkt)
 	if err != nil {
@@ -112,7 +114,7 @@ func (a *Agent) shmRoute(ctx context.Context, c *net.UnixConn, buf []byte, peerI
 		return nil, err
 	}
 	if pkt, err = agentwire.ReadPacket(c, buf); err != nil {
-		return nil, fmt.Errorf("no shm answer: %w", err)
+		return nil, handshakeErr("no shm answer", err)
 	}
 	if t, _ := agentwire.Type(pkt); t == agentwire.TypeGone {
 		g, err := agentwire.DecodeGone(pkt)
@@ -135,6 +137,18 @@ func (a *Agent) shmRoute(ctx context.Context, c *net.UnixConn, buf []byte, peerI
 		return nil, fmt.Errorf("shm route %T maps no proxies: %w", r, rdmamgr.ErrNotSupported)
 	}
 	return r, nil
+}
+
+// handshakeErr says why a handshake read failed: ErrDeadline when the
+// process took too long, ErrPeerGone when it went, else the error.
+func handshakeErr(what string, err error) error {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("%s within %v: %w", what, handshakeTimeout, rdmamgr.ErrDeadline)
+	case errors.Is(err, rdmamgr.ErrProtocol):
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return fmt.Errorf("%s: %v: %w", what, err, rdmamgr.ErrPeerGone)
 }
 
 // sendGone tells the process why we close (best effort, not waiting).

@@ -4,10 +4,13 @@ package hostagent
 
 import (
 	"errors"
+	"net"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/internal/agentwire"
 )
 
 // A process of a served user that proves the secret attaches: it gets a
@@ -77,5 +80,57 @@ func TestAttachRefused(t *testing.T) {
 	}
 	if a.Procs() != 1 {
 		t.Fatalf("%d processes attached, want 1", a.Procs())
+	}
+}
+
+// At most maxPreAuth connections are in their handshake at once: one more
+// is closed at accept, without a hello; a silent one is closed after
+// handshakeTimeout, and its place serves the next.
+func TestAttachCaps(t *testing.T) {
+	old := handshakeTimeout
+	handshakeTimeout = 2 * time.Second
+	t.Cleanup(func() { handshakeTimeout = old })
+	secret := testSecret(t)
+	a := startAgent(t, newSystem(t), "agentA", 1, secret)
+	ctx := testCtx(t)
+	buf := make([]byte, agentwire.MaxPacket)
+	var silent []*net.UnixConn
+	for range maxPreAuth {
+		c, err := agentwire.Dial(ctx, a.cfg.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := agentwire.ReadPacket(c, buf); err != nil { // the hello: admitted
+			t.Fatal(err)
+		}
+		silent = append(silent, c)
+	}
+	c, err := agentwire.Dial(ctx, a.cfg.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := agentwire.ReadPacket(c, buf); err == nil {
+		t.Fatal("a connection past the cap got a hello")
+	}
+	// The silent ones are closed after the handshake timeout; then a
+	// process attaches.
+	if pkt, err := agentwire.ReadPacket(silent[0], buf); err == nil {
+		if g, err := agentwire.DecodeGone(pkt); err != nil || !errors.Is(g.Err(), rdmamgr.ErrDeadline) {
+			t.Fatalf("a silent connection got %v (%v), want gone: deadline", g, err)
+		}
+		if _, err := agentwire.ReadPacket(silent[0], buf); err == nil {
+			t.Fatal("a silent connection still open after its gone")
+		}
+	}
+	f := newFakeProc(t, secret)
+	waitFor(t, "room for a handshake", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.preAuth < maxPreAuth
+	})
+	if err := f.attach(ctx, a.cfg.Socket, attachOpts{secret: secret}); err != nil {
+		t.Fatal(err)
 	}
 }

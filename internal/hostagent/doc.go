@@ -35,7 +35,24 @@
 //     (held by a local reference for the operation's life), whose Via
 //     names the target process at the far agent and whose Origin is the
 //     process's manager id; done answers each once it completed (batched:
-//     one write per batch). A cancel cancels it on the route.
+//     one write per batch). A cancel cancels it on the route. The reader
+//     posts itself when the proxy and the route are there and nothing is
+//     queued before (no hand-off); else the process's poster does, in order.
+//   - Events and messages for an attached process (the TCP server's
+//     Inbox(via)): a PutWithImm's event goes over the process's shm route
+//     as a notice (no copy: the bytes are in place) naming the far process
+//     as its Peer; a Send is staged in the agent and handed on as an shm
+//     Send, and the process's refusal (no receive posted, too small) is
+//     the sender's answer (agentapi.CheckedLanding). Both wait for the
+//     process's answer (5 s at most), which keeps a connection's order.
+//
+// The process's own (local) memory is mapped through the same owner
+// checks as a far process's: its region must grant what the agent does
+// with it (read for a Put's source, write for a Get's target), must be
+// memfd-backed (a process attached to an agent allocates no pooled
+// regions: memreg.SetUnpooled) and not revoked. Direct routes need none of
+// this: these operations fail through an agent (ErrAccess,
+// ErrNotSupported, ErrRevoked) where they work direct.
 //
 // A process that goes (its socket or its shm route ends) loses its slot at
 // once (frames for it are answered ErrPeerGone), its operations are

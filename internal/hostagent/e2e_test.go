@@ -7,6 +7,8 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"strings"
+	"sync"
 	"testing"
 
 	protoactor "github.com/asynkron/protoactor-go/actor"
@@ -26,7 +28,7 @@ import (
 // shm first; on one real host that would keep every route on shm, and
 // here the routes are to go through the agents, which name different
 // hosts).
-func startProcess(t *testing.T, sys *protoactor.ActorSystem, name string, secret backend.Secret, sock string) *actor.Manager {
+func startProcess(t testing.TB, sys *protoactor.ActorSystem, name string, secret backend.Secret, sock string) *actor.Manager {
 	t.Helper()
 	m, err := actor.New(sys, actor.Config{Name: name, Secret: secret})
 	if err != nil {
@@ -59,7 +61,18 @@ func startProcess(t *testing.T, sys *protoactor.ActorSystem, name string, secret
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
+	agentBackends.Store(m, ab)
 	return m
+}
+
+// agentBackends are the processes' agent backends, by manager.
+var agentBackends sync.Map
+
+// attachedTo reports whether process m's agent backend is attached to
+// the agent at addr.
+func attachedTo(m *actor.Manager, addr string) bool {
+	ab, _ := agentBackends.Load(m)
+	return strings.HasSuffix(ab.(*agent.Backend).Addr(), "agent "+addr+")")
 }
 
 // Processes attached to two agents (hosts 1 and 2) through queue pairs:
@@ -75,7 +88,9 @@ func TestEndToEnd(t *testing.T) {
 	p3 := startProcess(t, sys, "p3", secret, a.cfg.Socket)
 	p2 := startProcess(t, sys, "p2", secret, b.cfg.Socket)
 	ctx := testCtx(t)
-	waitFor(t, "three processes attached", func() bool { return a.Procs() == 2 && b.Procs() == 1 })
+	waitFor(t, "three processes attached", func() bool {
+		return attachedTo(p1, a.Addr()) && attachedTo(p3, a.Addr()) && attachedTo(p2, b.Addr())
+	})
 
 	evs, err := p2.SubscribeEvents(16)
 	if err != nil {
@@ -149,7 +164,9 @@ func TestEndToEndFailures(t *testing.T) {
 	p2 := startProcess(t, sys, "p2", secret, b.cfg.Socket)
 	p3 := startProcess(t, sys, "p3", secret, b.cfg.Socket)
 	ctx := testCtx(t)
-	waitFor(t, "processes attached", func() bool { return a.Procs() == 1 && b.Procs() == 2 })
+	waitFor(t, "processes attached", func() bool {
+		return attachedTo(p1, a.Addr()) && attachedTo(p2, b.Addr()) && attachedTo(p3, b.Addr())
+	})
 	local, err := p1.Client().RequestBuffer(ctx, 4096, buffer.AccessReadWrite)
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +227,7 @@ func TestEndToEndFailures(t *testing.T) {
 
 	// A new agent on the same socket: P1 re-attaches by itself.
 	a2 := startAgent(t, sys, "agentA2", 1, secret, func(c *Config) { c.Socket = a.cfg.Socket })
-	waitFor(t, "P1 to re-attach", func() bool { return a2.Procs() == 1 })
+	waitFor(t, "P1 to re-attach", func() bool { return attachedTo(p1, a2.Addr()) })
 	if err := put(p3); err != nil {
 		t.Fatalf("put after re-attaching: %v", err)
 	}

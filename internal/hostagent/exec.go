@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
@@ -25,6 +26,8 @@ type op struct {
 	// cancelCh ends Post's wait for room (closed once, by cancel).
 	cancelCh   chan struct{}
 	cancelOnce sync.Once
+	// refused: past maxOps, reported at once with this error.
+	refused error
 
 	mu    sync.Mutex    // guards route
 	route backend.Route // set just before Post: cancel cancels it there
@@ -42,9 +45,20 @@ func (p *proc) newOp(post *agentwire.Post) (*op, error) {
 	if p.ops[post.WRID] != nil {
 		return nil, fmt.Errorf("hostagent: pid %d posted wrid %d twice: %w", p.pid, post.WRID, rdmamgr.ErrProtocol)
 	}
+	if int64(len(p.ops)) >= maxOps.Load() {
+		o.refused = fmt.Errorf("hostagent: pid %d has %d operations in flight: %w", p.pid, len(p.ops), rdmamgr.ErrLimit)
+		return o, nil // not registered: refused at once
+	}
 	p.ops[post.WRID] = o
 	return o, nil
 }
+
+// maxOps bounds a process's operations in flight at its agent (its far
+// routes' back-pressure bounds them first, unless they fail fast); past
+// it a post is refused with ErrLimit. (Atomic: tests change it.)
+var maxOps atomic.Int64
+
+func init() { maxOps.Store(1 << 16) }
 
 // cancel ends the operation early with cause (the first cause wins): at
 // once if it is not posted yet (the poster sees it), through its route's
@@ -78,6 +92,7 @@ func (p *proc) poster() {
 		select {
 		case o := <-p.posts:
 			o.start()
+			p.queued.Add(-1)
 		case <-p.dead:
 			p.drainPosts(p.endErr)
 			return
@@ -91,6 +106,7 @@ func (p *proc) drainPosts(err error) {
 		select {
 		case o := <-p.posts:
 			o.finish(err)
+			p.queued.Add(-1)
 		default:
 			return
 		}
@@ -99,48 +115,82 @@ func (p *proc) drainPosts(err error) {
 
 // start maps the local memory, takes the far route and posts. A failure
 // before Post reports the operation at once.
-func (o *op) start() {
-	p := o.p
+func (o *op) start() { o.run(true) }
+
+// startFast is start when the local region's proxy and the far route are
+// there already: it reports false, having done nothing, when it would
+// have to wait for a mapping or a route setup.
+func (o *op) startFast() bool { return o.run(false) }
+
+// local is the proxy the operation's local memory is: the agent reads the
+// process's memory (Put, PutWithImm, Send) or writes it (Get).
+func (o *op) need() buffer.Access {
+	if o.post.Op == backend.OpRead {
+		return buffer.AccessWrite
+	}
+	return buffer.AccessRead
+}
+
+// run is start; with slow false it stops (false) before anything that
+// waits.
+func (o *op) run(slow bool) bool {
+	p, post := o.p, &o.post
+	var h buffer.Buffer
+	var fr backend.Route
+	var err error
+	if !post.Op.Atomic() {
+		h, err = p.cachedProxy(post.Local.Region, post.Local.Key, o.need())
+	}
+	if err == nil {
+		fr = p.a.cachedFar(post.FarAgent)
+	}
+	if !slow && (err != nil || fr == nil || (h.Region == 0 && !post.Op.Atomic())) {
+		return false
+	}
 	if err := o.wr.CancelCause(); err != nil {
 		o.finish(err)
-		return
+		return true
 	}
 	select {
 	case <-p.dead:
 		o.finish(p.endErr)
-		return
+		return true
 	default:
 	}
-	post := &o.post
-	// The first mapping of a region and the far route's setup are
-	// bounded (and end with the process); a cancel is seen once they end.
-	ctx, cancel := context.WithTimeout(p.ctx, mapTimeout)
-	defer cancel()
+	if err != nil {
+		o.finish(err)
+		return true
+	}
+	if (h.Region == 0 && !post.Op.Atomic()) || fr == nil {
+		// The first mapping of a region and the far route's setup are
+		// bounded (and end with the process); a cancel is seen once
+		// they end.
+		ctx, cancel := context.WithTimeout(p.ctx, mapTimeout)
+		defer cancel()
+		if h.Region == 0 && !post.Op.Atomic() {
+			if h, err = p.proxyOf(ctx, post.Local.Region, post.Local.Key, o.need()); err != nil {
+				o.finish(o.causeOr(err))
+				return true
+			}
+		}
+		if fr == nil {
+			if fr, err = p.a.farRoute(ctx, post.FarAgent); err != nil {
+				o.finish(o.causeOr(err))
+				return true
+			}
+		}
+	}
 	wr := &o.wr
 	if !post.Op.Atomic() {
-		need := buffer.AccessRead // the agent reads the process's memory...
-		if post.Op == backend.OpRead {
-			need = buffer.AccessWrite // ...or writes it
-		}
-		h, err := p.proxyOf(ctx, post.Local.Region, post.Local.Key, need)
-		if err != nil {
-			o.finish(o.causeOr(err))
-			return
-		}
 		if h, err = h.Slice(post.Local.Offset, post.Local.Length); err != nil {
 			o.finish(err)
-			return
+			return true
 		}
 		if o.ref, err = p.a.reg.AcquireLocal(h); err != nil {
 			o.finish(err)
-			return
+			return true
 		}
 		wr.Local = o.ref.Bytes()
-	}
-	fr, err := p.a.farRoute(ctx, post.FarAgent)
-	if err != nil {
-		o.finish(o.causeOr(err))
-		return
 	}
 	wr.Op, wr.Remote, wr.Via, wr.Origin = post.Op, post.Remote, post.Via, p.id
 	wr.Imm, wr.HasImm, wr.Compare, wr.Swap = post.Imm, post.HasImm, post.Compare, post.Swap
@@ -154,6 +204,7 @@ func (o *op) start() {
 	if err := fr.Post(wr); err != nil {
 		o.finish(o.causeOr(err))
 	}
+	return true
 }
 
 // causeOr returns the cancel cause if one was set (an error that came

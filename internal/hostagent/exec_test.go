@@ -73,3 +73,25 @@ func TestExecutorVerbs(t *testing.T) {
 		t.Fatal("a refused put changed the target")
 	}
 }
+
+// A process past its operations in flight at the agent has the next post
+// refused with RESOURCE_EXHAUSTED, and the ones after room is back run.
+func TestExecutorLimit(t *testing.T) {
+	_, b, p1, p2 := pairOfAgents(t)
+	src, _ := p1.alloc(t, 64, buffer.AccessReadWrite)
+	dst, _ := p2.alloc(t, 64, buffer.AccessReadWrite)
+	old := maxOps.Load()
+	maxOps.Store(0)
+	post := agentwire.Post{WRID: 1, Op: backend.OpWrite, Via: p2.welcome.Slot, FarAgent: b.Addr(), Local: localOf(src), Remote: dst}
+	p1.post(t, post)
+	d := p1.dones(t, 1)[1]
+	maxOps.Store(old)
+	if d.Code != uint32(rdmapb.Code_RESOURCE_EXHAUSTED) {
+		t.Fatalf("past the limit: %v", rdmapb.Code(d.Code))
+	}
+	post.WRID = 2
+	p1.post(t, post)
+	if d := p1.dones(t, 1)[2]; d.Code != 0 {
+		t.Fatalf("after: %v", rdmapb.Code(d.Code))
+	}
+}

@@ -59,6 +59,30 @@ func (a *Agent) farRoute(ctx context.Context, addr string) (backend.Route, error
 	}
 }
 
+// cachedFar is farRoute when the route is up already, else nil.
+func (a *Agent) cachedFar(addr string) backend.Route {
+	a.mu.Lock()
+	f := a.far[addr]
+	a.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	select {
+	case <-f.ready:
+	default:
+		return nil
+	}
+	if f.err != nil {
+		return nil
+	}
+	select {
+	case <-f.route.Done():
+		return nil
+	default:
+		return f.route
+	}
+}
+
 // setupFar sets up f's route (within the manager's route timeout, and
 // our life).
 func (a *Agent) setupFar(f *farRoute, addr string) {

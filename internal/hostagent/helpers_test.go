@@ -26,14 +26,14 @@ import (
 // testTimeout bounds every wait of a test; nothing here asserts durations.
 const testTimeout = 20 * time.Second
 
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func testSecret(t *testing.T) backend.Secret {
+func testSecret(t testing.TB) backend.Secret {
 	t.Helper()
 	k := make([]byte, 32)
 	_, _ = rand.Read(k)
@@ -46,7 +46,7 @@ func testSecret(t *testing.T) backend.Secret {
 
 // newSystem returns a local actor system, shut down at the end of the
 // test (after the managers and agents on it: cleanups run last first).
-func newSystem(t *testing.T) *protoactor.ActorSystem {
+func newSystem(t testing.TB) *protoactor.ActorSystem {
 	t.Helper()
 	sys := actor.NewActorSystem(nil)
 	t.Cleanup(sys.Shutdown)
@@ -55,7 +55,7 @@ func newSystem(t *testing.T) *protoactor.ActorSystem {
 
 // startManager starts a manager named name on sys over a TCP backend of
 // conns connections per route, and returns it and the backend.
-func startManager(t *testing.T, sys *protoactor.ActorSystem, name string, secret backend.Secret) (*actor.Manager, *tcp.Backend) {
+func startManager(t testing.TB, sys *protoactor.ActorSystem, name string, secret backend.Secret) (*actor.Manager, *tcp.Backend) {
 	t.Helper()
 	m, err := actor.New(sys, actor.Config{Name: name, Secret: secret})
 	if err != nil {
@@ -82,7 +82,7 @@ func startManager(t *testing.T, sys *protoactor.ActorSystem, name string, secret
 // startAgent starts an agent beside a new manager named name on sys,
 // with host id host, listening in a fresh directory; mod changes its
 // config before New.
-func startAgent(t *testing.T, sys *protoactor.ActorSystem, name string, host byte, secret backend.Secret, mod ...func(*Config)) *Agent {
+func startAgent(t testing.TB, sys *protoactor.ActorSystem, name string, host byte, secret backend.Secret, mod ...func(*Config)) *Agent {
 	t.Helper()
 	m, tb := startManager(t, sys, name, secret)
 	cfg := Config{Socket: filepath.Join(t.TempDir(), "agent.sock"), Secret: secret}
@@ -211,7 +211,7 @@ func (f *fakeProc) attach(ctx context.Context, path string, o attachOpts) error 
 }
 
 // waitFor polls cond until it holds or the test times out.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(testTimeout)
 	for !cond() {

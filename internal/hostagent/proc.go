@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
@@ -33,9 +34,12 @@ type proc struct {
 	route backend.Route     // our shm route to it
 	pr    wiring.ProxyRoute // route, mapping its regions
 
-	ctx     context.Context // ends when the process starts going
-	stop    context.CancelFunc
-	posts   chan *op      // read, in order, for the poster
+	ctx   context.Context // ends when the process starts going
+	stop  context.CancelFunc
+	posts chan *op // read, in order, for the poster
+	// queued counts the posts handed to the poster and not yet started:
+	// the reader starts one itself only when none is (order).
+	queued  atomic.Int64
 	dead    chan struct{} // closed when the process starts going
 	wake    chan struct{} // the writer has dones to send (1 buffered)
 	endOnce sync.Once
@@ -108,9 +112,22 @@ func (p *proc) read() error {
 				if err != nil {
 					return err
 				}
+				if o.refused != nil {
+					o.finish(o.refused)
+					continue
+				}
+				// In order: straight onto the route when nothing waits
+				// for the poster and nothing needs waiting for, else
+				// behind what the poster has.
+				if p.queued.Load() == 0 && o.startFast() {
+					continue
+				}
+				p.queued.Add(1)
 				select {
 				case p.posts <- o:
 				case <-p.dead:
+					p.queued.Add(-1)
+					o.finish(p.endErr)
 					return p.endErr
 				}
 			}

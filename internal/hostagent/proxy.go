@@ -65,6 +65,31 @@ func (p *proc) proxyOf(ctx context.Context, region uint64, key buffer.Key, need 
 	}
 }
 
+// cachedProxy is proxyOf when the proxy is mapped already: the zero
+// Buffer (and no error) when it is not, or is being mapped.
+func (p *proc) cachedProxy(region uint64, key buffer.Key, need buffer.Access) (buffer.Buffer, error) {
+	p.mu.Lock()
+	x := p.proxies[region]
+	p.mu.Unlock()
+	if x == nil {
+		return buffer.Buffer{}, nil
+	}
+	select {
+	case <-x.ready:
+	default:
+		return buffer.Buffer{}, nil
+	}
+	switch {
+	case x.err != nil:
+		return buffer.Buffer{}, nil // gone from the map: proxyOf maps anew
+	case !x.key.Equal(key):
+		return buffer.Buffer{}, fmt.Errorf("hostagent: region %d of pid %d: %w", region, p.pid, rdmamgr.ErrBadKey)
+	case !x.h.Access.Allows(need):
+		return buffer.Buffer{}, fmt.Errorf("hostagent: region %d of pid %d grants %v, not %v: %w", region, p.pid, x.h.Access, need, rdmamgr.ErrAccess)
+	}
+	return x.h, nil
+}
+
 // mapProxy maps region into x (which is in p.proxies) and registers it
 // with what the region grants.
 func (p *proc) mapProxy(ctx context.Context, x *proxy, region uint64, need buffer.Access) (buffer.Buffer, error) {
