@@ -106,8 +106,21 @@ func TestThroughAgents(t *testing.T) {
 		defer release()
 		wrs = append(wrs, wr)
 	}
+	for len(x.a.posted) > 0 { // the posts before
+		<-x.a.posted
+	}
+	x.a.mu.Lock()
+	packets := x.a.postPackets
+	x.a.mu.Unlock()
 	if k, err := lp.PostList(wrs); k != 64 || err != nil {
 		t.Fatalf("PostList: %d, %v", k, err)
+	}
+	x.a.waitPosted(t, 64)
+	x.a.mu.Lock()
+	packets = x.a.postPackets - packets
+	x.a.mu.Unlock()
+	if packets != 1 {
+		t.Fatalf("a chain of 64 in %d packets, want 1", packets)
 	}
 	for range 64 {
 		if res := rec.Wait(t, wait); res.Err != nil {

@@ -60,6 +60,8 @@ type fakeAgent struct {
 	mangle func(pkt []byte) []byte
 	posted chan uint64 // each post's wrid as it arrives (buffered)
 	dead   bool        // killed: it touches no memory any more
+	// postPackets counts the post batches received.
+	postPackets int
 	wg     sync.WaitGroup
 }
 
@@ -307,6 +309,9 @@ func (a *fakeAgent) run(c *net.UnixConn, me uint64, buf []byte) error {
 			if err != nil {
 				return a.refuse(c, err)
 			}
+			a.mu.Lock()
+			a.postPackets++
+			a.mu.Unlock()
 			cmu.Lock()
 			for _, p := range ps {
 				cancels[p.WRID] = make(chan struct{})

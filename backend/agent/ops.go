@@ -83,7 +83,7 @@ func localOf(wr *backend.WorkRequest) (agentwire.Local, error) {
 
 // post records wr (its record p) for the writer, waiting while the batch
 // is full. It fails when the attachment ended or r closed.
-func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post, x *bounce) error {
+func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post, x *bounce, flush bool) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for {
@@ -110,8 +110,17 @@ func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post, 
 	if wr.CancelCause() != nil { // set while Post ran: not lost
 		a.cancelLocked(p.WRID, op)
 	}
-	a.flushLocked() // should it fail, end completes op: it is posted
+	if flush {
+		a.flushLocked() // should it fail, end completes op: it is posted
+	}
 	return nil
+}
+
+// flush sends what waits in the batches.
+func (a *attachment) flush() {
+	a.mu.Lock()
+	a.flushLocked()
+	a.mu.Unlock()
 }
 
 // cancelLocked asks the agent to end op early (once). Called with a.mu held.
