@@ -62,7 +62,7 @@ type fakeAgent struct {
 	dead   bool        // killed: it touches no memory any more
 	// postPackets counts the post batches received.
 	postPackets int
-	wg     sync.WaitGroup
+	wg          sync.WaitGroup
 }
 
 func startFake(t testing.TB, w *world, path, addr string, host byte, secret backend.Secret) *fakeAgent {
