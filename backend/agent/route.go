@@ -118,6 +118,7 @@ func (r *route) acquire(wr *backend.WorkRequest) error {
 		return nil
 	default:
 	}
+	r.a.flush() // a chain's records wait in the batch: send them first
 	var timeout <-chan time.Time
 	if !wr.Deadline.IsZero() {
 		t := time.NewTimer(time.Until(wr.Deadline))
