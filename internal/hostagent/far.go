@@ -43,7 +43,7 @@ func (a *Agent) farRoute(ctx context.Context, addr string) (backend.Route, error
 		select {
 		case <-f.ready:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("hostagent: route to agent %s: %w: %w", addr, rdmamgr.ErrUnknownPeer, ctx.Err())
+			return nil, fmt.Errorf("hostagent: route to agent %s: %w: %w: %w", addr, rdmamgr.ErrPeerGone, rdmamgr.ErrUnknownPeer, ctx.Err())
 		}
 		if f.err != nil {
 			a.forgetFar(addr, f)
@@ -91,7 +91,10 @@ func (a *Agent) setupFar(f *farRoute, addr string) {
 	host, name := splitAddr(addr)
 	r, _, release, err := wiring.SharedRoute(a.mgr, a.life, host, name)
 	if err != nil {
-		f.err = fmt.Errorf("hostagent: route to agent %s: %w", addr, err)
+		// The process's operation answers PEER_GONE (not INTERNAL: an
+		// unreachable agent has no wire code of its own), which ends its
+		// route to the far process; the next one is set up afresh.
+		f.err = fmt.Errorf("hostagent: route to agent %s: %w: %w", addr, rdmamgr.ErrPeerGone, err)
 		return
 	}
 	f.route, f.release = r, release
