@@ -91,6 +91,8 @@ type Driver interface {
 	// CopyDtoD queues a copy of n bytes from src to dst on s (either may
 	// be memory opened through IPC).
 	CopyDtoD(ctx Context, dst, src DevicePtr, n uint64, s Stream) error
+	// MemsetAsync queues setting n bytes at dst to v on s.
+	MemsetAsync(ctx Context, dst DevicePtr, v byte, n uint64, s Stream) error
 
 	// IPCGetMemHandle names the allocation that starts at p for other
 	// processes.

@@ -159,6 +159,13 @@ func (*libDriver) CopyDtoD(ctx Context, dst, src DevicePtr, n uint64, s Stream) 
 	return check("cuMemcpyDtoDAsync", C.cu_copy_dtod(C.uintptr_t(ctx), C.uint64_t(dst), C.uint64_t(src), C.uint64_t(n), C.uintptr_t(s)))
 }
 
+func (*libDriver) MemsetAsync(ctx Context, dst DevicePtr, v byte, n uint64, s Stream) error {
+	if n == 0 {
+		return nil
+	}
+	return check("cuMemsetD8Async", C.cu_memset_d8(C.uintptr_t(ctx), C.uint64_t(dst), C.uchar(v), C.uint64_t(n), C.uintptr_t(s)))
+}
+
 func (*libDriver) IPCGetMemHandle(ctx Context, p DevicePtr) (IPCHandle, error) {
 	var h IPCHandle
 	err := check("cuIpcGetMemHandle", C.cu_ipc_get(C.uintptr_t(ctx), C.uint64_t(p), unsafe.Pointer(&h[0])))

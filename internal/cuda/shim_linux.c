@@ -43,6 +43,7 @@ static struct {
 	CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
 	CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
 	CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+	CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
 	CUresult (*IpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
 	CUresult (*IpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned int);
 	CUresult (*IpcCloseMemHandle)(CUdeviceptr);
@@ -85,6 +86,7 @@ static void load(void) {
 		SYM(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
 		SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
 		SYM(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
+		SYM(MemsetD8Async, "cuMemsetD8Async"),
 		SYM(IpcGetMemHandle, "cuIpcGetMemHandle"),
 		SYM(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2"),
 		SYM(IpcCloseMemHandle, "cuIpcCloseMemHandle"),
@@ -176,6 +178,11 @@ int cu_copy_dtoh(uintptr_t ctx, void *dst, uint64_t src, uint64_t n, uintptr_t s
 int cu_copy_dtod(uintptr_t ctx, uint64_t dst, uint64_t src, uint64_t n, uintptr_t s) {
 	CUR(ctx);
 	return cu.MemcpyDtoDAsync(dst, src, n, (CUstream)s);
+}
+
+int cu_memset_d8(uintptr_t ctx, uint64_t dst, unsigned char v, uint64_t n, uintptr_t s) {
+	CUR(ctx);
+	return cu.MemsetD8Async(dst, v, n, (CUstream)s);
 }
 
 int cu_ipc_get(uintptr_t ctx, uint64_t p, void *handle64) {

@@ -39,6 +39,8 @@ int cu_copy_htod(uintptr_t ctx, uint64_t dst, const void *src, uint64_t n, uintp
 int cu_copy_dtoh(uintptr_t ctx, void *dst, uint64_t src, uint64_t n, uintptr_t s);
 int cu_copy_dtod(uintptr_t ctx, uint64_t dst, uint64_t src, uint64_t n, uintptr_t s);
 
+int cu_memset_d8(uintptr_t ctx, uint64_t dst, unsigned char v, uint64_t n, uintptr_t s);
+
 int cu_ipc_get(uintptr_t ctx, uint64_t p, void *handle64);
 int cu_ipc_open(uintptr_t ctx, const void *handle64, uint64_t *p);
 int cu_ipc_close(uintptr_t ctx, uint64_t p);

@@ -249,6 +249,33 @@ func (d *Driver) CopyDtoD(ctx cuda.Context, dst, src cuda.DevicePtr, n uint64, i
 	})
 }
 
+// MemsetAsync implements cuda.Driver (not counted as a copy).
+func (d *Driver) MemsetAsync(ctx cuda.Context, dst cuda.DevicePtr, v byte, n uint64, id cuda.Stream) error {
+	return d.enqueue("cuMemsetD8Async", ctx, id, func() (func() error, error) {
+		if n == 0 {
+			return func() error { return nil }, nil
+		}
+		a, off, err := d.resolveLocked("cuMemsetD8Async", dst, n)
+		if err != nil {
+			return nil, err
+		}
+		return func() error {
+			if a.freed {
+				return errFreed
+			}
+			b := a.mem[off : off+n]
+			if v == 0 {
+				clear(b)
+				return nil
+			}
+			for i := range b {
+				b[i] = v
+			}
+			return nil
+		}, nil
+	})
+}
+
 // count records a finished copy (w.mu held).
 func (d *Driver) count(c *int, n int, pinned bool) {
 	*c++
