@@ -9,7 +9,10 @@ package cuda
 */
 import "C"
 
-import "unsafe"
+import (
+	"fmt"
+	"unsafe"
+)
 
 // Open loads libcuda.so.1, initializes the driver and checks that a device
 // is there. Without the library, or without a device, it fails with an
@@ -26,7 +29,7 @@ func Open() (Driver, error) {
 	}
 	if err := check("cuInit", C.cu_init()); err != nil {
 		if r, ok := err.(*Error); ok && r.Code == ErrorNoDevice {
-			return nil, NotSupported("no CUDA device: %v", err)
+			return nil, fmt.Errorf("cuda: no CUDA device: %w", err) // matches ErrNotSupported and ErrNoDevice
 		}
 		return nil, err
 	}
