@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"sync"
@@ -21,6 +22,10 @@ const (
 	MaxPooled = 1 << maxPoolShift
 	// PoolSlab is the size of one slab.
 	PoolSlab = 2 << 20
+	// poolSpares is how many empty slabs a Pool keeps (zeroed, for any
+	// class): cuMemFree synchronizes the whole device, so allocating and
+	// freeing in a loop must not free a slab each time.
+	poolSpares = 2
 )
 
 // Block is device memory from a Pool: Ptr, Size bytes (as asked). Give it
@@ -44,7 +49,8 @@ type poolSlab struct {
 
 // PoolStats counts a Pool's memory.
 type PoolStats struct {
-	Slabs  int // slabs allocated
+	Slabs  int // slabs carved into slots
+	Spares int // empty slabs kept
 	InUse  int // blocks handed out and not freed
 	Own    int // of which allocations of their own
 	Zeroed int // slots zeroed on Free
@@ -64,6 +70,7 @@ type Pool struct {
 	free   [numPoolClass][]DevicePtr
 	slotOf map[DevicePtr]*poolSlab // every free slot's slab
 	slabs  map[*poolSlab]bool
+	spares []DevicePtr // empty zeroed slabs
 	stats  PoolStats
 	closed bool
 }
@@ -108,12 +115,8 @@ func (p *Pool) Alloc(size uint64, own bool) (Block, error) {
 		return Block{Ptr: ptr, Size: size}, nil
 	}
 	if len(p.free[class]) == 0 {
-		base, err := p.d.MemAlloc(p.ctx, PoolSlab)
+		base, err := p.slabLocked()
 		if err != nil {
-			return Block{}, err
-		}
-		if err := p.zeroLocked(base, PoolSlab); err != nil {
-			p.d.MemFree(p.ctx, base)
 			return Block{}, err
 		}
 		s := &poolSlab{base: base, class: class}
@@ -139,6 +142,25 @@ func (p *Pool) Alloc(size uint64, own bool) (Block, error) {
 	return Block{Ptr: ptr, Size: size, slab: s}, nil
 }
 
+// slabLocked returns a zeroed slab: a spare, or a new allocation.
+func (p *Pool) slabLocked() (DevicePtr, error) {
+	if n := len(p.spares); n > 0 {
+		base := p.spares[n-1]
+		p.spares = p.spares[:n-1]
+		p.stats.Spares--
+		return base, nil
+	}
+	base, err := p.d.MemAlloc(p.ctx, PoolSlab)
+	if err != nil {
+		return 0, err
+	}
+	if err := p.zeroLocked(base, PoolSlab); err != nil {
+		p.d.MemFree(p.ctx, base)
+		return 0, err
+	}
+	return base, nil
+}
+
 // zeroLocked sets [ptr, ptr+n) to zero and waits.
 func (p *Pool) zeroLocked(ptr DevicePtr, n uint64) error {
 	if p.stream == 0 {
@@ -156,7 +178,8 @@ func (p *Pool) zeroLocked(ptr DevicePtr, n uint64) error {
 
 // Free gives b back: a slot is zeroed and reused, an allocation of its
 // own is freed. The caller must have finished every copy touching b.
-// Freeing a slab's last slot frees the slab. After Close it does nothing.
+// A slab whose last slot comes back is kept as a spare (poolSpares at
+// most) or freed. After Close it does nothing.
 func (p *Pool) Free(b Block) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -177,11 +200,18 @@ func (p *Pool) Free(b Block) error {
 		return fmt.Errorf("cuda: pool: block %#x not handed out: %w", b.Ptr, rdmamgr.ErrInvalid)
 	}
 	p.stats.InUse--
-	if s.used--; s.used == 0 {
+	s.used--
+	err := p.zeroLocked(b.Ptr, slot)
+	if s.used == 0 {
 		p.dropSlabLocked(s)
-		return p.d.MemFree(p.ctx, s.base)
+		if err == nil && len(p.spares) < poolSpares {
+			p.spares = append(p.spares, s.base)
+			p.stats.Spares++
+			return nil
+		}
+		return errors.Join(err, p.d.MemFree(p.ctx, s.base))
 	}
-	if err := p.zeroLocked(b.Ptr, slot); err != nil {
+	if err != nil {
 		// Not known to be zero: never hand it out again.
 		return err
 	}
@@ -229,7 +259,12 @@ func (p *Pool) Close() error {
 			first = err
 		}
 	}
-	p.slabs, p.slotOf = nil, nil
+	for _, base := range p.spares {
+		if err := p.d.MemFree(p.ctx, base); err != nil && first == nil {
+			first = err
+		}
+	}
+	p.slabs, p.slotOf, p.spares = nil, nil, nil
 	if p.stream != 0 {
 		if err := p.d.StreamDestroy(p.ctx, p.stream); err != nil && first == nil {
 			first = err

@@ -95,8 +95,38 @@ func TestPoolClasses(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if st, ws := e.p.Stats(), e.w.Stats(); st.Slabs != 0 || st.InUse != 0 || ws.LiveAllocs != 0 {
-		t.Fatalf("after freeing all: pool %+v, driver %+v", st, ws)
+	if st, ws := e.p.Stats(), e.w.Stats(); st.Slabs != 0 || st.InUse != 0 || st.Spares != 2 || ws.LiveAllocs != 2 {
+		t.Fatalf("after freeing all: pool %+v, driver %+v; want 2 spare slabs", st, ws)
+	}
+	// A spare is re-carved for another class, without a driver allocation,
+	// and reads as zeros.
+	allocs := e.w.Stats().Allocs
+	b, err := e.p.Alloc(300000, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.w.Stats().Allocs != allocs || e.p.Stats().Spares != 1 {
+		t.Fatalf("a spare slab was not reused: %+v", e.p.Stats())
+	}
+	if got := e.read(t, b.Ptr, 300000); !bytes.Equal(got, make([]byte, 300000)) {
+		t.Fatal("a re-carved spare shows old bytes")
+	}
+	e.p.Free(b)
+}
+
+// TestPoolFreshZero: a block of a fresh slab, or of its own, reads as
+// zeros, though the driver's fresh memory is not (the stand-in fills it).
+func TestPoolFreshZero(t *testing.T) {
+	e := newFakeEnv(t, cudafake.Config{})
+	for _, own := range []bool{false, true} {
+		b, err := e.p.Alloc(10000, own)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := e.read(t, b.Ptr, 10000); !bytes.Equal(got, make([]byte, 10000)) {
+			t.Fatalf("own=%v: a fresh block is not zeroed", own)
+		}
+		e.p.Free(b)
 	}
 }
 
@@ -219,7 +249,7 @@ func TestPoolConcurrent(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if st := e.p.Stats(); st.InUse != 0 || st.Slabs != 0 {
+	if st := e.p.Stats(); st.InUse != 0 || st.Slabs != 0 || st.Spares > 2 {
 		t.Fatalf("stats %+v", st)
 	}
 }

@@ -38,6 +38,10 @@ type hostRange struct {
 	allocated bool // HostAlloc'd (else HostRegister'd)
 }
 
+// Garbage is the byte fresh device memory holds: MemAlloc does not zero,
+// so code that assumes it does fails here.
+const Garbage = 0xCD
+
 // align is the granularity of fake device addresses (CUDA's is 2 MiB for
 // large allocations; alignment is what matters to callers).
 const align = 1 << 21
@@ -125,6 +129,9 @@ func (d *Driver) MemAlloc(ctx cuda.Context, size uint64) (cuda.DevicePtr, error)
 	}
 	d.w.nextID++
 	a := &alloc{id: d.w.nextID, dev: dev, mem: make([]byte, size), owner: d}
+	for i := range a.mem {
+		a.mem[i] = Garbage // as the driver, MemAlloc does not zero
+	}
 	rand.Read(a.nonce[:])
 	d.w.allocs[a.id] = a
 	d.w.used[dev] += size

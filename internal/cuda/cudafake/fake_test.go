@@ -81,9 +81,14 @@ func TestRoundTrip(t *testing.T) {
 	if st.CopiesHtoD != 1 || st.CopiesDtoD != 1 || st.CopiesDtoH != 1 || st.BytesCopied != 3*n-200 || st.PageableCopies != 0 {
 		t.Fatalf("stats %+v", st)
 	}
-	// Pageable host memory works and is counted.
-	p.must(p.d.CopyDtoH(p.ctx, make([]byte, 8), a, p.s))
+	// Pageable host memory works and is counted; fresh memory is not
+	// zeroed.
+	fresh := make([]byte, 8)
+	p.must(p.d.CopyDtoH(p.ctx, fresh, b, p.s))
 	p.must(p.d.StreamSynchronize(p.ctx, p.s))
+	if !bytes.Equal(fresh, bytes.Repeat([]byte{cudafake.Garbage}, 8)) {
+		t.Fatalf("fresh device memory reads %x, want the stand-in's garbage", fresh)
+	}
 	if st := w.Stats(); st.PageableCopies != 1 || st.LiveAllocs != 2 || st.LiveBytes != 2*n {
 		t.Fatalf("stats %+v", st)
 	}
