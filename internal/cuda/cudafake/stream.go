@@ -56,12 +56,17 @@ func (s *stream) run() {
 	}
 }
 
-func (s *stream) push(op func() error) {
+// push queues op; false when the stream is being destroyed.
+func (s *stream) push(op func() error) bool {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
 	s.queue = append(s.queue, op)
 	s.pending++
 	s.cond.Broadcast()
-	s.mu.Unlock()
+	return true
 }
 
 func (s *stream) sync() error {
@@ -174,7 +179,7 @@ func (d *Driver) enqueue(call string, ctx cuda.Context, id cuda.Stream, check fu
 	if err != nil {
 		return err
 	}
-	s.push(func() error {
+	ok := s.push(func() error {
 		d.w.mu.Lock()
 		defer d.w.mu.Unlock()
 		if err := op(); err != nil {
@@ -183,6 +188,9 @@ func (d *Driver) enqueue(call string, ctx cuda.Context, id cuda.Stream, check fu
 		}
 		return nil
 	})
+	if !ok {
+		return fail(call, cuda.ErrorInvalidHandle) // destroyed meanwhile
+	}
 	return nil
 }
 
