@@ -35,7 +35,13 @@ func (b *Backend) PrepareRoute(ctx context.Context, peerID uint64) (backend.Pend
 	if !started {
 		return nil, nil, rdmamgr.ErrNotStarted
 	}
-	info := encodeInitiatorInfo(b.cfg.ConnsPerRoute)
+	n := b.cfg.ConnsPerRoute
+	if b.cfg.ConnsFor != nil {
+		if k := b.cfg.ConnsFor(peerID); k >= 1 && k <= n {
+			n = k
+		}
+	}
+	info := encodeInitiatorInfo(n)
 	if b.cfg.ClientTLS != nil {
 		info = withTLS(info)
 	}

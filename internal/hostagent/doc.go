@@ -1,7 +1,11 @@
 // Package hostagent is the host agent's side of issue 26 (rdmamgr serve
 // --agent-socket): one agent per host joins the processes of the host to
 // the other hosts' agents over a fixed number of data connections per pair
-// of hosts, whatever the number of processes.
+// of hosts, whatever the number of processes: N (node.HostAgent.Routes, at
+// least MinRoutes), half on each agent's route to the other (a TCP route
+// carries requests one way: its dialer posts, the far end serves; the
+// lower manager id's route takes the extra one of an odd N: RouteConns).
+// The N are there once both agents have posted to each other.
 //
 // An Agent runs beside a node's manager (its registry, its TCP backend):
 //
