@@ -58,6 +58,13 @@
 // this: these operations fail through an agent (ErrAccess,
 // ErrNotSupported, ErrRevoked) where they work direct.
 //
+// A far agent whose host leaves the cluster (its etcd membership record
+// goes: membership.Follow calls the manager's DropPeer, as a serve
+// --etcd daemon does) has the shared route to it ended: it is the
+// manager's own route, so DropPeer fails it with ErrPeerGone, the
+// operations in flight through it are answered PEER_GONE, and the next
+// post sets up a new route (which fails PEER_GONE while the host is away).
+//
 // A process that goes (its socket or its shm route ends) loses its slot at
 // once (frames for it are answered ErrPeerGone), its operations are
 // cancelled with ErrPeerGone, and its proxies released. Close sends every
