@@ -33,8 +33,8 @@
 //     flight into sinks and waits for their references, so the process's
 //     own Revoke returns at once.
 //   - The executor: a process's posts (package agentwire) run in posting
-//     order on the manager's shared route to the far agent (one route per
-//     pair of agents, refcounted in the manager: wiring.SharedRoute), as
+//     order on the manager's shared route to the far agent (one route to
+//     each far agent, refcounted in the manager: wiring.SharedRoute), as
 //     WorkRequests whose Local is the proxy of the process's own region
 //     (held by a local reference for the operation's life), whose Via
 //     names the target process at the far agent and whose Origin is the
@@ -45,7 +45,9 @@
 //   - Events and messages for an attached process (the TCP server's
 //     Inbox(via)): a PutWithImm's event goes over the process's shm route
 //     as a notice (no copy: the bytes are in place) naming the far process
-//     as its Peer; a Send is staged in the agent and handed on as an shm
+//     as its Peer (an origin the TCP server takes only from another
+//     agent's route: the agent's TCP backend marks the routes it sets up
+//     as an agent's; from any other peer it is refused NOT_SUPPORTED); a Send is staged in the agent and handed on as an shm
 //     Send, and the process's refusal (no receive posted, too small) is
 //     the sender's answer (agentapi.CheckedLanding). Both wait for the
 //     process's answer (5 s at most), which keeps a connection's order.
