@@ -158,20 +158,24 @@ type attachment struct {
 	w    agentwire.Welcome
 
 	mu sync.Mutex // guards the fields below; cond waits on it
-	// cond is signalled when the writer took the batches (room in them)
-	// and when the attachment ends.
+	// cond is signalled when a sender took the batches (room in them),
+	// when it stops sending, and when the attachment ends.
 	cond    *sync.Cond
 	ops     map[uint64]*inflight // posted and not completed, by wrid
 	next    uint64               // the last wrid given
 	routes  map[*route]struct{}
-	posts   agentwire.Batch // records waiting for the writer
+	posts   agentwire.Batch // records waiting to be sent
 	cancels agentwire.Batch
-	ended   bool
-	err     error // why it ended
+	// writing: a goroutine sends (flushLocked); sendPosts and sendCancels
+	// are then its own, the batches it swapped out.
+	writing                bool
+	sendPosts, sendCancels agentwire.Batch
+	ended                  bool
+	err                    error // why it ended
+	writeErr               error // why a write failed (the reader's end says it)
 
-	kick chan struct{} // the writer has records (capacity 1)
-	done chan struct{} // closed when ended and every op was failed
-	wg   sync.WaitGroup
+	done chan struct{}  // closed when ended and every op was failed
+	wg   sync.WaitGroup // the reader
 }
 
 // inflight is one posted operation.
@@ -184,13 +188,14 @@ type inflight struct {
 
 func newAttachment(b *Backend, conn *net.UnixConn, w agentwire.Welcome) *attachment {
 	a := &attachment{b: b, conn: conn, w: w, ops: make(map[uint64]*inflight), routes: make(map[*route]struct{}),
-		kick: make(chan struct{}, 1), done: make(chan struct{})}
+		done: make(chan struct{})}
 	a.cond = sync.NewCond(&a.mu)
 	a.posts.Start(agentwire.TypePost)
 	a.cancels.Start(agentwire.TypeCancel)
-	a.wg.Add(2)
+	a.sendPosts.Start(agentwire.TypePost)
+	a.sendCancels.Start(agentwire.TypeCancel)
+	a.wg.Add(1)
 	go a.reader()
-	go a.writer()
 	return a
 }
 
@@ -203,6 +208,11 @@ func (a *attachment) reader() {
 	for {
 		pkt, err := agentwire.ReadPacket(a.conn, buf)
 		if err != nil {
+			a.mu.Lock()
+			if a.writeErr != nil {
+				err = fmt.Errorf("write to the agent: %w", a.writeErr)
+			}
+			a.mu.Unlock()
 			a.end(err)
 			return
 		}
@@ -224,43 +234,6 @@ func (a *attachment) reader() {
 		if err != nil {
 			a.end(err)
 			return
-		}
-	}
-}
-
-// writer sends the batched posts, then the cancels (a cancel never
-// precedes its post), one packet each, until the attachment ends.
-func (a *attachment) writer() {
-	defer a.wg.Done()
-	var posts, cancels agentwire.Batch
-	posts.Start(agentwire.TypePost)
-	cancels.Start(agentwire.TypeCancel)
-	for {
-		select {
-		case <-a.kick:
-		case <-a.done:
-			return
-		}
-		for {
-			a.mu.Lock()
-			if a.ended || a.posts.Count()+a.cancels.Count() == 0 {
-				a.mu.Unlock()
-				break
-			}
-			a.posts, posts = posts, a.posts
-			a.cancels, cancels = cancels, a.cancels
-			a.cond.Broadcast()
-			a.mu.Unlock()
-			for _, b := range []*agentwire.Batch{&posts, &cancels} {
-				if p := b.Packet(); p != nil {
-					if err := agentwire.WritePacket(a.conn, p); err != nil {
-						a.end(err)
-						return
-					}
-				}
-			}
-			posts.Start(agentwire.TypePost) // the writer's own now
-			cancels.Start(agentwire.TypeCancel)
 		}
 	}
 }
