@@ -168,6 +168,11 @@ type attachment struct {
 	cancels agentwire.Batch
 	ended   bool
 	err     error // why it ended
+	// going: the agent said gone, or our write failed; the attachment
+	// takes no more posts and ends when the socket does (the agent
+	// closes it once it touches none of our memory), CloseTimeout at
+	// most from then. It is why it ended.
+	going error
 
 	kick chan struct{} // the writer has records (capacity 1)
 	done chan struct{} // closed when ended and every op was failed
@@ -216,7 +221,9 @@ func (a *attachment) reader() {
 		case typ == agentwire.TypeGone:
 			g, gerr := agentwire.DecodeGone(pkt)
 			if err = gerr; err == nil {
-				err = g.Err()
+				// The agent answers what it runs for us, then closes.
+				a.goAway(g.Err())
+				continue
 			}
 		default:
 			err = fmt.Errorf("agent sent message type %d: %w", typ, rdmamgr.ErrProtocol)
@@ -254,7 +261,9 @@ func (a *attachment) writer() {
 			for _, b := range []*agentwire.Batch{&posts, &cancels} {
 				if p := b.Packet(); p != nil {
 					if err := agentwire.WritePacket(a.conn, p); err != nil {
-						a.end(err)
+						// The agent shut its read side (it is ending us)
+						// or went: it may still run our operations.
+						a.goAway(err)
 						return
 					}
 				}
@@ -262,5 +271,26 @@ func (a *attachment) writer() {
 			posts.Start(agentwire.TypePost) // the writer's own now
 			cancels.Start(agentwire.TypeCancel)
 		}
+	}
+}
+
+// goAway makes the attachment end once the agent closes the socket, which
+// it does only when it can touch none of our memory: an operation in
+// flight is reported with the agent's answer, or ErrPeerGone at the end,
+// never before (reported means finished). Our write side closes (the agent
+// ends us, if it had not started), no post is taken any more, and the
+// wait is bounded by CloseTimeout (then the socket is closed as a dead
+// agent's). Idempotent: the first cause is why it ended.
+func (a *attachment) goAway(cause error) {
+	a.mu.Lock()
+	first := a.going == nil && !a.ended
+	if first {
+		a.going = cause
+		a.cond.Broadcast()
+	}
+	a.mu.Unlock()
+	if first {
+		a.conn.CloseWrite()
+		a.conn.SetReadDeadline(time.Now().Add(a.b.cfg.CloseTimeout))
 	}
 }

@@ -56,6 +56,9 @@ type fakeAgent struct {
 	next  uint16
 	conns map[*net.UnixConn]bool
 	hold  chan struct{} // non-nil: operations wait until it is closed
+	// stubborn: a held operation ignores its cancel (and the process's
+	// end): it waits for release.
+	stubborn bool
 	// mangle, when set, replaces the next done batch's packet.
 	mangle func(pkt []byte) []byte
 	posted chan uint64 // each post's wrid as it arrives (buffered)
@@ -240,6 +243,9 @@ func (a *fakeAgent) run(c *net.UnixConn, me uint64, buf []byte) error {
 				cmu.Unlock()
 				a.mu.Lock()
 				hold := a.hold
+				if a.stubborn {
+					cancel = nil
+				}
 				a.mu.Unlock()
 				if hold == nil {
 					hold = closedChan

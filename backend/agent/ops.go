@@ -90,6 +90,9 @@ func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post, 
 		if a.ended {
 			return fmt.Errorf("agent: %s: %v: %w", errAgentGone, a.err, rdmamgr.ErrPeerGone)
 		}
+		if a.going != nil {
+			return fmt.Errorf("agent: %s: %v: %w", errAgentGone, a.going, rdmamgr.ErrPeerGone)
+		}
 		if r.closed {
 			return fmt.Errorf("agent: route closed: %w", rdmamgr.ErrClosed)
 		}
@@ -124,7 +127,7 @@ func (a *attachment) cancelLocked(wrid uint64, op *inflight) {
 	for a.cancels.AddCancel(wrid) != nil { // ErrFull: the writer makes room
 		a.kickWriter()
 		a.cond.Wait()
-		if a.ended || a.ops[wrid] != op {
+		if a.ended || a.going != nil || a.ops[wrid] != op {
 			return
 		}
 	}
@@ -178,6 +181,9 @@ func (a *attachment) end(cause error) {
 	if a.ended {
 		a.mu.Unlock()
 		return
+	}
+	if a.going != nil { // the socket's end after it is no news
+		cause = a.going
 	}
 	a.ended, a.err = true, cause
 	ops := a.ops
