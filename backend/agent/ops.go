@@ -120,7 +120,7 @@ func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post, 
 
 // cancelLocked asks the agent to end op early (once). Called with a.mu held.
 func (a *attachment) cancelLocked(wrid uint64, op *inflight) {
-	if op.cancelled || a.ended {
+	if op.cancelled || a.ended || a.going != nil { // going: our write side is shut
 		return
 	}
 	op.cancelled = true
