@@ -158,25 +158,29 @@ type attachment struct {
 	w    agentwire.Welcome
 
 	mu sync.Mutex // guards the fields below; cond waits on it
-	// cond is signalled when the writer took the batches (room in them)
-	// and when the attachment ends.
+	// cond is signalled when a sender took the batches (room in them),
+	// when it stops sending, and when the attachment ends.
 	cond    *sync.Cond
 	ops     map[uint64]*inflight // posted and not completed, by wrid
 	next    uint64               // the last wrid given
 	routes  map[*route]struct{}
-	posts   agentwire.Batch // records waiting for the writer
+	posts   agentwire.Batch // records waiting to be sent
 	cancels agentwire.Batch
-	ended   bool
-	err     error // why it ended
+	// writing: a goroutine sends (flushLocked); sendPosts and sendCancels
+	// are then its own, the batches it swapped out.
+	writing                bool
+	sendPosts, sendCancels agentwire.Batch
+	ended                  bool
+	err                    error // why it ended
+	writeErr               error // why a write failed (the reader's end says it)
 	// going: the agent said gone, or our write failed; the attachment
 	// takes no more posts and ends when the socket does (the agent
 	// closes it once it touches none of our memory), CloseTimeout at
 	// most from then. It is why it ended.
 	going error
 
-	kick chan struct{} // the writer has records (capacity 1)
-	done chan struct{} // closed when ended and every op was failed
-	wg   sync.WaitGroup
+	done chan struct{}  // closed when ended and every op was failed
+	wg   sync.WaitGroup // the reader
 }
 
 // inflight is one posted operation.
@@ -189,13 +193,14 @@ type inflight struct {
 
 func newAttachment(b *Backend, conn *net.UnixConn, w agentwire.Welcome) *attachment {
 	a := &attachment{b: b, conn: conn, w: w, ops: make(map[uint64]*inflight), routes: make(map[*route]struct{}),
-		kick: make(chan struct{}, 1), done: make(chan struct{})}
+		done: make(chan struct{})}
 	a.cond = sync.NewCond(&a.mu)
 	a.posts.Start(agentwire.TypePost)
 	a.cancels.Start(agentwire.TypeCancel)
-	a.wg.Add(2)
+	a.sendPosts.Start(agentwire.TypePost)
+	a.sendCancels.Start(agentwire.TypeCancel)
+	a.wg.Add(1)
 	go a.reader()
-	go a.writer()
 	return a
 }
 
@@ -208,6 +213,11 @@ func (a *attachment) reader() {
 	for {
 		pkt, err := agentwire.ReadPacket(a.conn, buf)
 		if err != nil {
+			a.mu.Lock()
+			if a.writeErr != nil {
+				err = fmt.Errorf("write to the agent: %w", a.writeErr)
+			}
+			a.mu.Unlock()
 			a.end(err)
 			return
 		}
@@ -222,7 +232,9 @@ func (a *attachment) reader() {
 			g, gerr := agentwire.DecodeGone(pkt)
 			if err = gerr; err == nil {
 				// The agent answers what it runs for us, then closes.
-				a.goAway(g.Err())
+				a.mu.Lock()
+				a.goAwayLocked(g.Err())
+				a.mu.Unlock()
 				continue
 			}
 		default:
@@ -235,62 +247,20 @@ func (a *attachment) reader() {
 	}
 }
 
-// writer sends the batched posts, then the cancels (a cancel never
-// precedes its post), one packet each, until the attachment ends.
-func (a *attachment) writer() {
-	defer a.wg.Done()
-	var posts, cancels agentwire.Batch
-	posts.Start(agentwire.TypePost)
-	cancels.Start(agentwire.TypeCancel)
-	for {
-		select {
-		case <-a.kick:
-		case <-a.done:
-			return
-		}
-		for {
-			a.mu.Lock()
-			if a.ended || a.posts.Count()+a.cancels.Count() == 0 {
-				a.mu.Unlock()
-				break
-			}
-			a.posts, posts = posts, a.posts
-			a.cancels, cancels = cancels, a.cancels
-			a.cond.Broadcast()
-			a.mu.Unlock()
-			for _, b := range []*agentwire.Batch{&posts, &cancels} {
-				if p := b.Packet(); p != nil {
-					if err := agentwire.WritePacket(a.conn, p); err != nil {
-						// The agent shut its read side (it is ending us)
-						// or went: it may still run our operations.
-						a.goAway(err)
-						return
-					}
-				}
-			}
-			posts.Start(agentwire.TypePost) // the writer's own now
-			cancels.Start(agentwire.TypeCancel)
-		}
+// goAwayLocked makes the attachment end once the agent closes the socket,
+// which it does only when it can touch none of our memory: an operation
+// in flight is reported with the agent's answer, or ErrPeerGone at the
+// end, never before (reported means finished). Our write side closes (the
+// agent ends us, if it had not started), no post is taken and nothing is
+// sent any more, and the wait is bounded by CloseTimeout (then the socket
+// is closed as a dead agent's). The first cause is why it ended. Called
+// with a.mu held.
+func (a *attachment) goAwayLocked(cause error) {
+	if a.going != nil || a.ended {
+		return
 	}
-}
-
-// goAway makes the attachment end once the agent closes the socket, which
-// it does only when it can touch none of our memory: an operation in
-// flight is reported with the agent's answer, or ErrPeerGone at the end,
-// never before (reported means finished). Our write side closes (the agent
-// ends us, if it had not started), no post is taken any more, and the
-// wait is bounded by CloseTimeout (then the socket is closed as a dead
-// agent's). Idempotent: the first cause is why it ended.
-func (a *attachment) goAway(cause error) {
-	a.mu.Lock()
-	first := a.going == nil && !a.ended
-	if first {
-		a.going = cause
-		a.cond.Broadcast()
-	}
-	a.mu.Unlock()
-	if first {
-		a.conn.CloseWrite()
-		a.conn.SetReadDeadline(time.Now().Add(a.b.cfg.CloseTimeout))
-	}
+	a.going = cause
+	a.cond.Broadcast()
+	a.conn.CloseWrite()
+	a.conn.SetReadDeadline(time.Now().Add(a.b.cfg.CloseTimeout))
 }

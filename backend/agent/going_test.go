@@ -22,6 +22,15 @@ func (a *fakeAgent) each(f func(c *net.UnixConn)) {
 	}
 }
 
+// unlessStubborn is a held operation's cancel: none (nil) when the agent
+// is stubborn. Called with a.mu held.
+func (a *fakeAgent) unlessStubborn(cancel chan struct{}) chan struct{} {
+	if a.stubborn {
+		return nil
+	}
+	return cancel
+}
+
 // The agent says gone (it is stopping) with operations in flight: it still
 // runs them, answers them and closes its socket only then (the real agent's
 // Close: gone, then its operations cancelled and answered, then the close).

@@ -83,7 +83,7 @@ func localOf(wr *backend.WorkRequest) (agentwire.Local, error) {
 
 // post records wr (its record p) for the writer, waiting while the batch
 // is full. It fails when the attachment ended or r closed.
-func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post, x *bounce) error {
+func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post, x *bounce, flush bool) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for {
@@ -105,8 +105,7 @@ func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post, 
 		if !errors.Is(err, agentwire.ErrFull) {
 			return fmt.Errorf("agent: %v: %w", err, rdmamgr.ErrInvalid)
 		}
-		a.kickWriter()
-		a.cond.Wait()
+		a.waitRoomLocked()
 	}
 	op := &inflight{wr: wr, r: r, bounce: x}
 	a.ops[p.WRID] = op
@@ -114,31 +113,92 @@ func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post, 
 	if wr.CancelCause() != nil { // set while Post ran: not lost
 		a.cancelLocked(p.WRID, op)
 	}
-	a.kickWriter()
+	if flush {
+		a.flushLocked() // should it fail, end completes op: it is posted
+	}
 	return nil
+}
+
+// flush sends what waits in the batches.
+func (a *attachment) flush() {
+	a.mu.Lock()
+	a.flushLocked()
+	a.mu.Unlock()
 }
 
 // cancelLocked asks the agent to end op early (once). Called with a.mu held.
 func (a *attachment) cancelLocked(wrid uint64, op *inflight) {
-	if op.cancelled || a.ended || a.going != nil { // going: our write side is shut
+	if op.cancelled || a.ended || a.going != nil { // going: nothing is sent
 		return
 	}
 	op.cancelled = true
-	for a.cancels.AddCancel(wrid) != nil { // ErrFull: the writer makes room
-		a.kickWriter()
-		a.cond.Wait()
+	for a.cancels.AddCancel(wrid) != nil { // ErrFull: send the batch first
+		a.waitRoomLocked()
 		if a.ended || a.going != nil || a.ops[wrid] != op {
 			return
 		}
 	}
-	a.kickWriter()
+	a.flushLocked()
 }
 
-func (a *attachment) kickWriter() {
-	select {
-	case a.kick <- struct{}{}:
-	default:
+// waitRoomLocked makes room in the full batches: it sends them, or waits
+// while another goroutine does. Called with a.mu held.
+func (a *attachment) waitRoomLocked() {
+	if a.writing {
+		a.cond.Wait()
+		return
 	}
+	a.flushLocked()
+}
+
+// flushLocked sends the batched records, posts before cancels (a cancel
+// never precedes its post), a packet each, in the caller's goroutine: no
+// hand-off to a writer. While one goroutine sends, others add to the
+// batches and return; it sends what they added too before it stops.
+// Called with a.mu held, which it releases while it writes. A failed write
+// closes the socket: the reader then ends the attachment.
+func (a *attachment) flushLocked() {
+	if a.writing {
+		return
+	}
+	a.writing = true
+	for !a.ended && a.going == nil && a.posts.Count()+a.cancels.Count() > 0 {
+		a.posts, a.sendPosts = a.sendPosts, a.posts
+		a.cancels, a.sendCancels = a.sendCancels, a.cancels
+		a.cond.Broadcast() // room in the batches
+		a.mu.Unlock()
+		err := a.write(&a.sendPosts)
+		if err == nil {
+			err = a.write(&a.sendCancels)
+		}
+		a.mu.Lock()
+		if err != nil {
+			// The agent shut its read side (it is ending us) or went:
+			// it may still run our operations. The reader ends the
+			// attachment when the socket ends (not here: the poster's
+			// goroutine must not run completions inside Post).
+			if a.writeErr == nil {
+				a.writeErr = err
+			}
+			a.goAwayLocked(fmt.Errorf("agent: write to the agent: %w", err))
+			break
+		}
+	}
+	a.writing = false
+	a.cond.Broadcast()
+}
+
+// write sends b's packet, if any, and empties b. Only the goroutine that
+// set a.writing calls it.
+func (a *attachment) write(b *agentwire.Batch) error {
+	p := b.Packet()
+	if p == nil {
+		return nil
+	}
+	typ := p[0]
+	err := agentwire.WritePacket(a.conn, p)
+	b.Start(typ)
+	return err
 }
 
 // complete ends the operations of a done batch. A done for an operation

@@ -70,7 +70,11 @@ func (r *route) Via() string {
 	return fmt.Sprintf("via host agent (slot %d at agent %s)", r.via, r.far)
 }
 
-func (r *route) Post(wr *backend.WorkRequest) error {
+func (r *route) Post(wr *backend.WorkRequest) error { return r.post(wr, true) }
+
+// post posts wr; with flush, its record is sent before post returns (or
+// is being sent by another goroutine), else it waits in the batch.
+func (r *route) post(wr *backend.WorkRequest, flush bool) error {
 	if err := r.Err(); err != nil {
 		return err
 	}
@@ -83,7 +87,7 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 	}
 	x, err := r.a.b.newBounce(wr, &p)
 	if err == nil {
-		err = r.a.post(r, wr, &p, x)
+		err = r.a.post(r, wr, &p, x, flush)
 	}
 	if err != nil {
 		if x != nil {
@@ -95,11 +99,12 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 	return nil
 }
 
-// PostList posts wrs in order (backend.ListPoster): the writer sends them
-// in as few packets as fit.
+// PostList posts wrs in order (backend.ListPoster) and sends their records
+// together: one packet for as many as fit.
 func (r *route) PostList(wrs []*backend.WorkRequest) (int, error) {
+	defer r.a.flush()
 	for i, wr := range wrs {
-		if err := r.Post(wr); err != nil {
+		if err := r.post(wr, false); err != nil {
 			return i, err
 		}
 	}
@@ -113,6 +118,7 @@ func (r *route) acquire(wr *backend.WorkRequest) error {
 		return nil
 	default:
 	}
+	r.a.flush() // a chain's records wait in the batch: send them first
 	var timeout <-chan time.Time
 	if !wr.Deadline.IsZero() {
 		t := time.NewTimer(time.Until(wr.Deadline))
