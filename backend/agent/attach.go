@@ -261,6 +261,13 @@ func (a *attachment) goAwayLocked(cause error) {
 	}
 	a.going = cause
 	a.cond.Broadcast()
+	// Its routes are over (they refuse posts; what is in flight completes
+	// as the agent answers it), failed as the agent's, not as their
+	// targets' (a PEER_GONE answer of the stopping agent's).
+	err := fmt.Errorf("agent: %s: %v: %w", errAgentGone, cause, rdmamgr.ErrPeerGone)
+	for r := range a.routes {
+		r.fail(err)
+	}
 	a.conn.CloseWrite()
 	a.conn.SetReadDeadline(time.Now().Add(a.b.cfg.CloseTimeout))
 }
