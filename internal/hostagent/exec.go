@@ -203,6 +203,14 @@ func (o *op) run(slow bool) bool {
 	o.mu.Unlock()
 	if err := fr.Post(wr); err != nil {
 		o.finish(o.causeOr(err))
+		return true
+	}
+	// A cancel after the check above may have reached the route before
+	// Post did (ignored there): cancel is RequestCancel, then a look at
+	// o.route, so either it saw the route after Post or the cause is seen
+	// here.
+	if o.wr.CancelCause() != nil {
+		fr.Cancel(wr)
 	}
 	return true
 }
