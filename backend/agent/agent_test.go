@@ -183,7 +183,7 @@ func TestRefusals(t *testing.T) {
 	}
 	good := (&routeInfo{host: [agentwire.HostIDSize]byte{9}, slot: 1, agent: "x:1"}).encode()
 	for name, p := range map[string][]byte{
-		"empty": nil, "version": append([]byte{2}, good[1:]...), "truncated": good[:len(good)-1],
+		"empty": nil, "version": append([]byte{infoVersion - 1}, good[1:]...), "truncated": good[:len(good)-1],
 		"trailing": append(good, 0), "no slot": (&routeInfo{slot: 0, agent: "x:1"}).encode(),
 		"no agent": (&routeInfo{slot: 1}).encode(), "control": (&routeInfo{slot: 1, agent: "x\n"}).encode(),
 	} {
@@ -195,7 +195,7 @@ func TestRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pr.Complete(context.Background(), []byte{1, 0, 0, 0}); !errors.Is(err, rdmamgr.ErrProtocol) {
+	if _, err := pr.Complete(context.Background(), []byte{infoVersion, 0, 0, 0}); !errors.Is(err, rdmamgr.ErrProtocol) {
 		t.Fatalf("hostile answer: %v", err)
 	}
 }

@@ -208,7 +208,7 @@ func (b *Backend) PrepareRoute(ctx context.Context, _ uint64) (backend.PendingRo
 
 // AcceptRoute refuses (ErrNotSupported) when not attached or when the
 // initiator is on this host (shm is the way there); else it answers with
-// our slot and our agent's address. No state: the route is the
+// our slot, our agent's address and its manager id. No state: the route is the
 // initiator's, and the agents carry its operations.
 func (b *Backend) AcceptRoute(ctx context.Context, _ uint64, info []byte) ([]byte, error) {
 	i, err := decodeInfo(info)
@@ -225,7 +225,7 @@ func (b *Backend) AcceptRoute(ctx context.Context, _ uint64, info []byte) ([]byt
 	if i.host == a.w.HostID {
 		return nil, fmt.Errorf("agent: the initiator is on this host: %w", rdmamgr.ErrNotSupported)
 	}
-	ans := routeAnswer{slot: a.w.Slot, agent: a.w.AgentAddr}
+	ans := routeAnswer{slot: a.w.Slot, agent: a.w.AgentAddr, agentID: a.w.AgentID}
 	return ans.encode(), nil
 }
 

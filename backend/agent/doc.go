@@ -55,8 +55,10 @@
 // ("host agent gone": no post is taken any more), our write side closes,
 // and the operations in flight are reported with the agent's answers, or
 // at the socket's end (CloseTimeout at most). A
-// done with PEER_GONE (the target left its agent) ends that route, so
-// the manager sets up a new one. Route.Close and Backend.Close cancel what
+// done with PEER_GONE (the target left its agent, or its agent restarted
+// since the route was set up: a route names the far agent's manager id
+// with the target's slot, and a slot of another incarnation is refused)
+// ends that route, so the manager sets up a new one. Route.Close and Backend.Close cancel what
 // is in flight and wait for the agent's answers, at most CloseTimeout.
 //
 // The package builds everywhere; off Linux attaching fails with

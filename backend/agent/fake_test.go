@@ -353,6 +353,9 @@ func (a *fakeAgent) exec(me uint64, p *agentwire.Post) (uint64, error) {
 	if far == nil {
 		return 0, fmt.Errorf("fake: no agent %s: %w", p.FarAgent, rdmamgr.ErrUnknownPeer)
 	}
+	if far.id != p.FarAgentID {
+		return 0, fmt.Errorf("fake: agent %s is %016x, not %016x: %w", p.FarAgent, far.id, p.FarAgentID, rdmamgr.ErrPeerGone)
+	}
 	far.mu.Lock()
 	target, ok := far.slots[p.Via]
 	far.mu.Unlock()

@@ -9,7 +9,7 @@ import (
 )
 
 // infoVersion is the version of the route info and answer.
-const infoVersion = 1
+const infoVersion = 2
 
 // routeInfo is the initiator's endpoint info (PrepareRoute): where its
 // agent is, and which host that is.
@@ -20,10 +20,13 @@ type routeInfo struct {
 }
 
 // routeAnswer is the responder's (AcceptRoute): the initiator's agent
-// reaches the responder at (agent, slot).
+// reaches the responder at (agent, slot), slot being one of the agent
+// manager agentID's (random per agent start: a restarted agent at the
+// same address hands its slots out afresh; version 2 added it).
 type routeAnswer struct {
-	slot  uint16
-	agent string
+	slot    uint16
+	agent   string
+	agentID uint64
 }
 
 func (i *routeInfo) encode() []byte {
@@ -38,7 +41,8 @@ func (a *routeAnswer) encode() []byte {
 	b := []byte{infoVersion}
 	b = binary.LittleEndian.AppendUint16(b, a.slot)
 	b = append(b, byte(len(a.agent)))
-	return append(b, a.agent...)
+	b = append(b, a.agent...)
+	return binary.LittleEndian.AppendUint64(b, a.agentID)
 }
 
 // reader decodes the info and the answer: every byte is the peer's.
@@ -114,5 +118,11 @@ func decodeAnswer(p []byte) (routeAnswer, error) {
 	r := reader{b: p}
 	r.head()
 	a.slot, a.agent = r.slotAgent()
+	if p := r.take(8); p != nil {
+		a.agentID = binary.LittleEndian.Uint64(p)
+	}
+	if r.err == nil && a.agentID == 0 {
+		r.err = fmt.Errorf("agent: route answer without its agent's id: %w", rdmamgr.ErrProtocol)
+	}
 	return a, r.end()
 }

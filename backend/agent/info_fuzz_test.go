@@ -10,13 +10,16 @@ import (
 // FuzzRouteInfo feeds hostile route infos and answers (a far manager's
 // bytes, at PrepareRoute's peer and Complete) to their decoders: they
 // never panic, and what they accept is a slot, a printable address of at most
-// agentwire.MaxAddr bytes (a post's far agent), and encodes back to the same
+// agentwire.MaxAddr bytes (a post's far agent), an answer's agent id
+// not 0, and encodes back to the same
 // bytes.
 func FuzzRouteInfo(f *testing.F) {
 	i := routeInfo{slot: 7, agent: "10.0.0.1:4000"}
 	i.host[0] = 3
 	f.Add(i.encode())
-	a := routeAnswer{slot: 9, agent: "10.0.0.2:4000/m"}
+	a := routeAnswer{slot: 9, agent: "10.0.0.2:4000/m", agentID: 0xab}
+	f.Add(a.encode())
+	a.agentID = 0 // refused
 	f.Add(a.encode())
 	f.Add([]byte{infoVersion})
 	f.Add([]byte{})
@@ -29,6 +32,9 @@ func FuzzRouteInfo(f *testing.F) {
 		}
 		if a, err := decodeAnswer(p); err == nil {
 			check(t, a.slot, a.agent)
+			if a.agentID == 0 {
+				t.Fatalf("answer %x accepted without an agent id", p)
+			}
 			if b := a.encode(); !bytes.Equal(b, p) {
 				t.Fatalf("answer %x re-encodes as %x", p, b)
 			}

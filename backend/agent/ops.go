@@ -18,7 +18,7 @@ const errAgentGone = "host agent gone"
 
 // record builds the post record of wr for route r (not its wrid).
 func (r *route) record(wr *backend.WorkRequest) (agentwire.Post, error) {
-	p := agentwire.Post{Op: wr.Op, Via: r.via, FarAgent: r.far, Remote: wr.Remote}
+	p := agentwire.Post{Op: wr.Op, Via: r.via, FarAgent: r.far, FarAgentID: r.farID, Remote: wr.Remote}
 	switch wr.Op {
 	case backend.OpWriteImm:
 		p.Imm = wr.Imm

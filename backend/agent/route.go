@@ -25,7 +25,7 @@ func (p *pending) Complete(ctx context.Context, peerInfo []byte) (backend.Route,
 	if err != nil {
 		return nil, err
 	}
-	r := &route{a: p.a, via: ans.slot, far: ans.agent, ids: make(map[*backend.WorkRequest]uint64),
+	r := &route{a: p.a, via: ans.slot, far: ans.agent, farID: ans.agentID, ids: make(map[*backend.WorkRequest]uint64),
 		room: make(chan struct{}, p.b.cfg.MaxInFlight), done: make(chan struct{}), idle: make(chan struct{}),
 		closeTimeout: p.b.cfg.CloseTimeout}
 	a := p.a
@@ -47,6 +47,9 @@ type route struct {
 	a   *attachment
 	via uint16 // the target's slot at its agent
 	far string // the target's agent's actor address
+	// farID is that agent's manager id: via is its slot, and the far
+	// route's peer must be it (a restarted agent's slots are new).
+	farID uint64
 
 	room         chan struct{} // a token per operation in flight
 	closeTimeout time.Duration

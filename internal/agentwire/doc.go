@@ -17,6 +17,11 @@
 // handshake (a refusal) or after it (the agent stops). Then operations:
 // P → agent post and cancel, agent → P done, each packet a batch of
 // records of one type (a count, then the records): one write per batch.
+// A post names its target as (far agent address, far agent manager id,
+// via = the target's slot there): a slot means something only at the
+// agent incarnation that gave it, so the agent refuses (PEER_GONE) a post
+// whose far agent id is not that of the manager its route to the address
+// reaches (version 2 added the id).
 //
 // The agent closes the socket only when none of P's operations can touch
 // P's memory any more: every post answered by a done, or its process

@@ -136,7 +136,7 @@ func FuzzDecode(f *testing.F) {
 // checkPost asserts what the agent relies on in a post that decoded.
 func checkPost(t *testing.T, p *Post) {
 	t.Helper()
-	if p.Via == 0 || p.FarAgent == "" || p.Deadline < 0 {
+	if p.Via == 0 || p.FarAgent == "" || p.FarAgentID == 0 || p.Deadline < 0 {
 		t.Fatalf("post %+v", p)
 	}
 	if p.Op.Atomic() {

@@ -40,6 +40,12 @@ type Post struct {
 	Remote buffer.Buffer
 	// FarAgent is the actor address of the target's agent, not empty.
 	FarAgent string
+	// FarAgentID is the manager id of the target's agent (random per
+	// agent start), not 0: Via is a slot of that agent only. The agent
+	// refuses the post with PEER_GONE when its route to FarAgent reaches
+	// another manager (the far agent restarted: the slot may be another
+	// process's now).
+	FarAgentID uint64
 	// Compare and Swap: OpCompareSwap's operands, Swap OpFetchAdd's addend.
 	Compare, Swap uint64
 	// Deadline is how long the operation may take from its arrival at
@@ -65,6 +71,9 @@ func (p *Post) check() error {
 	}
 	if err := checkText("far agent", p.FarAgent, MaxAddr); err != nil {
 		return err
+	}
+	if p.FarAgentID == 0 {
+		return bad("no far agent id")
 	}
 	if p.Deadline < 0 {
 		return bad("deadline %v", p.Deadline)
@@ -128,7 +137,7 @@ func checkRemote(p *Post) error {
 
 // postMax bounds one encoded post (both strings at MaxAddr).
 const postMax = 8 + 1 + 1 + 4 + 2 + (8 + buffer.KeySize + 8 + 8) +
-	(8 + 8 + 8 + 8 + buffer.KeySize + 4 + 8 + 4 + 8 + 1 + MaxAddr) + 1 + MaxAddr + 8 + 8 + 8
+	(8 + 8 + 8 + 8 + buffer.KeySize + 4 + 8 + 4 + 8 + 1 + MaxAddr) + 1 + MaxAddr + 8 + 8 + 8 + 8
 
 func appendPost(b []byte, p *Post) []byte {
 	b = binary.LittleEndian.AppendUint64(b, p.WRID)
@@ -155,6 +164,7 @@ func appendPost(b []byte, p *Post) []byte {
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.Lease/time.Millisecond))
 	b = appendStr(b, r.OwnerAddr)
 	b = appendStr(b, p.FarAgent)
+	b = binary.LittleEndian.AppendUint64(b, p.FarAgentID)
 	b = binary.LittleEndian.AppendUint64(b, p.Compare)
 	b = binary.LittleEndian.AppendUint64(b, p.Swap)
 	return binary.LittleEndian.AppendUint64(b, uint64(p.Deadline))
@@ -184,6 +194,7 @@ func decodePost(d *decoder, p *Post) {
 	r.Lease = time.Duration(lease) * time.Millisecond
 	r.OwnerAddr = d.str("owner address")
 	p.FarAgent = d.str("far agent")
+	p.FarAgentID = d.u64()
 	p.Compare, p.Swap = d.u64(), d.u64()
 	dl := d.u64()
 	if d.err == nil && dl > math.MaxInt64 {

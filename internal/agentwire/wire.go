@@ -11,7 +11,7 @@ import (
 )
 
 // Version is the protocol's version, carried by hello and auth.
-const Version = 1
+const Version = 2
 
 // Message types: a packet's first byte.
 const (

@@ -24,7 +24,7 @@ func remote(n uint64) buffer.Buffer {
 // posts returns one valid post of each op.
 func posts() []Post {
 	local := Local{Region: 3, Key: buffer.Key{9}, Offset: 8, Length: 100}
-	base := Post{Via: 2, FarAgent: "10.0.0.2:5000", Local: local, Remote: remote(100), Deadline: time.Second}
+	base := Post{Via: 2, FarAgent: "10.0.0.2:5000", FarAgentID: 0xfa, Local: local, Remote: remote(100), Deadline: time.Second}
 	var out []Post
 	for i, op := range []backend.Op{backend.OpWrite, backend.OpRead, backend.OpWriteImm, backend.OpSend, backend.OpSend, backend.OpCompareSwap, backend.OpFetchAdd} {
 		p := base
@@ -80,6 +80,7 @@ func TestPostRefused(t *testing.T) {
 		"op 7":            func(p *Post) { p.Op = 7 },
 		"no via":          func(p *Post) { p.Via = 0 },
 		"no far agent":    func(p *Post) { p.FarAgent = "" },
+		"no far agent id": func(p *Post) { p.FarAgentID = 0 },
 		"control char":    func(p *Post) { p.FarAgent = "a\nb" },
 		"long addr":       func(p *Post) { p.FarAgent = strings.Repeat("a", MaxAddr+1) },
 		"bad utf8":        func(p *Post) { p.Remote.OwnerAddr = "\xff" },

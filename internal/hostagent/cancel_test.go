@@ -60,10 +60,10 @@ func TestCancelWhilePosting(t *testing.T) {
 	fr := &raceRoute{wrs: map[*backend.WorkRequest]bool{}, done: make(chan struct{})}
 	ready := make(chan struct{})
 	close(ready)
-	a := &Agent{log: slog.New(slog.DiscardHandler), far: map[string]*farRoute{"far:1": {ready: ready, route: fr}}}
+	a := &Agent{log: slog.New(slog.DiscardHandler), far: map[string]*farRoute{"far:1": {ready: ready, route: fr, peerID: 1}}}
 	p := &proc{a: a, posts: make(chan *op, 4), dead: make(chan struct{}), wake: make(chan struct{}, 1),
 		ops: make(map[uint64]*op)}
-	post := agentwire.Post{WRID: 9, Op: backend.OpFetchAdd, Via: 1, FarAgent: "far:1", Swap: 1,
+	post := agentwire.Post{WRID: 9, Op: backend.OpFetchAdd, Via: 1, FarAgent: "far:1", FarAgentID: 1, Swap: 1,
 		Remote: buffer.Buffer{OwnerID: 1, Region: 1, Length: 8, Access: buffer.AccessAtomic}}
 	o, err := p.newOp(&post)
 	if err != nil {

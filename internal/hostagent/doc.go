@@ -60,6 +60,19 @@
 // this: these operations fail through an agent (ErrAccess,
 // ErrNotSupported, ErrRevoked) where they work direct.
 //
+// A slot means something only at the agent incarnation that gave it: a
+// post names the far agent's manager id too (random per agent start; the
+// process-side route answer carries it), and the executor refuses with
+// PEER_GONE a post whose id is not the peer id of its shared route to that
+// address (the far agent restarted there and hands its slots out afresh):
+// the process's route ends, and the next one asks the target for its new
+// slot. What is left: within one agent's life a slot comes back only
+// after the other 65534 were handed out (live ones are skipped), and then
+// a route idle through all of them would reach the slot's new holder. The
+// slot's generation (agentwire.Welcome) would close that, but a TCP
+// request header has no room for it (bytes 2:4 carry the slot, the rest
+// is taken) and it is not checked.
+//
 // A far agent whose host leaves the cluster (its etcd membership record
 // goes: membership.Follow calls the manager's DropPeer, as a serve
 // --etcd daemon does) has the shared route to it ended: it is the

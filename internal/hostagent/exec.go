@@ -137,12 +137,13 @@ func (o *op) run(slow bool) bool {
 	p, post := o.p, &o.post
 	var h buffer.Buffer
 	var fr backend.Route
+	var farID uint64
 	var err error
 	if !post.Op.Atomic() {
 		h, err = p.cachedProxy(post.Local.Region, post.Local.Key, o.need())
 	}
 	if err == nil {
-		fr = p.a.cachedFar(post.FarAgent)
+		fr, farID = p.a.cachedFar(post.FarAgent)
 	}
 	if !slow && (err != nil || fr == nil || (h.Region == 0 && !post.Op.Atomic())) {
 		return false
@@ -174,11 +175,20 @@ func (o *op) run(slow bool) bool {
 			}
 		}
 		if fr == nil {
-			if fr, err = p.a.farRoute(ctx, post.FarAgent); err != nil {
+			if fr, farID, err = p.a.farRoute(ctx, post.FarAgent); err != nil {
 				o.finish(o.causeOr(err))
 				return true
 			}
 		}
+	}
+	if farID != post.FarAgentID {
+		// Via is a slot of the agent the process's route was set up
+		// with; the one at that address now is another (it restarted):
+		// the slot may be another process's. PEER_GONE ends the
+		// process's route; the next one asks the target afresh.
+		o.finish(fmt.Errorf("hostagent: post %d names slot %d of agent %016x at %s, which is agent %016x now: %w",
+			post.WRID, post.Via, post.FarAgentID, post.FarAgent, farID, rdmamgr.ErrPeerGone))
+		return true
 	}
 	wr := &o.wr
 	if !post.Op.Atomic() {

@@ -25,14 +25,14 @@ func TestExecutorVerbs(t *testing.T) {
 	rw, _ := p2.alloc(t, 64, buffer.AccessReadWrite)
 	back, backMem := p1.alloc(t, n, buffer.AccessReadWrite)
 	via, far := p2.welcome.Slot, b.Addr()
-	p1.post(t, agentwire.Post{WRID: 1, Op: backend.OpWrite, Via: via, FarAgent: far, Local: localOf(src), Remote: dst})
+	p1.post(t, agentwire.Post{WRID: 1, Op: backend.OpWrite, Via: via, FarAgent: far, FarAgentID: p2.welcome.AgentID, Local: localOf(src), Remote: dst})
 	if d := p1.dones(t, 1)[1]; d.Code != 0 {
 		t.Fatalf("put: %v", rdmapb.Code(d.Code))
 	}
 	if !bytes.Equal(srcMem, dstMem) {
 		t.Fatal("put: bytes differ")
 	}
-	p1.post(t, agentwire.Post{WRID: 2, Op: backend.OpRead, Via: via, FarAgent: far, Local: localOf(back), Remote: dst})
+	p1.post(t, agentwire.Post{WRID: 2, Op: backend.OpRead, Via: via, FarAgent: far, FarAgentID: p2.welcome.AgentID, Local: localOf(back), Remote: dst})
 	if d := p1.dones(t, 1)[2]; d.Code != 0 {
 		t.Fatalf("get: %v", rdmapb.Code(d.Code))
 	}
@@ -43,8 +43,8 @@ func TestExecutorVerbs(t *testing.T) {
 	word, _ := dst.Slice(64, 8)
 	binary.LittleEndian.PutUint64(dstMem[64:], 40)
 	p1.post(t,
-		agentwire.Post{WRID: 3, Op: backend.OpFetchAdd, Via: via, FarAgent: far, Remote: word, Swap: 2},
-		agentwire.Post{WRID: 4, Op: backend.OpCompareSwap, Via: via, FarAgent: far, Remote: word, Compare: 42, Swap: 7})
+		agentwire.Post{WRID: 3, Op: backend.OpFetchAdd, Via: via, FarAgent: far, FarAgentID: p2.welcome.AgentID, Remote: word, Swap: 2},
+		agentwire.Post{WRID: 4, Op: backend.OpCompareSwap, Via: via, FarAgent: far, FarAgentID: p2.welcome.AgentID, Remote: word, Compare: 42, Swap: 7})
 	ds := p1.dones(t, 2)
 	if ds[3].Code != 0 || ds[3].Result != 40 || ds[4].Code != 0 || ds[4].Result != 42 {
 		t.Fatalf("atomics: %+v", ds)
@@ -53,7 +53,7 @@ func TestExecutorVerbs(t *testing.T) {
 		t.Fatalf("word %d after fetch-add and compare-swap, want 7", got)
 	}
 	rwWord, _ := rw.Slice(0, 8)
-	p1.post(t, agentwire.Post{WRID: 30, Op: backend.OpFetchAdd, Via: via, FarAgent: far, Remote: rwWord, Swap: 1})
+	p1.post(t, agentwire.Post{WRID: 30, Op: backend.OpFetchAdd, Via: via, FarAgent: far, FarAgentID: p2.welcome.AgentID, Remote: rwWord, Swap: 1})
 	if d := p1.dones(t, 1)[30]; d.Code != uint32(rdmapb.Code_ACCESS_DENIED) {
 		t.Fatalf("atomic on a region without atomic access: %v", rdmapb.Code(d.Code))
 	}
@@ -61,11 +61,11 @@ func TestExecutorVerbs(t *testing.T) {
 	before := append([]byte(nil), dstMem...)
 	bad := dst
 	bad.Key[0] ^= 1
-	p1.post(t, agentwire.Post{WRID: 5, Op: backend.OpWrite, Via: via, FarAgent: far, Local: localOf(src), Remote: bad})
+	p1.post(t, agentwire.Post{WRID: 5, Op: backend.OpWrite, Via: via, FarAgent: far, FarAgentID: p2.welcome.AgentID, Local: localOf(src), Remote: bad})
 	if d := p1.dones(t, 1)[5]; d.Code != uint32(rdmapb.Code_RELEASED) {
 		t.Fatalf("wrong key: %v", rdmapb.Code(d.Code))
 	}
-	p1.post(t, agentwire.Post{WRID: 6, Op: backend.OpWrite, Via: via + 1, FarAgent: far, Local: localOf(src), Remote: dst})
+	p1.post(t, agentwire.Post{WRID: 6, Op: backend.OpWrite, Via: via + 1, FarAgent: far, FarAgentID: p2.welcome.AgentID, Local: localOf(src), Remote: dst})
 	if d := p1.dones(t, 1)[6]; d.Code != uint32(rdmapb.Code_PEER_GONE) {
 		t.Fatalf("no process at via: %v", rdmapb.Code(d.Code))
 	}
@@ -82,7 +82,7 @@ func TestExecutorLimit(t *testing.T) {
 	dst, _ := p2.alloc(t, 64, buffer.AccessReadWrite)
 	old := maxOps.Load()
 	maxOps.Store(0)
-	post := agentwire.Post{WRID: 1, Op: backend.OpWrite, Via: p2.welcome.Slot, FarAgent: b.Addr(), Local: localOf(src), Remote: dst}
+	post := agentwire.Post{WRID: 1, Op: backend.OpWrite, Via: p2.welcome.Slot, FarAgent: b.Addr(), FarAgentID: p2.welcome.AgentID, Local: localOf(src), Remote: dst}
 	p1.post(t, post)
 	d := p1.dones(t, 1)[1]
 	maxOps.Store(old)

@@ -17,20 +17,21 @@ import (
 type farRoute struct {
 	ready   chan struct{} // closed when the setup ended; then below is fixed
 	route   backend.Route
+	peerID  uint64 // the far agent's manager id (the route handshake's)
 	release func()
 	err     error
 }
 
-// farRoute returns the route to the far agent at addr (Agent.Addr's form),
-// setting it up if there is none or it went down; callers for one agent
+// farRoute returns the route to the far agent at addr (Agent.Addr's form)
+// and the far agent's manager id, setting it up if there is none or it went down; callers for one agent
 // share one setup (bounded by ctx: a caller that gives up leaves it to
 // the others).
-func (a *Agent) farRoute(ctx context.Context, addr string) (backend.Route, error) {
+func (a *Agent) farRoute(ctx context.Context, addr string) (backend.Route, uint64, error) {
 	for {
 		a.mu.Lock()
 		if a.closed {
 			a.mu.Unlock()
-			return nil, fmt.Errorf("hostagent: %w", rdmamgr.ErrClosed)
+			return nil, 0, fmt.Errorf("hostagent: %w", rdmamgr.ErrClosed)
 		}
 		f := a.far[addr]
 		if f == nil {
@@ -43,43 +44,43 @@ func (a *Agent) farRoute(ctx context.Context, addr string) (backend.Route, error
 		select {
 		case <-f.ready:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("hostagent: route to agent %s: %w: %w: %w", addr, rdmamgr.ErrPeerGone, rdmamgr.ErrUnknownPeer, ctx.Err())
+			return nil, 0, fmt.Errorf("hostagent: route to agent %s: %w: %w: %w", addr, rdmamgr.ErrPeerGone, rdmamgr.ErrUnknownPeer, ctx.Err())
 		}
 		if f.err != nil {
 			a.forgetFar(addr, f)
-			return nil, f.err
+			return nil, 0, f.err
 		}
 		select {
 		case <-f.route.Done():
 			a.forgetFar(addr, f) // down: the next turn sets up another
 			continue
 		default:
-			return f.route, nil
+			return f.route, f.peerID, nil
 		}
 	}
 }
 
 // cachedFar is farRoute when the route is up already, else nil.
-func (a *Agent) cachedFar(addr string) backend.Route {
+func (a *Agent) cachedFar(addr string) (backend.Route, uint64) {
 	a.mu.Lock()
 	f := a.far[addr]
 	a.mu.Unlock()
 	if f == nil {
-		return nil
+		return nil, 0
 	}
 	select {
 	case <-f.ready:
 	default:
-		return nil
+		return nil, 0
 	}
 	if f.err != nil {
-		return nil
+		return nil, 0
 	}
 	select {
 	case <-f.route.Done():
-		return nil
+		return nil, 0
 	default:
-		return f.route
+		return f.route, f.peerID
 	}
 }
 
@@ -89,7 +90,7 @@ func (a *Agent) setupFar(f *farRoute, addr string) {
 	defer a.wg.Done()
 	defer close(f.ready)
 	host, name := splitAddr(addr)
-	r, _, release, err := wiring.SharedRoute(a.mgr, a.life, host, name)
+	r, peerID, release, err := wiring.SharedRoute(a.mgr, a.life, host, name)
 	if err != nil {
 		// The process's operation answers PEER_GONE (not INTERNAL: an
 		// unreachable agent has no wire code of its own), which ends its
@@ -97,7 +98,7 @@ func (a *Agent) setupFar(f *farRoute, addr string) {
 		f.err = fmt.Errorf("hostagent: route to agent %s: %w: %w", addr, rdmamgr.ErrPeerGone, err)
 		return
 	}
-	f.route, f.release = r, release
+	f.route, f.peerID, f.release = r, peerID, release
 }
 
 // forgetFar drops f, if it is still addr's, and its reference.

@@ -67,7 +67,7 @@ func TestProcessGone(t *testing.T) {
 	src, _ := p1.alloc(t, 4096, buffer.AccessReadWrite)
 	dst, _ := p2.alloc(t, 4096, buffer.AccessReadWrite)
 	via, far := p2.welcome.Slot, b.Addr()
-	p1.post(t, agentwire.Post{WRID: 1, Op: backend.OpWrite, Via: via, FarAgent: far, Local: localOf(src), Remote: dst})
+	p1.post(t, agentwire.Post{WRID: 1, Op: backend.OpWrite, Via: via, FarAgent: far, FarAgentID: p2.welcome.AgentID, Local: localOf(src), Remote: dst})
 	if d := p1.dones(t, 1)[1]; d.Code != 0 {
 		t.Fatalf("put: %v", rdmapb.Code(d.Code))
 	}
@@ -76,7 +76,7 @@ func TestProcessGone(t *testing.T) {
 	}
 	p2.c.Close()
 	waitFor(t, "B to release P2's proxy", func() bool { return b.reg.Stats().Regions == 0 && b.Procs() == 0 })
-	p1.post(t, agentwire.Post{WRID: 2, Op: backend.OpWrite, Via: via, FarAgent: far, Local: localOf(src), Remote: dst})
+	p1.post(t, agentwire.Post{WRID: 2, Op: backend.OpWrite, Via: via, FarAgent: far, FarAgentID: p2.welcome.AgentID, Local: localOf(src), Remote: dst})
 	if d := p1.dones(t, 1)[2]; d.Code != uint32(rdmapb.Code_PEER_GONE) {
 		t.Fatalf("put to a gone process: %v", rdmapb.Code(d.Code))
 	}
@@ -92,7 +92,7 @@ func TestCutReleasesProxy(t *testing.T) {
 	src, _ := p1.alloc(t, 4096, buffer.AccessReadWrite)
 	dst, _ := p2.alloc(t, 4096, buffer.AccessReadWrite)
 	via, far := p2.welcome.Slot, b.Addr()
-	p1.post(t, agentwire.Post{WRID: 1, Op: backend.OpWrite, Via: via, FarAgent: far, Local: localOf(src), Remote: dst})
+	p1.post(t, agentwire.Post{WRID: 1, Op: backend.OpWrite, Via: via, FarAgent: far, FarAgentID: p2.welcome.AgentID, Local: localOf(src), Remote: dst})
 	if d := p1.dones(t, 1)[1]; d.Code != 0 {
 		t.Fatalf("put: %v", rdmapb.Code(d.Code))
 	}
@@ -104,7 +104,7 @@ func TestCutReleasesProxy(t *testing.T) {
 	if d := time.Since(start); d > 1500*time.Millisecond {
 		t.Logf("revoke took %v (the cut notice should make it prompt)", d)
 	}
-	p1.post(t, agentwire.Post{WRID: 2, Op: backend.OpWrite, Via: via, FarAgent: far, Local: localOf(src), Remote: dst})
+	p1.post(t, agentwire.Post{WRID: 2, Op: backend.OpWrite, Via: via, FarAgent: far, FarAgentID: p2.welcome.AgentID, Local: localOf(src), Remote: dst})
 	d := p1.dones(t, 1)[2]
 	if err := backend.Sentinel(rdmapb.Code(d.Code)); !errors.Is(err, rdmamgr.ErrRevoked) && !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("put to a revoked region: %v", rdmapb.Code(d.Code))

@@ -107,17 +107,17 @@ func TestMemberLeftEndsFarRoute(t *testing.T) {
 	src, _ := p1.alloc(t, 4096, buffer.AccessReadWrite)
 	dst, _ := p2.alloc(t, 4096, buffer.AccessReadWrite)
 	via, far := p2.welcome.Slot, b.Addr()
-	p1.post(t, agentwire.Post{WRID: 1, Op: backend.OpWrite, Via: via, FarAgent: far, Local: localOf(src), Remote: dst})
+	p1.post(t, agentwire.Post{WRID: 1, Op: backend.OpWrite, Via: via, FarAgent: far, FarAgentID: p2.welcome.AgentID, Local: localOf(src), Remote: dst})
 	if d := p1.dones(t, 1)[1]; d.Code != 0 {
 		t.Fatalf("put: %v", rdmapb.Code(d.Code))
 	}
-	route := a.cachedFar(far)
+	route, _ := a.cachedFar(far)
 	if route == nil {
 		t.Fatal("no far route after a put")
 	}
 	msg := localOf(src)
 	msg.Length = 100
-	p1.post(t, agentwire.Post{WRID: 2, Op: backend.OpSend, Via: via, FarAgent: far, Local: msg})
+	p1.post(t, agentwire.Post{WRID: 2, Op: backend.OpSend, Via: via, FarAgent: far, FarAgentID: p2.welcome.AgentID, Local: msg})
 	select {
 	case <-in.entered: // the Send waits at B's process: in flight
 	case <-ctx.Done():
@@ -139,7 +139,7 @@ func TestMemberLeftEndsFarRoute(t *testing.T) {
 	default:
 		t.Fatal("the far route is up after its host left")
 	}
-	if a.cachedFar(far) != nil {
+	if r, _ := a.cachedFar(far); r != nil {
 		t.Fatal("the ended far route is still cached")
 	}
 }

@@ -75,8 +75,8 @@ func TestExecutorEventsAndSends(t *testing.T) {
 	l1, l2 := localOf(src), localOf(src)
 	l1.Length, l2.Offset, l2.Length = 4096, 4096, 4096
 	p1.post(t,
-		agentwire.Post{WRID: 1, Op: backend.OpWrite, Via: via, FarAgent: far, Local: l1, Remote: first},
-		agentwire.Post{WRID: 2, Op: backend.OpWriteImm, Imm: 99, Via: via, FarAgent: far, Local: l2, Remote: second})
+		agentwire.Post{WRID: 1, Op: backend.OpWrite, Via: via, FarAgent: far, FarAgentID: p2.welcome.AgentID, Local: l1, Remote: first},
+		agentwire.Post{WRID: 2, Op: backend.OpWriteImm, Imm: 99, Via: via, FarAgent: far, FarAgentID: p2.welcome.AgentID, Local: l2, Remote: second})
 	ds := p1.dones(t, 2)
 	if ds[1].Code != 0 || ds[2].Code != 0 {
 		t.Fatalf("put, put-with-imm: %+v", ds)
@@ -91,7 +91,7 @@ func TestExecutorEventsAndSends(t *testing.T) {
 
 	msg := localOf(src)
 	msg.Length = 100
-	p1.post(t, agentwire.Post{WRID: 3, Op: backend.OpSend, HasImm: true, Imm: 5, Via: via, FarAgent: far, Local: msg})
+	p1.post(t, agentwire.Post{WRID: 3, Op: backend.OpSend, HasImm: true, Imm: 5, Via: via, FarAgent: far, FarAgentID: p2.welcome.AgentID, Local: msg})
 	if d := p1.dones(t, 1)[3]; d.Code != 0 {
 		t.Fatalf("send: %v", rdmapb.Code(d.Code))
 	}
@@ -102,7 +102,7 @@ func TestExecutorEventsAndSends(t *testing.T) {
 	in.mu.Lock()
 	in.recv = nil // no receive posted: the sender hears of it
 	in.mu.Unlock()
-	p1.post(t, agentwire.Post{WRID: 5, Op: backend.OpSend, Via: via, FarAgent: far, Local: msg})
+	p1.post(t, agentwire.Post{WRID: 5, Op: backend.OpSend, Via: via, FarAgent: far, FarAgentID: p2.welcome.AgentID, Local: msg})
 	if d := p1.dones(t, 1)[5]; d.Code != uint32(rdmapb.Code_NO_RECEIVE) {
 		t.Fatalf("send without a receive posted: %v", rdmapb.Code(d.Code))
 	}
@@ -110,7 +110,7 @@ func TestExecutorEventsAndSends(t *testing.T) {
 	for range cap(in.events) { // fill the subscriber's queue: the next is refused
 		in.events <- backend.Event{}
 	}
-	p1.post(t, agentwire.Post{WRID: 4, Op: backend.OpWriteImm, Via: via, FarAgent: far, Local: l2, Remote: second})
+	p1.post(t, agentwire.Post{WRID: 4, Op: backend.OpWriteImm, Via: via, FarAgent: far, FarAgentID: p2.welcome.AgentID, Local: l2, Remote: second})
 	if d := p1.dones(t, 1)[4]; !errors.Is(backend.Sentinel(rdmapb.Code(d.Code)), rdmamgr.ErrLimit) {
 		t.Fatalf("event refused by the subscriber: %v", rdmapb.Code(d.Code))
 	}
