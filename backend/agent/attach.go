@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
@@ -168,6 +169,12 @@ type attachment struct {
 	cancels agentwire.Batch
 	ended   bool
 	err     error // why it ended
+	// writing: someone holds the send token (sends the batches); stuck:
+	// a poster could not write and handed the token to the writer.
+	writing, stuck bool
+	// wposts and wcancels are the batches the token holder sends.
+	wposts, wcancels agentwire.Batch
+	rc               syscall.RawConn
 
 	kick chan struct{} // the writer has records (capacity 1)
 	done chan struct{} // closed when ended and every op was failed
@@ -188,6 +195,9 @@ func newAttachment(b *Backend, conn *net.UnixConn, w agentwire.Welcome) *attachm
 	a.cond = sync.NewCond(&a.mu)
 	a.posts.Start(agentwire.TypePost)
 	a.cancels.Start(agentwire.TypeCancel)
+	a.wposts.Start(agentwire.TypePost)
+	a.wcancels.Start(agentwire.TypeCancel)
+	a.rc, _ = conn.SyscallConn() // fails only on a closed conn: then writes fail
 	a.wg.Add(2)
 	go a.reader()
 	go a.writer()
@@ -228,39 +238,96 @@ func (a *attachment) reader() {
 	}
 }
 
-// writer sends the batched posts, then the cancels (a cancel never
-// precedes its post), one packet each, until the attachment ends.
+// writer sends the records waiting when a poster could not (the socket
+// was full, or a batch filled while a chain was posted) or a cancel came,
+// until the attachment ends. Whoever holds the send token (a.writing)
+// sends: a poster inline, without waiting on the socket, or this
+// goroutine, which may wait.
 func (a *attachment) writer() {
 	defer a.wg.Done()
-	var posts, cancels agentwire.Batch
-	posts.Start(agentwire.TypePost)
-	cancels.Start(agentwire.TypeCancel)
 	for {
 		select {
 		case <-a.kick:
 		case <-a.done:
 			return
 		}
-		for {
-			a.mu.Lock()
-			if a.ended || a.posts.Count()+a.cancels.Count() == 0 {
-				a.mu.Unlock()
-				break
-			}
-			a.posts, posts = posts, a.posts
-			a.cancels, cancels = cancels, a.cancels
-			a.cond.Broadcast()
+		a.mu.Lock()
+		switch {
+		case a.stuck: // a poster handed us the token and its packets
+			a.stuck = false
 			a.mu.Unlock()
-			for _, b := range []*agentwire.Batch{&posts, &cancels} {
-				if p := b.Packet(); p != nil {
-					if err := agentwire.WritePacket(a.conn, p); err != nil {
-						a.end(err)
-						return
-					}
-				}
+			if _, err := a.send(false); err != nil {
+				a.end(err)
+				return
 			}
-			posts.Start(agentwire.TypePost) // the writer's own now
-			cancels.Start(agentwire.TypeCancel)
+			a.mu.Lock()
+			a.drainLocked(false)
+		case !a.writing:
+			a.writing = true
+			a.drainLocked(false)
+		}
+		a.mu.Unlock()
+	}
+}
+
+// flush sends what waits, inline, unless someone sends already (then
+// they do).
+func (a *attachment) flush() {
+	a.mu.Lock()
+	if !a.writing {
+		a.writing = true
+		a.drainLocked(true)
+	}
+	a.mu.Unlock()
+}
+
+// drainLocked sends the records waiting, posts before cancels (a cancel
+// never precedes its post), one packet each, as the holder of the send
+// token, until none wait; then it gives the token back. Inline (a
+// poster), it never waits on the socket: should it be full, the token and
+// the packets not sent go to the writer goroutine. Called and returns
+// with a.mu held.
+func (a *attachment) drainLocked(inline bool) {
+	for !a.ended && a.posts.Count()+a.cancels.Count() > 0 {
+		a.posts, a.wposts = a.wposts, a.posts
+		a.cancels, a.wcancels = a.wcancels, a.cancels
+		a.cond.Broadcast() // room in the batches
+		a.mu.Unlock()
+		sent, err := a.send(inline)
+		if err != nil { // not inline: an inline failure is not sent
+			a.end(err)
+		}
+		a.mu.Lock()
+		if err == nil && !sent {
+			// The token stays taken: the writer's now (it writes, or
+			// meets the socket's error and ends the attachment).
+			a.stuck = true
+			a.kickWriter()
+			return
 		}
 	}
+	a.writing = false
+}
+
+// send writes the token holder's batches (wposts, then wcancels), each
+// emptied once written. Inline, it stops (false) when the socket is full.
+func (a *attachment) send(inline bool) (bool, error) {
+	for _, b := range []*agentwire.Batch{&a.wposts, &a.wcancels} {
+		p := b.Packet()
+		if p == nil {
+			continue
+		}
+		if inline {
+			if a.rc == nil {
+				return false, nil
+			}
+			if sent, err := agentwire.TryWritePacket(a.rc, p); err != nil || !sent {
+				return false, nil // the writer retries: it meets the error
+			}
+		} else if err := agentwire.WritePacket(a.conn, p); err != nil {
+			return false, err
+		}
+		b.Start(p[0])
+	}
+	return true, nil
 }

@@ -81,9 +81,10 @@ func localOf(wr *backend.WorkRequest) (agentwire.Local, error) {
 	return agentwire.Local{Region: reg.ID(), Key: reg.Key(), Offset: uint64(p - base), Length: uint64(len(wr.Local))}, nil
 }
 
-// post records wr (its record p) for the writer, waiting while the batch
-// is full. It fails when the attachment ended or r closed.
-func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post, x *bounce) error {
+// post records wr (its record p), waiting while the batch is full, and
+// with send, sends what waits (inline, unless someone sends already). It
+// fails when the attachment ended or r closed.
+func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post, x *bounce, send bool) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for {
@@ -111,7 +112,10 @@ func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post, 
 	if wr.CancelCause() != nil { // set while Post ran: not lost
 		a.cancelLocked(p.WRID, op)
 	}
-	a.kickWriter()
+	if send && !a.writing {
+		a.writing = true
+		a.drainLocked(true)
+	}
 	return nil
 }
 

@@ -70,7 +70,11 @@ func (r *route) Via() string {
 	return fmt.Sprintf("via host agent (slot %d at agent %s)", r.via, r.far)
 }
 
-func (r *route) Post(wr *backend.WorkRequest) error {
+func (r *route) Post(wr *backend.WorkRequest) error { return r.post(wr, true) }
+
+// post posts wr; with send, it sends what waits (a chain sends once, at
+// its end).
+func (r *route) post(wr *backend.WorkRequest, send bool) error {
 	if err := r.Err(); err != nil {
 		return err
 	}
@@ -83,7 +87,7 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 	}
 	x, err := r.a.b.newBounce(wr, &p)
 	if err == nil {
-		err = r.a.post(r, wr, &p, x)
+		err = r.a.post(r, wr, &p, x, send)
 	}
 	if err != nil {
 		if x != nil {
@@ -95,11 +99,13 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 	return nil
 }
 
-// PostList posts wrs in order (backend.ListPoster): the writer sends them
-// in as few packets as fit.
+// PostList posts wrs in order (backend.ListPoster), sent in as few
+// packets as fit: one write per packet, from this goroutine unless the
+// socket is full.
 func (r *route) PostList(wrs []*backend.WorkRequest) (int, error) {
 	for i, wr := range wrs {
-		if err := r.Post(wr); err != nil {
+		if err := r.post(wr, i == len(wrs)-1); err != nil {
+			r.a.flush() // those posted before
 			return i, err
 		}
 	}

@@ -98,3 +98,26 @@ func WritePacket(c *net.UnixConn, pkt []byte) error {
 	_, _, err := c.WriteMsgUnix(pkt, nil, nil)
 	return err
 }
+
+// TryWritePacket writes pkt as one packet if the socket takes it without
+// waiting: it returns false (and nothing is written) when the socket's
+// buffer is full, so a caller that must not block hands the packet to a
+// goroutine that may (WritePacket). rc is the socket's SyscallConn.
+func TryWritePacket(rc syscall.RawConn, pkt []byte) (bool, error) {
+	var werr error
+	err := rc.Write(func(fd uintptr) bool {
+		for {
+			werr = unix.Send(int(fd), pkt, unix.MSG_DONTWAIT)
+			if werr != unix.EINTR {
+				return true // never wait for readiness
+			}
+		}
+	})
+	if err == nil {
+		err = werr
+	}
+	if err == unix.EAGAIN {
+		return false, nil
+	}
+	return err == nil, err
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"syscall"
 
 	"github.com/rdmamgr/rdmamgr"
 )
@@ -27,3 +28,6 @@ func ReadPacket(c *net.UnixConn, buf []byte) ([]byte, error) { return nil, errPl
 
 // WritePacket fails: host agents need Linux.
 func WritePacket(c *net.UnixConn, pkt []byte) error { return errPlatform }
+
+// TryWritePacket fails: host agents need Linux.
+func TryWritePacket(rc syscall.RawConn, pkt []byte) (bool, error) { return false, errPlatform }

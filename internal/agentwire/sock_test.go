@@ -112,3 +112,62 @@ func TestSocket(t *testing.T) {
 		t.Fatal("dialled a closed agent")
 	}
 }
+
+// TryWritePacket writes whole packets while the socket takes them, says
+// false (writing nothing) once its buffer is full, true again once the
+// reader made room, and fails on a closed socket; packets keep their
+// bounds and order.
+func TestTryWritePacket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	l, err := Listen(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := Dial(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := l.AcceptUnix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkt := make([]byte, 1000)
+	sent := 0
+	for ; sent < 1<<20; sent++ {
+		pkt[0], pkt[1] = byte(sent), byte(sent>>8)
+		ok, err := TryWritePacket(rc, pkt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+	}
+	if sent == 0 || sent == 1<<20 {
+		t.Fatalf("%d packets before the socket was full", sent)
+	}
+	buf := make([]byte, MaxPacket)
+	for i := 0; i < sent; i++ {
+		got, err := ReadPacket(s, buf)
+		if err != nil || len(got) != 1000 || int(got[0])|int(got[1])<<8 != i&0xffff {
+			t.Fatalf("packet %d: %d bytes, %v", i, len(got), err)
+		}
+	}
+	if ok, err := TryWritePacket(rc, pkt); !ok || err != nil {
+		t.Fatalf("TryWritePacket once the reader made room: %v, %v", ok, err)
+	}
+	if got, err := ReadPacket(s, buf); err != nil || len(got) != 1000 {
+		t.Fatalf("last packet: %d bytes, %v", len(got), err)
+	}
+	s.Close()
+	if ok, err := TryWritePacket(rc, pkt); ok || err == nil {
+		t.Fatalf("TryWritePacket on a socket whose peer closed: %v, %v", ok, err)
+	}
+}

@@ -232,6 +232,7 @@ func (o *op) finish(err error) {
 	if p.ops[o.post.WRID] == o {
 		delete(p.ops, o.post.WRID)
 	}
+	p.out = append(p.out, d) // before opsDone: the writer's last flush sends it
 	if p.opsDone != nil && len(p.ops) == 0 {
 		select {
 		case <-p.opsDone:
@@ -239,8 +240,8 @@ func (o *op) finish(err error) {
 			close(p.opsDone)
 		}
 	}
+	p.sendLocked()
 	p.mu.Unlock()
-	p.queueDone(d)
 }
 
 // mapTimeout bounds what a post waits for before it is on the route: the
