@@ -100,6 +100,8 @@ func (p *proc) read() error {
 	buf := make([]byte, agentwire.MaxPacket)
 	var posts []agentwire.Post
 	var cancels []uint64
+	var wrs []*backend.WorkRequest
+	var fast []*op // posted by this goroutine, on one far route
 	for {
 		pkt, err := agentwire.ReadPacket(p.conn, buf)
 		if err != nil {
@@ -114,20 +116,38 @@ func (p *proc) read() error {
 			if posts, err = agentwire.DecodePosts(pkt, posts); err != nil {
 				return err
 			}
+			// In order: straight onto the route when nothing waits for
+			// the poster and nothing needs waiting for (a run of them on
+			// one route posted as one chain), else behind what the
+			// poster has.
+			var ffr backend.Route
 			for i := range posts {
 				o, err := p.newOp(&posts[i])
 				if err != nil {
+					if len(fast) > 0 {
+						postList(ffr, fast, wrs)
+					}
 					return err
 				}
 				if o.refused != nil {
 					o.finish(o.refused)
 					continue
 				}
-				// In order: straight onto the route when nothing waits
-				// for the poster and nothing needs waiting for, else
-				// behind what the poster has.
-				if p.queued.Load() == 0 && o.startFast() {
-					continue
+				if p.queued.Load() == 0 {
+					if fr, ok := o.prepareFast(); ok {
+						if fr != nil {
+							if ffr != fr && len(fast) > 0 {
+								wrs = postList(ffr, fast, wrs)
+								fast = fast[:0]
+							}
+							ffr, fast = fr, append(fast, o)
+						}
+						continue
+					}
+				}
+				if len(fast) > 0 {
+					wrs = postList(ffr, fast, wrs)
+					fast = fast[:0]
 				}
 				p.queued.Add(1)
 				select {
@@ -138,6 +158,11 @@ func (p *proc) read() error {
 					return p.endErr
 				}
 			}
+			if len(fast) > 0 {
+				wrs = postList(ffr, fast, wrs)
+			}
+			clear(fast)
+			fast = fast[:0]
 		case agentwire.TypeCancel:
 			if cancels, err = agentwire.DecodeCancels(pkt, cancels); err != nil {
 				return err
