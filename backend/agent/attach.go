@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
@@ -174,7 +173,7 @@ type attachment struct {
 	writing, stuck bool
 	// wposts and wcancels are the batches the token holder sends.
 	wposts, wcancels agentwire.Batch
-	rc               syscall.RawConn
+	snd              *agentwire.Sender
 
 	kick chan struct{} // the writer has records (capacity 1)
 	done chan struct{} // closed when ended and every op was failed
@@ -197,7 +196,7 @@ func newAttachment(b *Backend, conn *net.UnixConn, w agentwire.Welcome) *attachm
 	a.cancels.Start(agentwire.TypeCancel)
 	a.wposts.Start(agentwire.TypePost)
 	a.wcancels.Start(agentwire.TypeCancel)
-	a.rc, _ = conn.SyscallConn() // fails only on a closed conn: then writes fail
+	a.snd, _ = agentwire.NewSender(conn) // fails only on a closed conn: the writer's writes fail
 	a.wg.Add(2)
 	go a.reader()
 	go a.writer()
@@ -208,10 +207,14 @@ func newAttachment(b *Backend, conn *net.UnixConn, w agentwire.Welcome) *attachm
 // the socket ends.
 func (a *attachment) reader() {
 	defer a.wg.Done()
-	buf := make([]byte, agentwire.MaxPacket)
+	rcv, err := agentwire.NewReceiver(a.conn, make([]byte, agentwire.MaxPacket))
+	if err != nil {
+		a.end(err)
+		return
+	}
 	var dones []agentwire.Done
 	for {
-		pkt, err := agentwire.ReadPacket(a.conn, buf)
+		pkt, err := rcv.Read()
 		if err != nil {
 			a.end(err)
 			return
@@ -318,10 +321,10 @@ func (a *attachment) send(inline bool) (bool, error) {
 			continue
 		}
 		if inline {
-			if a.rc == nil {
+			if a.snd == nil {
 				return false, nil
 			}
-			if sent, err := agentwire.TryWritePacket(a.rc, p); err != nil || !sent {
+			if sent, err := a.snd.TryWrite(p); err != nil || !sent {
 				return false, nil // the writer retries: it meets the error
 			}
 		} else if err := agentwire.WritePacket(a.conn, p); err != nil {

@@ -160,7 +160,9 @@ func appendPost(b []byte, p *Post) []byte {
 	return binary.LittleEndian.AppendUint64(b, uint64(p.Deadline))
 }
 
-func decodePost(d *decoder, p *Post) {
+// decodePost decodes a post into p; prevOwner and prevFar are the strings
+// p held before (the same text is not allocated again).
+func decodePost(d *decoder, p *Post, prevOwner, prevFar string) {
 	p.WRID = d.u64()
 	p.Op = backend.Op(d.u8())
 	flags := d.u8()
@@ -182,8 +184,8 @@ func decodePost(d *decoder, p *Post) {
 		d.fail("lease of %d ms", lease)
 	}
 	r.Lease = time.Duration(lease) * time.Millisecond
-	r.OwnerAddr = d.str("owner address")
-	p.FarAgent = d.str("far agent")
+	r.OwnerAddr = d.strAs("owner address", prevOwner)
+	p.FarAgent = d.strAs("far agent", prevFar)
 	p.Compare, p.Swap = d.u64(), d.u64()
 	dl := d.u64()
 	if d.err == nil && dl > math.MaxInt64 {

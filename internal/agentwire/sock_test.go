@@ -171,3 +171,71 @@ func TestTryWritePacket(t *testing.T) {
 		t.Fatalf("TryWritePacket on a socket whose peer closed: %v, %v", ok, err)
 	}
 }
+
+// The hot path allocates nothing: a Sender's write, a Receiver's read,
+// and decoding a post batch into a reused slice whose strings repeat.
+func TestHotPathAllocs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	l, err := Listen(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := Dial(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := l.AcceptUnix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	snd, err := NewSender(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv, err := NewReceiver(s, make([]byte, MaxPacket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b Batch
+	b.Start(TypePost)
+	p := posts()[1]
+	if err := b.AddPost(&p); err != nil {
+		t.Fatal(err)
+	}
+	pkt := b.Packet()
+	var posts []Post
+	allocs := testing.AllocsPerRun(200, func() {
+		if ok, err := snd.TryWrite(pkt); !ok || err != nil {
+			t.Fatalf("TryWrite: %v, %v", ok, err)
+		}
+		got, err := rcv.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if posts, err = DecodePosts(got, posts); err != nil || len(posts) != 1 || posts[0].FarAgent != p.FarAgent {
+			t.Fatalf("DecodePosts: %v", err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per packet, want 0", allocs)
+	}
+	// A Receiver's read keeps ReadPacket's checks: a packet larger than
+	// its buffer (truncated) and EOF are refused.
+	small, err := NewReceiver(s, make([]byte, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WritePacket(c, make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := small.Read(); !errors.Is(err, rdmamgr.ErrProtocol) {
+		t.Fatalf("Read of a truncated packet: %v", err)
+	}
+	c.Close()
+	if _, err := rcv.Read(); !errors.Is(err, rdmamgr.ErrProtocol) {
+		t.Fatalf("Read at EOF: %v", err)
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
@@ -60,7 +59,7 @@ type proc struct {
 	out, wout      []agentwire.Done
 	writing, stuck bool
 	wbatch         agentwire.Batch // the token holder's, inline
-	rc             syscall.RawConn
+	snd            *agentwire.Sender
 }
 
 func newProc(a *Agent, c *net.UnixConn, auth *agentwire.Auth, uid uint32, r backend.Route) *proc {
@@ -68,7 +67,7 @@ func newProc(a *Agent, c *net.UnixConn, auth *agentwire.Auth, uid uint32, r back
 		route: r, pr: r.(wiring.ProxyRoute), posts: make(chan *op, postQueue),
 		dead: make(chan struct{}), wake: make(chan struct{}, 1),
 		ops: make(map[uint64]*op), proxies: make(map[uint64]*proxy)}
-	p.rc, _ = c.SyscallConn() // fails only on a closed conn
+	p.snd, _ = agentwire.NewSender(c) // fails only on a closed conn: the writer's writes fail
 	p.ctx, p.stop = context.WithCancel(a.life)
 	p.pr.OnCut(p.onCut)
 	// run's three goroutines count from now: end may run (Close) before
@@ -97,13 +96,16 @@ func (p *proc) run() {
 
 // read reads posts and cancels until the socket ends or a packet is bad.
 func (p *proc) read() error {
-	buf := make([]byte, agentwire.MaxPacket)
+	rcv, err := agentwire.NewReceiver(p.conn, make([]byte, agentwire.MaxPacket))
+	if err != nil {
+		return fmt.Errorf("hostagent: pid %d: %v: %w", p.pid, err, rdmamgr.ErrPeerGone)
+	}
 	var posts []agentwire.Post
 	var cancels []uint64
 	var wrs []*backend.WorkRequest
 	var fast []*op // posted by this goroutine, on one far route
 	for {
-		pkt, err := agentwire.ReadPacket(p.conn, buf)
+		pkt, err := rcv.Read()
 		if err != nil {
 			return fmt.Errorf("hostagent: pid %d: %v: %w", p.pid, err, rdmamgr.ErrPeerGone)
 		}
@@ -286,7 +288,7 @@ func (p *proc) sendLocked() {
 // tryFlush sends out in batches without waiting on the socket; it returns
 // how many dones went (fewer when the socket is full or failed).
 func (p *proc) tryFlush(out []agentwire.Done) int {
-	if p.rc == nil {
+	if p.snd == nil {
 		return 0
 	}
 	b := &p.wbatch
@@ -305,7 +307,7 @@ func (p *proc) tryFlush(out []agentwire.Done) int {
 			n++
 		}
 		if b.Count() > 0 {
-			if ok, err := agentwire.TryWritePacket(p.rc, b.Packet()); err != nil || !ok {
+			if ok, err := p.snd.TryWrite(b.Packet()); err != nil || !ok {
 				return sent
 			}
 		}
