@@ -239,3 +239,49 @@ func TestHotPathAllocs(t *testing.T) {
 		t.Fatalf("Read at EOF: %v", err)
 	}
 }
+
+// BenchmarkPacketRoundTrip is an 8-byte packet there and back over the
+// attach socket between two goroutines (each read waits in the poller):
+// the floor of what the hop between a process and its agent adds to an
+// operation (one such round trip per operation: a post there, a done back).
+//
+//	go test -run - -bench PacketRoundTrip ./internal/agentwire
+func BenchmarkPacketRoundTrip(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "agent.sock")
+	l, err := Listen(path, 0o600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	c, err := Dial(context.Background(), path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	s, err := l.AcceptUnix()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	go func() { // echo
+		r, _ := NewReceiver(s, make([]byte, MaxPacket))
+		for {
+			p, err := r.Read()
+			if err != nil || WritePacket(s, p) != nil {
+				return
+			}
+		}
+	}()
+	r, _ := NewReceiver(c, make([]byte, MaxPacket))
+	snd, _ := NewSender(c)
+	pkt := make([]byte, 8)
+	b.ResetTimer()
+	for range b.N {
+		if ok, err := snd.TryWrite(pkt); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+		if _, err := r.Read(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
