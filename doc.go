@@ -26,6 +26,9 @@
 //   - backend: the data-plane interface, backend.LoadSecret, the kinds.
 //   - backend/tcp, backend/shm, backend/ibverbs: the data planes' Config
 //     (node.Config's TCP, SHM and IBVerbs) and their refined errors.
+//   - backend/agent: the route through the host's agent (node.Config.Agent:
+//     a process attached to `rdmamgr serve --agent-socket` reaches processes
+//     of other hosts through the agents' shared routes).
 //   - remoteguard: the hardened gRPC endpoint of the control plane
 //     (node.Config.Remote).
 //   - certs: the deployment's CA and mutual-TLS credentials.

@@ -148,7 +148,9 @@ func (wr *WorkRequest) Reset() {
 	wr.Deadline, wr.Done, wr.Cancel = time.Time{}, nil, nil
 	wr.Imm, wr.HasImm, wr.Compare, wr.Swap, wr.Result = 0, false, 0, 0, 0
 	wr.Via, wr.Origin = 0, 0
-	wr.cause.Store(nil)
+	if wr.cause.Load() != nil { // a store costs a barrier: only when there is one to clear
+		wr.cause.Store(nil)
+	}
 }
 
 // PendingRoute is the initiator's half-made route between PrepareRoute and

@@ -139,8 +139,10 @@ fi
 
 if [ "$do_shm" = 1 ]; then
   for i in $(seq "$runs"); do
-    bench --baseline --backend shm --placement "$placement" --sizes 8B,4KiB --inflight "$inflight" --json "$dir/shm-$i.json" \
-      ${quick[@]+"${quick[@]}"}
+    # --shared-slot: ours moves the same bytes with every operation in
+    # flight, as ucx_perftest does (one buffer of the message size).
+    bench --baseline --backend shm --placement "$placement" --sizes 8B,4KiB --inflight "$inflight" --shared-slot \
+      --json "$dir/shm-$i.json" ${quick[@]+"${quick[@]}"}
     : >"$dir/ucx-$i.tsv"
     if [ "$ucx" = 1 ]; then
       UCX_ITERS=${UCX_OPRATE_ITERS:-1000000} "$here/ucx.sh" --tls sm --placement "$placement" --sizes 8B,4KiB \
@@ -149,7 +151,9 @@ if [ "$do_shm" = 1 ]; then
   done
   echo "## shm, $inflight in flight, placement $placement: ours against UCX sm with as many outstanding"
   echo
-  echo "Reproduce: \`bench/oprate.sh --no-tcp --no-procs --inflight $inflight --placement $placement\` (one run: \`bench/samehost.sh --sizes 8B,4KiB --inflight $inflight\`)"
+  echo "Both move one buffer of the operation's size with every operation in flight (ours: --shared-slot)."
+  echo
+  echo "Reproduce: \`bench/oprate.sh --no-tcp --no-procs --inflight $inflight --placement $placement\` (one run of ours: \`rdmamgr bench --baseline --backend shm --sizes 8B,4KiB --inflight $inflight --shared-slot\`)"
   echo
   echo "| size | op | in flight | ours ops/s | UCX sm ops/s | ours/UCX sm |"
   echo "|---|---|---:|---:|---:|---:|"

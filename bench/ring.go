@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
@@ -12,7 +11,6 @@ import (
 // part of the buffers.
 type ringSlot struct {
 	wr    queuepair.WorkRequest
-	l, r  buffer.Buffer
 	off   uint64
 	t0    time.Time
 	armed bool
@@ -28,52 +26,76 @@ func (b *benchRun) ring(ctx context.Context, limit int64) {
 	cfg := b.cfg
 	n := cfg.Concurrency
 	slots := make([]ringSlot, n)
-	index := make(map[*queuepair.WorkRequest]int, n) // of the slots' requests
+	// Every slot's request and operation, built once: a chain of slots
+	// lo..hi in order (what a route that completes in order reaps) is
+	// posted as allWrs[lo:hi], allOps[lo:hi], as a verbs program re-posts
+	// its array of work requests; another is gathered into wrs and ops.
+	allWrs := make([]*queuepair.WorkRequest, n)
+	allOps := make([]queuepair.Op, n)
 	for i := range slots {
 		s := &slots[i]
-		s.off = uint64(i) * cfg.Size
-		s.l, _ = b.local.Slice(s.off, cfg.Size)
-		s.r, _ = b.remote.Slice(s.off, cfg.Size)
-		index[&s.wr] = i
+		if !cfg.SharedSlot {
+			s.off = uint64(i) * cfg.Size
+		}
+		l, _ := b.local.Slice(s.off, cfg.Size)
+		r, _ := b.remote.Slice(s.off, cfg.Size)
+		allOps[i] = queuepair.GetOp(l, r)
+		if cfg.Op == "put" {
+			allOps[i] = queuepair.PutOp(l, r)
+		}
+		allOps[i].ID = uint64(i) + 1 // 0: a read-back of done's
+		allWrs[i] = &s.wr
 	}
 	// Room for every slot's operation and, with Verify, as many read-backs
 	// (done's, reaped and skipped here).
 	cq := queuepair.NewCompletionQueue(2*n + 1)
 	b.qp.SetCompletionQueue(cq)
 	defer b.qp.SetCompletionQueue(nil)
+	idx := make([]int, 0, n) // the slots of the next chain
 	wrs := make([]*queuepair.WorkRequest, 0, n)
 	ops := make([]queuepair.Op, 0, n)
 	out := make([]*queuepair.WorkRequest, cq.Cap())
 	armed := 0
+	var issued int64 // tickets: the ring is the phase's only poster
 	// add puts slot i's next operation on the chain; now is when the last
 	// operation was seen complete, so one clock read serves both.
 	add := func(i int, now time.Time) {
 		if ctx.Err() != nil {
 			return
 		}
-		seq := b.next.Add(1) - 1
+		seq := issued
 		if seq >= limit {
 			return
 		}
+		issued++
 		s := &slots[i]
 		if cfg.Verify {
 			b.prepareSlot(s.off, uint64(seq))
 		}
 		s.t0, s.armed = now, true
 		armed++
-		wrs = append(wrs, &s.wr)
-		if cfg.Op == "put" {
-			ops = append(ops, queuepair.PutOp(s.l, s.r))
-		} else {
-			ops = append(ops, queuepair.GetOp(s.l, s.r))
-		}
+		idx = append(idx, i)
 	}
 	post := func() {
-		if len(wrs) > 0 {
-			b.qp.PostOps(ctx, wrs, ops)
-			clear(wrs)
-			wrs, ops = wrs[:0], ops[:0]
+		if len(idx) == 0 {
+			return
 		}
+		lo, inOrder := idx[0], true
+		for j, i := range idx {
+			inOrder = inOrder && i == lo+j
+		}
+		if inOrder {
+			b.qp.PostOps(ctx, allWrs[lo:lo+len(idx)], allOps[lo:lo+len(idx)])
+			idx = idx[:0]
+			return
+		}
+		for _, i := range idx {
+			wrs, ops = append(wrs, allWrs[i]), append(ops, allOps[i])
+		}
+		b.qp.PostOps(ctx, wrs, ops)
+		clear(wrs)
+		clear(ops)
+		wrs, ops, idx = wrs[:0], ops[:0], idx[:0]
 	}
 	now := time.Now()
 	for i := range slots {
@@ -94,20 +116,24 @@ func (b *benchRun) ring(ctx context.Context, limit int64) {
 			return
 		}
 		now := time.Now()
+		var ok uint64
 		for _, w := range out[:k] {
-			i, ok := index[w]
-			if !ok {
+			if w.ID() == 0 || int(w.ID()) > len(slots) || &slots[w.ID()-1].wr != w {
 				continue // a read-back of done's
 			}
+			i := int(w.ID()) - 1
 			s := &slots[i]
 			s.armed = false
 			armed--
-			b.done(ctx, i, s.off, now.Sub(s.t0), w.Err())
+			if b.done(ctx, i, s.off, now.Sub(s.t0), w.Err()) {
+				ok++
+			}
 			if cfg.Verify { // done read the operation back meanwhile
 				now = time.Now()
 			}
 			add(i, now)
 		}
+		b.ops.Add(ok)
 		clear(out[:k])
 		post()
 	}

@@ -31,6 +31,11 @@ type Config struct {
 	Ring   bool
 	Warmup int  // untimed operations first
 	Verify bool // check every byte of every operation
+	// SharedSlot: every operation in flight uses the first slot's bytes
+	// (as ucx_perftest's one buffer of the message size does), so the
+	// operations move Size bytes of memory, not Size × Concurrency; not
+	// with Verify.
+	SharedSlot bool
 	// MaxErrors stops the run once more operations than this failed.
 	MaxErrors int
 	// Progress, when not nil, is called about every ProgressEvery (default
@@ -252,7 +257,9 @@ func (b *benchRun) worker(ctx context.Context, slot int, limit int64) {
 			b.qp.PostGet(ctx, &wr, l, r)
 		}
 		err := wr.Wait(ctx)
-		b.done(ctx, slot, off, time.Since(t0), err)
+		if b.done(ctx, slot, off, time.Since(t0), err) {
+			b.ops.Add(1)
+		}
 	}
 }
 
@@ -267,20 +274,22 @@ func (b *benchRun) prepareSlot(off, seq uint64) {
 	}
 }
 
-// done counts an operation of slot that completed with err after d.
-// Operations ended by the stop count neither as done nor as failed.
-func (b *benchRun) done(ctx context.Context, slot int, off uint64, d time.Duration, err error) {
+// done records an operation of slot that completed with err after d and
+// reports whether it succeeded: the caller adds it to b.ops (the ring once
+// per batch). Operations ended by the stop count neither as done nor as
+// failed.
+func (b *benchRun) done(ctx context.Context, slot int, off uint64, d time.Duration, err error) bool {
 	if err != nil {
 		if ctx.Err() == nil {
 			b.fail(err)
 		}
-		return
+		return false
 	}
 	b.latencies[slot] = append(b.latencies[slot], d)
-	b.ops.Add(1)
 	if b.cfg.Verify {
 		b.verifyOp(ctx, slot, off)
 	}
+	return true
 }
 
 // verifyOp checks the bytes of the operation that just completed on slot.

@@ -22,10 +22,14 @@ type Op struct {
 	// Compare and Swap are CompareAndSwap's operands; Swap is FetchAdd's
 	// addend.
 	Compare, Swap uint64
+	// ID is the caller's name of the operation, as verbs' wr_id: the work
+	// request it is posted into reports it (WorkRequest.ID), so a program
+	// that reaps a completion queue finds its own state without a map.
+	ID uint64
 }
 
 func (o *Op) operands() operands {
-	return operands{imm: o.Imm, hasImm: o.HasImm, compare: o.Compare, swap: o.Swap}
+	return operands{imm: o.Imm, hasImm: o.HasImm, compare: o.Compare, swap: o.Swap, id: o.ID}
 }
 
 // PutOp builds a Put for Submit or PostOps.
@@ -112,7 +116,7 @@ func (b *Batch) Requests() []*WorkRequest { return b.wrs }
 func (b *Batch) Wait(ctx context.Context) error {
 	var errs []error
 	for i, w := range b.wrs {
-		if w.settled() != stateDone && ctx.Err() != nil {
+		if !finished(w.settled()) && ctx.Err() != nil {
 			cause := ctxCause(ctx)
 			for _, rest := range b.wrs[i:] {
 				rest.cancel(cause)

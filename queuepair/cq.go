@@ -54,16 +54,45 @@ func (cq *CompletionQueue) reserve() bool {
 	return true
 }
 
+// reserveN takes up to n slots at once for a chain being posted and
+// returns how many it took.
+func (cq *CompletionQueue) reserveN(n int64) int64 {
+	if n <= 0 {
+		return 0
+	}
+	over := cq.held.Add(n) - int64(len(cq.ring))
+	if over <= 0 {
+		return n
+	}
+	over = min(over, n)
+	cq.held.Add(-over)
+	return n - over
+}
+
+// unreserve gives back n slots reserveN took and no operation used.
+func (cq *CompletionQueue) unreserve(n int64) {
+	if n > 0 {
+		cq.held.Add(-n)
+	}
+}
+
 // push appends a finished w (which holds a slot, so there is room) and
 // wakes a sleeping Wait.
 func (cq *CompletionQueue) push(w *WorkRequest) {
+	cq.pushAll([]*WorkRequest{w})
+}
+
+// pushAll is push of each of ws, in order, under one lock.
+func (cq *CompletionQueue) pushAll(ws []*WorkRequest) {
 	cq.mu.Lock()
-	i := cq.head + cq.n
-	if i >= len(cq.ring) {
-		i -= len(cq.ring)
+	for _, w := range ws {
+		i := cq.head + cq.n
+		if i >= len(cq.ring) {
+			i -= len(cq.ring)
+		}
+		cq.ring[i] = w
+		cq.n++
 	}
-	cq.ring[i] = w
-	cq.n++
 	cq.queued.Store(int64(cq.n))
 	if cq.sleepers > 0 {
 		select {
@@ -94,7 +123,7 @@ func (cq *CompletionQueue) take(out []*WorkRequest) int {
 		if cq.head++; cq.head == len(cq.ring) {
 			cq.head = 0
 		}
-		w.inCQ.Store(false) // reported: the caller's to re-arm
+		w.state.Store(stateDone) // reported: the caller's to re-arm
 		out[j] = w
 	}
 	cq.n -= k

@@ -47,7 +47,13 @@
 // requests at the cost of one post: the route's backend.ListPoster when
 // it has one (one lock, one wake-up of its sender), a loop of posts
 // otherwise. Operations of one chain complete independently, in any
-// order; each is refused or fails on its own.
+// order; each is refused or fails on its own. Op.ID names an operation
+// as verbs' wr_id does: WorkRequest.ID reports it, so a program that reaps
+// a queue finds its own state without a map. A chain takes its queue
+// slots, its count in the queue pair and its local references with one
+// atomic operation each, not one per operation, and a run of it that the
+// route completes together (shm's inline copies) is reported under one
+// lock of the queue.
 //
 // Everything above holds for an operation reported through a queue: the
 // queue hands it over only once its local memory is let go and its

@@ -134,7 +134,7 @@ type env struct {
 	relMu  *sync.Mutex
 }
 
-func newEnv(t *testing.T, opt qpbind.Options) *env {
+func newEnv(t testing.TB, opt qpbind.Options) *env {
 	t.Helper()
 	e := &env{
 		local:  memreg.NewRegistry(localID, buffer.Limits{}),

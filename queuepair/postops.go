@@ -32,18 +32,35 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 	}
 	chain := chains.Get().(*[]*backend.WorkRequest)
 	ready := (*chain)[:0]
+	n := int64(len(ops))
+	ch := chainPrep{cq: q.cq.Load()}
+	if ch.cq != nil {
+		ch.slots = ch.cq.reserveN(n)
+	}
+	if q.ops.EnterN(n) {
+		ch.entries = n
+	}
+	if q.reg != nil {
+		ch.local = q.reg.NewLocalRun(q.near.Load())
+	}
 	i := 0
 	defer func() {
 		if i < len(ops) { // a prepare panicked (a pending request): post the ones before it, as a loop of posts would have
+			ch.giveBack(q)
 			q.postList(ready, c)
 		}
 	}()
 	for ; i < len(ops); i++ {
 		o := &ops[i]
 		w := wrs[i]
-		if q.prepare(w, o.Op, &o.Local, &o.Remote, dl, c, o.operands()) && q.ready(w) {
+		ch.left = n - int64(i)
+		if q.prepare(w, o.Op, &o.Local, &o.Remote, dl, c, o.operands(), &ch) && q.ready(w) {
 			ready = append(ready, &w.wr)
 		}
+	}
+	ch.giveBack(q)
+	if r := ch.local.Last(); r != nil && r != q.near.Load() {
+		q.near.Store(r)
 	}
 	q.postList(ready, c)
 	clear(ready) // hold no request past the post

@@ -37,6 +37,9 @@ type QueuePair struct {
 	relOnce sync.Once
 	cq      atomic.Pointer[CompletionQueue] // where operations posted now report
 	list    backend.ListPoster              // route's chain posting; nil: a loop of Post
+	// near is the local region an operation was last posted from: the
+	// next one from it is resolved without the registry's lookup.
+	near atomic.Pointer[memreg.Region]
 
 	// ops counts the operations armed and not yet completed, and is closed
 	// by Release, which waits for it to drain. Lock-free: it is on the data
@@ -142,25 +145,59 @@ func postCtx(ctx context.Context) context.Context {
 // Post's wait for room in flight (Submit cancels posted work through it).
 // Every path ends in w.finish or in a Post that will complete w.
 func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote *buffer.Buffer, deadline time.Time, ctx context.Context, opd operands) {
-	if q.prepare(w, op, local, remote, deadline, ctx, opd) {
+	if q.prepare(w, op, local, remote, deadline, ctx, opd, nil) {
 		q.post(w, ctx)
 	}
 }
 
+// chainPrep is what PostOps takes for a whole chain at once: slots of
+// its completion queue and entries into q.ops (an atomic operation each,
+// not one per operation), and the local region last resolved.
+type chainPrep struct {
+	cq      *CompletionQueue
+	slots   int64 // reserved in cq, not yet given to an operation
+	entries int64 // entered into q.ops, not yet given to an operation
+	left    int64 // operations of the chain still to prepare, this one included
+	local   memreg.LocalRun
+}
+
+// giveBack returns what ch took and no operation used.
+func (ch *chainPrep) giveBack(q *QueuePair) {
+	if ch.cq != nil {
+		ch.cq.unreserve(ch.slots)
+	}
+	if ch.entries > 0 {
+		q.ops.LeaveN(ch.entries)
+	}
+	ch.slots, ch.entries = 0, 0
+	ch.local.Close()
+}
+
 // prepare arms w for op up to its post: it reports whether w is ready to
-// post, or was finished (refused) already.
-func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer.Buffer, deadline time.Time, ctx context.Context, opd operands) bool {
+// post, or was finished (refused) already. ch, when not nil, is the
+// chain's: w takes its slot and entry from it.
+func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer.Buffer, deadline time.Time, ctx context.Context, opd operands, ch *chainPrep) bool {
 	w.reset(op, remote, deadline, ctx)
 	w.wr.Imm, w.wr.HasImm, w.wr.Compare, w.wr.Swap = opd.imm, opd.hasImm, opd.compare, opd.swap
-	if cq := q.cq.Load(); cq != nil { // first: every refusal below is reported through cq
-		if !cq.reserve() { // reported here, not through the full cq
+	w.id = opd.id
+	var cq *CompletionQueue
+	if ch != nil {
+		cq = ch.cq
+	} else {
+		cq = q.cq.Load()
+	}
+	if cq != nil { // first: every refusal below is reported through cq
+		if ch != nil && ch.slots > 0 {
+			ch.slots--
+		} else if !cq.reserve() { // reported here, not through the full cq
 			w.finish(fmt.Errorf("%s: completion queue of %d full: %w", op, len(cq.ring), rdmamgr.ErrLimit))
 			return false
 		}
 		w.cq = cq // a slot is w's until the cq's Poll hands it over
-		w.inCQ.Store(true)
 	}
-	if !q.ops.Enter() {
+	if ch != nil && ch.entries > 0 {
+		ch.entries--
+	} else if !q.ops.Enter() {
 		w.finish(rdmamgr.ErrReleased)
 		return false
 	}
@@ -181,8 +218,19 @@ func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer
 	}
 	var ref memreg.Ref
 	var err error
-	if q.reg != nil {
-		ref, err = q.reg.AcquireLocalOf(local)
+	if q.reg != nil && ch != nil {
+		if ch.local.Next(local, &w.ref) { // the common case: a reference taken with the chain's
+			w.wr.LocalRegion = w.ref.Region()
+			w.wr.Local = w.ref.Bytes()
+			return true
+		}
+		ref, err = ch.local.Acquire(local, ch.left)
+	} else if q.reg != nil {
+		near := q.near.Load()
+		lr := q.reg.NewLocalRun(near)
+		if ref, err = lr.Acquire(local, 1); err == nil && ref.Region() != near {
+			q.near.Store(ref.Region())
+		}
 	} else {
 		ref, err = q.local.AcquireLocal(*local)
 	}
@@ -216,7 +264,9 @@ func (q *QueuePair) ready(w *WorkRequest) bool {
 		w.finish(fmt.Errorf("%s %d bytes: %w", w.wr.Op, w.size(), cause))
 		return false
 	}
-	w.owner.Store(q) // before Post: a cancel may come as soon as it is posted
+	if w.owner.Load() != q {
+		w.owner.Store(q) // before Post: a cancel may come as soon as it is posted
+	}
 	return true
 }
 
@@ -276,6 +326,7 @@ func (q *QueuePair) Release() {
 	q.relOnce.Do(func() {
 		q.ops.Close()
 		<-q.ops.Drained()
+		q.near.Store(nil) // keeps no released region's memory from the collector
 		coarseclock.Release()
 		if q.onRel != nil {
 			q.onRel()

@@ -12,6 +12,7 @@ type operands struct {
 	imm           uint32
 	hasImm        bool
 	compare, swap uint64
+	id            uint64 // Op.ID
 }
 
 // PutWithImm is Put followed, once the bytes are in place at the peer, by
@@ -55,7 +56,7 @@ func (q *QueuePair) FetchAdd(ctx context.Context, remote buffer.Buffer, add uint
 // Value returns the old value of an atomic's word once it completed
 // without error (0 otherwise, and for other operations).
 func (w *WorkRequest) Value() uint64 {
-	if w.settled() != stateDone || w.err != nil {
+	if !finished(w.settled()) || w.err != nil {
 		return 0
 	}
 	return w.wr.Result

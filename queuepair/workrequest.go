@@ -33,12 +33,16 @@ type WorkRequest struct {
 	err   error // written before state becomes done
 	state atomic.Uint32
 	start time.Time // when it was posted, for the queue pair's Observer
-	// cq is the completion queue w reports into (a slot reserved for it),
-	// and inCQ holds from the post until that queue's Poll handed w over:
-	// re-arming w before is a caller bug (reset panics).
-	cq   *CompletionQueue
-	inCQ atomic.Bool
+	// cq is the completion queue w reports into (a slot reserved for it);
+	// from its finish until that queue's Poll hands it over, w is
+	// stateQueued: re-arming w before is a caller bug (reset panics).
+	cq *CompletionQueue
+	id uint64 // Op.ID of the operation last posted on w
 }
+
+// ID returns the Op.ID w was last posted with (PostOps, Submit); 0 for
+// the operations of Put, Get and the other single verbs.
+func (w *WorkRequest) ID() uint64 { return w.id }
 
 // size is how many bytes w moves (8 for an atomic).
 func (w *WorkRequest) size() int {
@@ -57,7 +61,14 @@ const (
 	// done before its signal was sent: a signal sent after a re-arm would
 	// end the next Wait early.
 	stateReporting
+	// stateQueued is stateDone for an operation in its completion queue,
+	// not yet handed over by a Poll or Wait of it (which makes it
+	// stateDone): re-arming it is a caller bug (reset panics).
+	stateQueued
 )
+
+// finished reports whether state s is an outcome's (done, queued or not).
+func finished(s uint32) bool { return s == stateDone || s == stateQueued }
 
 // Bits of WorkRequest.want.
 const (
@@ -103,16 +114,16 @@ func (c *completer) Complete(_ *backend.WorkRequest, err error) { (*WorkRequest)
 
 // reset makes w pending for a new operation; it panics if w is pending.
 func (w *WorkRequest) reset(op backend.Op, remote *buffer.Buffer, deadline time.Time, ctx context.Context) {
-	w.settled()
-	if w.inCQ.Load() {
+	s := w.settled()
+	if s == stateQueued {
 		panic("queuepair: WorkRequest reused before its completion queue reported it")
 	}
-	if w.batch != nil && w.state.Load() != stateIdle {
+	if w.batch != nil && s != stateIdle {
 		// Its batch's context watcher and Cancel still act on it: a
 		// batch's requests serve that batch once (Submit makes new ones).
 		panic("queuepair: a Submit batch's WorkRequest re-posted")
 	}
-	if !w.state.CompareAndSwap(stateIdle, statePending) && !w.state.CompareAndSwap(stateDone, statePending) {
+	if (s != stateIdle && s != stateDone) || !w.state.CompareAndSwap(s, statePending) {
 		panic("queuepair: WorkRequest reused while pending")
 	}
 	if w.sig == nil {
@@ -128,21 +139,31 @@ func (w *WorkRequest) reset(op backend.Op, remote *buffer.Buffer, deadline time.
 		}
 	}
 	w.err = nil
-	w.wr.Reset()
-	w.wr.Op = op
-	w.wr.Remote = *remote
-	w.wr.Deadline = deadline
-	w.wr.Done = (*completer)(w)
+	if w.wr.CancelCause() != nil {
+		w.wr.Reset() // the cause: only Reset clears it
+	}
+	// Every other field of backend.WorkRequest written once (Reset, then
+	// these, wrote most twice); Imm, HasImm, Compare and Swap are
+	// prepare's. TestResetWritesEveryField keeps this in step with the
+	// struct.
+	wr := &w.wr
+	wr.Op, wr.Local, wr.LocalRegion, wr.Remote = op, nil, nil, *remote
+	wr.Deadline, wr.Done, wr.Cancel, wr.Result = deadline, (*completer)(w), nil, 0
+	wr.Via, wr.Origin = 0, 0
 	if ctx != nil {
-		w.wr.Cancel = ctx.Done()
+		wr.Cancel = ctx.Done()
 	}
 }
 
 // finish reports the outcome once: the first call after reset wins.
 func (w *WorkRequest) finish(err error) {
-	if !w.state.CompareAndSwap(statePending, stateReporting) {
-		return
+	if w.state.CompareAndSwap(statePending, stateReporting) {
+		w.report(err)
 	}
+}
+
+// report is finish once w is stateReporting (finish's, or CompleteRun's).
+func (w *WorkRequest) report(err error) {
 	w.qp.observe(w, err) // first: it adds nothing between the release and done below
 	w.start = time.Time{}
 	ref := w.ref
@@ -162,10 +183,10 @@ func (w *WorkRequest) finish(err error) {
 	if cq != nil {
 		// Reported through cq: the memory is let go and w is done before
 		// cq can hand it over (reported means finished). Until a Poll of
-		// cq takes it, nobody may re-arm w (inCQ), so pushing it after it
-		// is done cannot report a later use.
+		// cq takes it, nobody may re-arm w (stateQueued), so pushing it
+		// after it is done cannot report a later use.
 		ref.Release()
-		w.state.Store(stateDone)
+		w.state.Store(stateQueued)
 		if b != nil && b.left.Add(-1) == 0 {
 			b.unwatch()
 		}
@@ -218,7 +239,7 @@ func (w *WorkRequest) Done() <-chan struct{} {
 	if w.want.Or(wantDone)&wantDone == 0 {
 		// First call: an operation whose finish read want before this
 		// would send nothing; send its token here.
-		if s := w.settled(); s == stateDone {
+		if finished(w.settled()) {
 			w.signal()
 		}
 	}
@@ -241,7 +262,7 @@ func (w *WorkRequest) park() bool {
 
 // Poll reports whether the operation completed, and its error if so.
 func (w *WorkRequest) Poll() (bool, error) {
-	if w.settled() == stateDone {
+	if finished(w.settled()) {
 		return true, w.err
 	}
 	return false, nil
@@ -264,7 +285,7 @@ func (w *WorkRequest) Wait(ctx context.Context) error {
 	for w.state.Load() == statePending && spin.more() {
 	}
 	spin.hit()
-	if w.settled() == stateDone || !w.park() {
+	if finished(w.settled()) || !w.park() {
 		w.settled()
 		return w.err
 	}
@@ -284,7 +305,7 @@ func (w *WorkRequest) Wait(ctx context.Context) error {
 // backend can no longer touch its local memory and returns its outcome
 // (nil if it completed first). Use either Cancel or Wait, not both.
 func (w *WorkRequest) Cancel() error {
-	if w.settled() == stateDone || !w.park() {
+	if finished(w.settled()) || !w.park() {
 		w.settled()
 		return w.err
 	}

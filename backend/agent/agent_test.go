@@ -106,8 +106,21 @@ func TestThroughAgents(t *testing.T) {
 		defer release()
 		wrs = append(wrs, wr)
 	}
+	for len(x.a.posted) > 0 { // the posts before
+		<-x.a.posted
+	}
+	x.a.mu.Lock()
+	packets := x.a.postPackets
+	x.a.mu.Unlock()
 	if k, err := lp.PostList(wrs); k != 64 || err != nil {
 		t.Fatalf("PostList: %d, %v", k, err)
+	}
+	x.a.waitPosted(t, 64)
+	x.a.mu.Lock()
+	packets = x.a.postPackets - packets
+	x.a.mu.Unlock()
+	if packets != 1 {
+		t.Fatalf("a chain of 64 in %d packets, want 1", packets)
 	}
 	for range 64 {
 		if res := rec.Wait(t, wait); res.Err != nil {
@@ -217,6 +230,43 @@ func TestRevokedLocalBounces(t *testing.T) {
 	for end := time.Now().Add(wait); len(x.p1.reg.Regions()) != 1; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatalf("%d regions left, want the revoked one", len(x.p1.reg.Regions()))
+		}
+	}
+}
+
+// A chain longer than the room in flight: the records batched before the
+// wait for room are sent, so the chain completes (no deadlock).
+func TestPostListPastRoom(t *testing.T) {
+	w := newWorld()
+	sa, sb := sockPath(t, "a.sock"), sockPath(t, "b.sock")
+	x := &pair{w: w}
+	x.a = startFake(t, w, sa, "agent-a:1", 1, backend.Secret{})
+	x.b = startFake(t, w, sb, "agent-b:1", 2, backend.Secret{})
+	x.p1 = newProc(t, w, 0x1111, sa, backend.Secret{}, func(c *Config) { c.MaxInFlight = 4 })
+	x.p2 = newProc(t, w, 0x2222, sb, backend.Secret{}, nil)
+	x.p1.waitAttached(t)
+	x.p2.waitAttached(t)
+	r := x.route(t)
+	wrs, rec := putWRs(t, x, 32)
+	posted := make(chan error, 1)
+	go func() {
+		k, err := r.(backend.ListPoster).PostList(wrs)
+		if err == nil && k != 32 {
+			err = errors.New("short chain")
+		}
+		posted <- err
+	}()
+	select {
+	case err := <-posted:
+		if err != nil {
+			t.Fatalf("PostList: %v", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("PostList stuck waiting for room its own unsent records hold")
+	}
+	for range wrs {
+		if res := rec.Wait(t, wait); res.Err != nil {
+			t.Fatal(res.Err)
 		}
 	}
 }

@@ -158,26 +158,24 @@ type attachment struct {
 	w    agentwire.Welcome
 
 	mu sync.Mutex // guards the fields below; cond waits on it
-	// cond is signalled when the writer took the batches (room in them)
-	// and when the attachment ends.
+	// cond is signalled when a sender took the batches (room in them),
+	// when it stops sending, and when the attachment ends.
 	cond    *sync.Cond
 	ops     map[uint64]*inflight // posted and not completed, by wrid
 	next    uint64               // the last wrid given
 	routes  map[*route]struct{}
-	posts   agentwire.Batch // records waiting for the writer
+	posts   agentwire.Batch // records waiting to be sent
 	cancels agentwire.Batch
-	ended   bool
-	err     error // why it ended
-	// writing: someone holds the send token (sends the batches); stuck:
-	// a poster could not write and handed the token to the writer.
-	writing, stuck bool
-	// wposts and wcancels are the batches the token holder sends.
-	wposts, wcancels agentwire.Batch
-	snd              *agentwire.Sender
+	// writing: a goroutine sends (flushLocked); sendPosts and sendCancels
+	// are then its own, the batches it swapped out.
+	writing                bool
+	sendPosts, sendCancels agentwire.Batch
+	ended                  bool
+	err                    error // why it ended
+	writeErr               error // why a write failed (the reader's end says it)
 
-	kick chan struct{} // the writer has records (capacity 1)
-	done chan struct{} // closed when ended and every op was failed
-	wg   sync.WaitGroup
+	done chan struct{}  // closed when ended and every op was failed
+	wg   sync.WaitGroup // the reader
 }
 
 // inflight is one posted operation.
@@ -190,16 +188,14 @@ type inflight struct {
 
 func newAttachment(b *Backend, conn *net.UnixConn, w agentwire.Welcome) *attachment {
 	a := &attachment{b: b, conn: conn, w: w, ops: make(map[uint64]*inflight), routes: make(map[*route]struct{}),
-		kick: make(chan struct{}, 1), done: make(chan struct{})}
+		done: make(chan struct{})}
 	a.cond = sync.NewCond(&a.mu)
 	a.posts.Start(agentwire.TypePost)
 	a.cancels.Start(agentwire.TypeCancel)
-	a.wposts.Start(agentwire.TypePost)
-	a.wcancels.Start(agentwire.TypeCancel)
-	a.snd, _ = agentwire.NewSender(conn) // fails only on a closed conn: the writer's writes fail
-	a.wg.Add(2)
+	a.sendPosts.Start(agentwire.TypePost)
+	a.sendCancels.Start(agentwire.TypeCancel)
+	a.wg.Add(1)
 	go a.reader()
-	go a.writer()
 	return a
 }
 
@@ -216,6 +212,11 @@ func (a *attachment) reader() {
 	for {
 		pkt, err := rcv.Read()
 		if err != nil {
+			a.mu.Lock()
+			if a.writeErr != nil {
+				err = fmt.Errorf("write to the agent: %w", a.writeErr)
+			}
+			a.mu.Unlock()
 			a.end(err)
 			return
 		}
@@ -239,98 +240,4 @@ func (a *attachment) reader() {
 			return
 		}
 	}
-}
-
-// writer sends the records waiting when a poster could not (the socket
-// was full, or a batch filled while a chain was posted) or a cancel came,
-// until the attachment ends. Whoever holds the send token (a.writing)
-// sends: a poster inline, without waiting on the socket, or this
-// goroutine, which may wait.
-func (a *attachment) writer() {
-	defer a.wg.Done()
-	for {
-		select {
-		case <-a.kick:
-		case <-a.done:
-			return
-		}
-		a.mu.Lock()
-		switch {
-		case a.stuck: // a poster handed us the token and its packets
-			a.stuck = false
-			a.mu.Unlock()
-			if _, err := a.send(false); err != nil {
-				a.end(err)
-				return
-			}
-			a.mu.Lock()
-			a.drainLocked(false)
-		case !a.writing:
-			a.writing = true
-			a.drainLocked(false)
-		}
-		a.mu.Unlock()
-	}
-}
-
-// flush sends what waits, inline, unless someone sends already (then
-// they do).
-func (a *attachment) flush() {
-	a.mu.Lock()
-	if !a.writing {
-		a.writing = true
-		a.drainLocked(true)
-	}
-	a.mu.Unlock()
-}
-
-// drainLocked sends the records waiting, posts before cancels (a cancel
-// never precedes its post), one packet each, as the holder of the send
-// token, until none wait; then it gives the token back. Inline (a
-// poster), it never waits on the socket: should it be full, the token and
-// the packets not sent go to the writer goroutine. Called and returns
-// with a.mu held.
-func (a *attachment) drainLocked(inline bool) {
-	for !a.ended && a.posts.Count()+a.cancels.Count() > 0 {
-		a.posts, a.wposts = a.wposts, a.posts
-		a.cancels, a.wcancels = a.wcancels, a.cancels
-		a.cond.Broadcast() // room in the batches
-		a.mu.Unlock()
-		sent, err := a.send(inline)
-		if err != nil { // not inline: an inline failure is not sent
-			a.end(err)
-		}
-		a.mu.Lock()
-		if err == nil && !sent {
-			// The token stays taken: the writer's now (it writes, or
-			// meets the socket's error and ends the attachment).
-			a.stuck = true
-			a.kickWriter()
-			return
-		}
-	}
-	a.writing = false
-}
-
-// send writes the token holder's batches (wposts, then wcancels), each
-// emptied once written. Inline, it stops (false) when the socket is full.
-func (a *attachment) send(inline bool) (bool, error) {
-	for _, b := range []*agentwire.Batch{&a.wposts, &a.wcancels} {
-		p := b.Packet()
-		if p == nil {
-			continue
-		}
-		if inline {
-			if a.snd == nil {
-				return false, nil
-			}
-			if sent, err := a.snd.TryWrite(p); err != nil || !sent {
-				return false, nil // the writer retries: it meets the error
-			}
-		} else if err := agentwire.WritePacket(a.conn, p); err != nil {
-			return false, err
-		}
-		b.Start(p[0])
-	}
-	return true, nil
 }

@@ -7,8 +7,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -56,14 +54,13 @@ type fakeAgent struct {
 	next  uint16
 	conns map[*net.UnixConn]bool
 	hold  chan struct{} // non-nil: operations wait until it is closed
-	// stall, when set, stops its reading of the attach sockets until
-	// closed (their buffers fill: the process's writes would wait).
-	stall chan struct{}
 	// mangle, when set, replaces the next done batch's packet.
 	mangle func(pkt []byte) []byte
 	posted chan uint64 // each post's wrid as it arrives (buffered)
 	dead   bool        // killed: it touches no memory any more
-	wg     sync.WaitGroup
+	// postPackets counts the post batches received.
+	postPackets int
+	wg          sync.WaitGroup
 }
 
 func startFake(t testing.TB, w *world, path, addr string, host byte, secret backend.Secret) *fakeAgent {
@@ -103,10 +100,6 @@ func (a *fakeAgent) kill() {
 	if a.hold != nil {
 		close(a.hold)
 		a.hold = nil
-	}
-	if a.stall != nil {
-		close(a.stall)
-		a.stall = nil
 	}
 	a.mu.Unlock()
 	a.wg.Wait()
@@ -304,12 +297,6 @@ func (a *fakeAgent) run(c *net.UnixConn, me uint64, buf []byte) error {
 	}()
 	var ids []uint64
 	for {
-		a.mu.Lock()
-		stall := a.stall
-		a.mu.Unlock()
-		if stall != nil {
-			<-stall
-		}
 		pkt, err := agentwire.ReadPacket(c, buf)
 		if err != nil {
 			return nil // the process detached or died
@@ -320,6 +307,9 @@ func (a *fakeAgent) run(c *net.UnixConn, me uint64, buf []byte) error {
 			if err != nil {
 				return a.refuse(c, err)
 			}
+			a.mu.Lock()
+			a.postPackets++
+			a.mu.Unlock()
 			cmu.Lock()
 			for _, p := range ps {
 				cancels[p.WRID] = make(chan struct{})
@@ -407,83 +397,3 @@ func (a *fakeAgent) exec(me uint64, p *agentwire.Post) (uint64, error) {
 	}
 	return 0, nil
 }
-
-// proc is one process of a test: its registry, shm backend and agent
-// backend.
-type proc struct {
-	id  uint64
-	reg *memreg.Registry
-	shm *shm.Backend
-	b   *Backend
-}
-
-func newProc(t testing.TB, w *world, id uint64, socket string, secret backend.Secret, tweak func(*Config)) *proc {
-	t.Helper()
-	reg := memreg.NewRegistry(id, buffer.Limits{})
-	sb, err := wiring.NewBackend[*shm.Backend](shm.Config{Secret: secret}, reg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sb.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{Socket: socket, Secret: secret, ManagerID: id, Addr: fmt.Sprintf("proc-%x:1", id), SHM: sb, Retry: 20 * time.Millisecond}
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	b, err := New(cfg, reg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	w.mu.Lock()
-	w.regs[id] = reg
-	w.mu.Unlock()
-	t.Cleanup(func() {
-		b.Close()
-		sb.Close()
-		reg.Close(context.Background())
-	})
-	return &proc{id: id, reg: reg, shm: sb, b: b}
-}
-
-// waitAttached waits until p is attached (or fails the test).
-func (p *proc) waitAttached(t testing.TB) *attachment {
-	t.Helper()
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-		if a := p.b.current(); a != nil {
-			return a
-		}
-	}
-	t.Fatalf("process %x never attached", p.id)
-	return nil
-}
-
-// routeTo runs the route handshake from p to q (as two managers would).
-func routeTo(t testing.TB, p, q *proc) (backend.Route, error) {
-	t.Helper()
-	ctx := context.Background()
-	pr, info, err := p.b.PrepareRoute(ctx, 0)
-	if err != nil {
-		return nil, err
-	}
-	ans, err := q.b.AcceptRoute(ctx, p.id, info)
-	if err != nil {
-		pr.Abort()
-		return nil, err
-	}
-	return pr.Complete(ctx, ans)
-}
-
-func sockPath(t testing.TB, name string) string {
-	dir, err := os.MkdirTemp("", "agent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return filepath.Join(dir, name)
-}
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

@@ -81,10 +81,9 @@ func localOf(wr *backend.WorkRequest) (agentwire.Local, error) {
 	return agentwire.Local{Region: reg.ID(), Key: reg.Key(), Offset: uint64(p - base), Length: uint64(len(wr.Local))}, nil
 }
 
-// post records wr (its record p), waiting while the batch is full, and
-// with send, sends what waits (inline, unless someone sends already). It
-// fails when the attachment ended or r closed.
-func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post, x *bounce, send bool) error {
+// post records wr (its record p) for the writer, waiting while the batch
+// is full. It fails when the attachment ended or r closed.
+func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post, x *bounce, flush bool) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for {
@@ -103,8 +102,7 @@ func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post, 
 		if !errors.Is(err, agentwire.ErrFull) {
 			return fmt.Errorf("agent: %v: %w", err, rdmamgr.ErrInvalid)
 		}
-		a.kickWriter()
-		a.cond.Wait()
+		a.waitRoomLocked()
 	}
 	op := &inflight{wr: wr, r: r, bounce: x}
 	a.ops[p.WRID] = op
@@ -112,11 +110,17 @@ func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post, 
 	if wr.CancelCause() != nil { // set while Post ran: not lost
 		a.cancelLocked(p.WRID, op)
 	}
-	if send && !a.writing {
-		a.writing = true
-		a.drainLocked(true)
+	if flush {
+		a.flushLocked() // should it fail, end completes op: it is posted
 	}
 	return nil
+}
+
+// flush sends what waits in the batches.
+func (a *attachment) flush() {
+	a.mu.Lock()
+	a.flushLocked()
+	a.mu.Unlock()
 }
 
 // cancelLocked asks the agent to end op early (once). Called with a.mu held.
@@ -125,21 +129,71 @@ func (a *attachment) cancelLocked(wrid uint64, op *inflight) {
 		return
 	}
 	op.cancelled = true
-	for a.cancels.AddCancel(wrid) != nil { // ErrFull: the writer makes room
-		a.kickWriter()
-		a.cond.Wait()
+	for a.cancels.AddCancel(wrid) != nil { // ErrFull: send the batch first
+		a.waitRoomLocked()
 		if a.ended || a.ops[wrid] != op {
 			return
 		}
 	}
-	a.kickWriter()
+	a.flushLocked()
 }
 
-func (a *attachment) kickWriter() {
-	select {
-	case a.kick <- struct{}{}:
-	default:
+// waitRoomLocked makes room in the full batches: it sends them, or waits
+// while another goroutine does. Called with a.mu held.
+func (a *attachment) waitRoomLocked() {
+	if a.writing {
+		a.cond.Wait()
+		return
 	}
+	a.flushLocked()
+}
+
+// flushLocked sends the batched records, posts before cancels (a cancel
+// never precedes its post), a packet each, in the caller's goroutine: no
+// hand-off to a writer. While one goroutine sends, others add to the
+// batches and return; it sends what they added too before it stops.
+// Called with a.mu held, which it releases while it writes. A failed write
+// closes the socket: the reader then ends the attachment.
+func (a *attachment) flushLocked() {
+	if a.writing {
+		return
+	}
+	a.writing = true
+	for !a.ended && a.posts.Count()+a.cancels.Count() > 0 {
+		a.posts, a.sendPosts = a.sendPosts, a.posts
+		a.cancels, a.sendCancels = a.sendCancels, a.cancels
+		a.cond.Broadcast() // room in the batches
+		a.mu.Unlock()
+		err := a.write(&a.sendPosts)
+		if err == nil {
+			err = a.write(&a.sendCancels)
+		}
+		a.mu.Lock()
+		if err != nil {
+			// The reader ends the attachment (not here: the poster's
+			// goroutine must not run completions inside Post).
+			if a.writeErr == nil {
+				a.writeErr = err
+			}
+			a.conn.Close()
+			break
+		}
+	}
+	a.writing = false
+	a.cond.Broadcast()
+}
+
+// write sends b's packet, if any, and empties b. Only the goroutine that
+// set a.writing calls it.
+func (a *attachment) write(b *agentwire.Batch) error {
+	p := b.Packet()
+	if p == nil {
+		return nil
+	}
+	typ := p[0]
+	err := agentwire.WritePacket(a.conn, p)
+	b.Start(typ)
+	return err
 }
 
 // complete ends the operations of a done batch. A done for an operation

@@ -72,9 +72,9 @@ func (r *route) Via() string {
 
 func (r *route) Post(wr *backend.WorkRequest) error { return r.post(wr, true) }
 
-// post posts wr; with send, it sends what waits (a chain sends once, at
-// its end).
-func (r *route) post(wr *backend.WorkRequest, send bool) error {
+// post posts wr; with flush, its record is sent before post returns (or
+// is being sent by another goroutine), else it waits in the batch.
+func (r *route) post(wr *backend.WorkRequest, flush bool) error {
 	if err := r.Err(); err != nil {
 		return err
 	}
@@ -87,7 +87,7 @@ func (r *route) post(wr *backend.WorkRequest, send bool) error {
 	}
 	x, err := r.a.b.newBounce(wr, &p)
 	if err == nil {
-		err = r.a.post(r, wr, &p, x, send)
+		err = r.a.post(r, wr, &p, x, flush)
 	}
 	if err != nil {
 		if x != nil {
@@ -99,13 +99,12 @@ func (r *route) post(wr *backend.WorkRequest, send bool) error {
 	return nil
 }
 
-// PostList posts wrs in order (backend.ListPoster), sent in as few
-// packets as fit: one write per packet, from this goroutine unless the
-// socket is full.
+// PostList posts wrs in order (backend.ListPoster) and sends their records
+// together: one packet for as many as fit.
 func (r *route) PostList(wrs []*backend.WorkRequest) (int, error) {
+	defer r.a.flush()
 	for i, wr := range wrs {
-		if err := r.post(wr, i == len(wrs)-1); err != nil {
-			r.a.flush() // those posted before
+		if err := r.post(wr, false); err != nil {
 			return i, err
 		}
 	}
@@ -119,6 +118,7 @@ func (r *route) acquire(wr *backend.WorkRequest) error {
 		return nil
 	default:
 	}
+	r.a.flush() // a chain's records wait in the batch: send them first
 	var timeout <-chan time.Time
 	if !wr.Deadline.IsZero() {
 		t := time.NewTimer(time.Until(wr.Deadline))

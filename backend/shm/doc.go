@@ -132,7 +132,8 @@
 // the state table mapped until Close's last copy ends). PostList
 // (backend.ListPoster) does the same for a chain, copying each run of small
 // Puts and Gets on one region under one reference and one state-table
-// count, and reports each in order. Others (first use of a region,
+// count, and reports each in order (a queue pair's run with one call:
+// internal/qpbind.RunCompleter). Others (first use of a region,
 // larger copies) go to the route's copier goroutine in order (PutWithImm
 // and Send always do, so their event or message comes after every Put and
 // atomic posted before them: RC's order; a Put to a region on the fallback

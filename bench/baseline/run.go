@@ -30,14 +30,17 @@ type Config struct {
 	// Inflight, when not 0, is how many of our operations are in flight
 	// at sizes up to SmallMax, posted and reaped by one goroutine
 	// (bench.Config.Ring), and the plain stream's slots there.
-	Inflight  int
-	Warmup    int    // untimed operations before each measurement
-	Verify    bool   // check every byte of ours
-	Conns     int    // our connections per route, and the baseline's
-	LatCount  int    // round trips timed for the latency
-	PipeCount int    // operations timed for the pipeline
-	PipeDepth int    // operations in flight in the pipeline
-	Backend   string // our data plane, as reported (the measurements say what they used)
+	Inflight int
+	Warmup   int  // untimed operations before each measurement
+	Verify   bool // check every byte of ours
+	// SharedSlot: our operations in flight at sizes up to SmallMax share
+	// one slot's bytes (bench.Config.SharedSlot).
+	SharedSlot bool
+	Conns      int    // our connections per route, and the baseline's
+	LatCount   int    // round trips timed for the latency
+	PipeCount  int    // operations timed for the pipeline
+	PipeDepth  int    // operations in flight in the pipeline
+	Backend    string // our data plane, as reported (the measurements say what they used)
 	// WantBackend, when not empty, is the route kind every measurement of
 	// ours must have used (queuepair.QueuePair.Kind): one that used
 	// another ends the run with ErrWrongBackend.
@@ -177,7 +180,8 @@ func (r *runner) throughput(ctx context.Context, op string, sz uint64) error {
 		count = AutoCount(sz)
 	}
 	conc, ring := r.inflight(sz)
-	res, err := r.measure(ctx, bench.Config{Op: op, Size: sz, Count: count, Concurrency: conc, Ring: ring, Warmup: c.Warmup, Verify: c.Verify})
+	res, err := r.measure(ctx, bench.Config{Op: op, Size: sz, Count: count, Concurrency: conc, Ring: ring, Warmup: c.Warmup, Verify: c.Verify,
+		SharedSlot: c.SharedSlot && ring})
 	if err != nil {
 		return err
 	}

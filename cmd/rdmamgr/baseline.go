@@ -101,6 +101,9 @@ func (a *benchArgs) baselineConfig(set map[string]bool) (baseline.Config, error)
 	if memcpy && !set["sizes"] {
 		bl.sizes = sameHostSizes
 	}
+	if a.sharedSlot && a.verify {
+		return baseline.Config{}, usagef("--shared-slot moves the same bytes with every operation in flight: not with --verify")
+	}
 	if bl.procs < 0 || bl.procs > 64 {
 		return baseline.Config{}, usagef("--procs %d: want 1 to 64", bl.procs)
 	}
@@ -118,6 +121,7 @@ func (a *benchArgs) baselineConfig(set map[string]bool) (baseline.Config, error)
 	cfg := baseline.Config{Sizes: sizes, Ops: ops, Count: a.count, Concurrency: a.concurrency, Warmup: a.warmup, Verify: a.verify,
 		Conns: a.c.conns, LatCount: bl.latCount, PipeCount: bl.pipeCount, PipeDepth: bl.pipeDepth, Against: against}
 	cfg.Inflight = a.inflight
+	cfg.SharedSlot = a.sharedSlot
 	if !set["inflight"] {
 		cfg.Inflight = baselineDefaultInflight
 	}

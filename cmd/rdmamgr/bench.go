@@ -53,6 +53,7 @@ type benchArgs struct {
 	inflight               int
 	warmup, maxErrors      int
 	verify, ring           bool
+	sharedSlot             bool
 	startOnStdin           bool
 	timeout                time.Duration
 	cpuProfile, memProfile string
@@ -94,6 +95,7 @@ func (a *benchArgs) register(fs *flag.FlagSet) {
 	fs.IntVar(&a.warmup, "warmup", 10, "untimed operations first")
 	fs.IntVar(&a.maxErrors, "max-errors", 0, "stop after more than this many failed operations")
 	fs.BoolVar(&a.verify, "verify", false, "check every byte of every operation")
+	fs.BoolVar(&a.sharedSlot, "shared-slot", false, "with --inflight: every operation in flight uses the same bytes of the buffers (as ucx_perftest's one buffer does), not a slot of its own; not with --verify")
 	fs.IntVar(&a.inflight, "inflight", 0, "operations in flight, posted in chains and reaped in batches through a completion queue by one goroutine (--ring --concurrency N); with --baseline: at sizes up to 4KiB, default 64 (0: --concurrency)")
 	fs.BoolVar(&a.startOnStdin, "start-on-stdin", false, "after the warm-up print \""+startLine+"\" and wait for a line on stdin before the timed run (bench --procs starts its processes so)")
 	fs.BoolVar(&a.ring, "ring", false, "one goroutine keeps --concurrency operations in flight through a completion queue: posted in chains, reaped in batches (default: one goroutine per operation in flight, each posting and waiting)")
@@ -130,6 +132,8 @@ func (a *benchArgs) config() (bench.Config, error) {
 		return bench.Config{}, usagef("--concurrency %d: want 1 to 4096", a.concurrency)
 	case a.warmup < 0 || a.maxErrors < 0:
 		return bench.Config{}, usagef("--warmup and --max-errors must not be negative")
+	case a.sharedSlot && (a.verify || (a.inflight == 0 && !a.ring)):
+		return bench.Config{}, usagef("--shared-slot needs --inflight (or --ring) and no --verify")
 	case a.timeout <= 0:
 		return bench.Config{}, usagef("--timeout %v: want a positive duration", a.timeout)
 	case size*uint64(a.concurrency) > 8<<30:
@@ -139,7 +143,7 @@ func (a *benchArgs) config() (bench.Config, error) {
 		a.concurrency, a.ring = a.inflight, true
 	}
 	return bench.Config{Op: a.op, Size: size, Count: a.count, Concurrency: a.concurrency, Ring: a.ring,
-		Warmup: a.warmup, Verify: a.verify, MaxErrors: a.maxErrors, ProgressEvery: progressEvery}, nil
+		Warmup: a.warmup, Verify: a.verify, SharedSlot: a.sharedSlot, MaxErrors: a.maxErrors, ProgressEvery: progressEvery}, nil
 }
 
 // progressEvery is how often the progress line is rewritten.

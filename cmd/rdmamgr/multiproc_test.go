@@ -74,6 +74,9 @@ func TestBenchInflightFlags(t *testing.T) {
 		{"bench", "--peer", "127.0.0.1:1", "--procs", "2"},
 		{"bench", "--baseline", "--procs", "2", "--against", "memcpy"},
 		{"bench", "--baseline", "--procs", "65"},
+		{"bench", "--peer", "127.0.0.1:1", "--shared-slot"},                                // no ring
+		{"bench", "--peer", "127.0.0.1:1", "--inflight", "8", "--shared-slot", "--verify"}, // the same bytes: nothing to check
+		{"bench", "--baseline", "--shared-slot", "--verify"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(args, &stdout, &stderr); code != 2 {
@@ -84,6 +87,10 @@ func TestBenchInflightFlags(t *testing.T) {
 	cfg, err := a.config()
 	if err != nil || !cfg.Ring || cfg.Concurrency != 32 {
 		t.Errorf("--inflight 32: %+v, %v", cfg, err)
+	}
+	a.sharedSlot, a.concurrency = true, 1 // config set --concurrency from --inflight
+	if cfg, err := a.config(); err != nil || !cfg.SharedSlot {
+		t.Errorf("--inflight 32 --shared-slot: %+v, %v", cfg, err)
 	}
 }
 

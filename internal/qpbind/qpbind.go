@@ -43,3 +43,15 @@ type Options struct {
 }
 
 var _ Resolver = (*memreg.Registry)(nil)
+
+// RunCompleter is implemented by the backend.Completer of package
+// queuepair's work requests. A backend that finishes a run of requests
+// together in the poster's goroutine (shm's inline copies of a chain)
+// completes them with one CompleteRun when wrs[0].Done implements it:
+// then the run is reported to its completion queue under one lock and its
+// references are dropped together. CompleteRun(wrs, errs) completes
+// wrs[i] with errs[i] (len(errs) == len(wrs)) exactly as
+// wrs[i].Done.Complete(wrs[i], errs[i]) would, whatever each Done is.
+type RunCompleter interface {
+	CompleteRun(wrs []*backend.WorkRequest, errs []error)
+}

@@ -29,13 +29,17 @@ type Gate struct {
 
 // Enter lets one more user in and reports true, unless the gate is closed.
 // Every Enter that reports true is paired with one Leave.
-func (g *Gate) Enter() bool {
+func (g *Gate) Enter() bool { return g.EnterN(1) }
+
+// EnterN lets n users in at once (one compare-and-swap) and reports true,
+// unless the gate is closed; they leave with Leave or LeaveN, in any split.
+func (g *Gate) EnterN(n int64) bool {
 	for {
 		s := g.state.Load()
 		if s&closedBit != 0 {
 			return false
 		}
-		if g.state.CompareAndSwap(s, s+1) {
+		if g.state.CompareAndSwap(s, s+n) {
 			return true
 		}
 	}
@@ -44,14 +48,18 @@ func (g *Gate) Enter() bool {
 // Leave lets one user out; the last one out of a closed gate closes
 // Drained. A Leave without its Enter panics and leaves the count as it
 // was, because a count that drifts frees memory still in use.
-func (g *Gate) Leave() {
+func (g *Gate) Leave() { g.LeaveN(1) }
+
+// LeaveN lets n users out at once; it panics, changing nothing, if fewer
+// than n are in.
+func (g *Gate) LeaveN(n int64) {
 	for {
 		s := g.state.Load()
-		if s&^closedBit == 0 {
+		if s&^closedBit < n {
 			panic("refgate: Leave without Enter")
 		}
-		if g.state.CompareAndSwap(s, s-1) {
-			if s-1 == closedBit {
+		if g.state.CompareAndSwap(s, s-n) {
+			if s-n == closedBit {
 				g.drain()
 			}
 			return

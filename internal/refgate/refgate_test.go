@@ -138,3 +138,40 @@ func BenchmarkEnterLeave(b *testing.B) {
 		g.Leave()
 	}
 }
+
+// EnterN and LeaveN move the count by n at once, in any split with Enter
+// and Leave; a closed gate lets n in no more, and LeaveN of more than are
+// in panics, changing nothing.
+func TestEnterNLeaveN(t *testing.T) {
+	var g Gate
+	if !g.EnterN(5) {
+		t.Fatal("EnterN(5) on an open gate refused")
+	}
+	g.Leave()
+	g.LeaveN(2)
+	if got := g.Users(); got != 2 {
+		t.Fatalf("users %d after EnterN(5), Leave, LeaveN(2), want 2", got)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("LeaveN(3) with 2 in did not panic")
+			}
+		}()
+		g.LeaveN(3)
+	}()
+	if got := g.Users(); got != 2 {
+		t.Fatalf("users %d after the refused LeaveN, want 2", got)
+	}
+	g.Close()
+	if g.EnterN(1) {
+		t.Fatal("EnterN on a closed gate let users in")
+	}
+	if drained(&g) {
+		t.Fatal("drained with 2 users in")
+	}
+	g.LeaveN(2)
+	if !drained(&g) {
+		t.Fatal("not drained once the last users left by LeaveN")
+	}
+}

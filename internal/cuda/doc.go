@@ -1,0 +1,40 @@
+// Package cuda is rdmamgr's fence around the CUDA driver API: the few
+// calls the GPU paths need, behind the Driver interface, with CUresults
+// mapped to Go errors (errors.go: an *Error per failed call, matching
+// ErrDriver and its code's sentinel; a missing driver or device, and a
+// call the machine cannot do, match rdmamgr.ErrNotSupported).
+//
+// Open loads libcuda.so.1 at run time (dlopen/dlsym through cgo, the
+// functions declared in shim_linux.h: no CUDA headers, no toolkit; only
+// libdl is linked). Off Linux or without cgo, Open fails with
+// ErrNotSupported (libcuda_other.go), so every build works everywhere and a
+// machine without a GPU runs everything else. The real driver makes the
+// context current inside each C helper, so a Context is usable from any
+// goroutine. Package cudafake is an in-memory stand-in with the same
+// contract, for tests of everything above the driver.
+//
+// Pool (pool.go) pools one device's memory over any Driver: 4 KiB-1 MiB
+// power-of-two slots of 2 MiB slabs, zeroed before reuse, two empty slabs
+// kept as spares (cuMemFree synchronizes the device); a block that will be
+// exported through IPC gets an allocation of its own (Block.Own), since a
+// handle names the whole allocation, and it is freed, never reused.
+//
+// What is built (issue 27, first slice): the interface, the real driver,
+// the stand-in and the pool, all tested without a GPU: TestMockDriver runs
+// the real cgo path (dlopen, the symbol names the shim asks for, argument order, context,
+// flags) against testdata/mockcuda.c built as libcuda.so.1; TestOpen runs
+// a round trip on a real GPU where one exists and has not run on one yet.
+// Nothing in rdmamgr uses the package yet.
+//
+// What is next: RequestBuffer's device option and handles carrying the
+// memory's location (buffer, proto, memreg regions of device memory); shm
+// exporting regions through CUDA IPC in the map reply, opened once per
+// region by the initiator (cached, closed on revoke/release/route end) and
+// copied on its own stream, the in-flight count held until the stream says
+// done; TCP staging through pinned host buffers in a pipeline; ibverbs
+// registering device memory through DmaBufFD and ibv_reg_dmabuf_mr, else
+// staging; the conformance suite and the bench with --memory cuda[:N].
+// Open questions for a GPU: whether the legacy IPC mapping of a peer
+// outlives the owner's cuMemFree (the pool frees exported blocks rather
+// than reuse them either way), and the cost of Free's synchronous zeroing.
+package cuda

@@ -1,0 +1,114 @@
+package memreg
+
+import (
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
+
+// LocalRun resolves the local handles of a chain of operations posted
+// together, most of them in the same few regions: the references to the
+// region last resolved are taken together (one atomic operation for the
+// rest of the chain), so each further handle in it costs its checks of
+// key and bounds only. Close gives back the references no handle took.
+// The zero LocalRun is ready; it is one goroutine's.
+type LocalRun struct {
+	g     *Registry
+	r     *Region // last resolved
+	spare int64   // references to r taken and not handed out
+}
+
+// NewLocalRun returns a LocalRun on g; near, when not nil, is a region of
+// g's (held or not) the first handle is probably in: resolving one in it
+// skips the registry's lookup.
+func (g *Registry) NewLocalRun(near *Region) LocalRun { return LocalRun{g: g, r: near} }
+
+// Last returns the region the run resolved last (nil: none), a hint for
+// the next NewLocalRun.
+func (lr *LocalRun) Last() *Region { return lr.r }
+
+// Next is Acquire's common case, writing the Ref into *dst (a data path's
+// field) rather than returning it: when b is in the last region and a
+// reference to it is spare. It reports false, changing nothing, otherwise:
+// then call Acquire.
+func (lr *LocalRun) Next(b *buffer.Buffer, dst *Ref) bool {
+	r := lr.r
+	if lr.spare == 0 || b.Region != r.id || b.OwnerID != lr.g.ownerID || !r.key.Equal(b.Key) ||
+		buffer.CheckRange(uint64(len(r.mem)), b.Offset, b.Length) != nil {
+		return false
+	}
+	lr.spare--
+	dst.r, dst.mem, dst.remote = r, r.mem[b.Offset:b.End():b.End()], false
+	return true
+}
+
+// Acquire is AcquireLocalOf(b); want is how many handles the chain may
+// still resolve, this one included: when b's region is not the last one's,
+// that many references to it are taken at once.
+func (lr *LocalRun) Acquire(b *buffer.Buffer, want int64) (Ref, error) {
+	if r := lr.r; r != nil && b.Region == r.id && b.OwnerID == lr.g.ownerID && r.key.Equal(b.Key) &&
+		buffer.CheckRange(uint64(len(r.mem)), b.Offset, b.Length) == nil {
+		if lr.spare > 0 || r.enterN(max(want, 1)) {
+			if lr.spare == 0 {
+				lr.spare = max(want, 1)
+			}
+			lr.spare--
+			return Ref{r: r, mem: r.mem[b.Offset:b.End():b.End()]}, nil
+		}
+	}
+	lr.Close()
+	ref, err := lr.g.AcquireLocalOf(b)
+	if err != nil {
+		return ref, err
+	}
+	lr.r = ref.r
+	if want > 1 && lr.r.enterN(want-1) {
+		lr.spare = want - 1
+	}
+	return ref, nil
+}
+
+// Close gives back the references taken and not handed out.
+func (lr *LocalRun) Close() {
+	if lr.spare > 0 {
+		lr.r.refs.LeaveN(lr.spare)
+	}
+	lr.spare = 0
+}
+
+// enterN is enter of n references at once.
+func (r *Region) enterN(n int64) bool {
+	for {
+		if !r.refs.EnterN(n) {
+			return false
+		}
+		if !r.moving.Load() {
+			return true
+		}
+		r.refs.LeaveN(n)
+		for r.moving.Load() {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+}
+
+// ReleaseAll releases every Ref of refs, as Release on each would, and
+// zeroes them: the local references to one region next to each other in
+// refs are dropped with one atomic operation.
+func ReleaseAll(refs []Ref) {
+	for i := 0; i < len(refs); {
+		r := refs[i].r
+		if r == nil || refs[i].remote {
+			refs[i].Release()
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(refs) && refs[j].r == r && !refs[j].remote {
+			j++
+		}
+		clear(refs[i:j])
+		r.refs.LeaveN(int64(j - i))
+		i = j
+	}
+}

@@ -1,0 +1,104 @@
+package memreg
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/buffer"
+)
+
+// A LocalRun resolves a chain of handles as AcquireLocalOf does, the same
+// checks on its fast path (key, bounds, owner), takes the references to a
+// region in one go and gives back the spare ones at Close; ReleaseAll
+// drops them all. Afterwards the region holds no reference and releases.
+func TestLocalRun(t *testing.T) {
+	g := newReg(t, buffer.Limits{})
+	a := mustAlloc(t, g, 4096, buffer.AccessReadWrite)
+	b := mustAlloc(t, g, 4096, buffer.AccessReadWrite)
+	ra, rb := g.regionOf(t, a), g.regionOf(t, b)
+	slice := func(h buffer.Buffer, off, n uint64) *buffer.Buffer {
+		s, err := h.Slice(off, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &s
+	}
+	lr := g.NewLocalRun(nil)
+	var refs []Ref
+	take := func(h *buffer.Buffer, want int64) {
+		t.Helper()
+		ref, err := lr.Acquire(h, want)
+		if err != nil {
+			t.Fatalf("Acquire(%v, %d): %v", *h, want, err)
+		}
+		if &ref.Bytes()[0] != &ref.Region().mem[h.Offset] || uint64(len(ref.Bytes())) != h.Length {
+			t.Fatalf("Acquire(%v) gave the wrong bytes", *h)
+		}
+		refs = append(refs, ref)
+	}
+	take(slice(a, 0, 8), 4)
+	if got := ra.Refs(); got != 4 {
+		t.Fatalf("a holds %d references after the first of a chain of 4, want 4 (taken at once)", got)
+	}
+	var next Ref
+	if !lr.Next(slice(a, 8, 8), &next) || next.Region() != ra || len(next.Bytes()) != 8 || &next.Bytes()[0] != &ra.mem[8] {
+		t.Fatal("Next on the last region with references spare did not resolve it")
+	}
+	refs = append(refs, next)
+	wrongKey := *slice(a, 16, 8)
+	wrongKey.Key[1] ^= 1
+	if lr.Next(&wrongKey, &next) || lr.Next(slice(b, 0, 8), &next) {
+		t.Fatal("Next resolved a handle with a wrong key, or of another region")
+	}
+	badKey := *slice(a, 16, 8)
+	badKey.Key[0] ^= 1
+	if _, err := lr.Acquire(&badKey, 2); !errors.Is(err, rdmamgr.ErrBadKey) {
+		t.Fatalf("Acquire with a wrong key: %v, want ErrBadKey", err)
+	}
+	past := *slice(a, 4088, 8)
+	past.Offset += 8
+	if _, err := lr.Acquire(&past, 2); !errors.Is(err, rdmamgr.ErrOutOfRange) {
+		t.Fatalf("Acquire past the end: %v, want ErrOutOfRange", err)
+	}
+	other := *slice(a, 0, 8)
+	other.OwnerID ^= 1
+	if _, err := lr.Acquire(&other, 2); !errors.Is(err, rdmamgr.ErrInvalid) {
+		t.Fatalf("Acquire of another owner's handle: %v, want ErrInvalid", err)
+	}
+	if lr.Next(slice(a, 16, 8), &next) {
+		t.Fatal("Next with no reference spare resolved a handle")
+	}
+	if got := ra.Refs(); got != 2 {
+		t.Fatalf("a holds %d references after the refusals, want 2 (the spare ones given back)", got)
+	}
+	take(slice(a, 16, 8), 2)
+	take(slice(b, 0, 8), 2)
+	take(slice(b, 8, 8), 1)
+	take(slice(a, 24, 8), 1)
+	lr.Close()
+	if ga, gb := ra.Refs(), rb.Refs(); ga != 4 || gb != 2 {
+		t.Fatalf("after Close a holds %d, b %d references, want 4 and 2 (one per Ref)", ga, gb)
+	}
+	ReleaseAll(refs)
+	for i, ref := range refs {
+		if ref.Held() {
+			t.Fatalf("ref %d still held after ReleaseAll", i)
+		}
+	}
+	if ga, gb := ra.Refs(), rb.Refs(); ga != 0 || gb != 0 {
+		t.Fatalf("after ReleaseAll a holds %d, b %d references, want 0", ga, gb)
+	}
+	// A released region: its run's fast path refuses, as AcquireLocalOf.
+	lr = g.NewLocalRun(nil)
+	take(slice(a, 0, 8), 1)
+	ReleaseAll(refs[len(refs)-1:])
+	if err := g.Release(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lr.Acquire(slice(a, 8, 8), 1); !errors.Is(err, rdmamgr.ErrReleased) {
+		t.Fatalf("Acquire on a released region: %v, want ErrReleased", err)
+	}
+	lr.Close()
+}
