@@ -288,7 +288,7 @@ func (p *proc) sendLocked() {
 // tryFlush sends out in batches without waiting on the socket; it returns
 // how many dones went (fewer when the socket is full or failed).
 func (p *proc) tryFlush(out []agentwire.Done) int {
-	if p.snd == nil {
+	if p.snd == nil || (testHookSocketFull != nil && testHookSocketFull()) {
 		return 0
 	}
 	b := &p.wbatch
@@ -315,6 +315,10 @@ func (p *proc) tryFlush(out []agentwire.Done) int {
 	}
 	return sent
 }
+
+// testHookSocketFull, when set by a test and true, makes an inline send
+// find the socket full (the writer goroutine then sends).
+var testHookSocketFull func() bool
 
 // flush sends out in batches; false if the socket failed.
 func (p *proc) flush(b *agentwire.Batch, out []agentwire.Done) bool {
