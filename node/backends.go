@@ -14,6 +14,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
 	"github.com/rdmamgr/rdmamgr/backend/shm"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
+	"github.com/rdmamgr/rdmamgr/internal/hostagent"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
@@ -53,6 +54,9 @@ func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised
 	tcfg := cfg.TCP
 	tcfg.Secret = cfg.Manager.Secret
 	placeData(&tcfg, cfg.Listen, advertised)
+	if n, self := cfg.HostAgent.Routes, m.ID(); cfg.HostAgent.Socket != "" {
+		tcfg.ConnsFor = func(peer uint64) int { return hostagent.RouteConns(n, self, peer) }
+	}
 	t, err := wiring.NewBackend[*tcp.Backend](tcfg, reg, log)
 	if err != nil {
 		return nil, nil, err

@@ -12,15 +12,21 @@ import (
 
 // HostAgent runs a node as its host's agent (issue 26): processes of the
 // host attach to it on a unix socket and their operations to processes of
-// other hosts go through it, over one route (Routes TCP connections) per
-// pair of agents, whatever the number of processes (internal/hostagent).
-// An agent runs the TCP backend alone.
+// other hosts go through it, over Routes TCP connections per pair of
+// agents, whatever the number of processes (internal/hostagent): one
+// route each way, of half of them each (hostagent.RouteConns). An agent
+// runs the TCP backend alone.
 type HostAgent struct {
 	// Socket is the attach socket's path (mode 0660, removed by Close);
 	// "" runs no agent.
 	Socket string
-	// Routes is the number of TCP connections between two agents: the
-	// TCP backend's ConnsPerRoute (hostagent.DefaultRoutes, 4, as rv).
+	// Routes is the number of TCP connections between two agents, both
+	// ways (at least hostagent.MinRoutes, 2; default
+	// hostagent.DefaultRoutes, 4, as rv): each agent's route to the other
+	// gets half, the lower manager id's the extra one of an odd number.
+	// The TCP backend's ConnsPerRoute is the larger half; a route this
+	// node sets up to a manager that is not an agent gets the half its
+	// manager id gives too.
 	Routes int
 	// AllowUIDs are the users, besides ours, whose processes may attach
 	// (default: SHM.AllowUIDs).
@@ -32,8 +38,8 @@ type HostAgent struct {
 	HostID string
 }
 
-// agentDefaults applies agent mode to c: TCP alone, Routes connections
-// per route.
+// agentDefaults applies agent mode to c: TCP alone, at most half of
+// Routes connections per route (startBackends splits them per peer).
 func (c *Config) agentDefaults() error {
 	h := &c.HostAgent
 	if h.Socket == "" {
@@ -46,13 +52,13 @@ func (c *Config) agentDefaults() error {
 	default:
 		return fmt.Errorf("host agent with backend %s: an agent runs tcp: %w", c.Backend, rdmamgr.ErrNotSupported)
 	}
-	if h.Routes < 0 {
-		return fmt.Errorf("host agent with %d routes: %w", h.Routes, rdmamgr.ErrInvalid)
-	}
 	if h.Routes == 0 {
 		h.Routes = hostagent.DefaultRoutes
 	}
-	c.TCP.ConnsPerRoute = h.Routes
+	if h.Routes < hostagent.MinRoutes {
+		return fmt.Errorf("host agent with %d connections per pair of agents: want at least %d (one route each way): %w", h.Routes, hostagent.MinRoutes, rdmamgr.ErrInvalid)
+	}
+	c.TCP.ConnsPerRoute = (h.Routes + 1) / 2
 	if h.AllowUIDs == nil {
 		h.AllowUIDs = c.SHM.AllowUIDs
 	}

@@ -37,7 +37,15 @@ func TestHostAgentMode(t *testing.T) {
 	if _, err := Start(ctx, Config{HostAgent: HostAgent{Socket: sock}, Agent: sock + ".other"}); !errors.Is(err, rdmamgr.ErrInvalid) {
 		t.Fatalf("agent attached to an agent: %v", err)
 	}
-	if c, err := (Config{HostAgent: HostAgent{Socket: sock}}).withDefaults(); err != nil || c.TCP.ConnsPerRoute != 4 || c.Backend != backend.KindTCP {
-		t.Fatalf("defaults: %d conns, backend %s, %v", c.TCP.ConnsPerRoute, c.Backend, err)
+	if c, err := (Config{HostAgent: HostAgent{Socket: sock}}).withDefaults(); err != nil || c.TCP.ConnsPerRoute != 2 || c.HostAgent.Routes != 4 || c.Backend != backend.KindTCP {
+		t.Fatalf("defaults: %d conns per route, %d per pair, backend %s, %v", c.TCP.ConnsPerRoute, c.HostAgent.Routes, c.Backend, err)
+	}
+	if c, err := (Config{HostAgent: HostAgent{Socket: sock, Routes: 5}}).withDefaults(); err != nil || c.TCP.ConnsPerRoute != 3 {
+		t.Fatalf("5 per pair: %d conns per route, %v", c.TCP.ConnsPerRoute, err)
+	}
+	for _, n := range []int{1, -1} {
+		if _, err := (Config{HostAgent: HostAgent{Socket: sock, Routes: n}}).withDefaults(); !errors.Is(err, rdmamgr.ErrInvalid) {
+			t.Fatalf("%d per pair: %v", n, err)
+		}
 	}
 }

@@ -173,6 +173,11 @@ type attachment struct {
 	ended                  bool
 	err                    error // why it ended
 	writeErr               error // why a write failed (the reader's end says it)
+	// going: the agent said gone, or our write failed; the attachment
+	// takes no more posts and ends when the socket does (the agent
+	// closes it once it touches none of our memory), CloseTimeout at
+	// most from then. It is why it ended.
+	going error
 
 	done chan struct{}  // closed when ended and every op was failed
 	wg   sync.WaitGroup // the reader
@@ -230,7 +235,11 @@ func (a *attachment) reader() {
 		case typ == agentwire.TypeGone:
 			g, gerr := agentwire.DecodeGone(pkt)
 			if err = gerr; err == nil {
-				err = g.Err()
+				// The agent answers what it runs for us, then closes.
+				a.mu.Lock()
+				a.goAwayLocked(g.Err())
+				a.mu.Unlock()
+				continue
 			}
 		default:
 			err = fmt.Errorf("agent sent message type %d: %w", typ, rdmamgr.ErrProtocol)
@@ -240,4 +249,29 @@ func (a *attachment) reader() {
 			return
 		}
 	}
+}
+
+// goAwayLocked makes the attachment end once the agent closes the socket,
+// which it does only when it can touch none of our memory: an operation
+// in flight is reported with the agent's answer, or ErrPeerGone at the
+// end, never before (reported means finished). Our write side closes (the
+// agent ends us, if it had not started), no post is taken and nothing is
+// sent any more, and the wait is bounded by CloseTimeout (then the socket
+// is closed as a dead agent's). The first cause is why it ended. Called
+// with a.mu held.
+func (a *attachment) goAwayLocked(cause error) {
+	if a.going != nil || a.ended {
+		return
+	}
+	a.going = cause
+	a.cond.Broadcast()
+	// Its routes are over (they refuse posts; what is in flight completes
+	// as the agent answers it), failed as the agent's, not as their
+	// targets' (a PEER_GONE answer of the stopping agent's).
+	err := fmt.Errorf("agent: %s: %v: %w", errAgentGone, cause, rdmamgr.ErrPeerGone)
+	for r := range a.routes {
+		r.fail(err)
+	}
+	a.conn.CloseWrite()
+	a.conn.SetReadDeadline(time.Now().Add(a.b.cfg.CloseTimeout))
 }

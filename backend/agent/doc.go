@@ -45,11 +45,16 @@
 //
 // # Failure
 //
-// When the socket ends (the agent died, said gone, or broke the protocol)
-// every route on the attachment ends and every operation in flight fails
-// with ErrPeerGone ("host agent gone"): the agent closes its socket only
-// once it can touch none of our memory any more (a dying process's memory
-// is unmapped before its sockets close), so reported means finished. A
+// When the socket ends (the agent died or broke the protocol) every route
+// on the attachment ends and every operation in flight fails with
+// ErrPeerGone ("host agent gone"): the agent closes its socket only once
+// it can touch none of our memory any more (a dying process's memory is
+// unmapped before its sockets close), so reported means finished. An agent
+// that says gone, or a write of ours that fails (the agent shut its read
+// side: it is ending us), is not that yet: the routes on it end at once
+// ("host agent gone": no post is taken any more), our write side closes,
+// and the operations in flight are reported with the agent's answers, or
+// at the socket's end (CloseTimeout at most). A
 // done with PEER_GONE (the target left its agent) ends that route, so
 // the manager sets up a new one. Route.Close and Backend.Close cancel what
 // is in flight and wait for the agent's answers, at most CloseTimeout.

@@ -49,11 +49,12 @@ type fakeAgent struct {
 	shm    *shm.Backend
 	l      *net.UnixListener
 
-	mu    sync.Mutex
-	slots map[uint16]uint64 // slot → manager id
-	next  uint16
-	conns map[*net.UnixConn]bool
-	hold  chan struct{} // non-nil: operations wait until it is closed
+	mu       sync.Mutex
+	slots    map[uint16]uint64 // slot → manager id
+	next     uint16
+	conns    map[*net.UnixConn]bool
+	hold     chan struct{} // non-nil: operations wait until it is closed
+	stubborn bool          // a held operation ignores cancels and our end
 	// mangle, when set, replaces the next done batch's packet.
 	mangle func(pkt []byte) []byte
 	posted chan uint64 // each post's wrid as it arrives (buffered)
@@ -240,6 +241,7 @@ func (a *fakeAgent) run(c *net.UnixConn, me uint64, buf []byte) error {
 				cmu.Unlock()
 				a.mu.Lock()
 				hold := a.hold
+				cancel = a.unlessStubborn(cancel)
 				a.mu.Unlock()
 				if hold == nil {
 					hold = closedChan

@@ -90,6 +90,9 @@ func (a *attachment) post(r *route, wr *backend.WorkRequest, p *agentwire.Post, 
 		if a.ended {
 			return fmt.Errorf("agent: %s: %v: %w", errAgentGone, a.err, rdmamgr.ErrPeerGone)
 		}
+		if a.going != nil {
+			return fmt.Errorf("agent: %s: %v: %w", errAgentGone, a.going, rdmamgr.ErrPeerGone)
+		}
 		if r.closed {
 			return fmt.Errorf("agent: route closed: %w", rdmamgr.ErrClosed)
 		}
@@ -125,13 +128,13 @@ func (a *attachment) flush() {
 
 // cancelLocked asks the agent to end op early (once). Called with a.mu held.
 func (a *attachment) cancelLocked(wrid uint64, op *inflight) {
-	if op.cancelled || a.ended {
+	if op.cancelled || a.ended || a.going != nil { // going: nothing is sent
 		return
 	}
 	op.cancelled = true
 	for a.cancels.AddCancel(wrid) != nil { // ErrFull: send the batch first
 		a.waitRoomLocked()
-		if a.ended || a.ops[wrid] != op {
+		if a.ended || a.going != nil || a.ops[wrid] != op {
 			return
 		}
 	}
@@ -159,7 +162,7 @@ func (a *attachment) flushLocked() {
 		return
 	}
 	a.writing = true
-	for !a.ended && a.posts.Count()+a.cancels.Count() > 0 {
+	for !a.ended && a.going == nil && a.posts.Count()+a.cancels.Count() > 0 {
 		a.posts, a.sendPosts = a.sendPosts, a.posts
 		a.cancels, a.sendCancels = a.sendCancels, a.cancels
 		a.cond.Broadcast() // room in the batches
@@ -170,12 +173,14 @@ func (a *attachment) flushLocked() {
 		}
 		a.mu.Lock()
 		if err != nil {
-			// The reader ends the attachment (not here: the poster's
+			// The agent shut its read side (it is ending us) or went:
+			// it may still run our operations. The reader ends the
+			// attachment when the socket ends (not here: the poster's
 			// goroutine must not run completions inside Post).
 			if a.writeErr == nil {
 				a.writeErr = err
 			}
-			a.conn.Close()
+			a.goAwayLocked(fmt.Errorf("agent: write to the agent: %w", err))
 			break
 		}
 	}
@@ -236,6 +241,9 @@ func (a *attachment) end(cause error) {
 	if a.ended {
 		a.mu.Unlock()
 		return
+	}
+	if a.going != nil { // the socket's end after it is no news
+		cause = a.going
 	}
 	a.ended, a.err = true, cause
 	ops := a.ops

@@ -52,10 +52,13 @@ type route struct {
 	closeTimeout time.Duration
 
 	// Guarded by a.mu:
-	ids     map[*backend.WorkRequest]uint64 // in flight
-	closed  bool
-	idleSet bool
-	idle    chan struct{} // closed once closed and nothing is in flight
+	ids map[*backend.WorkRequest]uint64 // in flight
+	// finishing counts the requests no longer in ids whose completion is
+	// not delivered yet (finish): Close waits for them too.
+	finishing int
+	closed    bool
+	idleSet   bool
+	idle      chan struct{} // closed once closed and nothing is in flight
 
 	failOnce sync.Once
 	err      atomic.Pointer[error]
@@ -137,10 +140,17 @@ func (r *route) acquire(wr *backend.WorkRequest) error {
 	}
 }
 
-// forgetLocked drops wr from the route's in flight. Called with a.mu held.
+// forgetLocked drops wr from the route's in flight; finish follows.
+// Called with a.mu held.
 func (r *route) forgetLocked(wr *backend.WorkRequest) {
 	delete(r.ids, wr)
-	if r.closed && len(r.ids) == 0 && !r.idleSet {
+	r.finishing++
+}
+
+// idleLocked closes idle once the route is closed and every request's
+// completion was delivered. Called with a.mu held.
+func (r *route) idleLocked() {
+	if r.closed && len(r.ids) == 0 && r.finishing == 0 && !r.idleSet {
 		r.idleSet = true
 		close(r.idle)
 	}
@@ -165,6 +175,10 @@ func (r *route) finish(wr *backend.WorkRequest, x *bounce, err error) {
 	}
 	<-r.room
 	wr.Done.Complete(wr, err)
+	r.a.mu.Lock()
+	r.finishing--
+	r.idleLocked()
+	r.a.mu.Unlock()
 }
 
 // fail ends the route with err (once): Post refuses from now on; what is
@@ -222,10 +236,7 @@ func (r *route) Close() error {
 				a.cancelLocked(wrid, op)
 			}
 		}
-		if len(r.ids) == 0 && !r.idleSet {
-			r.idleSet = true
-			close(r.idle)
-		}
+		r.idleLocked()
 	}
 	a.mu.Unlock()
 	t := time.NewTimer(r.closeTimeout)

@@ -16,6 +16,11 @@ type Config struct {
 	AdvertiseAddr string
 	// ConnsPerRoute is the number of TCP connections of a route.
 	ConnsPerRoute int
+	// ConnsFor, when set, is the number of TCP connections of a route we
+	// set up to the manager peerID, instead of ConnsPerRoute (a host
+	// agent splits its connections per pair of agents: node/hostagent.go).
+	// A result outside 1..ConnsPerRoute counts as ConnsPerRoute.
+	ConnsFor func(peerID uint64) int
 	// ChunkSize is the largest frame payload the initiator sends; larger
 	// operations are split and striped over the route's connections.
 	ChunkSize int

@@ -115,8 +115,12 @@
 // that request with its code (RELEASED for a wrong key, PEER_GONE for a
 // slot with no process, ...) and the connection serves on. A server
 // without a resolver answers a request with a via or an origin
-// NOT_SUPPORTED, and an agent one with an origin but no via; the
-// connection serves on. A connection keeps its last resolution and reuses
+// NOT_SUPPORTED, and an agent one with an origin but no via, or with an
+// origin on a connection whose route is not another agent's (the route
+// handshake says so: a backend with a resolver marks the routes it sets
+// up; every peer proves the deployment's secret, so this keeps a
+// process's own routes from naming another manager as the sender, not a
+// peer that holds the secret and lies); the connection serves on. A connection keeps its last resolution and reuses
 // it while the proxy admits the request, so a run of frames for one
 // region resolves once and allocates nothing: an agent ends a process's
 // access by revoking or releasing the proxy, never by refusing Resolve

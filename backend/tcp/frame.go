@@ -93,7 +93,8 @@ var helloMagic = [4]byte{'R', 'D', 'M', 'T'}
 // A server without a resolver (not a host agent) answers a request with a
 // via or an origin NOT_SUPPORTED (and serves on); an agent resolves via,
 // region and key to a region of its own (agentapi.Resolver) and honours
-// an origin only with a via.
+// an origin only with a via, and only on a connection of another host
+// agent's route (initiatorAgentBit).
 //
 // A write-imm and a send end with one trailer byte after the payload:
 // 1 commit, 0 abort (the initiator cut the payload short).

@@ -108,7 +108,8 @@ func decodeHelloAck(b []byte) (code byte, err error) {
 
 // initiatorInfo is the initiator's endpoint info: version, connections
 // (the top bit of that field says the initiator dials its data connections
-// with TLS, initiatorTLSBit).
+// with TLS, initiatorTLSBit; the next that it is a host agent,
+// initiatorAgentBit).
 func encodeInitiatorInfo(conns int) []byte {
 	b := make([]byte, 4)
 	binary.LittleEndian.PutUint16(b[0:], Version)
@@ -123,7 +124,7 @@ func decodeInitiatorInfo(b []byte) (conns int, err error) {
 	if v := binary.LittleEndian.Uint16(b[0:]); v != Version {
 		return 0, fmt.Errorf("initiator version %d, want %d: %w", v, Version, rdmamgr.ErrVersion)
 	}
-	conns = int(binary.LittleEndian.Uint16(b[2:]) &^ initiatorTLSBit)
+	conns = int(binary.LittleEndian.Uint16(b[2:]) &^ (initiatorTLSBit | initiatorAgentBit))
 	if conns < 1 || conns > maxConns {
 		return 0, fmt.Errorf("initiator asks for %d connections (1..%d): %w", conns, maxConns, rdmamgr.ErrProtocol)
 	}
@@ -136,6 +137,24 @@ func decodeInitiatorInfo(b []byte) (conns int, err error) {
 // does not) says so at the route handshake instead of failing each data
 // connection's hello.
 const initiatorTLSBit = 1 << 15
+
+// initiatorAgentBit in the initiator info's connection count says that the
+// initiator is a host agent (its backend has a resolver: via.go), so the
+// route's connections may carry an origin (the process a write-imm or a
+// send was posted for). Every peer proves the deployment's secret; this
+// keeps processes' own routes from naming another manager as the origin.
+const initiatorAgentBit = 1 << 14
+
+// withAgent marks initiator info as a host agent's.
+func withAgent(info []byte) []byte {
+	binary.LittleEndian.PutUint16(info[2:], binary.LittleEndian.Uint16(info[2:])|initiatorAgentBit)
+	return info
+}
+
+// initiatorAgent reports whether valid initiator info says host agent.
+func initiatorAgent(info []byte) bool {
+	return binary.LittleEndian.Uint16(info[2:])&initiatorAgentBit != 0
+}
 
 // withTLS marks initiator info as dialling with TLS.
 func withTLS(info []byte) []byte {

@@ -36,7 +36,13 @@ func dialRaw(t *testing.T, b *Backend) net.Conn {
 // routeToken gets a fresh single-use token from b as a peer would.
 func routeToken(t *testing.T, b *Backend) [tokenSize]byte {
 	t.Helper()
-	info, err := b.AcceptRoute(context.Background(), backendtest.OwnerA, encodeInitiatorInfo(1))
+	return routeTokenInfo(t, b, encodeInitiatorInfo(1))
+}
+
+// routeTokenInfo is routeToken for initiator info info.
+func routeTokenInfo(t *testing.T, b *Backend, info []byte) [tokenSize]byte {
+	t.Helper()
+	info, err := b.AcceptRoute(context.Background(), backendtest.OwnerA, info)
 	if err != nil {
 		t.Fatalf("AcceptRoute: %v", err)
 	}
@@ -77,8 +83,21 @@ func sendHello(t *testing.T, c net.Conn, tok [tokenSize]byte) rdmapb.Code {
 // authed returns a data connection authenticated with a fresh token.
 func authed(t *testing.T, b *Backend) net.Conn {
 	t.Helper()
+	return authedInfo(t, b, encodeInitiatorInfo(1))
+}
+
+// authedAgent is authed on a host agent's route (its frames may name an
+// origin).
+func authedAgent(t *testing.T, b *Backend) net.Conn {
+	t.Helper()
+	return authedInfo(t, b, withAgent(encodeInitiatorInfo(1)))
+}
+
+// authedInfo is authed with a route token for initiator info info.
+func authedInfo(t *testing.T, b *Backend, info []byte) net.Conn {
+	t.Helper()
 	c := dialRaw(t, b)
-	if code := sendHello(t, c, routeToken(t, b)); code != rdmapb.Code_OK {
+	if code := sendHello(t, c, routeTokenInfo(t, b, info)); code != rdmapb.Code_OK {
 		t.Fatalf("hello refused: %v", code)
 	}
 	return c

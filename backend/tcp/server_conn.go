@@ -20,14 +20,14 @@ func (b *Backend) serveConn(c net.Conn, ip netip.Addr) {
 	defer b.wg.Done()
 	defer b.untrackConn(c)
 	defer c.Close()
-	peer, ok := b.serverHello(c, ip)
+	peer, agent, ok := b.serverHello(c, ip)
 	if !ok {
 		return
 	}
 	defer b.authDone(peer)
 	_ = c.SetDeadline(time.Time{})
 	setSockopts(c, b.cfg.SocketBuffer)
-	s := &serverConn{b: b, c: c, peer: b.peerJoin(peer), peerID: peer}
+	s := &serverConn{b: b, c: c, peer: b.peerJoin(peer), peerID: peer, peerAgent: agent}
 	defer b.peerLeave(s.peer)
 	if !b.trackServer(s) {
 		return
@@ -44,8 +44,8 @@ func (b *Backend) serveConn(c net.Conn, ip netip.Addr) {
 // then the client's token and MAC over it, then the verdict. It gives back
 // c's pending slot either way; with ok the connection took an
 // authenticated slot (authDone gives it back) and peer is the manager the
-// token was issued to.
-func (b *Backend) serverHello(c net.Conn, ip netip.Addr) (peer uint64, ok bool) {
+// token was issued to (agent: a host agent's route, initiatorAgentBit).
+func (b *Backend) serverHello(c net.Conn, ip netip.Addr) (peer uint64, agent, ok bool) {
 	pending := true
 	defer func() {
 		if pending {
@@ -58,7 +58,7 @@ func (b *Backend) serverHello(c net.Conn, ip netip.Addr) (peer uint64, ok bool) 
 	var ch [challengeSize]byte
 	encodeChallenge(ch[:], nonce)
 	if _, err := c.Write(ch[:]); err != nil {
-		return 0, false
+		return 0, false, false
 	}
 	var hello [helloSize]byte
 	if _, err := io.ReadFull(c, hello[:]); err != nil {
@@ -66,9 +66,9 @@ func (b *Backend) serverHello(c net.Conn, ip netip.Addr) (peer uint64, ok bool) 
 		if ok, dropped := b.logs.noHello.Allow(); ok {
 			b.log.Warn("data connection without hello", "remote", ip.String(), "err", err, "suppressed", dropped)
 		}
-		return 0, false
+		return 0, false, false
 	}
-	peer, err := b.checkHello(hello[:], nonce)
+	peer, agent, err := b.checkHello(hello[:], nonce)
 	if err == nil {
 		pending = false
 		if !b.helloDone(ip, peer, true) {
@@ -83,34 +83,35 @@ func (b *Backend) serverHello(c net.Conn, ip netip.Addr) (peer uint64, ok bool) 
 		}
 		encodeHelloAck(ack[:], byte(backend.Code(err)))
 		_, _ = c.Write(ack[:])
-		return 0, false
+		return 0, false, false
 	}
 	encodeHelloAck(ack[:], 0)
 	if _, err := c.Write(ack[:]); err != nil {
 		b.authDone(peer)
-		return 0, false
+		return 0, false, false
 	}
-	return peer, true
+	return peer, agent, true
 }
 
 // checkHello verifies a hello against the challenge's nonce (when the
-// secret is set) and consumes its token; it returns the token's peer.
-func (b *Backend) checkHello(hello []byte, nonce [16]byte) (uint64, error) {
+// secret is set) and consumes its token; it returns the token's peer and
+// whether its route is a host agent's.
+func (b *Backend) checkHello(hello []byte, nonce [16]byte) (peer uint64, agent bool, err error) {
 	tok, mac, err := decodeHello(hello)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if b.cfg.Secret.Enabled() {
 		want := helloMAC(b.cfg.Secret, nonce, tok)
 		if !hmac.Equal(mac[:], want[:]) {
-			return 0, fmt.Errorf("hello does not prove the secret: %w", rdmamgr.ErrUnauthenticated)
+			return 0, false, fmt.Errorf("hello does not prove the secret: %w", rdmamgr.ErrUnauthenticated)
 		}
 	}
-	peer, ok := b.takeToken(tok)
+	e, ok := b.takeToken(tok)
 	if !ok {
-		return 0, fmt.Errorf("unknown, used or expired token: %w", rdmamgr.ErrUnauthenticated)
+		return 0, false, fmt.Errorf("unknown, used or expired token: %w", rdmamgr.ErrUnauthenticated)
 	}
-	return peer, nil
+	return e.peer, e.agent, nil
 }
 
 func (b *Backend) authDone(peer uint64) {

@@ -38,6 +38,9 @@ type serverConn struct {
 	iovBuf  net.Buffers   // iov's backing array, kept across batches
 
 	via viaState // frames for an attached process (via.go)
+	// peerAgent: the connection is of a host agent's route, whose frames
+	// may name an origin (via.go).
+	peerAgent bool
 
 	mu sync.Mutex // guards writing and flushing, and segs while flushing
 	// writing is the region a WRITE payload is being read into (nil

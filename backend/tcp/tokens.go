@@ -21,6 +21,7 @@ import (
 // expires.
 type tokenEntry struct {
 	peer            uint64
+	agent           bool // the initiator is a host agent (initiatorAgentBit)
 	issued, expires time.Time
 }
 
@@ -35,9 +36,18 @@ func (b *Backend) PrepareRoute(ctx context.Context, peerID uint64) (backend.Pend
 	if !started {
 		return nil, nil, rdmamgr.ErrNotStarted
 	}
-	info := encodeInitiatorInfo(b.cfg.ConnsPerRoute)
+	n := b.cfg.ConnsPerRoute
+	if b.cfg.ConnsFor != nil {
+		if k := b.cfg.ConnsFor(peerID); k >= 1 && k <= n {
+			n = k
+		}
+	}
+	info := encodeInitiatorInfo(n)
 	if b.cfg.ClientTLS != nil {
 		info = withTLS(info)
+	}
+	if b.resolver.Load() != nil {
+		info = withAgent(info)
 	}
 	return &pendingRoute{b: b, peer: peerID}, info, nil
 }
@@ -52,6 +62,7 @@ func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, info []byte) (
 		return nil, fmt.Errorf("tcp: --data-tls on one side only: the initiator %s, this responder %s: give --data-tls to both ends or neither: %w",
 			tlsWord(theirs), tlsWord(ours), rdmamgr.ErrUnauthenticated)
 	}
+	agent := initiatorAgent(info)
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -81,7 +92,7 @@ func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, info []byte) (
 		if _, err := rand.Read(tokens[i][:]); err != nil {
 			return nil, fmt.Errorf("tcp: token: %w", err)
 		}
-		b.tokens[tokens[i]] = tokenEntry{peer: peerID, issued: now, expires: now.Add(b.cfg.TokenTTL)}
+		b.tokens[tokens[i]] = tokenEntry{peer: peerID, agent: agent, issued: now, expires: now.Add(b.cfg.TokenTTL)}
 		b.tokensByPeer[peerID]++
 	}
 	return encodeResponderInfo(b.addr, tokens), nil
@@ -94,17 +105,17 @@ func tlsWord(on bool) string {
 	return "does not encrypt its data connections"
 }
 
-// takeToken consumes a token (single use) and returns the peer it was
-// issued to.
-func (b *Backend) takeToken(t [tokenSize]byte) (uint64, bool) {
+// takeToken consumes a token (single use) and returns its entry (the
+// peer it was issued to).
+func (b *Backend) takeToken(t [tokenSize]byte) (tokenEntry, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e, ok := b.tokens[t]
 	if !ok {
-		return 0, false
+		return tokenEntry{}, false
 	}
 	b.dropTokenLocked(t, e)
-	return e.peer, time.Now().Before(e.expires)
+	return e, time.Now().Before(e.expires)
 }
 
 // dropTokenLocked forgets token t (entry e) and counts it out of its

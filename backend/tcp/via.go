@@ -41,6 +41,7 @@ var (
 	errViaNoAgent    = fmt.Errorf("tcp: a frame for an attached process (via) to a server that is not a host agent: %w", rdmamgr.ErrNotSupported)
 	errOriginNoAgent = fmt.Errorf("tcp: an origin on a frame to a server that is not a host agent: %w", rdmamgr.ErrNotSupported)
 	errOriginNoVia   = fmt.Errorf("tcp: an origin on a frame for the agent itself (no via): %w", rdmamgr.ErrNotSupported)
+	errOriginPeer    = fmt.Errorf("tcp: an origin on a frame from a peer that is not a host agent: %w", rdmamgr.ErrNotSupported)
 )
 
 // resolveSlack: a connection reuses its resolve context while at least
@@ -96,6 +97,8 @@ func (s *serverConn) acquireVia(h *reqHeader, off, n uint64, need buffer.Access)
 		return memreg.Ref{}, errOriginNoAgent
 	case h.via == 0:
 		return memreg.Ref{}, errOriginNoVia
+	case h.origin != 0 && !s.peerAgent:
+		return memreg.Ref{}, errOriginPeer
 	}
 	m := &s.via.memo
 	if m.ok && m.rr == rr && m.via == h.via && m.region == h.region && m.key == h.key {
@@ -168,6 +171,8 @@ func (s *serverConn) inboxOf(h *reqHeader) (backend.Inbox, error) {
 		return nil, errOriginNoAgent
 	case h.via == 0:
 		return nil, errOriginNoVia
+	case h.origin != 0 && !s.peerAgent:
+		return nil, errOriginPeer
 	}
 	in, err := rr.r.Inbox(h.via)
 	if err == nil && in == nil {

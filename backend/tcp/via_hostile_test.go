@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"bytes"
+	"net"
 	"testing"
 
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -16,7 +17,9 @@ import (
 
 // TestRawViaRefusals: against a server that is not an agent, then against
 // an agent, well-formed frames with a bad via, key or origin are answered
-// with their code and the connection serves a valid frame after them.
+// with their code and the connection serves a valid frame after them; an
+// agent answers an origin from a peer whose route is not an agent's
+// NOT_SUPPORTED.
 func TestRawViaRefusals(t *testing.T) {
 	p := newPair(t, Config{}, Config{})
 	in := backendtest.NewInbox(p.regB, 4, 4)
@@ -70,8 +73,14 @@ func TestRawViaRefusals(t *testing.T) {
 		{"send, origin without via", reqHeader{op: opSend, origin: 9, length: 16}, rdmapb.Code_NOT_SUPPORTED},
 		{"compare-swap, bad key", reqHeader{op: opCompareSwap, via: testVia, length: 8, region: ph.Region, key: badKey, compare: 0, swap: 1}, rdmapb.Code_RELEASED},
 	}
-	run := func(what string, cases []rawCase) {
-		c := authed(t, p.b)
+	// A peer whose route is not a host agent's (initiatorAgentBit) names
+	// no origin, even on a well-formed frame for a live process.
+	notAgentPeer := []rawCase{
+		{"write-imm with an origin", reqHeader{op: opWriteImm, via: testVia, origin: 9, length: 16, region: ph.Region, key: ph.Key, total: 16}, rdmapb.Code_NOT_SUPPORTED},
+		{"send with an origin", reqHeader{op: opSend, via: testVia, origin: 9, length: 16}, rdmapb.Code_NOT_SUPPORTED},
+	}
+	run := func(what string, dial func(*testing.T, *Backend) net.Conn, cases []rawCase) {
+		c := dial(t, p.b)
 		for i, tc := range cases {
 			tc.req.wrid = uint64(100 + i)
 			writeRaw(t, c, verbFrame(tc.req, bytes.Repeat([]byte{0xEE}, int(tc.req.length)), trailerCommit))
@@ -95,9 +104,10 @@ func TestRawViaRefusals(t *testing.T) {
 		copy(before[0][8:40], data)
 		backendtest.AssertSame(t, what+": written bytes", mem[8:40], data)
 	}
-	run("not an agent", notAgent)
+	run("not an agent", authed, notAgent)
 	wiring.SetResolver(p.b, fake)
-	run("agent", agent)
+	run("agent", authedAgent, agent)
+	run("agent, a peer that is not one", authed, notAgentPeer)
 	p.checkServes(t)
 }
 

@@ -33,13 +33,18 @@ type agentPair struct {
 	procMem []byte
 }
 
+// The initiator (a) is an agent too (it has a resolver), so its route's
+// frames may name an origin.
 func newAgentPair(t testing.TB, cfgA, cfgB Config, n int) *agentPair {
 	t.Helper()
-	p := &agentPair{pair: newPair(t, cfgA, cfgB)}
+	p := &agentPair{pair: &pair{}}
+	p.a, p.regA = newBackend(t, cfgA, backendtest.OwnerA)
+	p.b, p.regB = newBackend(t, cfgB, backendtest.OwnerB)
 	p.fake = newTestFakeAgent(t, p.regB, testVia)
-	if !wiring.SetResolver(p.b, p.fake) {
+	if !wiring.SetResolver(p.b, p.fake) || !wiring.SetResolver(p.a, newTestFakeAgent(t, p.regA, testVia)) {
 		t.Fatal("SetResolver refused a *tcp.Backend")
 	}
+	p.route = p.newRoute(t)
 	var err error
 	if p.procH, p.procMem, err = p.fake.region(uint64(n), accessAll); err != nil {
 		t.Fatal(err)
@@ -258,7 +263,8 @@ func TestViaNarrowProxy(t *testing.T) {
 
 // TestViaRefusedWithoutResolver: a server that is not an agent answers a
 // request with a via, or an origin, NOT_SUPPORTED; nothing lands, the
-// route stays up; an agent refuses an origin without a via.
+// route stays up; an agent refuses an origin without a via, and one from
+// a peer whose route is not an agent's.
 func TestViaRefusedWithoutResolver(t *testing.T) {
 	p := newPair(t, Config{ConnsPerRoute: 1}, Config{})
 	in := backendtest.NewInbox(p.regB, 4, 4)
@@ -313,8 +319,11 @@ func TestViaRefusedWithoutResolver(t *testing.T) {
 	fake := newTestFakeAgent(t, p.regB, testVia)
 	wiring.SetResolver(p.b, fake)
 	check("agent, origin without via", cases(0, testOrigin))
-	if fake.resolves.Load() != 0 {
-		t.Fatal("resolver asked for a frame without a via")
+	// nor from a peer that is not an agent (a's routes are not: it has
+	// no resolver).
+	check("agent, origin from a peer that is not one", cases(testVia, testOrigin))
+	if fake.resolves.Load() != 0 || len(fake.inbox.Events()) != 0 || len(fake.inbox.Messages()) != 0 {
+		t.Fatal("resolver asked, or the process's inbox reached, for a refused frame")
 	}
 	// Taken away again: via is refused again.
 	wiring.SetResolver(p.b, nil)

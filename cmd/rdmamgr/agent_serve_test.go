@@ -34,8 +34,8 @@ func TestServeAgentSocket(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, stderr, code := runBin(t, ctx, "serve", "--listen", "127.0.0.1:0", "--agent-socket", sock, "--agent-routes", "0"); code != 2 || !strings.Contains(stderr, "--agent-routes") {
-		t.Fatalf("--agent-routes 0: exit %d, stderr:\n%s", code, stderr)
+	if _, stderr, code := runBin(t, ctx, "serve", "--listen", "127.0.0.1:0", "--agent-socket", sock, "--agent-routes", "1"); code != 2 || !strings.Contains(stderr, "--agent-routes") {
+		t.Fatalf("--agent-routes 1: exit %d, stderr:\n%s", code, stderr)
 	}
 }
 

@@ -43,7 +43,7 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the daemon's life to this `file`")
 	var c common
 	fs.StringVar(&c.hostAgent.Socket, "agent-socket", "", "run as this host's agent: processes attach on this unix socket `path` (mode 0660) and reach other hosts' processes through it; TCP alone; users: ours and --shm-allow-uid")
-	fs.IntVar(&c.hostAgent.Routes, "agent-routes", 4, "with --agent-socket: TCP connections between two agents (overrides --conns)")
+	fs.IntVar(&c.hostAgent.Routes, "agent-routes", 4, "with --agent-socket: TCP connections between two agents' hosts, both ways (at least 2: half on each agent's route to the other; overrides --conns)")
 	c.registerLog(fs, "info")
 	c.registerManager(fs)
 	c.net.registerLease(fs)
@@ -74,8 +74,8 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 			}
 		}
 		c.pprof = *pprofOn
-		if c.hostAgent.Routes < 1 {
-			return usagef("--agent-routes %d: want at least 1", c.hostAgent.Routes)
+		if c.hostAgent.Routes < 2 {
+			return usagef("--agent-routes %d: want at least 2 (one connection each way)", c.hostAgent.Routes)
 		}
 		return serve(ctx, e, &c, *listen, *name, *member, *metricsListen, *cpuProfile)
 	}

@@ -39,6 +39,11 @@ func (a *Agent) handshake(c *net.UnixConn) (*proc, error) {
 	ctx, cancel := context.WithTimeout(a.life, handshakeTimeout)
 	defer cancel()
 	c.SetDeadline(time.Now().Add(handshakeTimeout))
+	// Close (a.life) ends a handshake waiting on the process at once.
+	// (Deferred after cancel: it runs first, so our own cancel at return
+	// does not fire it.)
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
 	h := agentwire.Hello{AgentID: a.mgr.ID()}
 	_, _ = rand.Read(h.Nonce[:])
 	pkt, err := h.Encode()

@@ -6,9 +6,27 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend"
 )
 
-// DefaultRoutes is the number of data connections between two agents
-// (the TCP backend's ConnsPerRoute in agent mode), as rv's default.
+// DefaultRoutes is the number of data connections between two agents'
+// hosts, as rv's default: each agent's route to the other holds half
+// (RouteConns).
 const DefaultRoutes = 4
+
+// MinRoutes is the fewest data connections between two agents: one route
+// each way (a TCP route carries requests one way: its dialer posts, the
+// far end serves), of one connection at least.
+const MinRoutes = 2
+
+// RouteConns is the number of connections of the route from the agent
+// whose manager id is self to the one whose manager id is peer, when two
+// agents hold n (>= MinRoutes) between them: half each, and the extra one
+// of an odd n to the lower id's route. Once both agents posted to each
+// other, the pair of hosts holds exactly n data connections.
+func RouteConns(n int, self, peer uint64) int {
+	if self < peer {
+		return (n + 1) / 2
+	}
+	return n / 2
+}
 
 // HostIDSize is the size of a host id (agentwire.HostIDSize).
 const HostIDSize = 32

@@ -1,7 +1,11 @@
 // Package hostagent is the host agent's side of issue 26 (rdmamgr serve
 // --agent-socket): one agent per host joins the processes of the host to
 // the other hosts' agents over a fixed number of data connections per pair
-// of hosts, whatever the number of processes.
+// of hosts, whatever the number of processes: N (node.HostAgent.Routes, at
+// least MinRoutes), half on each agent's route to the other (a TCP route
+// carries requests one way: its dialer posts, the far end serves; the
+// lower manager id's route takes the extra one of an odd N: RouteConns).
+// The N are there once both agents have posted to each other.
 //
 // An Agent runs beside a node's manager (its registry, its TCP backend):
 //
@@ -29,8 +33,8 @@
 //     flight into sinks and waits for their references, so the process's
 //     own Revoke returns at once.
 //   - The executor: a process's posts (package agentwire) run in posting
-//     order on the manager's shared route to the far agent (one route per
-//     pair of agents, refcounted in the manager: wiring.SharedRoute), as
+//     order on the manager's shared route to the far agent (one route to
+//     each far agent, refcounted in the manager: wiring.SharedRoute), as
 //     WorkRequests whose Local is the proxy of the process's own region
 //     (held by a local reference for the operation's life), whose Via
 //     names the target process at the far agent and whose Origin is the
@@ -45,7 +49,9 @@
 //   - Events and messages for an attached process (the TCP server's
 //     Inbox(via)): a PutWithImm's event goes over the process's shm route
 //     as a notice (no copy: the bytes are in place) naming the far process
-//     as its Peer; a Send is staged in the agent and handed on as an shm
+//     as its Peer (an origin the TCP server takes only from another
+//     agent's route: the agent's TCP backend marks the routes it sets up
+//     as an agent's; from any other peer it is refused NOT_SUPPORTED); a Send is staged in the agent and handed on as an shm
 //     Send, and the process's refusal (no receive posted, too small) is
 //     the sender's answer (agentapi.CheckedLanding). Both wait for the
 //     process's answer (5 s at most), which keeps a connection's order.
@@ -57,6 +63,13 @@
 // regions: memreg.SetUnpooled) and not revoked. Direct routes need none of
 // this: these operations fail through an agent (ErrAccess,
 // ErrNotSupported, ErrRevoked) where they work direct.
+//
+// A far agent whose host leaves the cluster (its etcd membership record
+// goes: membership.Follow calls the manager's DropPeer, as a serve
+// --etcd daemon does) has the shared route to it ended: it is the
+// manager's own route, so DropPeer fails it with ErrPeerGone, the
+// operations in flight through it are answered PEER_GONE, and the next
+// post sets up a new route (which fails PEER_GONE while the host is away).
 //
 // A process that goes (its socket or its shm route ends) loses its slot at
 // once (frames for it are answered ErrPeerGone), its operations are

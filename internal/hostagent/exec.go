@@ -130,6 +130,18 @@ func (o *op) prepareFast() (backend.Route, bool) { return o.prepare(false) }
 func (o *op) postOn(fr backend.Route) {
 	if err := fr.Post(&o.wr); err != nil {
 		o.finish(o.causeOr(err))
+		return
+	}
+	o.posted(fr)
+}
+
+// posted passes on a cancel that may have come while the operation was
+// being posted: it may have reached the route before Post did (ignored
+// there): cancel is RequestCancel, then a look at o.route, so either it
+// saw the route after Post or the cause is seen here.
+func (o *op) posted(fr backend.Route) {
+	if o.wr.CancelCause() != nil {
+		fr.Cancel(&o.wr)
 	}
 }
 
@@ -149,6 +161,9 @@ func postList(fr backend.Route, ops []*op, wrs []*backend.WorkRequest) []*backen
 	}
 	for i := 0; i < len(wrs); {
 		n, err := lp.PostList(wrs[i:])
+		for _, o := range ops[i : i+n] {
+			o.posted(fr)
+		}
 		i += n
 		if i < len(wrs) { // wrs[i] was not posted: err says why
 			ops[i].finish(ops[i].causeOr(err))

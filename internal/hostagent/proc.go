@@ -151,13 +151,8 @@ func (p *proc) read() error {
 					wrs = postList(ffr, fast, wrs)
 					fast = fast[:0]
 				}
-				p.queued.Add(1)
-				select {
-				case p.posts <- o:
-				case <-p.dead:
-					p.queued.Add(-1)
-					o.finish(p.endErr)
-					return p.endErr
+				if err := p.enqueue(o); err != nil {
+					return err
 				}
 			}
 			if len(fast) > 0 {
@@ -181,6 +176,29 @@ func (p *proc) read() error {
 		default:
 			return fmt.Errorf("hostagent: message type %d after attach: %w", t, rdmamgr.ErrProtocol)
 		}
+	}
+}
+
+// enqueue hands o to the poster, behind what it has; an error once the
+// process is going (o is reported with it). A post queued once end and
+// the poster have drained the queue would stay there, unreported, and
+// end waits for it: so the queue is drained again here when the process
+// went meanwhile (select takes either of two ready cases).
+func (p *proc) enqueue(o *op) error {
+	p.queued.Add(1)
+	select {
+	case p.posts <- o:
+	case <-p.dead:
+		p.queued.Add(-1)
+		o.finish(p.endErr)
+		return p.endErr
+	}
+	select {
+	case <-p.dead:
+		p.drainPosts(p.endErr)
+		return p.endErr
+	default:
+		return nil
 	}
 }
 

@@ -111,10 +111,14 @@ func (p *proc) mapProxy(ctx context.Context, x *proxy, region uint64, need buffe
 			delete(p.proxies, region)
 		}
 	}
+	if err == nil && cut {
+		// Before ready: the process's end waits for ready, and Close
+		// then for a.wg, so the release is waited for.
+		p.releaseLater(x)
+	}
 	close(x.ready)
 	p.mu.Unlock()
 	if err == nil && cut {
-		p.releaseLater(x)
 		return buffer.Buffer{}, fmt.Errorf("hostagent: region %d of pid %d: %w", region, p.pid, rdmamgr.ErrRevoked)
 	}
 	return h, err
@@ -173,10 +177,13 @@ func (p *proc) release(x *proxy) {
 }
 
 // releaseProxies releases every proxy of the process (it is going: no new
-// ones are made) and waits.
+// ones are made) and waits, for the mappings under way too (a Resolve's:
+// its context bounds it; mapProxy releases one that succeeds, as cut):
+// else one could be registered, and released, after Close returned.
 func (p *proc) releaseProxies() {
 	p.mu.Lock()
 	xs := make([]*proxy, 0, len(p.proxies))
+	var mapping []*proxy
 	for r, x := range p.proxies {
 		delete(p.proxies, r)
 		select {
@@ -184,9 +191,13 @@ func (p *proc) releaseProxies() {
 			xs = append(xs, x)
 		default:
 			x.cut = true
+			mapping = append(mapping, x)
 		}
 	}
 	p.mu.Unlock()
+	for _, x := range mapping {
+		<-x.ready
+	}
 	var wg sync.WaitGroup
 	for _, x := range xs {
 		wg.Add(1)

@@ -22,8 +22,8 @@ import (
 const linger = time.Second
 
 // agentConnsPerPair is the data connections between two hosts in agent
-// mode: one route of agentRoutes connections each way.
-const agentConnsPerPair = 2 * agentRoutes
+// mode: agentRoutes, half on each agent's route to the other.
+const agentConnsPerPair = agentRoutes
 
 // agentKilled kills h2's agent while every process moves bytes with every
 // other: operations between h2's processes and other hosts fail with a

@@ -24,8 +24,8 @@ import (
 // `rdmamgr serve --agent-socket`); the agent-mode tests skip without it.
 const agentBuilt = true
 
-// agentRoutes is --agent-routes: N, the connections of a route between
-// two agents.
+// agentRoutes is --agent-routes: N, the data connections between two
+// agents' hosts (half on each agent's route to the other).
 const agentRoutes = 4
 
 // withAgent points cfg at the host agent's socket (none: direct mode).

@@ -14,8 +14,8 @@
 //   - TestAgent: the same with an agent per host (`rdmamgr serve
 //     --agent-socket`, --agent-routes 4) and every process attached: the
 //     routes between hosts are the agents' (kind "agent"), the data
-//     connections between two hosts are the agents' alone (one route of N
-//     each way); h2's agent killed mid-run: operations between h2 and the
+//     connections between two hosts are the agents' alone: exactly N = 4
+//     (a route of N/2 each way); h2's agent killed mid-run: operations between h2 and the
 //     other hosts end with a sentinel (never a wrong byte), h1 with h3 and
 //     shm within each host go on without an error; restarted, every pair
 //     works through the agents again with no process restarted; a process
