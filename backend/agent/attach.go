@@ -208,10 +208,14 @@ func newAttachment(b *Backend, conn *net.UnixConn, w agentwire.Welcome) *attachm
 // the socket ends.
 func (a *attachment) reader() {
 	defer a.wg.Done()
-	buf := make([]byte, agentwire.MaxPacket)
+	rcv, err := agentwire.NewReceiver(a.conn, make([]byte, agentwire.MaxPacket))
+	if err != nil {
+		a.end(err)
+		return
+	}
 	var dones []agentwire.Done
 	for {
-		pkt, err := agentwire.ReadPacket(a.conn, buf)
+		pkt, err := rcv.Read()
 		if err != nil {
 			a.mu.Lock()
 			if a.writeErr != nil {

@@ -116,14 +116,22 @@ func batch(pkt []byte, typ byte) (decoder, int) {
 func DecodePosts(pkt []byte, dst []Post) ([]Post, error) {
 	d, n := batch(pkt, TypePost)
 	dst = dst[:0]
+	var prevOwner, prevFar string // the strings of the last post decoded here
 	for i := 0; i < n && d.err == nil; i++ {
 		if i < cap(dst) {
 			dst = dst[:i+1]
+			if s := dst[i].Remote.OwnerAddr; s != "" {
+				prevOwner = s
+			}
+			if s := dst[i].FarAgent; s != "" {
+				prevFar = s
+			}
 			dst[i] = Post{}
 		} else {
 			dst = append(dst, Post{})
 		}
-		decodePost(&d, &dst[i])
+		decodePost(&d, &dst[i], prevOwner, prevFar)
+		prevOwner, prevFar = dst[i].Remote.OwnerAddr, dst[i].FarAgent
 	}
 	if err := d.end(); err != nil {
 		return dst[:0], err

@@ -170,7 +170,9 @@ func appendPost(b []byte, p *Post) []byte {
 	return binary.LittleEndian.AppendUint64(b, uint64(p.Deadline))
 }
 
-func decodePost(d *decoder, p *Post) {
+// decodePost decodes a post into p; prevOwner and prevFar are the strings
+// p held before (the same text is not allocated again).
+func decodePost(d *decoder, p *Post, prevOwner, prevFar string) {
 	p.WRID = d.u64()
 	p.Op = backend.Op(d.u8())
 	flags := d.u8()
@@ -192,8 +194,8 @@ func decodePost(d *decoder, p *Post) {
 		d.fail("lease of %d ms", lease)
 	}
 	r.Lease = time.Duration(lease) * time.Millisecond
-	r.OwnerAddr = d.str("owner address")
-	p.FarAgent = d.str("far agent")
+	r.OwnerAddr = d.strAs("owner address", prevOwner)
+	p.FarAgent = d.strAs("far agent", prevFar)
 	p.FarAgentID = d.u64()
 	p.Compare, p.Swap = d.u64(), d.u64()
 	dl := d.u64()

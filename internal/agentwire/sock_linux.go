@@ -10,6 +10,7 @@ import (
 	"os"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/rdmamgr/rdmamgr"
 	"golang.org/x/sys/unix"
@@ -97,4 +98,126 @@ func ReadPacket(c *net.UnixConn, buf []byte) ([]byte, error) {
 func WritePacket(c *net.UnixConn, pkt []byte) error {
 	_, _, err := c.WriteMsgUnix(pkt, nil, nil)
 	return err
+}
+
+// TryWritePacket writes pkt as one packet if the socket takes it without
+// waiting: it returns false (and nothing is written) when the socket's
+// buffer is full, so a caller that must not block hands the packet to a
+// goroutine that may (WritePacket). rc is the socket's SyscallConn.
+// (Sender does the same without allocating.)
+func TryWritePacket(rc syscall.RawConn, pkt []byte) (bool, error) {
+	s := Sender{rc: rc}
+	s.f = s.send
+	return s.TryWrite(pkt)
+}
+
+// Sender writes packets on one socket without waiting and without
+// allocating (TryWritePacket's contract). One goroutine at a time.
+type Sender struct {
+	rc  syscall.RawConn
+	pkt []byte
+	err error
+	f   func(fd uintptr) bool
+}
+
+// NewSender returns c's Sender.
+func NewSender(c *net.UnixConn) (*Sender, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	s := &Sender{rc: rc}
+	s.f = s.send
+	return s, nil
+}
+
+// TryWrite is TryWritePacket on the Sender's socket.
+func (s *Sender) TryWrite(pkt []byte) (bool, error) {
+	s.pkt = pkt
+	err := s.rc.Write(s.f)
+	s.pkt = nil
+	if err == nil {
+		err = s.err
+	}
+	if err == unix.EAGAIN {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (s *Sender) send(fd uintptr) bool {
+	for {
+		s.err = unix.Send(int(fd), s.pkt, unix.MSG_DONTWAIT)
+		if s.err != unix.EINTR {
+			return true // never wait for readiness
+		}
+	}
+}
+
+// Receiver reads packets from one socket into its buffer as ReadPacket
+// does, without allocating (ReadPacket's ReadMsgUnix allocates the
+// sender's address). One goroutine at a time; the socket's read deadline
+// holds.
+type Receiver struct {
+	rc    syscall.RawConn
+	buf   []byte
+	n     int
+	flags int32
+	err   error
+	f     func(fd uintptr) bool
+	hdr   unix.Msghdr
+	iov   unix.Iovec
+}
+
+// NewReceiver returns c's Receiver, reading into buf (MaxPacket bytes are
+// enough for any packet).
+func NewReceiver(c *net.UnixConn, buf []byte) (*Receiver, error) {
+	if len(buf) == 0 {
+		return nil, fmt.Errorf("agentwire: receiver without a buffer: %w", rdmamgr.ErrInvalid)
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	r := &Receiver{rc: rc, buf: buf}
+	r.f = r.recv
+	return r, nil
+}
+
+// Read is ReadPacket: the next packet, valid until the next Read.
+func (r *Receiver) Read() ([]byte, error) {
+	r.iov.Base = &r.buf[0]
+	r.iov.SetLen(len(r.buf))
+	r.hdr = unix.Msghdr{Iov: &r.iov}
+	r.hdr.SetIovlen(1)
+	r.n, r.err = 0, nil
+	err := r.rc.Read(r.f)
+	r.hdr.Iov, r.iov.Base = nil, nil
+	if err == nil {
+		err = r.err
+	}
+	if err != nil {
+		return nil, err
+	}
+	if r.flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || r.n == 0 {
+		return nil, fmt.Errorf("agentwire: packet truncated or with fds (%d bytes, flags %#x): %w", r.n, r.flags, rdmamgr.ErrProtocol)
+	}
+	return r.buf[:r.n], nil
+}
+
+func (r *Receiver) recv(fd uintptr) bool {
+	for {
+		n, _, e := unix.Syscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&r.hdr)), unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+		switch e {
+		case 0:
+			r.n, r.flags = int(n), r.hdr.Flags
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false // wait until readable
+		}
+		r.err = os.NewSyscallError("recvmsg", e)
+		return true
+	}
 }

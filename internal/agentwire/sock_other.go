@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"syscall"
 
 	"github.com/rdmamgr/rdmamgr"
 )
@@ -27,3 +28,24 @@ func ReadPacket(c *net.UnixConn, buf []byte) ([]byte, error) { return nil, errPl
 
 // WritePacket fails: host agents need Linux.
 func WritePacket(c *net.UnixConn, pkt []byte) error { return errPlatform }
+
+// TryWritePacket fails: host agents need Linux.
+func TryWritePacket(rc syscall.RawConn, pkt []byte) (bool, error) { return false, errPlatform }
+
+// Sender fails: host agents need Linux.
+type Sender struct{}
+
+// NewSender fails: host agents need Linux.
+func NewSender(c *net.UnixConn) (*Sender, error) { return nil, errPlatform }
+
+// TryWrite fails: host agents need Linux.
+func (s *Sender) TryWrite(pkt []byte) (bool, error) { return false, errPlatform }
+
+// Receiver fails: host agents need Linux.
+type Receiver struct{}
+
+// NewReceiver fails: host agents need Linux.
+func NewReceiver(c *net.UnixConn, buf []byte) (*Receiver, error) { return nil, errPlatform }
+
+// Read fails: host agents need Linux.
+func (r *Receiver) Read() ([]byte, error) { return nil, errPlatform }

@@ -112,3 +112,176 @@ func TestSocket(t *testing.T) {
 		t.Fatal("dialled a closed agent")
 	}
 }
+
+// TryWritePacket writes whole packets while the socket takes them, says
+// false (writing nothing) once its buffer is full, true again once the
+// reader made room, and fails on a closed socket; packets keep their
+// bounds and order.
+func TestTryWritePacket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	l, err := Listen(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := Dial(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := l.AcceptUnix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkt := make([]byte, 1000)
+	sent := 0
+	for ; sent < 1<<20; sent++ {
+		pkt[0], pkt[1] = byte(sent), byte(sent>>8)
+		ok, err := TryWritePacket(rc, pkt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+	}
+	if sent == 0 || sent == 1<<20 {
+		t.Fatalf("%d packets before the socket was full", sent)
+	}
+	buf := make([]byte, MaxPacket)
+	for i := 0; i < sent; i++ {
+		got, err := ReadPacket(s, buf)
+		if err != nil || len(got) != 1000 || int(got[0])|int(got[1])<<8 != i&0xffff {
+			t.Fatalf("packet %d: %d bytes, %v", i, len(got), err)
+		}
+	}
+	if ok, err := TryWritePacket(rc, pkt); !ok || err != nil {
+		t.Fatalf("TryWritePacket once the reader made room: %v, %v", ok, err)
+	}
+	if got, err := ReadPacket(s, buf); err != nil || len(got) != 1000 {
+		t.Fatalf("last packet: %d bytes, %v", len(got), err)
+	}
+	s.Close()
+	if ok, err := TryWritePacket(rc, pkt); ok || err == nil {
+		t.Fatalf("TryWritePacket on a socket whose peer closed: %v, %v", ok, err)
+	}
+}
+
+// The hot path allocates nothing: a Sender's write, a Receiver's read,
+// and decoding a post batch into a reused slice whose strings repeat.
+func TestHotPathAllocs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	l, err := Listen(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := Dial(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := l.AcceptUnix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	snd, err := NewSender(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv, err := NewReceiver(s, make([]byte, MaxPacket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b Batch
+	b.Start(TypePost)
+	p := posts()[1]
+	if err := b.AddPost(&p); err != nil {
+		t.Fatal(err)
+	}
+	pkt := b.Packet()
+	var posts []Post
+	allocs := testing.AllocsPerRun(200, func() {
+		if ok, err := snd.TryWrite(pkt); !ok || err != nil {
+			t.Fatalf("TryWrite: %v, %v", ok, err)
+		}
+		got, err := rcv.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if posts, err = DecodePosts(got, posts); err != nil || len(posts) != 1 || posts[0].FarAgent != p.FarAgent {
+			t.Fatalf("DecodePosts: %v", err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per packet, want 0", allocs)
+	}
+	// A Receiver's read keeps ReadPacket's checks: a packet larger than
+	// its buffer (truncated) and EOF are refused.
+	small, err := NewReceiver(s, make([]byte, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WritePacket(c, make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := small.Read(); !errors.Is(err, rdmamgr.ErrProtocol) {
+		t.Fatalf("Read of a truncated packet: %v", err)
+	}
+	c.Close()
+	if _, err := rcv.Read(); !errors.Is(err, rdmamgr.ErrProtocol) {
+		t.Fatalf("Read at EOF: %v", err)
+	}
+}
+
+// BenchmarkPacketRoundTrip is an 8-byte packet there and back over the
+// attach socket between two goroutines (each read waits in the poller):
+// the floor of what the hop between a process and its agent adds to an
+// operation (one such round trip per operation: a post there, a done back).
+//
+//	go test -run - -bench PacketRoundTrip ./internal/agentwire
+func BenchmarkPacketRoundTrip(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "agent.sock")
+	l, err := Listen(path, 0o600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	c, err := Dial(context.Background(), path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	s, err := l.AcceptUnix()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	go func() { // echo
+		r, _ := NewReceiver(s, make([]byte, MaxPacket))
+		for {
+			p, err := r.Read()
+			if err != nil || WritePacket(s, p) != nil {
+				return
+			}
+		}
+	}()
+	r, _ := NewReceiver(c, make([]byte, MaxPacket))
+	snd, _ := NewSender(c)
+	pkt := make([]byte, 8)
+	b.ResetTimer()
+	for range b.N {
+		if ok, err := snd.TryWrite(pkt); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+		if _, err := r.Read(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -114,16 +114,23 @@ func (d *decoder) u64() uint64 {
 }
 
 // str reads a string of a u8 length, checked by checkText.
-func (d *decoder) str(what string) string {
+func (d *decoder) str(what string) string { return d.strAs(what, "") }
+
+// strAs is str, returning prev (no allocation) when the text is prev's.
+func (d *decoder) strAs(what, prev string) string {
 	p := d.take(int(d.u8()))
 	if d.err != nil {
 		return ""
 	}
-	if err := checkText(what, string(p), MaxAddr); err != nil {
+	s := prev
+	if string(p) != prev {
+		s = string(p)
+	}
+	if err := checkText(what, s, MaxAddr); err != nil {
 		d.err = err
 		return ""
 	}
-	return string(p)
+	return s
 }
 
 // head checks the type byte.

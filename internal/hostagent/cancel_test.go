@@ -70,11 +70,14 @@ func TestCancelWhilePosting(t *testing.T) {
 		t.Fatal(err)
 	}
 	fr.hook = func() { p.cancel(9, rdmamgr.ErrClosed) }
-	if !o.startFast() {
+	pfr, ok := o.prepareFast()
+	if !ok || pfr == nil {
 		t.Fatal("not posted")
 	}
+	o.postOn(pfr)
 	p.mu.Lock()
-	left, out := len(p.ops), p.out
+	// No socket here: the done waits for the writer (wout), as on a full one.
+	left, out := len(p.ops), append(append([]agentwire.Done(nil), p.wout...), p.out...)
 	p.mu.Unlock()
 	if left != 0 || len(out) != 1 || out[0].Code != uint32(backend.Code(rdmamgr.ErrClosed)) {
 		t.Fatalf("cancelled while posting: %d in flight, dones %+v", left, out)

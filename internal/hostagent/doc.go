@@ -39,9 +39,13 @@
 //     (held by a local reference for the operation's life), whose Via
 //     names the target process at the far agent and whose Origin is the
 //     process's manager id; done answers each once it completed (batched:
-//     one write per batch). A cancel cancels it on the route. The reader
+//     one write per batch; the completing goroutine writes it when nobody
+//     else is writing, never waiting on the socket: should it be full, the
+//     process's writer goroutine takes over). A cancel cancels it on the route. The reader
 //     posts itself when the proxy and the route are there and nothing is
-//     queued before (no hand-off); else the process's poster does, in order.
+//     queued before (no hand-off; a packet's run of such posts on one far
+//     route as one chain, backend.ListPoster: one write on the
+//     connection); else the process's poster does, in order.
 //   - Events and messages for an attached process (the TCP server's
 //     Inbox(via)): a PutWithImm's event goes over the process's shm route
 //     as a notice (no copy: the bytes are in place) naming the far process

@@ -115,12 +115,64 @@ func (p *proc) drainPosts(err error) {
 
 // start maps the local memory, takes the far route and posts. A failure
 // before Post reports the operation at once.
-func (o *op) start() { o.run(true) }
+func (o *op) start() {
+	if fr, _ := o.prepare(true); fr != nil {
+		o.postOn(fr)
+	}
+}
 
-// startFast is start when the local region's proxy and the far route are
-// there already: it reports false, having done nothing, when it would
+// prepareFast is prepare when the local region's proxy and the far route
+// are there already: it reports false, having done nothing, when it would
 // have to wait for a mapping or a route setup.
-func (o *op) startFast() bool { return o.run(false) }
+func (o *op) prepareFast() (backend.Route, bool) { return o.prepare(false) }
+
+// postOn posts the prepared operation on its far route fr.
+func (o *op) postOn(fr backend.Route) {
+	if err := fr.Post(&o.wr); err != nil {
+		o.finish(o.causeOr(err))
+		return
+	}
+	o.posted(fr)
+}
+
+// posted passes on a cancel that may have come while the operation was
+// being posted: it may have reached the route before Post did (ignored
+// there): cancel is RequestCancel, then a look at o.route, so either it
+// saw the route after Post or the cause is seen here.
+func (o *op) posted(fr backend.Route) {
+	if o.wr.CancelCause() != nil {
+		fr.Cancel(&o.wr)
+	}
+}
+
+// postList posts prepared operations, in order, on their far route fr:
+// in one chain (one write on the connection) when fr takes chains.
+func postList(fr backend.Route, ops []*op, wrs []*backend.WorkRequest) []*backend.WorkRequest {
+	lp, ok := fr.(backend.ListPoster)
+	if !ok || len(ops) == 1 {
+		for _, o := range ops {
+			o.postOn(fr)
+		}
+		return wrs
+	}
+	wrs = wrs[:0]
+	for _, o := range ops {
+		wrs = append(wrs, &o.wr)
+	}
+	for i := 0; i < len(wrs); {
+		n, err := lp.PostList(wrs[i:])
+		for _, o := range ops[i : i+n] {
+			o.posted(fr)
+		}
+		i += n
+		if i < len(wrs) { // wrs[i] was not posted: err says why
+			ops[i].finish(ops[i].causeOr(err))
+			i++
+		}
+	}
+	clear(wrs)
+	return wrs
+}
 
 // local is the proxy the operation's local memory is: the agent reads the
 // process's memory (Put, PutWithImm, Send) or writes it (Get).
@@ -131,9 +183,11 @@ func (o *op) need() buffer.Access {
 	return buffer.AccessRead
 }
 
-// run is start; with slow false it stops (false) before anything that
-// waits.
-func (o *op) run(slow bool) bool {
+// prepare maps the local memory and takes the far route; it returns the
+// route to post on, or nil when the operation was reported already (a
+// failure, a cancel). With slow false it stops (nil, false) before
+// anything that waits.
+func (o *op) prepare(slow bool) (backend.Route, bool) {
 	p, post := o.p, &o.post
 	var h buffer.Buffer
 	var fr backend.Route
@@ -146,21 +200,21 @@ func (o *op) run(slow bool) bool {
 		fr, farID = p.a.cachedFar(post.FarAgent)
 	}
 	if !slow && (err != nil || fr == nil || (h.Region == 0 && !post.Op.Atomic())) {
-		return false
+		return nil, false
 	}
 	if err := o.wr.CancelCause(); err != nil {
 		o.finish(err)
-		return true
+		return nil, true
 	}
 	select {
 	case <-p.dead:
 		o.finish(p.endErr)
-		return true
+		return nil, true
 	default:
 	}
 	if err != nil {
 		o.finish(err)
-		return true
+		return nil, true
 	}
 	if (h.Region == 0 && !post.Op.Atomic()) || fr == nil {
 		// The first mapping of a region and the far route's setup are
@@ -171,13 +225,13 @@ func (o *op) run(slow bool) bool {
 		if h.Region == 0 && !post.Op.Atomic() {
 			if h, err = p.proxyOf(ctx, post.Local.Region, post.Local.Key, o.need()); err != nil {
 				o.finish(o.causeOr(err))
-				return true
+				return nil, true
 			}
 		}
 		if fr == nil {
 			if fr, farID, err = p.a.farRoute(ctx, post.FarAgent); err != nil {
 				o.finish(o.causeOr(err))
-				return true
+				return nil, true
 			}
 		}
 	}
@@ -188,17 +242,17 @@ func (o *op) run(slow bool) bool {
 		// process's route; the next one asks the target afresh.
 		o.finish(fmt.Errorf("hostagent: post %d names slot %d of agent %016x at %s, which is agent %016x now: %w",
 			post.WRID, post.Via, post.FarAgentID, post.FarAgent, farID, rdmamgr.ErrPeerGone))
-		return true
+		return nil, true
 	}
 	wr := &o.wr
 	if !post.Op.Atomic() {
 		if h, err = h.Slice(post.Local.Offset, post.Local.Length); err != nil {
 			o.finish(err)
-			return true
+			return nil, true
 		}
 		if o.ref, err = p.a.reg.AcquireLocal(h); err != nil {
 			o.finish(err)
-			return true
+			return nil, true
 		}
 		wr.Local = o.ref.Bytes()
 	}
@@ -211,18 +265,7 @@ func (o *op) run(slow bool) bool {
 	o.mu.Lock()
 	o.route = fr
 	o.mu.Unlock()
-	if err := fr.Post(wr); err != nil {
-		o.finish(o.causeOr(err))
-		return true
-	}
-	// A cancel after the check above may have reached the route before
-	// Post did (ignored there): cancel is RequestCancel, then a look at
-	// o.route, so either it saw the route after Post or the cause is seen
-	// here.
-	if o.wr.CancelCause() != nil {
-		fr.Cancel(wr)
-	}
-	return true
+	return fr, true
 }
 
 // causeOr returns the cancel cause if one was set (an error that came
@@ -250,6 +293,7 @@ func (o *op) finish(err error) {
 	if p.ops[o.post.WRID] == o {
 		delete(p.ops, o.post.WRID)
 	}
+	p.out = append(p.out, d) // before opsDone: the writer's last flush sends it
 	if p.opsDone != nil && len(p.ops) == 0 {
 		select {
 		case <-p.opsDone:
@@ -257,8 +301,8 @@ func (o *op) finish(err error) {
 			close(p.opsDone)
 		}
 	}
+	p.sendLocked()
 	p.mu.Unlock()
-	p.queueDone(d)
 }
 
 // mapTimeout bounds what a post waits for before it is on the route: the

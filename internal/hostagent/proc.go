@@ -53,8 +53,13 @@ type proc struct {
 	opsDone chan struct{}
 	// proxies are its regions mapped as proxies, by its region id.
 	proxies map[uint64]*proxy
-	// out are the dones the writer sends next.
-	out []agentwire.Done
+	// out are the dones queued; wout the ones the send token's holder
+	// sends; writing: someone holds the token; stuck: a completing
+	// goroutine could not write and handed the token to the writer.
+	out, wout      []agentwire.Done
+	writing, stuck bool
+	wbatch         agentwire.Batch // the token holder's, inline
+	snd            *agentwire.Sender
 }
 
 func newProc(a *Agent, c *net.UnixConn, auth *agentwire.Auth, uid uint32, r backend.Route) *proc {
@@ -62,6 +67,7 @@ func newProc(a *Agent, c *net.UnixConn, auth *agentwire.Auth, uid uint32, r back
 		route: r, pr: r.(wiring.ProxyRoute), posts: make(chan *op, postQueue),
 		dead: make(chan struct{}), wake: make(chan struct{}, 1),
 		ops: make(map[uint64]*op), proxies: make(map[uint64]*proxy)}
+	p.snd, _ = agentwire.NewSender(c) // fails only on a closed conn: the writer's writes fail
 	p.ctx, p.stop = context.WithCancel(a.life)
 	p.pr.OnCut(p.onCut)
 	// run's three goroutines count from now: end may run (Close) before
@@ -90,11 +96,16 @@ func (p *proc) run() {
 
 // read reads posts and cancels until the socket ends or a packet is bad.
 func (p *proc) read() error {
-	buf := make([]byte, agentwire.MaxPacket)
+	rcv, err := agentwire.NewReceiver(p.conn, make([]byte, agentwire.MaxPacket))
+	if err != nil {
+		return fmt.Errorf("hostagent: pid %d: %v: %w", p.pid, err, rdmamgr.ErrPeerGone)
+	}
 	var posts []agentwire.Post
 	var cancels []uint64
+	var wrs []*backend.WorkRequest
+	var fast []*op // posted by this goroutine, on one far route
 	for {
-		pkt, err := agentwire.ReadPacket(p.conn, buf)
+		pkt, err := rcv.Read()
 		if err != nil {
 			return fmt.Errorf("hostagent: pid %d: %v: %w", p.pid, err, rdmamgr.ErrPeerGone)
 		}
@@ -107,25 +118,48 @@ func (p *proc) read() error {
 			if posts, err = agentwire.DecodePosts(pkt, posts); err != nil {
 				return err
 			}
+			// In order: straight onto the route when nothing waits for
+			// the poster and nothing needs waiting for (a run of them on
+			// one route posted as one chain), else behind what the
+			// poster has.
+			var ffr backend.Route
 			for i := range posts {
 				o, err := p.newOp(&posts[i])
 				if err != nil {
+					if len(fast) > 0 {
+						postList(ffr, fast, wrs)
+					}
 					return err
 				}
 				if o.refused != nil {
 					o.finish(o.refused)
 					continue
 				}
-				// In order: straight onto the route when nothing waits
-				// for the poster and nothing needs waiting for, else
-				// behind what the poster has.
-				if p.queued.Load() == 0 && o.startFast() {
-					continue
+				if p.queued.Load() == 0 {
+					if fr, ok := o.prepareFast(); ok {
+						if fr != nil {
+							if ffr != fr && len(fast) > 0 {
+								wrs = postList(ffr, fast, wrs)
+								fast = fast[:0]
+							}
+							ffr, fast = fr, append(fast, o)
+						}
+						continue
+					}
+				}
+				if len(fast) > 0 {
+					wrs = postList(ffr, fast, wrs)
+					fast = fast[:0]
 				}
 				if err := p.enqueue(o); err != nil {
 					return err
 				}
 			}
+			if len(fast) > 0 {
+				wrs = postList(ffr, fast, wrs)
+			}
+			clear(fast)
+			fast = fast[:0]
 		case agentwire.TypeCancel:
 			if cancels, err = agentwire.DecodeCancels(pkt, cancels); err != nil {
 				return err
@@ -168,39 +202,141 @@ func (p *proc) enqueue(o *op) error {
 	}
 }
 
-// writer sends the dones queued, one batch per packet, until the process
-// is gone and every done was sent.
+// writer sends the dones a completing goroutine could not (the socket
+// was full: it handed over the send token), until the process is gone and
+// every done was sent. Whoever holds the token (p.writing) sends: a
+// completing goroutine inline, without waiting on the socket, or this
+// goroutine, which may wait.
 func (p *proc) writer() {
 	defer p.loops.Done()
 	var b agentwire.Batch
-	var out []agentwire.Done
 	for {
-		p.mu.Lock()
-		out, p.out = p.out, out[:0]
-		p.mu.Unlock()
-		if len(out) == 0 {
-			select {
-			case <-p.wake:
-				continue
-			case <-p.dead:
-				// end waits for every op before closing the socket's
-				// write side: send what came meanwhile, then stop.
+		select {
+		case <-p.wake:
+		case <-p.dead:
+			// end waits for every op before closing the socket's write
+			// side: once the token is free (or ours), send what is left.
+			p.mu.Lock()
+			done := p.opsDone
+			p.mu.Unlock()
+			<-done
+			for {
 				p.mu.Lock()
-				done := p.opsDone
+				if p.stuck || !p.writing {
+					p.stuck, p.writing = false, true
+					p.wout = append(p.wout, p.out...)
+					p.out = p.out[:0]
+					p.mu.Unlock()
+					p.flush(&b, p.wout)
+					return
+				}
 				p.mu.Unlock()
-				<-done
-				p.mu.Lock()
-				out, p.out = p.out, nil
-				p.mu.Unlock()
-				p.flush(&b, out)
-				return
+				<-p.wake // the holder kicks when it lets go while dead
 			}
 		}
-		if !p.flush(&b, out) {
+		p.mu.Lock()
+		if !p.stuck {
+			p.mu.Unlock()
+			continue
+		}
+		p.stuck = false // the token is ours
+		failed := false
+		for len(p.wout) > 0 {
+			p.mu.Unlock()
+			ok := p.flush(&b, p.wout)
+			p.mu.Lock()
+			if !ok {
+				failed = true
+				break
+			}
+			p.wout, p.out = p.out, p.wout[:0]
+		}
+		p.wout = p.wout[:0]
+		p.writing = false
+		p.kickIfDead()
+		p.mu.Unlock()
+		if failed {
 			p.end(fmt.Errorf("hostagent: pid %d: write failed: %w", p.pid, rdmamgr.ErrPeerGone))
 		}
 	}
 }
+
+// kickIfDead wakes the writer's last flush when the token is let go
+// after the process started going. Called with p.mu held.
+func (p *proc) kickIfDead() {
+	if p.opsDone == nil {
+		return
+	}
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sendLocked sends the dones queued, inline, unless someone sends already
+// (they send these too): it takes the send token and writes batches
+// without waiting on the socket until none is queued; should the socket
+// be full, the token and the dones not sent go to the writer goroutine.
+// Called and returns with p.mu held.
+func (p *proc) sendLocked() {
+	if p.writing {
+		return
+	}
+	p.writing = true
+	for len(p.out) > 0 {
+		p.wout, p.out = p.out, p.wout[:0]
+		p.mu.Unlock()
+		n := p.tryFlush(p.wout)
+		p.mu.Lock()
+		if n < len(p.wout) { // the socket is full, or failed: the writer meets its error
+			p.wout = append(p.wout[:0], p.wout[n:]...)
+			p.stuck = true // the token stays taken: the writer's now
+			select {
+			case p.wake <- struct{}{}:
+			default:
+			}
+			return
+		}
+		p.wout = p.wout[:0]
+	}
+	p.writing = false
+	p.kickIfDead()
+}
+
+// tryFlush sends out in batches without waiting on the socket; it returns
+// how many dones went (fewer when the socket is full or failed).
+func (p *proc) tryFlush(out []agentwire.Done) int {
+	if p.snd == nil || (testHookSocketFull != nil && testHookSocketFull()) {
+		return 0
+	}
+	b := &p.wbatch
+	sent := 0
+	for sent < len(out) {
+		b.Start(agentwire.TypeDone)
+		n := 0
+		for _, d := range out[sent:] {
+			err := b.AddDone(d)
+			if errors.Is(err, agentwire.ErrFull) {
+				break
+			}
+			if err != nil {
+				p.a.log.Error("done not encodable", "err", err)
+			}
+			n++
+		}
+		if b.Count() > 0 {
+			if ok, err := p.snd.TryWrite(b.Packet()); err != nil || !ok {
+				return sent
+			}
+		}
+		sent += n
+	}
+	return sent
+}
+
+// testHookSocketFull, when set by a test and true, makes an inline send
+// find the socket full (the writer goroutine then sends).
+var testHookSocketFull func() bool
 
 // flush sends out in batches; false if the socket failed.
 func (p *proc) flush(b *agentwire.Batch, out []agentwire.Done) bool {
@@ -227,17 +363,6 @@ func (p *proc) flush(b *agentwire.Batch, out []agentwire.Done) bool {
 		}
 	}
 	return send()
-}
-
-// queueDone queues a done for the writer.
-func (p *proc) queueDone(d agentwire.Done) {
-	p.mu.Lock()
-	p.out = append(p.out, d)
-	p.mu.Unlock()
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
 }
 
 // end makes the process go (once): its slot is dropped, its operations
