@@ -44,9 +44,11 @@ func (lr *LocalRun) Next(b *buffer.Buffer, dst *Ref) bool {
 
 // Acquire is AcquireLocalOf(b); want is how many handles the chain may
 // still resolve, this one included: when b's region is not the last one's,
-// that many references to it are taken at once.
+// that many references to it are taken at once. A proxy region's handles
+// (RegisterProxy) each take the registry's way, gate included: no
+// reference to a proxy is spare, so none skips its owner's word.
 func (lr *LocalRun) Acquire(b *buffer.Buffer, want int64) (Ref, error) {
-	if r := lr.r; r != nil && b.Region == r.id && b.OwnerID == lr.g.ownerID && r.key.Equal(b.Key) &&
+	if r := lr.r; r != nil && r.gate == nil && b.Region == r.id && b.OwnerID == lr.g.ownerID && r.key.Equal(b.Key) &&
 		buffer.CheckRange(uint64(len(r.mem)), b.Offset, b.Length) == nil {
 		if lr.spare > 0 || r.enterN(max(want, 1)) {
 			if lr.spare == 0 {
@@ -62,7 +64,7 @@ func (lr *LocalRun) Acquire(b *buffer.Buffer, want int64) (Ref, error) {
 		return ref, err
 	}
 	lr.r = ref.r
-	if want > 1 && lr.r.enterN(want-1) {
+	if want > 1 && lr.r.gate == nil && lr.r.enterN(want-1) {
 		lr.spare = want - 1
 	}
 	return ref, nil
@@ -93,12 +95,13 @@ func (r *Region) enterN(n int64) bool {
 }
 
 // ReleaseAll releases every Ref of refs, as Release on each would, and
-// zeroes them: the local references to one region next to each other in
-// refs are dropped with one atomic operation.
+// zeroes them: the local references to one region (not a proxy, whose
+// gate each Ref leaves) next to each other in refs are dropped with one
+// atomic operation.
 func ReleaseAll(refs []Ref) {
 	for i := 0; i < len(refs); {
 		r := refs[i].r
-		if r == nil || refs[i].remote {
+		if r == nil || refs[i].remote || r.gate != nil {
 			refs[i].Release()
 			i++
 			continue
