@@ -79,3 +79,13 @@ func TestPostNeverWaitsOnTheSocket(t *testing.T) {
 		t.Fatal("bytes differ")
 	}
 }
+
+// An agent route says its completions are slow (backend.SlowCompleter):
+// queue pairs on it park their waits at once instead of spinning.
+func TestRouteSaysSlowCompletions(t *testing.T) {
+	x := newPair(t)
+	r := x.route(t)
+	if s, ok := r.(backend.SlowCompleter); !ok || !s.SlowCompletions() {
+		t.Fatalf("agent route %T: SlowCompleter %v", r, ok)
+	}
+}
