@@ -204,6 +204,16 @@ type ListPoster interface {
 	PostList(wrs []*WorkRequest) (n int, err error)
 }
 
+// SlowCompleter is an optional interface of a Route: SlowCompletions
+// reports true when its operations take long enough (hundreds of
+// microseconds: the host agent's relay) that a waiter should park at once
+// rather than spin for the outcome, which would only burn the waiter's
+// CPU. queuepair reads it once, when a queue pair is bound to the route;
+// a route without it is taken as fast (waits spin a little first).
+type SlowCompleter interface {
+	SlowCompletions() bool
+}
+
 // RouteStats are counters of a Route.
 type RouteStats struct {
 	Ops      uint64

@@ -28,6 +28,11 @@
 // messages come in posting order. Conformance: backendtest's
 // OrderAfterPuts.
 //
+// A Route may implement optional interfaces the queue pair on it uses:
+// ListPoster (a chain posted at the cost of one post) and SlowCompleter
+// (its operations take hundreds of microseconds: waiters park at once
+// instead of spinning).
+//
 // Contract: constructors do no I/O; Start begins it; Close is idempotent and
 // waits for the backend's goroutines. A work request is completed exactly
 // once, and only after the backend can no longer touch its local memory.

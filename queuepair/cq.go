@@ -20,6 +20,9 @@ import (
 // queue for the operations kept in flight (reaped ones free their slots).
 type CompletionQueue struct {
 	held atomic.Int64 // slots reserved by posted, not yet reaped, operations
+	// fast counts the held slots of operations on routes that are not
+	// slow (backend.SlowCompleter): Wait spins only while there are some.
+	fast atomic.Int64
 
 	mu       sync.Mutex
 	ring     []*WorkRequest // finished, in completion order; len is the capacity
@@ -123,6 +126,10 @@ func (cq *CompletionQueue) take(out []*WorkRequest) int {
 		if cq.head++; cq.head == len(cq.ring) {
 			cq.head = 0
 		}
+		if w.fast {
+			w.fast = false
+			cq.fast.Add(-1)
+		}
 		w.state.Store(stateDone) // reported: the caller's to re-arm
 		out[j] = w
 	}
@@ -139,14 +146,15 @@ func (cq *CompletionQueue) take(out []*WorkRequest) int {
 // package doc, "Errors"). It does not cancel anything. While operations
 // reporting into cq are in flight it spins a little (spinFor, yielding
 // its processor) before it parks: a completion that comes meanwhile costs
-// no wake-up.
+// no wake-up. Operations on slow routes (backend.SlowCompleter) are not
+// spun for.
 func (cq *CompletionQueue) Wait(ctx context.Context, out []*WorkRequest) (int, error) {
 	if len(out) == 0 {
 		return 0, nil
 	}
 	var spin spinner
 	for {
-		for cq.queued.Load() == 0 && cq.held.Load() > 0 && spin.more() {
+		for cq.queued.Load() == 0 && cq.fast.Load() > 0 && spin.more() {
 		}
 		spin.hit()
 		cq.mu.Lock()

@@ -42,7 +42,9 @@
 // with operations in flight spins for up to 50 µs, yielding its
 // processor, before it parks, where GOMAXPROCS is above 1: a completion
 // that comes meanwhile wakes no other thread; spins that run out make the
-// next waits park at once (spin.go). PostOps posts a chain of operations (any
+// next waits park at once (spin.go). Waits for operations on a route that
+// says its completions are slow (backend.SlowCompleter: the host agent's,
+// 200 µs and more) never spin: they park at once. PostOps posts a chain of operations (any
 // verb: Op carries Imm, HasImm, Compare and Swap) into caller-owned work
 // requests at the cost of one post: the route's backend.ListPoster when
 // it has one (one lock, one wake-up of its sender), a loop of posts

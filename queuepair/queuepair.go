@@ -37,6 +37,9 @@ type QueuePair struct {
 	relOnce sync.Once
 	cq      atomic.Pointer[CompletionQueue] // where operations posted now report
 	list    backend.ListPoster              // route's chain posting; nil: a loop of Post
+	// slow: the route's operations take long (backend.SlowCompleter):
+	// waits for them park at once, never spin.
+	slow bool
 	// near is the local region an operation was last posted from: the
 	// next one from it is resolved without the registry's lookup.
 	near atomic.Pointer[memreg.Region]
@@ -63,6 +66,9 @@ func newQueuePair(id, peerID uint64, route backend.Route, local qpbind.Resolver,
 	q := &QueuePair{id: id, peerID: peerID, route: route, local: local, timeout: opt.Timeout, onRel: opt.OnRelease, kind: opt.Kind,
 		obs: opt.Observer}
 	q.list, _ = route.(backend.ListPoster)
+	if s, ok := route.(backend.SlowCompleter); ok {
+		q.slow = s.SlowCompletions()
+	}
 	q.reg, _ = local.(*memreg.Registry)
 	coarseclock.Acquire() // deadlines; Release gives it back
 	return q
@@ -194,6 +200,9 @@ func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer
 			return false
 		}
 		w.cq = cq // a slot is w's until the cq's Poll hands it over
+		if w.fast = !q.slow; w.fast {
+			cq.fast.Add(1) // a Wait spins while such slots are held
+		}
 	}
 	if ch != nil && ch.entries > 0 {
 		ch.entries--

@@ -37,7 +37,10 @@ type WorkRequest struct {
 	// from its finish until that queue's Poll hands it over, w is
 	// stateQueued: re-arming w before is a caller bug (reset panics).
 	cq *CompletionQueue
-	id uint64 // Op.ID of the operation last posted on w
+	// fast: w holds a slot of a completion queue and its route is not
+	// slow (the queue's fast count has it until a Poll hands w over).
+	fast bool
+	id   uint64 // Op.ID of the operation last posted on w
 }
 
 // ID returns the Op.ID w was last posted with (PostOps, Submit); 0 for
@@ -282,6 +285,9 @@ func (w *WorkRequest) Err() error {
 // the same outcome.
 func (w *WorkRequest) Wait(ctx context.Context) error {
 	var spin spinner // spin.go: an outcome that comes soon costs no wake-up
+	if q := w.owner.Load(); q != nil && q.slow {
+		spin.off = true // its route is slow: park at once
+	}
 	for w.state.Load() == statePending && spin.more() {
 	}
 	spin.hit()

@@ -166,9 +166,10 @@ type attachment struct {
 	routes  map[*route]struct{}
 	posts   agentwire.Batch // records waiting to be sent
 	cancels agentwire.Batch
-	// writing: a goroutine sends (flushLocked); sendPosts and sendCancels
-	// are then its own, the batches it swapped out.
-	writing                bool
+	// writing: a goroutine holds the send token (flushLocked); sendPosts
+	// and sendCancels are then its own, the batches it swapped out.
+	// stuck: a poster met a full socket and handed the token to writer.
+	writing, stuck         bool
 	sendPosts, sendCancels agentwire.Batch
 	ended                  bool
 	err                    error // why it ended
@@ -179,8 +180,10 @@ type attachment struct {
 	// most from then. It is why it ended.
 	going error
 
-	done chan struct{}  // closed when ended and every op was failed
-	wg   sync.WaitGroup // the reader
+	snd  *agentwire.Sender // the token holder's writes that never wait (nil: conn closed)
+	kick chan struct{}     // a.stuck: the writer takes over (capacity 1)
+	done chan struct{}     // closed when ended and every op was failed
+	wg   sync.WaitGroup    // the reader and the writer
 }
 
 // inflight is one posted operation.
@@ -193,14 +196,16 @@ type inflight struct {
 
 func newAttachment(b *Backend, conn *net.UnixConn, w agentwire.Welcome) *attachment {
 	a := &attachment{b: b, conn: conn, w: w, ops: make(map[uint64]*inflight), routes: make(map[*route]struct{}),
-		done: make(chan struct{})}
+		kick: make(chan struct{}, 1), done: make(chan struct{})}
+	a.snd, _ = agentwire.NewSender(conn) // fails only on a closed conn: then writes fail
 	a.cond = sync.NewCond(&a.mu)
 	a.posts.Start(agentwire.TypePost)
 	a.cancels.Start(agentwire.TypeCancel)
 	a.sendPosts.Start(agentwire.TypePost)
 	a.sendCancels.Start(agentwire.TypeCancel)
-	a.wg.Add(1)
+	a.wg.Add(2)
 	go a.reader()
+	go a.writer()
 	return a
 }
 

@@ -30,7 +30,10 @@
 // atomics; PostList too) to our agent, naming the local memory by its
 // memreg region (id, key) and slice and the target by its slot at its
 // agent (via); records are batched, one packet per batch, in posting
-// order, and the agent posts them in order on its one route to the far
+// order (the poster writes the packet itself when nobody else is writing,
+// never waiting on the socket: should it be full, because the agent does
+// not read, the attachment's writer goroutine takes the packets over; a
+// PostList chain goes in one packet), and the agent posts them in order on its one route to the far
 // agent, which keeps RC's ordering. The route completes each request on
 // the agent's done (a refusal carries its code's sentinel), cancels
 // through the agent (the outcome is the cause unless it completed first)

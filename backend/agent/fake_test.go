@@ -55,6 +55,9 @@ type fakeAgent struct {
 	conns    map[*net.UnixConn]bool
 	hold     chan struct{} // non-nil: operations wait until it is closed
 	stubborn bool          // a held operation ignores cancels and our end
+	// stall, when set, stops its reading of the attach sockets until
+	// closed (their buffers fill: the process's writes would wait).
+	stall chan struct{}
 	// mangle, when set, replaces the next done batch's packet.
 	mangle func(pkt []byte) []byte
 	posted chan uint64 // each post's wrid as it arrives (buffered)
@@ -101,6 +104,10 @@ func (a *fakeAgent) kill() {
 	if a.hold != nil {
 		close(a.hold)
 		a.hold = nil
+	}
+	if a.stall != nil {
+		close(a.stall)
+		a.stall = nil
 	}
 	a.mu.Unlock()
 	a.wg.Wait()
@@ -299,6 +306,12 @@ func (a *fakeAgent) run(c *net.UnixConn, me uint64, buf []byte) error {
 	}()
 	var ids []uint64
 	for {
+		a.mu.Lock()
+		stall := a.stall
+		a.mu.Unlock()
+		if stall != nil {
+			<-stall
+		}
 		pkt, err := agentwire.ReadPacket(c, buf)
 		if err != nil {
 			return nil // the process detached or died

@@ -152,24 +152,41 @@ func (a *attachment) waitRoomLocked() {
 }
 
 // flushLocked sends the batched records, posts before cancels (a cancel
-// never precedes its post), a packet each, in the caller's goroutine: no
-// hand-off to a writer. While one goroutine sends, others add to the
-// batches and return; it sends what they added too before it stops.
-// Called with a.mu held, which it releases while it writes. A failed write
-// closes the socket: the reader then ends the attachment.
+// never precedes its post), a packet each, in the caller's goroutine,
+// without ever waiting on the socket: should the agent not read (its
+// socket's buffer full), the packets not sent and the send token go to
+// the attachment's writer goroutine, which may wait (a poster never
+// does). While one goroutine sends, others add to the batches and return;
+// it sends what they added too before it stops. Called with a.mu held,
+// which it releases while it writes. A failed write closes our write side
+// (goAwayLocked): the reader then ends the attachment.
 func (a *attachment) flushLocked() {
 	if a.writing {
 		return
 	}
 	a.writing = true
-	for !a.ended && a.going == nil && a.posts.Count()+a.cancels.Count() > 0 {
-		a.posts, a.sendPosts = a.sendPosts, a.posts
-		a.cancels, a.sendCancels = a.sendCancels, a.cancels
-		a.cond.Broadcast() // room in the batches
+	a.drainLocked(true)
+}
+
+// drainLocked sends, as the holder of the send token (a.writing), what
+// its send batches still hold, then what waits in the batches, until
+// nothing waits; then it gives the token back. inline (a poster's
+// goroutine), it stops at a full socket and hands the token to the
+// writer goroutine (a.stuck). Called and returns with a.mu held.
+func (a *attachment) drainLocked(inline bool) {
+	for !a.ended && a.going == nil {
+		if a.sendPosts.Count()+a.sendCancels.Count() == 0 {
+			if a.posts.Count()+a.cancels.Count() == 0 {
+				break
+			}
+			a.posts, a.sendPosts = a.sendPosts, a.posts
+			a.cancels, a.sendCancels = a.sendCancels, a.cancels
+			a.cond.Broadcast() // room in the batches
+		}
 		a.mu.Unlock()
-		err := a.write(&a.sendPosts)
-		if err == nil {
-			err = a.write(&a.sendCancels)
+		sent, err := a.write(&a.sendPosts, inline)
+		if err == nil && sent {
+			sent, err = a.write(&a.sendCancels, inline)
 		}
 		a.mu.Lock()
 		if err != nil {
@@ -183,22 +200,64 @@ func (a *attachment) flushLocked() {
 			a.goAwayLocked(fmt.Errorf("agent: write to the agent: %w", err))
 			break
 		}
+		if !sent { // the socket is full: the writer takes over
+			a.stuck = true
+			select {
+			case a.kick <- struct{}{}:
+			default:
+			}
+			return
+		}
 	}
-	a.writing = false
+	if a.sendPosts.Count()+a.sendCancels.Count() > 0 { // ended or going: never sent
+		a.sendPosts.Start(agentwire.TypePost)
+		a.sendCancels.Start(agentwire.TypeCancel)
+	}
+	a.writing, a.stuck = false, false
 	a.cond.Broadcast()
 }
 
-// write sends b's packet, if any, and empties b. Only the goroutine that
-// set a.writing calls it.
-func (a *attachment) write(b *agentwire.Batch) error {
+// writer sends what a poster could not (the socket was full) until the
+// attachment ends; it may wait on the socket (a failed write, or the
+// attachment's end closing the socket, ends the wait).
+func (a *attachment) writer() {
+	defer a.wg.Done()
+	for {
+		select {
+		case <-a.kick:
+		case <-a.done:
+			return
+		}
+		a.mu.Lock()
+		if a.stuck {
+			a.drainLocked(false)
+		}
+		a.mu.Unlock()
+	}
+}
+
+// write sends b's packet, if any, and empties b once sent. inline, it
+// does not wait: false when the socket is full (b kept). Only the holder
+// of the send token calls it.
+func (a *attachment) write(b *agentwire.Batch, inline bool) (bool, error) {
 	p := b.Packet()
 	if p == nil {
-		return nil
+		return true, nil
 	}
 	typ := p[0]
-	err := agentwire.WritePacket(a.conn, p)
+	if inline {
+		if a.snd == nil {
+			return false, nil // the writer meets the socket's error
+		}
+		if sent, err := a.snd.TryWrite(p); !sent || err != nil {
+			return sent, err
+		}
+	} else if err := agentwire.WritePacket(a.conn, p); err != nil {
+		b.Start(typ)
+		return false, err
+	}
 	b.Start(typ)
-	return err
+	return true, nil
 }
 
 // complete ends the operations of a done batch. A done for an operation
