@@ -252,6 +252,7 @@ func FuzzInitiatorInfo(f *testing.F) {
 	f.Add([]byte{2, 0, 1, 0})
 	f.Add([]byte{1})
 	f.Add(withTLS(encodeInitiatorInfo(2)))
+	f.Add(withAgent(encodeInitiatorInfo(2)))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		n, err := decodeInitiatorInfo(b)
 		if err != nil {
@@ -266,6 +267,9 @@ func FuzzInitiatorInfo(f *testing.F) {
 		enc := encodeInitiatorInfo(n)
 		if initiatorTLS(b) {
 			enc = withTLS(enc)
+		}
+		if initiatorAgent(b) {
+			enc = withAgent(enc)
 		}
 		if !bytes.Equal(enc, b) {
 			t.Fatalf("re-encoding differs: got %x, want %x", enc, b)
