@@ -57,3 +57,17 @@ func TestConformance(t *testing.T) {
 		Verbs:                    true,
 	})
 }
+
+// TestConformanceDevice runs the suite's device-memory variant over shm
+// (cudafake): exporting a region through CUDA IPC is later work, so the
+// owner refuses to map a device region (ErrNotSupported) and no byte of
+// it is touched as host memory.
+func TestConformanceDevice(t *testing.T) {
+	backendtest.RunDevice(t, backendtest.Factory{
+		NewBackend: func(t testing.TB, owner uint64) (backend.Backend, *memreg.Registry) {
+			return newBackend(t, owner, shm.Config{})
+		},
+		RouteSurvivesRemoteError: true,
+		Verbs:                    true,
+	})
+}
