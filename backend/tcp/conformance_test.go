@@ -58,7 +58,8 @@ func TestVerbsSmallChunks(t *testing.T) {
 }
 
 // TestConformanceDevice runs the suite's device-memory variant over TCP
-// (cudafake): TCP does not stage device memory yet, so it refuses it.
+// (cudafake): the owner serves Puts and Gets of its device memory
+// through staging.
 func TestConformanceDevice(t *testing.T) {
 	backendtest.RunDevice(t, backendtest.Factory{
 		NewBackend: func(t testing.TB, owner uint64) (backend.Backend, *memreg.Registry) {
@@ -73,6 +74,9 @@ func TestConformanceDevice(t *testing.T) {
 			}
 			return b, reg
 		},
+		WrongKeyErr:              rdmamgr.ErrBadKey,
+		RevokedErr:               rdmamgr.ErrRevoked,
+		DeviceRemote:             true,
 		RouteSurvivesRemoteError: true,
 		Verbs:                    true,
 	})
