@@ -1,6 +1,8 @@
 package actor
 
 import (
+	"bytes"
+	crand "crypto/rand"
 	"errors"
 	"strings"
 	"testing"
@@ -74,5 +76,54 @@ func TestDeviceBuffer(t *testing.T) {
 	}
 	if st := m.reg.Stats(); st.Regions != 0 {
 		t.Fatalf("regions left: %+v", st)
+	}
+}
+
+// TestDeviceBufferOverTCP: a peer's GPU buffer is written and read over
+// TCP (its owner stages it); a local GPU buffer is refused at the post
+// with ErrNotSupported (initiator-side staging is not built).
+func TestDeviceBufferOverTCP(t *testing.T) {
+	ctx := testCtx(t)
+	sys, a, b := newPair(t)
+	w := cudafake.NewWorld(cudafake.Config{})
+	da, db := w.Process(), w.Process()
+	t.Cleanup(func() { da.Close(); db.Close() })
+	a.SetCUDA(da, nil)
+	b.SetCUDA(db, nil)
+	const n = 2<<20 + 3
+	local := requestBuf(t, ctx, a.Client(), n, buffer.AccessReadWrite)
+	remote, err := NewClient(sys, b.PID()).RequestBuffer(ctx, n, buffer.AccessReadWrite, WithDevice(buffer.CUDA(0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp := requestQP(t, ctx, a, b.PID())
+	src := mustBytes(t, a, local)
+	crand.Read(src)
+	want := bytes.Clone(src)
+	if err := qp.Put(ctx, local, remote).Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clear(src)
+	if err := qp.Get(ctx, local, remote).Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(src, want) {
+		t.Fatal("put then get through a peer's device memory: bytes differ")
+	}
+	if st := w.Stats(); st.CopiesHtoD == 0 || st.CopiesDtoH == 0 || st.PageableCopies != 0 {
+		t.Fatalf("device copies %+v", st)
+	}
+	gpu, err := a.Client().RequestBuffer(ctx, n, buffer.AccessReadWrite, WithDevice(buffer.CUDA(0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.Put(ctx, gpu, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrNotSupported) {
+		t.Fatalf("put from a local device buffer: %v, want ErrNotSupported", err)
+	}
+	if err := qp.Get(ctx, gpu, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrNotSupported) {
+		t.Fatalf("get into a local device buffer: %v, want ErrNotSupported", err)
+	}
+	if err := NewClient(sys, b.PID()).ReleaseBuffer(ctx, remote); err != nil {
+		t.Fatal(err)
 	}
 }
