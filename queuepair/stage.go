@@ -1,0 +1,430 @@
+package queuepair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/cuda"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
+)
+
+// DeviceLocalRoute is implemented by a route (backend.Route) whose
+// backend moves a device local itself (shm through CUDA IPC): when
+// TakesDeviceLocal is true, a Put from or a Get into the caller's own
+// device memory is posted to it as is, with WorkRequest.Local nil and
+// LocalRegion a *memreg.DeviceSpan (the memory, valid until the request
+// completes). Every other route gets such an operation staged by the
+// queue pair (stage.go): read once when the queue pair is bound.
+type DeviceLocalRoute interface {
+	TakesDeviceLocal() bool
+}
+
+// Staging of device locals on routes that move host memory only: the
+// queue pair runs a Put from (Get into) a device region as a pipeline of
+// inner host operations through two pinned staging buffers. A Put copies
+// chunk k+1 from the device while the inner Put of chunk k is in flight;
+// a Get copies chunk k to the device while the inner Get of chunk k+1 is
+// in flight. Each queue pair has stageWorkers workers (goroutines, made on
+// its first staged operation and ended by Release), each with its own two
+// buffers (host regions of the local registry, pinned with HostRegister,
+// so every backend can post from them) and streams; staged operations
+// wait in a queue of stageQueue for a free worker (back-pressure as at the
+// route's in-flight limit).
+const (
+	stageWorkers = 2
+	stageQueue   = 64
+)
+
+// stageChunk is the size of one staging buffer (a test may shrink it
+// before the queue pair's first staged operation).
+var stageChunk = uint64(cuda.StageChunk)
+
+// stageSet is a queue pair's staging workers.
+type stageSet struct {
+	mu      sync.Mutex
+	ops     chan *WorkRequest // made with the workers
+	workers []*stageWorker
+	ready   atomic.Bool // workers made (read by cancel)
+	wg      sync.WaitGroup
+	closed  bool
+}
+
+// stageWorker runs one staged operation at a time.
+type stageWorker struct {
+	q     *QueuePair
+	cur   atomic.Pointer[WorkRequest] // the operation it runs (cancel's target)
+	kick  chan struct{}               // capacity 1: cur may have been cancelled
+	done  chan int                    // capacity 2: the slot whose inner op completed
+	slots [2]stageSlot
+	d     cuda.Driver // what the slots are pinned and their streams made in
+	ctx   cuda.Context
+	err   error // the pipeline's first error
+}
+
+// stageSlot is one staging buffer, its stream and its inner operation.
+type stageSlot struct {
+	k      *stageWorker
+	i      int
+	buf    buffer.Buffer
+	ref    memreg.Ref
+	mem    []byte
+	pinned bool
+	stream cuda.Stream
+	inner  backend.WorkRequest
+	busy   bool  // inner in flight (the worker's)
+	res    error // inner's outcome, written before done says so
+}
+
+// Complete implements backend.Completer for the slot's inner operation.
+func (s *stageSlot) Complete(_ *backend.WorkRequest, err error) {
+	s.res = err
+	s.k.done <- s.i
+}
+
+// prepareDevice is prepare's resolution of a local that says it is in
+// device memory (local.Location): true when w is ready to post (staged or
+// not), false when it was finished.
+func (q *QueuePair) prepareDevice(w *WorkRequest, op backend.Op, local *buffer.Buffer) bool {
+	ref, err := q.reg.AcquireLocalAny(local)
+	if err != nil {
+		if errors.Is(err, rdmamgr.ErrInvalid) {
+			err = fmt.Errorf("%w: %w", rdmamgr.ErrNotLocal, err)
+		}
+		w.finish(fmt.Errorf("%s: %w", op, err))
+		return false
+	}
+	w.ref = ref // released by finish
+	span, ok := ref.Device()
+	if !ok { // host memory after all
+		w.wr.LocalRegion = ref.Region()
+		w.wr.Local = ref.Bytes()
+		return true
+	}
+	if op != backend.OpWrite && op != backend.OpRead {
+		w.finish(fmt.Errorf("%s from device memory (only Put and Get are staged): %w", op, rdmamgr.ErrNotSupported))
+		return false
+	}
+	if q.devLocal {
+		w.dev = span
+		w.wr.LocalRegion = &w.dev
+		return true
+	}
+	w.staged.Store(true)
+	return true
+}
+
+// stagePost hands a prepared staged w to a worker, waiting for room in
+// the queue under ctx (nil: none) and w's deadline.
+func (q *QueuePair) stagePost(w *WorkRequest, ctx context.Context) {
+	if !q.ready(w) {
+		return
+	}
+	s := &q.stage
+	if !s.ready.Load() {
+		if err := q.startStage(); err != nil {
+			w.finish(fmt.Errorf("%s %d bytes: %w", w.wr.Op, w.size(), err))
+			return
+		}
+	}
+	select {
+	case s.ops <- w:
+		return
+	default:
+	}
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
+	}
+	t := time.NewTimer(time.Until(w.wr.Deadline))
+	defer t.Stop()
+	select {
+	case s.ops <- w:
+	case <-done:
+		w.finish(fmt.Errorf("%s %d bytes: waiting for a staging buffer: %w", w.wr.Op, w.size(), ctxCause(ctx)))
+	case <-t.C:
+		w.finish(fmt.Errorf("%s %d bytes: waiting for a staging buffer: %w", w.wr.Op, w.size(), rdmamgr.ErrDeadline))
+	}
+}
+
+// startStage makes the workers once.
+func (q *QueuePair) startStage() error {
+	s := &q.stage
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return rdmamgr.ErrReleased
+	}
+	if s.ready.Load() {
+		return nil
+	}
+	s.ops = make(chan *WorkRequest, stageQueue)
+	for range stageWorkers {
+		k := &stageWorker{q: q, kick: make(chan struct{}, 1), done: make(chan int, 2)}
+		for i := range k.slots {
+			k.slots[i].k, k.slots[i].i = k, i
+		}
+		s.workers = append(s.workers, k)
+		s.wg.Add(1)
+		go k.loop(s.ops, &s.wg)
+	}
+	s.ready.Store(true)
+	return nil
+}
+
+// cancel wakes the worker running w (one that has not picked it up yet
+// sees its cause when it does).
+func (s *stageSet) cancel(w *WorkRequest) {
+	if !s.ready.Load() {
+		return
+	}
+	for _, k := range s.workers {
+		if k.cur.Load() == w {
+			select {
+			case k.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// close ends the workers (every staged operation finished: Release
+// drained the queue pair) and frees their buffers; idempotent.
+func (s *stageSet) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.closed = true
+	if !s.ready.Load() {
+		return
+	}
+	close(s.ops)
+	s.wg.Wait()
+}
+
+func (k *stageWorker) loop(ops <-chan *WorkRequest, wg *sync.WaitGroup) {
+	defer wg.Done()
+	defer k.unbind()
+	for w := range ops {
+		k.run(w)
+	}
+}
+
+// run carries out staged w and finishes it.
+func (k *stageWorker) run(w *WorkRequest) {
+	select { // a stale kick, for an operation that ended
+	case <-k.kick:
+	default:
+	}
+	k.cur.Store(w) // then the cause: a cancel sees one or the other
+	err := w.wr.CancelCause()
+	if err == nil && !w.wr.Deadline.IsZero() && time.Now().After(w.wr.Deadline) {
+		err = fmt.Errorf("waiting for a staging buffer: %w", rdmamgr.ErrDeadline)
+	}
+	span, _ := w.ref.Device()
+	if err == nil {
+		err = k.bind(span.Driver, span.Ctx)
+	}
+	if err == nil {
+		k.err = nil
+		if w.wr.Op == backend.OpWrite {
+			k.put(w, span)
+		} else {
+			k.get(w, span)
+		}
+		k.drain(w)
+		err = k.err
+	}
+	k.cur.Store(nil)
+	if err != nil {
+		err = fmt.Errorf("%s %d bytes (staged from device memory): %w", w.wr.Op, w.size(), err)
+	}
+	w.finish(err) // every inner op and copy finished: reported means finished
+}
+
+// put: device to staging buffer, chunk k+1's copy overlapping chunk k's
+// inner Put.
+func (k *stageWorker) put(w *WorkRequest, span memreg.DeviceSpan) {
+	chunk := uint64(len(k.slots[0].mem))
+	n := span.Len
+	chunks := (n + chunk - 1) / chunk
+	k.fail(k.copyOut(span, 0, chunk))
+	for c := uint64(0); c < chunks && k.err == nil; c++ {
+		s := &k.slots[c%2]
+		k.fail(k.d.StreamSynchronize(k.ctx, s.stream))
+		if k.check(w); k.err != nil {
+			break
+		}
+		off := c * chunk
+		k.post(w, s, backend.OpWrite, off, min(chunk, n-off))
+		if c+1 < chunks {
+			k.await(w, &k.slots[(c+1)%2]) // its inner Put (chunk c-1) finished
+			if k.err == nil {
+				k.fail(k.copyOut(span, c+1, chunk))
+			}
+		}
+	}
+}
+
+// copyOut queues chunk c's copy from the device into its slot.
+func (k *stageWorker) copyOut(span memreg.DeviceSpan, c, chunk uint64) error {
+	s := &k.slots[c%2]
+	off := c * chunk
+	return k.d.CopyDtoH(k.ctx, s.mem[:min(chunk, span.Len-off)], span.Ptr+cuda.DevicePtr(off), s.stream)
+}
+
+// get: inner Gets into the staging buffers, chunk k's copy to the device
+// overlapping chunk k+1's inner Get.
+func (k *stageWorker) get(w *WorkRequest, span memreg.DeviceSpan) {
+	chunk := uint64(len(k.slots[0].mem))
+	n := span.Len
+	chunks := (n + chunk - 1) / chunk
+	for c := uint64(0); c < min(chunks, 2) && k.err == nil; c++ {
+		off := c * chunk
+		k.post(w, &k.slots[c], backend.OpRead, off, min(chunk, n-off))
+	}
+	for c := uint64(0); c < chunks && k.err == nil; c++ {
+		s := &k.slots[c%2]
+		if k.await(w, s); k.err != nil {
+			break
+		}
+		off := c * chunk
+		k.fail(k.d.CopyHtoD(k.ctx, span.Ptr+cuda.DevicePtr(off), s.mem[:min(chunk, n-off)], s.stream))
+		if c+2 < chunks && k.err == nil {
+			k.fail(k.d.StreamSynchronize(k.ctx, s.stream)) // the buffer is free again
+			if k.check(w); k.err == nil {
+				off = (c + 2) * chunk
+				k.post(w, s, backend.OpRead, off, min(chunk, n-off))
+			}
+		}
+	}
+}
+
+// post posts the inner operation of slot s: m bytes at off of w's remote.
+func (k *stageWorker) post(w *WorkRequest, s *stageSlot, op backend.Op, off, m uint64) {
+	in := &s.inner
+	in.Reset()
+	in.Op, in.Local, in.LocalRegion = op, s.mem[:m], s.ref.Region()
+	in.Remote = w.wr.Remote
+	in.Remote.Offset += off
+	in.Remote.Length = m
+	in.Deadline, in.Done = w.wr.Deadline, s
+	s.busy = true
+	if err := k.q.route.Post(in); err != nil {
+		s.busy = false
+		k.fail(err)
+	}
+}
+
+// await waits until slot s's inner operation finished (each other one
+// that finishes meanwhile is taken in too), cancelling what is in flight
+// once w is cancelled or an inner operation failed.
+func (k *stageWorker) await(w *WorkRequest, s *stageSlot) {
+	for s.busy {
+		select {
+		case i := <-k.done:
+			o := &k.slots[i]
+			o.busy = false
+			k.fail(o.res)
+		case <-k.kick:
+			k.check(w)
+		}
+	}
+}
+
+// check fails the pipeline with w's cancel cause, if it has one.
+func (k *stageWorker) check(w *WorkRequest) {
+	if c := w.wr.CancelCause(); c != nil {
+		k.fail(c)
+	}
+}
+
+// fail records the pipeline's first error (err nil: none) and cancels the
+// inner operations in flight.
+func (k *stageWorker) fail(err error) {
+	if err == nil || k.err != nil {
+		return
+	}
+	k.err = err
+	for i := range k.slots {
+		if s := &k.slots[i]; s.busy && s.inner.RequestCancel(err) {
+			k.q.route.Cancel(&s.inner)
+		}
+	}
+}
+
+// drain waits for every inner operation and both streams.
+func (k *stageWorker) drain(w *WorkRequest) {
+	for i := range k.slots {
+		k.await(w, &k.slots[i])
+	}
+	for i := range k.slots {
+		k.fail(k.d.StreamSynchronize(k.ctx, k.slots[i].stream))
+	}
+}
+
+// bind readies the slots for driver d's context ctx: buffers allocated
+// in the local registry and pinned, streams made (once; again only for
+// another driver or context).
+func (k *stageWorker) bind(d cuda.Driver, ctx cuda.Context) error {
+	if k.d == d && k.ctx == ctx {
+		return nil
+	}
+	k.unbind()
+	k.d, k.ctx = d, ctx
+	for i := range k.slots {
+		s := &k.slots[i]
+		b, err := k.q.reg.Allocate(stageChunk, buffer.AccessReadWrite)
+		if err != nil {
+			k.unbind()
+			return fmt.Errorf("staging buffer: %w", err)
+		}
+		s.buf = b
+		if s.ref, err = k.q.reg.AcquireLocal(b); err != nil {
+			k.unbind()
+			return fmt.Errorf("staging buffer: %w", err)
+		}
+		s.mem = s.ref.Bytes()
+		if err = d.HostRegister(ctx, s.mem); err != nil {
+			k.unbind()
+			return fmt.Errorf("staging buffer: %w", err)
+		}
+		s.pinned = true
+		if s.stream, err = d.StreamCreate(ctx); err != nil {
+			k.unbind()
+			return fmt.Errorf("staging stream: %w", err)
+		}
+	}
+	return nil
+}
+
+// unbind frees what bind made (nothing is in flight).
+func (k *stageWorker) unbind() {
+	for i := range k.slots {
+		s := &k.slots[i]
+		if s.stream != 0 {
+			_ = k.d.StreamDestroy(k.ctx, s.stream)
+			s.stream = 0
+		}
+		if s.pinned {
+			_ = k.d.HostUnregister(k.ctx, s.mem)
+			s.pinned = false
+		}
+		s.mem = nil
+		s.ref.Release()
+		if s.buf.Length != 0 {
+			_ = k.q.reg.Release(context.Background(), s.buf)
+			s.buf = buffer.Buffer{}
+		}
+		s.inner.Reset()
+	}
+	k.d, k.ctx = nil, 0
+}
