@@ -32,3 +32,21 @@ func (a *benchArgs) checkMemory() error {
 	}
 	return fmt.Errorf("bench --memory %v: the initiator does not stage its own device memory yet (a peer's GPU buffers are served over TCP; issue 27): %w", loc, rdmamgr.ErrNotSupported)
 }
+
+// checkCUDA is serve --cuda's check (on: asked for) that the CUDA driver
+// loads and names a device: a daemon asked to serve GPU buffers that
+// cannot refuses to start, with rdmamgr.ErrNotSupported saying why.
+func checkCUDA(on bool) error {
+	if !on {
+		return nil
+	}
+	d, err := cuda.Open()
+	if err != nil {
+		return fmt.Errorf("serve --cuda: %w", err)
+	}
+	defer d.Close()
+	if n, err := d.DeviceCount(); err != nil || n == 0 {
+		return fmt.Errorf("serve --cuda: %d devices (%v): %w", n, err, rdmamgr.ErrNotSupported)
+	}
+	return nil
+}

@@ -20,3 +20,14 @@ func TestBenchMemory(t *testing.T) {
 	cliCase{args: []string{"bench", "--peer", "127.0.0.1:1", "--memory", "cuda:1"}, code: 1,
 		stderrHas: []string{"bench --memory cuda:1", "libcuda.so.1", "not supported"}, stdoutNone: true}.run(t)
 }
+
+// TestServeCUDA: serve --cuda without a CUDA driver refuses to start,
+// saying why (exit 1, nothing on stdout).
+func TestServeCUDA(t *testing.T) {
+	if d, err := cuda.Open(); err == nil {
+		d.Close()
+		t.Skip("a CUDA driver is present")
+	}
+	cliCase{args: []string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "off", "--cuda"}, code: 1,
+		stderrHas: []string{"serve --cuda", "libcuda.so.1", "not supported"}, stdoutNone: true}.run(t)
+}
