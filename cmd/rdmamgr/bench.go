@@ -108,7 +108,7 @@ func (a *benchArgs) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.metricsListen, "metrics-listen", "", "serve /metrics of this run's manager on `HOST:PORT` (default: none)")
 	fs.StringVar(&a.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed run to this `file`")
 	fs.StringVar(&a.memProfile, "memprofile", "", "write an allocation profile of the run to this `file`")
-	fs.StringVar(&a.memory, "memory", "host", "where the buffers of each end are: host, or cuda[:N] for CUDA device N's memory (GPU buffers: refused with a reason until the initiator stages device memory)")
+	fs.StringVar(&a.memory, "memory", "host", "where the buffers of each end are: host, or cuda[:N] for CUDA device N's memory (GPU buffers: refused with a reason until bench places its buffers there)")
 	a.bl.register(fs)
 	a.c.registerLog(fs, "warn")
 	a.c.registerManager(fs)

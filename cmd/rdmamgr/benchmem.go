@@ -10,9 +10,10 @@ import (
 
 // checkMemory checks --memory. Host memory is the bench as ever. A CUDA
 // device's (GPU buffers at each end) needs the driver, and then the
-// initiator to move its own device memory, which is not built yet (only
-// an owner serves its device memory, over TCP): it fails with
-// rdmamgr.ErrNotSupported saying which of the two stands in the way.
+// bench to place its buffers there, which is not built yet (the queue
+// pair stages a local device buffer, and an owner serves its own over
+// TCP): it fails with rdmamgr.ErrNotSupported saying which of the two
+// stands in the way.
 func (a *benchArgs) checkMemory() error {
 	loc, err := buffer.ParseLocation(a.memory)
 	if err != nil {
@@ -30,7 +31,7 @@ func (a *benchArgs) checkMemory() error {
 	if n, err := d.DeviceCount(); err != nil || dev >= n {
 		return fmt.Errorf("bench --memory %v: %d devices (%v): %w", loc, n, err, rdmamgr.ErrNotSupported)
 	}
-	return fmt.Errorf("bench --memory %v: the initiator does not stage its own device memory yet (a peer's GPU buffers are served over TCP; issue 27): %w", loc, rdmamgr.ErrNotSupported)
+	return fmt.Errorf("bench --memory %v: bench does not place its buffers in device memory yet (the queue pair stages a local GPU buffer and a peer serves its own over TCP; issue 27): %w", loc, rdmamgr.ErrNotSupported)
 }
 
 // checkCUDA is serve --cuda's check (on: asked for) that the CUDA driver
