@@ -295,3 +295,42 @@ func TestStagedAllocs(t *testing.T) {
 		t.Fatalf("%.3f allocations per staged operation, want 0", a)
 	}
 }
+
+// TestStagedPutCancelWaits: a staged Put cancelled while its first copy
+// from the device is held does not report until that copy finished, and
+// then reports context.Canceled with no byte sent: the peer's buffer is
+// untouched after the report, and stays so.
+func TestStagedPutCancelWaits(t *testing.T) {
+	const n = 8 * stageChunk
+	e := newStageEnv(t, n)
+	ctx := context.Background()
+	src := make([]byte, n)
+	backendtest.Random(t, src)
+	devCopy(t, e.regA, e.dev, src, true)
+	release := e.w.Hold()
+	defer release()
+	w := e.qp.Put(ctx, e.dev, e.remote)
+	cancelled := make(chan error, 1)
+	go func() { cancelled <- w.Cancel() }()
+	select {
+	case err := <-cancelled:
+		if err == nil || !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled put: %v", err)
+		}
+		// Cancelled before its worker took it: nothing was copied.
+	case <-time.After(50 * time.Millisecond):
+		release()
+		if err := <-cancelled; !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled put: %v, want context.Canceled", err)
+		}
+	}
+	zero := make([]byte, n)
+	backendtest.AssertSame(t, "peer's buffer after the cancelled put", e.remMem, zero)
+	release()
+	time.Sleep(20 * time.Millisecond)
+	backendtest.AssertSame(t, "peer's buffer a while after", e.remMem, zero)
+	if err := e.qp.Put(ctx, e.dev, e.remote).Wait(ctx); err != nil {
+		t.Fatalf("put after a cancelled one: %v", err)
+	}
+	backendtest.AssertSame(t, "peer's buffer", e.remMem, src)
+}

@@ -1,0 +1,61 @@
+package queuepair
+
+import (
+	"context"
+	"testing"
+
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/cuda/cudafake"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	"github.com/rdmamgr/rdmamgr/internal/qpbind"
+)
+
+// deviceRoute is a fake route that says it moves device locals itself.
+type deviceRoute struct{ *fakeRoute }
+
+func (deviceRoute) TakesDeviceLocal() bool { return true }
+
+// TestDeviceLocalRoute: a route that takes device locals gets a Put from
+// device memory as is (Local nil, LocalRegion the *memreg.DeviceSpan of
+// the bytes), not staged.
+func TestDeviceLocalRoute(t *testing.T) {
+	e := newEnv(t, qpbind.Options{})
+	w := cudafake.NewWorld(cudafake.Config{})
+	d := w.Process()
+	t.Cleanup(func() { d.Close() })
+	e.local.SetCUDA(d, nil)
+	q := newQueuePair(9, peerID, deviceRoute{e.route}, e.local, qpbind.Options{})
+	t.Cleanup(q.Release)
+	dev, err := e.local.AllocateAt(buffer.CUDA(0), 8192, buffer.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := e.remote.Allocate(4096, buffer.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := dev
+	local.Offset, local.Length = 4096, 4096
+	wr := q.Put(context.Background(), local, rb)
+	got := <-e.route.posted
+	span, ok := got.LocalRegion.(*memreg.DeviceSpan)
+	if !ok || got.Local != nil || span.Len != 4096 || span.Dev != 0 {
+		t.Fatalf("posted Local %d bytes, LocalRegion %T %+v: want the device span of 4096 bytes", len(got.Local), got.LocalRegion, span)
+	}
+	ref, err := e.local.AcquireLocalAny(&dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, _ := ref.Device()
+	ref.Release()
+	if span.Ptr != whole.Ptr+4096 {
+		t.Fatalf("span at %#x, want the buffer's %#x + 4096", span.Ptr, whole.Ptr)
+	}
+	complete(got, nil)
+	if err := wr.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if q.stage.ready.Load() {
+		t.Fatal("staging workers made for a route that takes device locals")
+	}
+}
