@@ -8,19 +8,23 @@ import (
 	"github.com/rdmamgr/rdmamgr/internal/cuda"
 )
 
-// checkMemory checks --memory. Host memory is the bench as ever. A CUDA
-// device's (GPU buffers at each end) needs the driver, and then the
-// bench to place its buffers there, which is not built yet (the queue
-// pair stages a local device buffer, and an owner serves its own over
-// TCP): it fails with rdmamgr.ErrNotSupported saying which of the two
-// stands in the way.
+// checkMemory checks --memory and, for a CUDA device's memory (GPU
+// buffers at each end), that the driver loads and has the device (else it
+// fails with rdmamgr.ErrNotSupported saying why): bench's manager then
+// loads it too (node.Config.CUDA.Open), the queue pair stages the local
+// buffer and the peer, a serve --cuda daemon, its own. Not with --verify
+// (device memory has no host bytes to check) nor --baseline.
 func (a *benchArgs) checkMemory() error {
 	loc, err := buffer.ParseLocation(a.memory)
 	if err != nil {
 		return usagef("--memory: %v", err)
 	}
+	a.loc = loc
 	if loc == buffer.Host {
 		return nil
+	}
+	if a.verify || a.bl.on {
+		return usagef("--memory %v: not with --verify or --baseline", loc)
 	}
 	d, err := cuda.Open()
 	if err != nil {
@@ -31,7 +35,8 @@ func (a *benchArgs) checkMemory() error {
 	if n, err := d.DeviceCount(); err != nil || dev >= n {
 		return fmt.Errorf("bench --memory %v: %d devices (%v): %w", loc, n, err, rdmamgr.ErrNotSupported)
 	}
-	return fmt.Errorf("bench --memory %v: bench does not place its buffers in device memory yet (the queue pair stages a local GPU buffer and a peer serves its own over TCP; issue 27): %w", loc, rdmamgr.ErrNotSupported)
+	a.c.cuda = true
+	return nil
 }
 
 // checkCUDA is serve --cuda's check (on: asked for) that the CUDA driver
