@@ -73,8 +73,8 @@ type stageSlot struct {
 	k      *stageWorker
 	i      int
 	buf    buffer.Buffer
-	ref    memreg.Ref
-	mem    []byte
+	ref    memreg.Ref // held while an operation runs (hold)
+	mem    []byte     // buf's memory, pinned
 	pinned bool
 	stream cuda.Stream
 	inner  backend.WorkRequest
@@ -234,6 +234,9 @@ func (k *stageWorker) run(w *WorkRequest) {
 		err = k.bind(span.Driver, span.Ctx)
 	}
 	if err == nil {
+		err = k.hold()
+	}
+	if err == nil {
 		k.err = nil
 		if w.wr.Op == backend.OpWrite {
 			k.put(w, span)
@@ -242,6 +245,7 @@ func (k *stageWorker) run(w *WorkRequest) {
 		}
 		k.drain(w)
 		err = k.err
+		k.letGo()
 	}
 	k.cur.Store(nil)
 	if err != nil {
@@ -388,11 +392,10 @@ func (k *stageWorker) bind(d cuda.Driver, ctx cuda.Context) error {
 			return fmt.Errorf("staging buffer: %w", err)
 		}
 		s.buf = b
-		if s.ref, err = k.q.reg.AcquireLocal(b); err != nil {
+		if s.mem, err = k.q.reg.Bytes(b); err != nil {
 			k.unbind()
 			return fmt.Errorf("staging buffer: %w", err)
 		}
-		s.mem = s.ref.Bytes()
 		if err = d.HostRegister(ctx, s.mem); err != nil {
 			k.unbind()
 			return fmt.Errorf("staging buffer: %w", err)
@@ -404,6 +407,33 @@ func (k *stageWorker) bind(d cuda.Driver, ctx cuda.Context) error {
 		}
 	}
 	return nil
+}
+
+// hold takes a reference to each staging buffer for one operation: the
+// registry's Close (a manager closing with this queue pair unreleased)
+// waits for a running operation only, and fails the next one.
+func (k *stageWorker) hold() error {
+	for i := range k.slots {
+		s := &k.slots[i]
+		ref, err := k.q.reg.AcquireLocalOf(&s.buf)
+		if err == nil && len(ref.Bytes()) > 0 && &ref.Bytes()[0] != &s.mem[0] {
+			ref.Release()
+			err = fmt.Errorf("moved: %w", rdmamgr.ErrReleased) // not the memory pinned
+		}
+		if err != nil {
+			k.letGo()
+			return fmt.Errorf("staging buffer: %w", err)
+		}
+		s.ref = ref
+	}
+	return nil
+}
+
+// letGo releases hold's references.
+func (k *stageWorker) letGo() {
+	for i := range k.slots {
+		k.slots[i].ref.Release()
+	}
 }
 
 // unbind frees what bind made (nothing is in flight).

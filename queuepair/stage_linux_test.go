@@ -334,3 +334,24 @@ func TestStagedPutCancelWaits(t *testing.T) {
 	}
 	backendtest.AssertSame(t, "peer's buffer", e.remMem, src)
 }
+
+// TestStagedRegistryCloses: the staging buffers do not hold the local
+// registry's Close (a manager closing with a queue pair unreleased) once
+// no staged operation runs; a staged operation after it fails, and the
+// queue pair's Release still returns.
+func TestStagedRegistryCloses(t *testing.T) {
+	e := newStageEnv(t, 2*stageChunk)
+	ctx := context.Background()
+	if err := e.qp.Put(ctx, e.dev, e.remote).Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := e.regA.Close(cctx); err != nil {
+		t.Fatalf("registry close with staging buffers bound: %v", err)
+	}
+	if err := e.qp.Put(ctx, e.dev, e.remote).Wait(ctx); err == nil {
+		t.Fatal("staged put after the registry closed succeeded")
+	}
+	e.qp.Release()
+}
