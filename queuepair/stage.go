@@ -58,14 +58,21 @@ type stageSet struct {
 
 // stageWorker runs one staged operation at a time.
 type stageWorker struct {
-	q     *QueuePair
-	cur   atomic.Pointer[WorkRequest] // the operation it runs (cancel's target)
-	kick  chan struct{}               // capacity 1: cur may have been cancelled
-	done  chan int                    // capacity 2: the slot whose inner op completed
-	slots [2]stageSlot
-	d     cuda.Driver // what the slots are pinned and their streams made in
-	ctx   cuda.Context
-	err   error // the pipeline's first error
+	q    *QueuePair
+	kick chan struct{} // capacity 1: cur may have been cancelled
+	// mu guards cur, the operation it runs (cancel's target), and stop,
+	// closed by that operation's cancel: it ends an inner Post's wait for
+	// room in flight (backend.WorkRequest.Cancel). A closed stop is
+	// replaced at the next operation (an allocation after a cancel only).
+	mu      sync.Mutex
+	cur     *WorkRequest
+	stop    chan struct{}
+	stopped bool
+	done    chan int // capacity 2: the slot whose inner op completed
+	slots   [2]stageSlot
+	d       cuda.Driver // what the slots are pinned and their streams made in
+	ctx     cuda.Context
+	err     error // the pipeline's first error
 }
 
 // stageSlot is one staging buffer, its stream and its inner operation.
@@ -166,7 +173,7 @@ func (q *QueuePair) startStage() error {
 	}
 	s.ops = make(chan *WorkRequest, stageQueue)
 	for range stageWorkers {
-		k := &stageWorker{q: q, kick: make(chan struct{}, 1), done: make(chan int, 2)}
+		k := &stageWorker{q: q, kick: make(chan struct{}, 1), done: make(chan int, 2), stop: make(chan struct{})}
 		for i := range k.slots {
 			k.slots[i].k, k.slots[i].i = k, i
 		}
@@ -185,12 +192,18 @@ func (s *stageSet) cancel(w *WorkRequest) {
 		return
 	}
 	for _, k := range s.workers {
-		if k.cur.Load() == w {
+		k.mu.Lock()
+		if k.cur == w {
+			if !k.stopped {
+				close(k.stop)
+				k.stopped = true
+			}
 			select {
 			case k.kick <- struct{}{}:
 			default:
 			}
 		}
+		k.mu.Unlock()
 	}
 }
 
@@ -224,7 +237,12 @@ func (k *stageWorker) run(w *WorkRequest) {
 	case <-k.kick:
 	default:
 	}
-	k.cur.Store(w) // then the cause: a cancel sees one or the other
+	k.mu.Lock()
+	k.cur = w // then the cause: a cancel sees one or the other
+	if k.stopped {
+		k.stop, k.stopped = make(chan struct{}), false
+	}
+	k.mu.Unlock()
 	err := w.wr.CancelCause()
 	if err == nil && !w.wr.Deadline.IsZero() && time.Now().After(w.wr.Deadline) {
 		err = fmt.Errorf("waiting for a staging buffer: %w", rdmamgr.ErrDeadline)
@@ -247,7 +265,9 @@ func (k *stageWorker) run(w *WorkRequest) {
 		err = k.err
 		k.letGo()
 	}
-	k.cur.Store(nil)
+	k.mu.Lock()
+	k.cur = nil
+	k.mu.Unlock()
 	if err != nil {
 		err = fmt.Errorf("%s %d bytes (staged from device memory): %w", w.wr.Op, w.size(), err)
 	}
@@ -320,7 +340,7 @@ func (k *stageWorker) post(w *WorkRequest, s *stageSlot, op backend.Op, off, m u
 	in.Remote = w.wr.Remote
 	in.Remote.Offset += off
 	in.Remote.Length = m
-	in.Deadline, in.Done = w.wr.Deadline, s
+	in.Deadline, in.Done, in.Cancel = w.wr.Deadline, s, k.stop
 	s.busy = true
 	if err := k.q.route.Post(in); err != nil {
 		s.busy = false

@@ -2,7 +2,9 @@ package queuepair
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/cuda/cudafake"
@@ -58,4 +60,62 @@ func TestDeviceLocalRoute(t *testing.T) {
 	if q.stage.ready.Load() {
 		t.Fatal("staging workers made for a route that takes device locals")
 	}
+}
+
+// TestStagedCancelEndsPostWait: a staged Put whose inner Put waits for
+// room in flight (the route at its limit) is ended by Cancel: the wait
+// ends, the Put reports context.Canceled, and the next staged Put on the
+// same worker is not ended by that cancel.
+func TestStagedCancelEndsPostWait(t *testing.T) {
+	e := newEnv(t, qpbind.Options{})
+	w := cudafake.NewWorld(cudafake.Config{})
+	d := w.Process()
+	t.Cleanup(func() { d.Close() })
+	e.local.SetCUDA(d, nil)
+	dev, err := e.local.AllocateAt(buffer.CUDA(0), 8192, buffer.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := e.remote.Allocate(8192, buffer.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.route.mu.Lock()
+	e.route.full = true
+	e.route.mu.Unlock()
+	ctx := context.Background()
+	wr := e.qp.Put(ctx, dev, rb)
+	for { // its inner Put is in the route's Post
+		e.route.mu.Lock()
+		n := e.route.nPost
+		e.route.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := wr.Cancel(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled staged put: %v, want context.Canceled", err)
+	}
+	e.route.mu.Lock()
+	e.route.full = false
+	e.route.mu.Unlock()
+	wr2 := e.qp.Put(ctx, dev, rb)
+	in := <-e.route.posted
+	if in.Cancel == nil {
+		t.Fatal("inner Put posted with no Cancel channel")
+	}
+	select {
+	case <-in.Cancel:
+		t.Fatal("the next staged put's inner Put was posted with a cancelled channel")
+	default:
+	}
+	complete(in, nil)
+	if err := wr2.Wait(ctx); err != nil {
+		t.Fatalf("staged put after a cancelled one: %v", err)
+	}
+	e.qp.Release()
+	e.route.mu.Lock()
+	e.route.all = nil // completed, and reset by Release: nothing for the cleanup to fail
+	e.route.mu.Unlock()
 }
