@@ -171,7 +171,10 @@
 // two such pipelines (made on its first staged operation, ended by
 // Release); further staged operations wait in a queue of 64 for one, and a
 // post finding that queue full waits for room as at the route's in-flight
-// limit. Not staged: PutWithImm, Send and the atomics with device memory
+// limit. A staged operation is reported by its pipeline only: one cancelled
+// (or past its deadline) while it waits in that queue reports once a
+// pipeline takes it up, without moving a byte, so its Cancel may wait for
+// the operations ahead of it (each bounded by its own deadline). Not staged: PutWithImm, Send and the atomics with device memory
 // (ErrNotSupported). A staged Put is posted by its pipeline after the
 // queue pair's Post returned, so the Ordering above does not cover it:
 // wait for it before a notice that must follow its bytes.

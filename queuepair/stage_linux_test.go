@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/backendtest"
 	"github.com/rdmamgr/rdmamgr/internal/cuda"
@@ -41,9 +42,14 @@ func newStageEnv(t *testing.T, n int) *stageEnv { return newStageEnvOn(t, n, nil
 
 // newStageEnvOn is newStageEnv with the local driver wrap(the stand-in's).
 func newStageEnvOn(t *testing.T, n int, wrap func(*cudafake.Driver) cuda.Driver) *stageEnv {
+	return newStageEnvKind(t, newTCP, n, wrap)
+}
+
+// newStageEnvKind is newStageEnvOn on backends of mk.
+func newStageEnvKind(t *testing.T, mk func(testing.TB, uint64) (backend.Backend, *memreg.Registry), n int, wrap func(*cudafake.Driver) cuda.Driver) *stageEnv {
 	t.Helper()
 	t.Cleanup(queuepair.SetStageChunk(stageChunk))
-	p := backendtest.NewPair(t, backendtest.Factory{NewBackend: newTCP, Timeout: time.Minute})
+	p := backendtest.NewPair(t, backendtest.Factory{NewBackend: mk, Timeout: time.Minute})
 	w := cudafake.NewWorld(cudafake.Config{DeviceMemory: 64 << 20})
 	d := w.Process()
 	t.Cleanup(func() { d.Close() })
@@ -104,13 +110,19 @@ func slice(t *testing.T, b buffer.Buffer, off, n int) buffer.Buffer {
 }
 
 // TestStagedPutGet: a Put from the caller's own device buffer and a Get
-// into it over a TCP route (which moves host memory only) are staged by
-// the queue pair: sizes below, at and across the chunk boundaries land
+// into it over a TCP route and an shm route (which move host memory only)
+// are staged by the queue pair: sizes below, at and across the chunk boundaries land
 // whole, through pinned buffers only, and other bytes stay untouched.
 // On the code before, both were refused with ErrNotSupported.
 func TestStagedPutGet(t *testing.T) {
+	for _, rk := range routeKinds {
+		t.Run(rk.name, func(t *testing.T) { testStagedPutGet(t, rk.make) })
+	}
+}
+
+func testStagedPutGet(t *testing.T, mk func(testing.TB, uint64) (backend.Backend, *memreg.Registry)) {
 	const n = 5*stageChunk + 11
-	e := newStageEnv(t, n)
+	e := newStageEnvKind(t, mk, n, nil)
 	ctx := context.Background()
 	devWant := make([]byte, n)
 	backendtest.Random(t, devWant)
