@@ -37,7 +37,9 @@
 // the first that connects. A backend that refuses the peer with
 // rdmamgr.ErrNotSupported passes the turn to the next: shm refuses a peer
 // on another host (another network or pid namespace counts as another
-// host), the peer refuses a backend it does not run. So a peer on this
+// host, and so does another Config.HostID: test rigs and processes that
+// share a kernel but must act as separate hosts name their hosts), the
+// peer refuses a backend it does not run. So a peer on this
 // host gets shm, a peer with RDMA gets ibverbs, and any other gets TCP.
 // The route remembers why: the backends passed over before it with their
 // reasons ("shm: peer is not on this host: not supported; ibverbs: not

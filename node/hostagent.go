@@ -32,9 +32,12 @@ type HostAgent struct {
 	// (default: SHM.AllowUIDs).
 	AllowUIDs []int
 	// HostID, when set, names the host to attached processes instead of
-	// its boot id and namespaces (tests run two agents on one host).
-	// Processes go through their agents only to processes whose agent
-	// names another host.
+	// the one Config.HostID names (its boot id and namespaces, and
+	// Config.HostID): tests run two agents on one host for processes
+	// that leave Config.HostID empty. Processes go through their agents
+	// only to processes whose agent names another host. Set Config.HostID
+	// instead to make the agent's processes a host of their own for shm
+	// too.
 	HostID string
 }
 
@@ -71,7 +74,7 @@ func (n *Node) startHostAgent(ctx context.Context, cfg Config) error {
 	if h.Socket == "" {
 		return nil
 	}
-	acfg := hostagent.Config{Socket: h.Socket, Secret: cfg.Manager.Secret, AllowUIDs: h.AllowUIDs, Logger: cfg.Logger}
+	acfg := hostagent.Config{Socket: h.Socket, Secret: cfg.Manager.Secret, AllowUIDs: h.AllowUIDs, HostName: cfg.SHM.HostID, Logger: cfg.Logger}
 	if h.HostID != "" {
 		acfg.HostID = sha256.Sum256([]byte(h.HostID))
 	}
