@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/actor"
@@ -76,7 +77,11 @@ func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised
 		return nil, nil, err
 	}
 	var shmb backend.Backend // started, for the agent backend
-	for _, k := range order(cfg.Backend, cfg.Agent != "") {
+	ord := order(cfg.Backend, cfg.Agent != "")
+	if cfg.HostAgent.Socket != "" { // an agent reaches far agents only
+		ord = slices.DeleteFunc(slices.Clone(ord), func(k backend.Kind) bool { return k == backend.KindSHM })
+	}
+	for _, k := range ord {
 		var b backend.Backend
 		var err error
 		switch k {
@@ -89,6 +94,9 @@ func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised
 			b, err = startAgentBackend(ctx, cfg, m, advertised, shmb, reg, log)
 		case backend.KindIBVerbs:
 			b, err = startIBVerbs(ctx, cfg.IBVerbs, reg, log)
+			if err == nil && cfg.HostAgent.Socket != "" {
+				b, err = agentIBVerbs(b)
+			}
 		}
 		if err != nil && cfg.Backend != KindAuto {
 			return fail(err)
@@ -161,6 +169,18 @@ func startIBVerbs(ctx context.Context, cfg ibverbs.Config, reg *memreg.Registry,
 		return nil, fmt.Errorf("ibverbs: %w", err)
 	}
 	return b, nil
+}
+
+// agentIBVerbs checks that an agent's started ibverbs backend b can serve
+// far agents' frames for the agent's processes (it takes a resolver:
+// wiring.SetResolver, nil until the agent sets its own); if not, b is
+// closed and the agent's routes take TCP.
+func agentIBVerbs(b backend.Backend) (backend.Backend, error) {
+	if wiring.SetResolver(b, nil) {
+		return b, nil
+	}
+	b.Close()
+	return nil, fmt.Errorf("ibverbs: this build serves no frames for a host agent's processes: %w", rdmamgr.ErrNotSupported)
 }
 
 // placeData puts a TCP data listener left at its default address next to

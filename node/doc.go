@@ -27,8 +27,11 @@
 // (Backend auto or shm).
 //
 // With Config.HostAgent.Socket the node is its host's agent
-// (internal/hostagent): TCP alone (Backend auto or tcp), HostAgent.Routes
-// connections per route, and the attach listener, started after the
+// (internal/hostagent): no shm, ibverbs then TCP under auto (the route to
+// a far agent takes ibverbs when both agents run it; an ibverbs backend
+// that cannot serve a host agent's frames is left out), ibverbs and TCP
+// under ibverbs, TCP alone under tcp; HostAgent.Routes TCP
+// connections per pair of agents, and the attach listener, started after the
 // manager and closed before it. A node is an agent or attached to one,
 // not both.
 //

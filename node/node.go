@@ -9,6 +9,7 @@ import (
 	protoactor "github.com/asynkron/protoactor-go/actor"
 
 	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
 	"github.com/rdmamgr/rdmamgr/internal/hostagent"
 	"github.com/rdmamgr/rdmamgr/internal/wiring"
@@ -25,6 +26,9 @@ type Node struct {
 	tcp    *tcp.Backend     // the manager's TCP backend (owned by the manager)
 	kinds  []string         // the manager's backends, preferred first
 	agent  *hostagent.Agent // Config.HostAgent's, or nil
+	// served: as an agent, the manager's backends besides TCP that reach
+	// far agents (ibverbs), for the agent's resolver.
+	served []backend.Backend
 
 	closeOnce sync.Once
 	closeErr  error
@@ -80,6 +84,9 @@ func (n *Node) startManager(ctx context.Context, cfg Config) error {
 	for _, c := range cs {
 		if c.Backend != nil {
 			n.kinds = append(n.kinds, string(c.Backend.Kind()))
+			if cfg.HostAgent.Socket != "" && c.Backend.Kind() == backend.KindIBVerbs {
+				n.served = append(n.served, c.Backend)
+			}
 		}
 	}
 	return nil

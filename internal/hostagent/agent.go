@@ -120,12 +120,16 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err := a.shm.Start(ctx); err != nil {
 		return fmt.Errorf("hostagent: shm: %w", err)
 	}
-	if !wiring.SetResolver(a.tcp, (*resolver)(a)) {
-		return fmt.Errorf("hostagent: backend %s takes no resolver: %w", a.tcp.Kind(), rdmamgr.ErrNotSupported)
+	served := a.served()
+	for i, b := range served {
+		if !wiring.SetResolver(b, (*resolver)(a)) {
+			a.unsetResolvers(served[:i])
+			return fmt.Errorf("hostagent: backend %s takes no resolver: %w", b.Kind(), rdmamgr.ErrNotSupported)
+		}
 	}
 	ln, err := agentwire.Listen(a.cfg.Socket, 0o660)
 	if err != nil {
-		wiring.SetResolver(a.tcp, nil)
+		a.unsetResolvers(served)
 		return err
 	}
 	a.mu.Lock()
@@ -169,9 +173,22 @@ func (a *Agent) close() error {
 	a.wg.Wait()
 	a.dropFarRoutes()
 	if started {
-		wiring.SetResolver(a.tcp, nil)
+		a.unsetResolvers(a.served())
 	}
 	return a.shm.Close()
+}
+
+// served is the manager's backends that serve far agents' frames for our
+// processes: TCP, and Config.Serving.
+func (a *Agent) served() []backend.Backend {
+	return append([]backend.Backend{a.tcp}, a.cfg.Serving...)
+}
+
+// unsetResolvers takes our resolver away from bs.
+func (a *Agent) unsetResolvers(bs []backend.Backend) {
+	for _, b := range bs {
+		wiring.SetResolver(b, nil)
+	}
 }
 
 // Procs returns the number of processes attached.

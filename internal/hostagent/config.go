@@ -52,6 +52,11 @@ type Config struct {
 	// only processes of the same name attach (their shm refuses another
 	// host), and a zero HostID is derived from it. "": the kernel's host.
 	HostName string
+	// Serving are the manager's backends besides TCP whose routes reach
+	// far agents (node gives its ibverbs backend): each serves frames for
+	// our processes through our resolver too (wiring.SetResolver); one
+	// that takes none fails Start with ErrNotSupported.
+	Serving []backend.Backend
 	// Logger receives the agent's logs; nil discards them.
 	Logger *slog.Logger
 }

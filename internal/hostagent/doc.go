@@ -5,9 +5,14 @@
 // least MinRoutes), half on each agent's route to the other (a TCP route
 // carries requests one way: its dialer posts, the far end serves; the
 // lower manager id's route takes the extra one of an odd N: RouteConns).
-// The N are there once both agents have posted to each other.
+// The N are there once both agents have posted to each other. The route
+// to a far agent is the manager's, so it takes the manager's first backend
+// both agents run: ibverbs when both have a device (one RC queue pair per
+// route, two per pair of hosts: a route is one queue pair), else TCP.
 //
-// An Agent runs beside a node's manager (its registry, its TCP backend):
+// An Agent runs beside a node's manager (its registry, its TCP backend,
+// and Config.Serving: its ibverbs backend, which serves far agents'
+// frames through the same Resolver):
 //
 //   - An attach listener on a filesystem unix socket (SOCK_SEQPACKET, mode
 //     0660, removed by Close). A connection's user must be one the agent
