@@ -93,6 +93,10 @@ func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised
 		case backend.KindAgent:
 			b, err = startAgentBackend(ctx, cfg, m, advertised, shmb, reg, log)
 		case backend.KindIBVerbs:
+			if cfg.Agent != "" {
+				err = errAttachedIBVerbs
+				break
+			}
 			b, err = startIBVerbs(ctx, cfg.IBVerbs, reg, log)
 			if err == nil && cfg.HostAgent.Socket != "" {
 				b, err = agentIBVerbs(b)
@@ -115,12 +119,20 @@ func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised
 // build has no such backend (the expected state of a default build), else
 // as a warning.
 func leftOut(log *slog.Logger, k backend.Kind, err error) {
-	if errors.Is(err, ibverbs.ErrNotBuilt) || errors.Is(err, shm.ErrNotBuilt) {
+	if errors.Is(err, ibverbs.ErrNotBuilt) || errors.Is(err, shm.ErrNotBuilt) || err == errAttachedIBVerbs {
 		log.Info("backend not built: routes use the next one", "backend", k, "err", err)
 		return
 	}
 	log.Warn("backend unusable here: routes use the next one", "backend", k, "err", err)
 }
+
+// errAttachedIBVerbs: a process attached to a host agent leaves ibverbs
+// to its agent. The agent maps the process's regions from their memfds
+// (shm export), and a registry whose memory a device pins exports none
+// (memreg: Revoke would move pages under the device's registration); the
+// agent's route to other agents takes ibverbs, one set of queue pairs
+// per pair of hosts.
+var errAttachedIBVerbs = fmt.Errorf("ibverbs: left to the host agent (an attached process shares its memory with the agent, which a device's registration would pin): %w", rdmamgr.ErrNotSupported)
 
 // startSHM builds and starts the shm backend: the deployment's secret, and
 // the node's TCP backend t as the fallback for regions that are not in

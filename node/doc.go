@@ -20,7 +20,9 @@
 // no RDMA device); a backend selected by name must start or Start fails.
 //
 // With Config.Agent (the host agent's socket) the agent backend
-// (backend/agent) runs right after shm: a peer on another host that is
+// (backend/agent) runs right after shm, and ibverbs is left to the agent
+// (the agent maps our memory from its memfds, and a registry whose memory
+// a device pins exports none): a peer on another host that is
 // attached to its own agent is reached through both agents; one that is
 // not, or while ours is not there (retried every second in the background:
 // Start does not wait for it), gets the next backend. The agent needs shm

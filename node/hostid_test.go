@@ -89,3 +89,27 @@ func TestHostIDAgents(t *testing.T) {
 		t.Fatalf("routes %v: want one that passed over shm and went via the host agents", st.Routes)
 	}
 }
+
+// A process attached to a host agent runs no ibverbs of its own (its agent
+// maps its memfds, which a device's registration would pin: memreg
+// exports nothing then): auto leaves it out and routes say why.
+func TestAttachedLeavesIBVerbsToTheAgent(t *testing.T) {
+	ctx := testCtx(t)
+	a := startNode(t, Config{Agent: filepath.Join(t.TempDir(), "no-agent.sock")})
+	if got := a.Backends(); got != "shm+agent+tcp" {
+		t.Fatalf("backends %q", got)
+	}
+	b := startNode(t, Config{Backend: backend.KindTCP})
+	qp, err := a.Client().RequestQueuePair(ctx, a.ClientOf(b.Addr(), "").PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qp.Release()
+	st, err := a.Client().Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Routes) != 1 || !strings.Contains(st.Routes[0].Why, "ibverbs: left to the host agent") {
+		t.Fatalf("routes %v: want ibverbs left to the agent", st.Routes)
+	}
+}
