@@ -50,7 +50,10 @@
 //     posts itself when the proxy and the route are there and nothing is
 //     queued before (no hand-off; a packet's run of such posts on one far
 //     route as one chain, backend.ListPoster: one write on the
-//     connection); else the process's poster does, in order.
+//     connection); else the process's poster does, in order. One that
+//     meets a stale proxy at the far agent (ibverbs: its rkey died with a
+//     cut, and the RC route with it; agentapi.ErrStaleProxy) is posted
+//     once more, on a fresh route, for the far agent's own answer.
 //   - Events and messages for an attached process (the TCP server's
 //     Inbox(via)): a PutWithImm's event goes over the process's shm route
 //     as a notice (no copy: the bytes are in place) naming the far process
