@@ -258,7 +258,8 @@ func (o *op) prepare(slow bool) (backend.Route, bool) {
 			o.finish(err)
 			return nil, true
 		}
-		wr.Local = o.ref.Bytes()
+		// The region too: an RDMA route takes its local key from it.
+		wr.Local, wr.LocalRegion = o.ref.Bytes(), o.ref.Region()
 	}
 	wr.Op, wr.Remote, wr.Via, wr.Origin = post.Op, post.Remote, post.Via, p.id
 	wr.Imm, wr.HasImm, wr.Compare, wr.Swap = post.Imm, post.HasImm, post.Compare, post.Swap
