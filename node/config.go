@@ -136,8 +136,8 @@ type Config struct {
 	HostID string
 
 	// HostAgent, when its Socket is set, runs the node as its host's
-	// agent (hostagent.go): TCP alone, HostAgent.Routes connections per
-	// route.
+	// agent (hostagent.go): ibverbs (where usable) and TCP, no shm;
+	// HostAgent.Routes TCP connections per pair of agents.
 	HostAgent HostAgent
 
 	// Logger receives the node's logs (manager, backends, remote); nil
