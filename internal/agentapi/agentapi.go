@@ -35,7 +35,8 @@
 //     on a cut notice or the process's death); refusing Resolve alone
 //     stops only new resolutions. A proxy that no longer admits a frame
 //     (released, revoked, past its lease) makes the backend Resolve again.
-//   - Resolve and Inbox run on a connection's goroutine: while one waits,
+//   - Resolve and Inbox run on a connection's goroutine (TCP; on ibverbs,
+//     the worker of the route's accepted queue pair): while one waits,
 //     that connection serves nothing. Resolve must honour ctx (it ends
 //     within ResolveTimeout, and when the backend closes; Close waits for
 //     it). The calling connection holds no memreg reference while it
@@ -64,8 +65,8 @@ import (
 // too. The route failed with it (RC); posting the operation once more, on
 // a fresh route, resolves again and answers what the far agent's Resolver
 // says (rdmamgr.ErrRevoked, ErrReleased, ErrPeerGone, ...), or succeeds on
-// a re-mapped region. A Put, Get or atomic that meets it did not change
-// the word or bytes that the dead rkey covered after the cut.
+// a re-mapped region. The far device refused the work request that met
+// the dead rkey: none of its bytes moved after the cut.
 var ErrStaleProxy = errors.New("agentapi: the far agent's proxy is gone (resolve again)")
 
 // ResolveTimeout bounds one Resolve: the backend calls it with a context
