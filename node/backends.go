@@ -116,11 +116,16 @@ func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised
 }
 
 // leftOut logs why "auto" runs without backend k: at info level when this
-// build has no such backend (the expected state of a default build), else
-// as a warning.
+// build has no such backend (the expected state of a default build) or a
+// process attached to a host agent leaves it to the agent, else as a
+// warning.
 func leftOut(log *slog.Logger, k backend.Kind, err error) {
-	if errors.Is(err, ibverbs.ErrNotBuilt) || errors.Is(err, shm.ErrNotBuilt) || err == errAttachedIBVerbs {
+	if errors.Is(err, ibverbs.ErrNotBuilt) || errors.Is(err, shm.ErrNotBuilt) {
 		log.Info("backend not built: routes use the next one", "backend", k, "err", err)
+		return
+	}
+	if err == errAttachedIBVerbs {
+		log.Info("backend left to the host agent: routes use the next one", "backend", k)
 		return
 	}
 	log.Warn("backend unusable here: routes use the next one", "backend", k, "err", err)
