@@ -50,6 +50,9 @@ type fakeAgent struct {
 	inbox *backendtest.Inbox // the process's
 
 	resolves atomic.Int64
+	// block makes Resolve wait for its ctx (entered tells it began).
+	block   atomic.Bool
+	entered chan struct{}
 
 	mu      sync.Mutex
 	handles map[uint64]buffer.Buffer // proc's regions by id
@@ -72,6 +75,7 @@ func newFakeAgent(t testing.TB, b *Backend, via uint16) *fakeAgent {
 		proxies: make(map[uint64]buffer.Buffer),
 		gates:   make(map[uint64]*testGate),
 		cuts:    make(map[uint64]error),
+		entered: make(chan struct{}, 1),
 	}
 	if !wiring.SetResolver(b, f) {
 		t.Fatal("SetResolver refused an *ibverbs.Backend")
@@ -106,6 +110,11 @@ func (f *fakeAgent) region(t testing.TB, n int, access buffer.Access) (buffer.Bu
 
 func (f *fakeAgent) Resolve(ctx context.Context, via uint16, region uint64, key buffer.Key, need buffer.Access) (uint64, buffer.Key, error) {
 	f.resolves.Add(1)
+	if f.block.Load() {
+		f.entered <- struct{}{}
+		<-ctx.Done()
+		return 0, buffer.Key{}, fmt.Errorf("fake agent: %w", ctx.Err())
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if via != f.via {

@@ -334,34 +334,3 @@ func TestViaNotAgent(t *testing.T) {
 	}
 	_ = memP
 }
-
-// TestViaProxyExactAccess: the far agent's device registered the proxy
-// with exactly the access it grants: an initiator that believes a
-// read-only proxy writable (its cached resolution tampered with) has its
-// Put refused by the device, and the process's memory is untouched.
-func TestViaProxyExactAccess(t *testing.T) {
-	p := newAgentPair(t, DefaultConfig())
-	hR, memR := p.fake.region(t, 4096, buffer.AccessRead)
-	hA, la := backendtest.Alloc(t, p.regA, 4096, buffer.AccessReadWrite)
-	backendtest.Random(t, memR)
-	if err := p.viaDo(t, p.rt, backend.OpRead, hA, hR, nil); err != nil {
-		t.Fatalf("get via a read-only region: %v", err)
-	}
-	backendtest.AssertSame(t, "get via", la, memR)
-	k := viaKey{via: testVia, region: hR.Region, key: hR.Key}
-	p.rt.viaMu.Lock()
-	res, ok := p.rt.viaCache[k]
-	res.access |= buffer.AccessWrite
-	p.rt.viaCache[k] = res
-	p.rt.viaMu.Unlock()
-	if !ok || res.access&buffer.AccessAtomic != 0 {
-		t.Fatalf("cached resolution %+v (%v)", res, ok)
-	}
-	before := append([]byte(nil), memR...)
-	backendtest.Random(t, la)
-	err := p.viaDo(t, p.rt, backend.OpWrite, hA, hR, nil)
-	if !errors.Is(err, rdmamgr.ErrAccess) {
-		t.Fatalf("put on a read-only proxy's rkey: %v, want ErrAccess from the device", err)
-	}
-	backendtest.AssertSame(t, "read-only process memory", memR, before)
-}
