@@ -19,9 +19,8 @@
 //     shm route handshake over the socket: the agent is an shm initiator
 //     of the process (its own shm backend over an empty registry), and the
 //     process's shm owner code checks every map request (key, access,
-//     lease, revocation). The process gets a slot (1..65535, its "via";
-//     a slot is reused only after every other was, and with a new
-//     generation).
+//     lease, revocation). The process gets a slot (1..65535, its "via"),
+//     never handed out before in the agent's life (below).
 //   - Proxies: a region of an attached process the agent uses is mapped
 //     once (shm MapProxy) and registered in the manager's registry as a
 //     proxy region (memreg.RegisterProxy, behind the state-table slot's
@@ -70,12 +69,14 @@
 // PEER_GONE a post whose id is not the peer id of its shared route to that
 // address (the far agent restarted there and hands its slots out afresh):
 // the process's route ends, and the next one asks the target for its new
-// slot. What is left: within one agent's life a slot comes back only
-// after the other 65534 were handed out (live ones are skipped), and then
-// a route idle through all of them would reach the slot's new holder. The
-// slot's generation (agentwire.Welcome) would close that, but a TCP
-// request header has no room for it (bytes 2:4 carry the slot, the rest
-// is taken) and it is not checked.
+// slot. Within one agent's life a slot is never handed out twice: a frame
+// between agents carries the slot alone (TCP request bytes 2:4; a READ's
+// or WRITE's header has no room for the Welcome's generation, which is
+// always 1), so a route set up to a slot's old holder and idle since would
+// otherwise reach its new one (a Send needs no key). A gone process's slot
+// answers ErrPeerGone for good; after 65535 attaches the agent refuses
+// more with rdmamgr.ErrLimit (the process goes direct, as without an
+// agent) until it is restarted (a new manager id: every slot is fresh).
 //
 // A far agent whose host leaves the cluster (its etcd membership record
 // goes: membership.Follow calls the manager's DropPeer, as a serve

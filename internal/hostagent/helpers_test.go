@@ -202,6 +202,13 @@ func (f *fakeProc) attach(ctx context.Context, path string, o attachOpts) error 
 	if pkt, err = agentwire.ReadPacket(c, buf); err != nil {
 		return fail(err)
 	}
+	if t, _ := agentwire.Type(pkt); t == agentwire.TypeGone { // refused after the shm handshake
+		g, err := agentwire.DecodeGone(pkt)
+		if err != nil {
+			return fail(err)
+		}
+		return fail(g.Err())
+	}
 	if f.welcome, err = agentwire.DecodeWelcome(pkt); err != nil {
 		return fail(err)
 	}
