@@ -120,7 +120,10 @@
 // handshake says so: a backend with a resolver marks the routes it sets
 // up; every peer proves the deployment's secret, so this keeps a
 // process's own routes from naming another manager as the sender, not a
-// peer that holds the secret and lies); the connection serves on. A connection keeps its last resolution and reuses
+// peer that holds the secret and lies); the connection serves on. An
+// agent answering another agent's route handshake says it is one too (a
+// bit of its route answer: route FarIsAgent, agentapi.FarAgent), so an
+// agent can drop a route to an address that is no agent. A connection keeps its last resolution and reuses
 // it while the proxy admits the request, so a run of frames for one
 // region resolves once and allocates nothing: an agent ends a process's
 // access by revoking or releasing the proxy, never by refusing Resolve

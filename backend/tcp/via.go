@@ -37,6 +37,12 @@ func setResolver(bb backend.Backend, r agentapi.Resolver) bool {
 	return true
 }
 
+var _ agentapi.FarAgent = (*route)(nil)
+
+// FarIsAgent implements agentapi.FarAgent: the responder's route answer
+// said it is a host agent (responderAgentBit), answering our agent.
+func (r *route) FarIsAgent() bool { return r.farAgent }
+
 var (
 	errViaNoAgent    = fmt.Errorf("tcp: a frame for an attached process (via) to a server that is not a host agent: %w", rdmamgr.ErrNotSupported)
 	errOriginNoAgent = fmt.Errorf("tcp: an origin on a frame to a server that is not a host agent: %w", rdmamgr.ErrNotSupported)

@@ -79,3 +79,12 @@ type CheckedLanding interface {
 	backend.Landing
 	Deliver(n int, imm uint32, hasImm bool) error
 }
+
+// FarAgent is implemented by routes whose handshake tells whether the far
+// end is a host agent (the TCP backend's: the responder says so in its
+// route answer when it is an agent answering an agent). A host agent
+// drops a route to a far agent address whose route says it is not one.
+type FarAgent interface {
+	// FarIsAgent reports whether the responder said it is a host agent.
+	FarIsAgent() bool
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
@@ -37,6 +38,10 @@ type Agent struct {
 	log  *slog.Logger
 	uid  int    // ours (a.mu: tests change it)
 	addr string // our actor address, as processes name us to peers
+
+	// farCheck, when set, must accept a far agent's address before we
+	// dial it (SetFarCheck: the cluster's members).
+	farCheck atomic.Pointer[func(ctx context.Context, addr string) error]
 
 	life    context.Context // ends when Close starts
 	endLife context.CancelFunc

@@ -78,6 +78,20 @@
 // more with rdmamgr.ErrLimit (the process goes direct, as without an
 // agent) until it is restarted (a new manager id: every slot is fresh).
 //
+// The agent dials only far agents. A post names its far agent by address,
+// and the process may be hostile: so, when the agent has a cluster
+// (SetFarCheck; a serve --etcd daemon sets its members), an address that
+// is no member's is refused before any dial; and a route whose handshake
+// says the far end is no host agent (a TCP responder with a resolver says
+// it is, answering another agent: agentapi.FarAgent) is dropped. Either
+// refusal answers the post ErrNotAgent (UNAUTHENTICATED to the process).
+// A process whose far-route setups failed 8 times within a minute (the
+// refusals above, unreachable addresses) has its posts that need a new far
+// route refused with ErrDialBudget (LIMIT) until the minute ends; routes
+// that are up serve it on, and other processes are not held to its count.
+// (Routes of backends that cannot tell an agent, none but TCP so far, are
+// taken as the handshake found them.)
+//
 // A far agent whose host leaves the cluster (its etcd membership record
 // goes: membership.Follow calls the manager's DropPeer, as a serve
 // --etcd daemon does) has the shared route to it ended: it is the

@@ -5,9 +5,11 @@ package hostagent
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/internal/agentapi"
 	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
 
@@ -85,12 +87,30 @@ func (a *Agent) cachedFar(addr string) (backend.Route, uint64) {
 }
 
 // setupFar sets up f's route (within the manager's route timeout, and
-// our life).
+// our life), to a far agent only: with a membership check (SetFarCheck)
+// the address must pass it before we dial, and a route whose handshake
+// says the far end is no host agent (agentapi.FarAgent) is dropped.
 func (a *Agent) setupFar(f *farRoute, addr string) {
 	defer a.wg.Done()
 	defer close(f.ready)
+	if check := a.farCheck.Load(); check != nil {
+		ctx, cancel := context.WithTimeout(a.life, farCheckTimeout)
+		err := (*check)(ctx, addr)
+		cancel()
+		if err != nil {
+			f.err = fmt.Errorf("hostagent: %s: %v: %w", addr, err, ErrNotAgent)
+			return
+		}
+	}
 	host, name := splitAddr(addr)
 	r, peerID, release, err := wiring.SharedRoute(a.mgr, a.life, host, name)
+	if err == nil {
+		if fa, ok := r.(agentapi.FarAgent); ok && !fa.FarIsAgent() {
+			release() // the manager closes it once it lingered unused
+			f.err = fmt.Errorf("hostagent: the manager at %s says it is no host agent: %w", addr, ErrNotAgent)
+			return
+		}
+	}
 	if err != nil {
 		// The process's operation answers PEER_GONE (not INTERNAL: an
 		// unreachable agent has no wire code of its own), which ends its
@@ -128,4 +148,60 @@ func (a *Agent) dropFarRoutes() {
 			f.release()
 		}
 	}
+}
+
+// farCheckTimeout bounds one membership check of a far agent address.
+const farCheckTimeout = 5 * time.Second
+
+// ErrNotAgent refuses a post whose far agent address is not one the agent
+// may dial: not a member of its cluster (SetFarCheck), or a manager whose
+// route handshake says it is no host agent. It wraps
+// rdmamgr.ErrUnauthenticated (the process hears UNAUTHENTICATED).
+var ErrNotAgent = fmt.Errorf("hostagent: not a host agent this agent may dial: %w", rdmamgr.ErrUnauthenticated)
+
+// ErrDialBudget refuses a post that would make the agent set up a far
+// route for a process whose last maxFarFails setups failed within
+// farFailWindow. It wraps rdmamgr.ErrLimit.
+var ErrDialBudget = fmt.Errorf("hostagent: too many failed far-agent routes for this process: %w", rdmamgr.ErrLimit)
+
+// maxFarFails and farFailWindow bound the far-route setups that fail for
+// one process (an unreachable address, one that is no agent): past
+// maxFarFails within farFailWindow, its posts that need a new far route
+// are refused with ErrDialBudget until the window ends; routes that are
+// up serve on. (Variables: tests change them.)
+var (
+	maxFarFails   = 8
+	farFailWindow = time.Minute
+)
+
+// SetFarCheck makes the agent dial only far agent addresses (Addr's form)
+// that check accepts, e.g. its cluster's members (nil: any, as long as
+// the route's handshake says it is an agent). A refusal answers the post
+// with ErrNotAgent.
+func (a *Agent) SetFarCheck(check func(ctx context.Context, addr string) error) {
+	if check == nil {
+		a.farCheck.Store(nil)
+		return
+	}
+	a.farCheck.Store(&check)
+}
+
+// farBudget fails with ErrDialBudget while p spent its failed setups.
+func (p *proc) farBudget() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.farFails >= maxFarFails && time.Since(p.farFailStart) < farFailWindow {
+		return fmt.Errorf("hostagent: pid %d: %d failed within %v: %w", p.pid, p.farFails, farFailWindow, ErrDialBudget)
+	}
+	return nil
+}
+
+// farFailed counts a failed far-route setup against p.
+func (p *proc) farFailed() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if time.Since(p.farFailStart) >= farFailWindow {
+		p.farFails, p.farFailStart = 0, time.Now()
+	}
+	p.farFails++
 }

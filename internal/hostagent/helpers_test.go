@@ -292,8 +292,12 @@ func localOf(h buffer.Buffer) agentwire.Local {
 // to A and p2 to B.
 func pairOfAgents(t *testing.T) (a, b *Agent, p1, p2 *fakeProc) {
 	t.Helper()
-	secret := testSecret(t)
-	sys := newSystem(t)
+	return pairOfAgentsOn(t, newSystem(t), testSecret(t))
+}
+
+// pairOfAgentsOn is pairOfAgents on sys, with secret.
+func pairOfAgentsOn(t *testing.T, sys *protoactor.ActorSystem, secret backend.Secret) (a, b *Agent, p1, p2 *fakeProc) {
+	t.Helper()
 	a = startAgent(t, sys, "agentA", 1, secret)
 	b = startAgent(t, sys, "agentB", 2, secret)
 	ctx := testCtx(t)

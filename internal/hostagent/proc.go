@@ -60,6 +60,10 @@ type proc struct {
 	writing, stuck bool
 	wbatch         agentwire.Batch // the token holder's, inline
 	snd            *agentwire.Sender
+	// farFails counts the far-route setups that failed for it since
+	// farFailStart (far.go: farBudget).
+	farFails     int
+	farFailStart time.Time
 }
 
 func newProc(a *Agent, c *net.UnixConn, auth *agentwire.Auth, uid uint32, r backend.Route) *proc {
