@@ -135,7 +135,14 @@
 // reference waits on it. The fence holds unchanged: it is route-wide on
 // the initiator and a WRITE is answered only once its bytes are in the
 // process's memory, so a notice for a process comes after every WRITE
-// posted before it on the route (to any process at that agent).
+// posted before it on the route (to any process at that agent). An
+// agent's inbox that answers later (agentapi.AsyncInbox, AsyncLanding:
+// its process answers over its own shm route) does not hold up the
+// connection: the server answers that write-imm or send when the inbox
+// gives the answer (late.go: queued, sent with the next batch, waking a
+// connection that waits for a request) and serves the next frames
+// meanwhile; the initiator matches answers by id, so one may overtake
+// another. A notice's answer still comes only after its process took it.
 //
 // With ServerTLS and ClientTLS set (--data-tls) every data connection runs
 // over mutual TLS, wrapped at accept and at dial (tls.go); the hello and
@@ -150,7 +157,8 @@
 // server_conn.go (hello, one connection), server_frames.go (serving
 // frames, batched responses), server_write.go (WRITE and READ),
 // server_verbs.go (write-imm, send, atomics), verbs.go (the inbox) and
-// via.go (frames for a host agent's attached processes); the
+// via.go (frames for a host agent's attached processes) and late.go
+// (the answers such a process gives later); the
 // client side is client_handshake.go (dial and hello), route.go (route
 // state, striping, the lane, watchdog), fence.go (notices after earlier
 // WRITEs and atomics), op.go (the op/chunk state machine), client.go,

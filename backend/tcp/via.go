@@ -187,19 +187,6 @@ func (s *serverConn) inboxOf(h *reqHeader) (backend.Inbox, error) {
 	return in, err
 }
 
-// event hands a write-imm's event to the inbox h names.
-func (s *serverConn) event(h *reqHeader, ev backend.Event) error {
-	if h.via == 0 && h.origin == 0 {
-		return s.b.event(ev)
-	}
-	in, err := s.inboxOf(h)
-	if err != nil {
-		return err
-	}
-	ev.Peer = s.noticePeer(h)
-	return in.Event(ev)
-}
-
 // recv takes a landing for a send of n bytes from the inbox h names.
 func (s *serverConn) recv(h *reqHeader, n uint64) (backend.Landing, error) {
 	if h.via == 0 && h.origin == 0 {

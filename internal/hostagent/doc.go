@@ -50,10 +50,19 @@
 //     as a notice (no copy: the bytes are in place) naming the far process
 //     as its Peer (an origin the TCP server takes only from another
 //     agent's route: the agent's TCP backend marks the routes it sets up
-//     as an agent's; from any other peer it is refused NOT_SUPPORTED); a Send is staged in the agent and handed on as an shm
-//     Send, and the process's refusal (no receive posted, too small) is
-//     the sender's answer (agentapi.CheckedLanding). Both wait for the
-//     process's answer (5 s at most), which keeps a connection's order.
+//     as an agent's; from any other peer it is refused NOT_SUPPORTED); a
+//     Send is staged in the agent and handed on as an shm Send, and the
+//     process's refusal (no receive posted, too small) is the sender's
+//     answer. Neither holds up the connection between the two agents,
+//     which every process shares: each process has its own queue of
+//     notices (at most 1024, and 64 MiB of staged messages) and a
+//     deliverer that hands them on one at a time, in order; each is
+//     answered within 5 s of its queueing (DEADLINE if the process has
+//     not taken it by then); the TCP server answers the write-imm or send once the process
+//     answered (agentapi.AsyncInbox, AsyncLanding) and serves the
+//     connection's next frames meanwhile. One more for a full queue is
+//     refused at once with ErrLimit (LIMIT: the direct path's overflow),
+//     so a process that never answers costs only its own notices.
 //
 // The process's own (local) memory is mapped through the same owner
 // checks as a far process's: its region must grant what the agent does
