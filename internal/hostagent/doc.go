@@ -113,5 +113,33 @@
 // cancelled with ErrPeerGone, and its proxies released. Close sends every
 // process gone, then ends them as above, and waits.
 //
+// # What is trusted
+//
+// Checked by the kernel: an attaching process's pid and uid (SO_PEERCRED;
+// the uid must be one the agent serves). Checked against capabilities:
+// every byte of memory, the process's own and any far process's, is
+// reached only through a key its owner's code checks (mapping, access,
+// lease, revocation). Taken on the deployment's secret alone (whoever
+// holds it can claim them):
+//   - the manager id a process gives at attach: it is the Origin of its
+//     posts, which far processes' events and messages name as their Peer;
+//   - the agent bit of a TCP route handshake (initiator's): frames on
+//     such a route may name an Origin, which this agent's processes see
+//     as the Peer of the events and messages;
+//   - the agent bit of a route answer (responder's): the far end is taken
+//     for an agent and sent posts (their Via, keys and bytes, all of
+//     which the posting process chose to send there).
+//
+// So a holder of the secret can make an event or a message reaching a
+// process through an agent name any manager as its sender (a Send needs
+// no key; a PutWithImm needs the target region's key), though it can do
+// nothing to memory it has no key for, and a direct peer's Peer is a
+// claim as well (route handshakes carry the manager id the initiator
+// gives). Mutual TLS (--data-tls) authenticates every data connection
+// under the deployment's CA, but neither bit nor the Origin is bound to
+// the certificate's identity: a peer with any certificate of the CA and
+// the secret may claim to be an agent. An Origin is not a proof of who
+// sent; a process that needs one authenticates its messages itself.
+//
 // Linux only: elsewhere New fails with rdmamgr.ErrNotSupported.
 package hostagent
