@@ -5,6 +5,7 @@ package hostagent
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
@@ -170,9 +171,11 @@ var ErrDialBudget = fmt.Errorf("hostagent: too many failed far-agent routes for 
 // are refused with ErrDialBudget until the window ends; routes that are
 // up serve on. (Variables: tests change them.)
 var (
-	maxFarFails   = 8
+	maxFarFails   atomic.Int64
 	farFailWindow = time.Minute
 )
+
+func init() { maxFarFails.Store(8) }
 
 // SetFarCheck makes the agent dial only far agent addresses (Addr's form)
 // that check accepts, e.g. its cluster's members (nil: any, as long as
@@ -190,7 +193,7 @@ func (a *Agent) SetFarCheck(check func(ctx context.Context, addr string) error) 
 func (p *proc) farBudget() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.farFails >= maxFarFails && time.Since(p.farFailStart) < farFailWindow {
+	if int64(p.farFails) >= maxFarFails.Load() && time.Since(p.farFailStart) < farFailWindow {
 		return fmt.Errorf("hostagent: pid %d: %d failed within %v: %w", p.pid, p.farFails, farFailWindow, ErrDialBudget)
 	}
 	return nil

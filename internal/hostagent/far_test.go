@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/rdmamgr/rdmamgr"
@@ -32,8 +33,8 @@ func (a *Agent) farCount() int {
 func TestFarMustBeAnAgent(t *testing.T) {
 	sys, secret := newSystem(t), testSecret(t)
 	a, b, p1, p2 := pairOfAgentsOn(t, sys, secret)
-	defer func(n int) { maxFarFails = n }(maxFarFails)
-	maxFarFails = 2
+	defer maxFarFails.Store(maxFarFails.Load())
+	maxFarFails.Store(2)
 	plain, _ := startManager(t, sys, "plain", secret)
 	pid := plain.PID()
 	plainAddr := pid.Address + "/" + pid.Id
@@ -57,7 +58,7 @@ func TestFarMustBeAnAgent(t *testing.T) {
 		}
 	}
 	if c := put(3, plainAddr, plain.ID(), own); !errors.Is(backend.Sentinel(c), rdmamgr.ErrLimit) {
-		t.Fatalf("put after %d failed far routes: %v, want LIMIT", maxFarFails, c)
+		t.Fatalf("put after %d failed far routes: %v, want LIMIT", maxFarFails.Load(), c)
 	}
 	if c := put(4, b.Addr(), p2.welcome.AgentID, dst); !errors.Is(backend.Sentinel(c), rdmamgr.ErrLimit) {
 		t.Fatalf("put to a real agent while the budget is spent: %v, want LIMIT (no new far route)", c)
@@ -87,10 +88,13 @@ func TestFarCheck(t *testing.T) {
 	a, b, p1, p2 := pairOfAgents(t)
 	src, _ := p1.alloc(t, 4096, buffer.AccessReadWrite)
 	dst, _ := p2.alloc(t, 4096, buffer.AccessReadWrite)
+	var mu sync.Mutex
 	var asked []string
 	member := ""
 	a.SetFarCheck(func(ctx context.Context, addr string) error {
-		asked = append(asked, addr) // the setups run one at a time here
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, addr)
 		if addr != member {
 			return fmt.Errorf("%s: %w", addr, rdmamgr.ErrUnknownPeer)
 		}
@@ -104,12 +108,16 @@ func TestFarCheck(t *testing.T) {
 	if a.farCount() != 0 {
 		t.Fatalf("a route to a refused address: %d far routes at A", a.farCount())
 	}
+	mu.Lock()
 	member = b.Addr()
+	mu.Unlock()
 	post.WRID = 2
 	p1.post(t, post)
 	if d := p1.dones(t, 1)[2]; d.Code != 0 {
 		t.Fatalf("put to a member: %v", rdmapb.Code(d.Code))
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if len(asked) != 2 || asked[0] != b.Addr() {
 		t.Fatalf("checked %q, want %s twice", asked, b.Addr())
 	}

@@ -41,8 +41,8 @@ func (in *silentInbox) free() { in.once.Do(func() { close(in.release) }) }
 // process is refused at once with LIMIT (the direct path's overflow),
 // and the ones queued are answered once it answers.
 func TestSlowProcessDoesNotStallTheAgents(t *testing.T) {
-	defer func(n int) { noticeQueue = n }(noticeQueue)
-	noticeQueue = 2
+	defer noticeQueue.Store(noticeQueue.Load())
+	noticeQueue.Store(2)
 	_, b, p1, p2 := pairOfAgents(t)
 	stuck := &silentInbox{entered: make(chan struct{}, 8), release: make(chan struct{})}
 	p2.sb.SetInbox(stuck)

@@ -5,6 +5,7 @@ package hostagent
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
@@ -26,10 +27,12 @@ const maxMessage = 16 << 20
 // and maxStaged the bytes of its messages staged meanwhile: past either,
 // one more is refused at once with ErrLimit (as a full subscriber queue
 // refuses on the direct path). (Variables: tests change them.)
-var (
-	noticeQueue = 1024
-	maxStaged   = int64(64 << 20)
-)
+var noticeQueue, maxStaged atomic.Int64
+
+func init() {
+	noticeQueue.Store(1024)
+	maxStaged.Store(64 << 20)
+}
 
 // notice is an event or a message waiting for its process's deliverer.
 type notice struct {
@@ -87,7 +90,7 @@ func (pi *procInbox) Recv(peer uint64, n uint64) (backend.Landing, error) {
 		return nil, fmt.Errorf("hostagent: pid %d: %w", p.pid, rdmamgr.ErrPeerGone)
 	default:
 	}
-	if s := p.staged.Add(int64(n)); s > maxStaged {
+	if s := p.staged.Add(int64(n)); s > maxStaged.Load() {
 		p.staged.Add(-int64(n))
 		return nil, fmt.Errorf("hostagent: %d bytes of messages staged for pid %d: %w", s-int64(n), p.pid, rdmamgr.ErrLimit)
 	}

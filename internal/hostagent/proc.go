@@ -75,7 +75,7 @@ type proc struct {
 func newProc(a *Agent, c *net.UnixConn, auth *agentwire.Auth, uid uint32, r backend.Route) *proc {
 	p := &proc{a: a, conn: c, pid: auth.PID, uid: uid, id: auth.ManagerID, addr: auth.Addr,
 		route: r, pr: r.(wiring.ProxyRoute), posts: make(chan *op, postQueue),
-		dead: make(chan struct{}), wake: make(chan struct{}, 1), notices: make(chan notice, noticeQueue),
+		dead: make(chan struct{}), wake: make(chan struct{}, 1), notices: make(chan notice, noticeQueue.Load()),
 		ops: make(map[uint64]*op), proxies: make(map[uint64]*proxy)}
 	p.snd, _ = agentwire.NewSender(c) // fails only on a closed conn: the writer's writes fail
 	p.ctx, p.stop = context.WithCancel(a.life)
