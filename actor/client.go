@@ -112,7 +112,8 @@ func (c *Client) Ping(ctx context.Context) (uint64, error) {
 
 // RequestBuffer asks the manager for size bytes of registered memory that
 // remote peers may use with access. WithLease gives it a lease; WithMemory
-// registers the caller's own memory instead of allocating.
+// registers the caller's own memory instead of allocating; WithDevice
+// allocates it in a CUDA device's memory (the handle's Location says so).
 func (c *Client) RequestBuffer(ctx context.Context, size uint64, access buffer.Access, opts ...BufferOption) (buffer.Buffer, error) {
 	var o bufferOptions
 	for _, f := range opts {
@@ -121,7 +122,10 @@ func (c *Client) RequestBuffer(ctx context.Context, size uint64, access buffer.A
 	if o.inPlace {
 		return c.registerInPlace(ctx, size, access, o)
 	}
-	req := &rdmapb.RequestBuffer{Size: size, Access: uint32(access)}
+	if !o.loc.Valid() {
+		return buffer.Buffer{}, fmt.Errorf("request buffer at %v: %w", o.loc, rdmamgr.ErrInvalid)
+	}
+	req := &rdmapb.RequestBuffer{Size: size, Access: uint32(access), Location: uint32(o.loc)}
 	if o.leased {
 		if o.lease <= 0 {
 			return buffer.Buffer{}, fmt.Errorf("request buffer: lease %v: %w", o.lease, rdmamgr.ErrInvalid)
@@ -139,6 +143,9 @@ func (c *Client) RequestBuffer(ctx context.Context, size uint64, access buffer.A
 	if err != nil {
 		return buffer.Buffer{}, fmt.Errorf("request buffer from %s: reply: %w: %w", pidString(c.pid), rdmamgr.ErrBadResponse, err)
 	}
+	if b.Location != o.loc {
+		return buffer.Buffer{}, fmt.Errorf("request buffer at %v from %s: reply at %v: %w", o.loc, pidString(c.pid), b.Location, rdmamgr.ErrBadResponse)
+	}
 	return b, nil
 }
 
@@ -151,6 +158,20 @@ type bufferOptions struct {
 	// inPlace and mem: WithMemory.
 	inPlace bool
 	mem     []byte
+	loc     buffer.Location // WithDevice
+}
+
+// WithDevice allocates the buffer in the memory of a device (a
+// buffer.Location: buffer.CUDA(n) for CUDA device n; buffer.Host is the
+// default), pooled per device at the owner. The handle's Location says
+// where it is, and it keeps every rule of a buffer (key, access, lease,
+// revocation, release). A manager without a CUDA driver
+// (node.Config.CUDA) refuses it with rdmamgr.ErrNotSupported saying why;
+// an invalid Location fails with rdmamgr.ErrInvalid. Manager.Bytes has
+// no host bytes of it (ErrNotSupported): which data paths move it is in
+// the package doc of memreg and the README ("GPU memory").
+func WithDevice(loc buffer.Location) BufferOption {
+	return func(o *bufferOptions) { o.loc = loc }
 }
 
 // WithLease gives the buffer a lease (> 0) on the owner's clock, capped by
@@ -182,6 +203,8 @@ func (c *Client) registerInPlace(ctx context.Context, size uint64, access buffer
 		return buffer.Buffer{}, fmt.Errorf("request buffer of %d bytes in place of %d: %w", size, len(o.mem), rdmamgr.ErrInvalid)
 	case o.leased:
 		return buffer.Buffer{}, fmt.Errorf("request buffer in place with a lease: %w", rdmamgr.ErrInvalid)
+	case o.loc != buffer.Host:
+		return buffer.Buffer{}, fmt.Errorf("request buffer in place at %v: registering device memory is not built: %w", o.loc, rdmamgr.ErrNotSupported)
 	}
 	if err := ctx.Err(); err != nil {
 		return buffer.Buffer{}, err

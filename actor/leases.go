@@ -24,6 +24,10 @@ type remoteGrant struct {
 // against MaxRemoteBytes and MaxRemoteBuffersPerPeer and get RemoteLease
 // when they ask for no lease.
 func (m *Manager) allocate(msg *rdmapb.RequestBuffer, remote bool, peer string) (buffer.Buffer, error) {
+	loc := buffer.Location(msg.Location)
+	if !loc.Valid() {
+		return buffer.Buffer{}, fmt.Errorf("memory location %d unknown: %w", msg.Location, rdmamgr.ErrInvalid)
+	}
 	lease := time.Duration(msg.LeaseMs) * time.Millisecond
 	if msg.LeaseMs > uint64(m.cfg.MaxLease/time.Millisecond) {
 		lease = m.cfg.MaxLease
@@ -47,7 +51,7 @@ func (m *Manager) allocate(msg *rdmapb.RequestBuffer, remote bool, peer string) 
 		m.remotePerPeer[peer]++
 		m.mu.Unlock()
 	}
-	b, err := m.reg.Allocate(msg.Size, buffer.Access(msg.Access))
+	b, err := m.reg.AllocateAt(loc, msg.Size, buffer.Access(msg.Access))
 	if err == nil && lease > 0 {
 		if err = m.reg.SetLease(b, lease); err != nil {
 			_ = m.reg.Release(context.Background(), b)

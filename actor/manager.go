@@ -13,6 +13,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/control"
+	"github.com/rdmamgr/rdmamgr/internal/cuda"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
@@ -182,3 +183,9 @@ func (m *Manager) dataAddr() string {
 	}
 	return m.backends[len(m.backends)-1].Addr()
 }
+
+// SetCUDA gives the manager the CUDA driver device buffers (WithDevice)
+// are allocated through; d nil: none, and a device request fails with
+// rdmamgr.ErrNotSupported saying why. Call it before Start (package node
+// does, from node.Config.CUDA). The manager never closes d.
+func (m *Manager) SetCUDA(d cuda.Driver, why error) { m.reg.SetCUDA(d, why) }

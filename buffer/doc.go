@@ -13,6 +13,11 @@
 // RequestBuffer, so a handle and its slices grant exactly what the owner
 // handed out.
 //
+// A Buffer's Location says where the memory is: Host (the zero value) or
+// the memory of a CUDA device (CUDA(n), "cuda:n": actor.WithDevice).
+// FromProto refuses a location naming no device in range
+// (MaxCUDADevices) with ErrInvalid.
+//
 // The memory itself belongs to the owner's manager (actor.Manager): it is
 // mapped off the Go heap (page aligned, never moved) or is the caller's
 // []byte pinned in place, and it stays registered until ReleaseBuffer,

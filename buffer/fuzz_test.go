@@ -22,6 +22,10 @@ func FuzzBufferFromProto(f *testing.F) {
 	over.Offset, over.Length = 1<<63, 1<<63
 	seed2, _ := proto.Marshal(over.Proto())
 	f.Add(seed2)
+	dev := good
+	dev.Location = CUDA(1)
+	seed3, _ := proto.Marshal(dev.Proto())
+	f.Add(seed3)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var p rdmapb.Buffer
 		if err := proto.Unmarshal(data, &p); err != nil {
@@ -33,6 +37,9 @@ func FuzzBufferFromProto(f *testing.F) {
 		}
 		if b.Offset+b.Length < b.Offset {
 			t.Fatalf("accepted an overflowing handle %v", b)
+		}
+		if !b.Location.Valid() {
+			t.Fatalf("accepted location %d", b.Location)
 		}
 		if !b.Access.Valid() {
 			t.Fatalf("accepted access %d", b.Access)

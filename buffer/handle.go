@@ -108,6 +108,9 @@ type Buffer struct {
 	// Lease is the lease granted when the handle was issued (0: none). It
 	// runs on the owner's clock; holders renew well before it ends.
 	Lease time.Duration
+	// Location says where the region's memory is (Host, or a CUDA
+	// device's): set by the owner, it tells a peer what a transfer moves.
+	Location Location
 }
 
 // IsZero reports whether b is the zero Buffer.
@@ -150,6 +153,7 @@ func (b Buffer) Proto() *rdmapb.Buffer {
 		Rkey:      b.RDMA.RKey,
 		Addr:      b.RDMA.Addr,
 		LeaseMs:   uint64(b.Lease / time.Millisecond),
+		Location:  uint32(b.Location),
 	}
 }
 
@@ -178,7 +182,11 @@ func FromProto(p *rdmapb.Buffer) (Buffer, error) {
 	if p.Offset+p.Length < p.Offset {
 		return Buffer{}, fmt.Errorf("handle offset %d + length %d overflows: %w", p.Offset, p.Length, rdmamgr.ErrOutOfRange)
 	}
+	if l := Location(p.Location); !l.Valid() {
+		return Buffer{}, fmt.Errorf("handle memory location %d unknown: %w", p.Location, rdmamgr.ErrInvalid)
+	}
 	b := Buffer{
+		Location:  Location(p.Location),
 		OwnerID:   p.OwnerId,
 		OwnerAddr: p.OwnerAddr,
 		Region:    p.Region,
@@ -199,5 +207,8 @@ func FromProto(p *rdmapb.Buffer) (Buffer, error) {
 }
 
 func (b Buffer) String() string {
+	if b.Location != Host {
+		return fmt.Sprintf("buffer{owner=%016x@%s region=%d [%d,+%d) %s %s}", b.OwnerID, b.OwnerAddr, b.Region, b.Offset, b.Length, b.Access, b.Location)
+	}
 	return fmt.Sprintf("buffer{owner=%016x@%s region=%d [%d,+%d) %s}", b.OwnerID, b.OwnerAddr, b.Region, b.Offset, b.Length, b.Access)
 }

@@ -105,7 +105,9 @@ func TestProtoRoundTrip(t *testing.T) {
 	b := Buffer{OwnerID: 0x1122334455667788, OwnerAddr: "127.0.0.1:18090", Region: 9, Length: 1 << 16, Access: AccessReadWrite,
 		Key: Key{0: 0xaa, 15: 0x55}, RDMA: RDMAKey{Addr: 0x7f0000001000, RKey: 0x1234}, Lease: 90 * time.Second}
 	s, _ := b.Slice(100, 200)
-	for _, h := range []Buffer{b, s, {OwnerID: 1, Region: 1, Access: AccessWrite}} {
+	dev := b
+	dev.Location = CUDA(3)
+	for _, h := range []Buffer{b, s, {OwnerID: 1, Region: 1, Access: AccessWrite}, dev} {
 		p := h.Proto()
 		got, err := FromProto(p)
 		if err != nil {
@@ -168,6 +170,8 @@ func TestFromProtoRejects(t *testing.T) {
 		{"access high bit", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Access = 1<<31 | 1; return p }, rdmamgr.ErrInvalid},
 		{"offset+length overflow", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Offset = math.MaxUint64; p.Length = 1; return p }, rdmamgr.ErrOutOfRange},
 		{"length overflow", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Offset = 2; p.Length = math.MaxUint64 - 1; return p }, rdmamgr.ErrOutOfRange},
+		{"location past the last device", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Location = MaxCUDADevices + 1; return p }, rdmamgr.ErrInvalid},
+		{"location high bit", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Location = 1 << 31; return p }, rdmamgr.ErrInvalid},
 		{"both max", func(p *rdmapb.Buffer) *rdmapb.Buffer { p.Offset = math.MaxUint64; p.Length = math.MaxUint64; return p }, rdmamgr.ErrOutOfRange},
 	}
 	for _, c := range cases {
@@ -188,6 +192,38 @@ func TestFromProtoRejects(t *testing.T) {
 	p.Offset, p.Length = 1, math.MaxUint64-1
 	if _, err := FromProto(p); err != nil {
 		t.Errorf("offset+length == MaxUint64: %v", err)
+	}
+	p.Location = MaxCUDADevices // the last device
+	if b, err := FromProto(p); err != nil || b.Location != CUDA(MaxCUDADevices-1) {
+		t.Errorf("location of the last device: %v, %v", b.Location, err)
+	}
+}
+
+func TestLocation(t *testing.T) {
+	for _, c := range []struct {
+		s     string
+		want  Location
+		dev   int
+		isGPU bool
+	}{{"host", Host, 0, false}, {"", Host, 0, false}, {"cuda", CUDA(0), 0, true}, {"cuda:0", CUDA(0), 0, true}, {"cuda:7", CUDA(7), 7, true}, {"cuda:63", CUDA(63), 63, true}} {
+		l, err := ParseLocation(c.s)
+		if err != nil || l != c.want {
+			t.Errorf("ParseLocation(%q) = %v, %v; want %v", c.s, l, err, c.want)
+		}
+		if dev, ok := l.Device(); ok != c.isGPU || dev != c.dev {
+			t.Errorf("%v.Device() = %d, %v", l, dev, ok)
+		}
+		if c.s != "" && c.s != "cuda" && l.String() != c.s {
+			t.Errorf("String() = %q, want %q", l.String(), c.s)
+		}
+	}
+	for _, s := range []string{"cuda:64", "cuda:-1", "cuda:", "cuda:x", "gpu", "CUDA:1", "cuda:1 "} {
+		if l, err := ParseLocation(s); !errors.Is(err, rdmamgr.ErrInvalid) {
+			t.Errorf("ParseLocation(%q) = %v, %v; want ErrInvalid", s, l, err)
+		}
+	}
+	if CUDA(-1).Valid() || CUDA(MaxCUDADevices).Valid() {
+		t.Errorf("CUDA of a device out of range is valid")
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend/ibverbs"
 	"github.com/rdmamgr/rdmamgr/backend/shm"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
+	"github.com/rdmamgr/rdmamgr/internal/cuda"
 	"github.com/rdmamgr/rdmamgr/remoteguard"
 )
 
@@ -128,12 +129,30 @@ type Config struct {
 	// route.
 	HostAgent HostAgent
 
+	// CUDA is how the manager reaches the CUDA driver for device buffers
+	// (actor.WithDevice).
+	CUDA CUDAConfig
+
 	// Logger receives the node's logs (manager, backends, remote); nil
 	// discards them.
 	Logger *slog.Logger
 	// ProtoactorLogger receives protoactor's own logs (routine connection
 	// churn at error level); nil discards them.
 	ProtoactorLogger *slog.Logger
+}
+
+// CUDAConfig says which CUDA driver device buffers are allocated
+// through. With neither field set (the default) there is none: a device
+// RequestBuffer fails with rdmamgr.ErrNotSupported.
+type CUDAConfig struct {
+	// Driver, when not nil, is used as is and never closed by the node
+	// (tests pass a cudafake one).
+	Driver cuda.Driver
+	// Open loads libcuda.so.1 at Start (cuda.Open) when Driver is nil;
+	// the node closes it at Close. A machine without a driver or a GPU
+	// starts all the same: its device requests fail with
+	// rdmamgr.ErrNotSupported naming why Open failed.
+	Open bool
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -32,6 +32,11 @@
 // manager and closed before it. A node is an agent or attached to one,
 // not both.
 //
+// Config.CUDA names the CUDA driver GPU buffers (actor.WithDevice) are
+// allocated through: a Driver as is, or Open to load libcuda.so.1 at Start
+// (closed at Close; a machine without one starts all the same). Without
+// one a device request fails with rdmamgr.ErrNotSupported naming why.
+//
 // The choice is then made per peer, when the manager sets up a route
 // (actor.Manager.Start): it tries the backends in order and takes
 // the first that connects. A backend that refuses the peer with

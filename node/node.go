@@ -10,6 +10,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
+	"github.com/rdmamgr/rdmamgr/internal/cuda"
 	"github.com/rdmamgr/rdmamgr/internal/hostagent"
 	"github.com/rdmamgr/rdmamgr/internal/wiring"
 	"github.com/rdmamgr/rdmamgr/remoteguard"
@@ -25,6 +26,7 @@ type Node struct {
 	tcp    *tcp.Backend     // the manager's TCP backend (owned by the manager)
 	kinds  []string         // the manager's backends, preferred first
 	agent  *hostagent.Agent // Config.HostAgent's, or nil
+	cuda   cuda.Driver      // opened by the node (Config.CUDA.Open), closed at Close
 
 	closeOnce sync.Once
 	closeErr  error
@@ -68,6 +70,19 @@ func (n *Node) startManager(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	switch {
+	case cfg.CUDA.Driver != nil:
+		m.SetCUDA(cfg.CUDA.Driver, nil)
+	case cfg.CUDA.Open:
+		d, err := cuda.Open()
+		if err != nil {
+			cfg.Logger.Info("no CUDA driver: device buffers refused", "err", err)
+		}
+		n.cuda = d
+		m.SetCUDA(d, err)
+	default:
+		m.SetCUDA(nil, errors.New("node.Config.CUDA names no driver"))
+	}
 	cs, t, err := startBackends(ctx, cfg, m, n.addr)
 	if err == nil {
 		err = m.Start(ctx, cs...) // m owns the backends now, also when it fails
@@ -97,6 +112,9 @@ func (n *Node) Close() error {
 		}
 		if n.mgr != nil {
 			errs = append(errs, n.mgr.Close())
+		}
+		if n.cuda != nil { // after the manager: its registry freed the device memory
+			errs = append(errs, n.cuda.Close())
 		}
 		remoteguard.Stop(n.sys, n.remote) // hard, and waits for its connections
 		n.sys.Shutdown()

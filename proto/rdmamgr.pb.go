@@ -266,7 +266,10 @@ type Buffer struct {
 	Addr uint64 `protobuf:"fixed64,9,opt,name=addr,proto3" json:"addr,omitempty"` // virtual address of the region's first byte
 	// The lease granted when the buffer was handed out, if any (measured on
 	// the owner's clock; renew with RenewLease before it runs out).
-	LeaseMs       uint64 `protobuf:"varint,10,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	LeaseMs uint64 `protobuf:"varint,10,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	// Where the region's memory is: 0 host memory, 1+N the memory of CUDA
+	// device N (N < 64); any other value is refused on decode.
+	Location      uint32 `protobuf:"varint,11,opt,name=location,proto3" json:"location,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -371,11 +374,19 @@ func (x *Buffer) GetLeaseMs() uint64 {
 	return 0
 }
 
+func (x *Buffer) GetLocation() uint32 {
+	if x != nil {
+		return x.Location
+	}
+	return 0
+}
+
 type RequestBuffer struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Size          uint64                 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
 	Access        uint32                 `protobuf:"varint,2,opt,name=access,proto3" json:"access,omitempty"`
 	LeaseMs       uint64                 `protobuf:"varint,3,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"` // 0: no lease (remote requesters get the default lease)
+	Location      uint32                 `protobuf:"varint,4,opt,name=location,proto3" json:"location,omitempty"`              // Buffer.location: 0 host memory, 1+N CUDA device N
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -427,6 +438,13 @@ func (x *RequestBuffer) GetAccess() uint32 {
 func (x *RequestBuffer) GetLeaseMs() uint64 {
 	if x != nil {
 		return x.LeaseMs
+	}
+	return 0
+}
+
+func (x *RequestBuffer) GetLocation() uint32 {
+	if x != nil {
+		return x.Location
 	}
 	return 0
 }
@@ -1811,7 +1829,7 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"rdmamgr.v1\"G\n" +
 	"\x05Error\x12$\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x10.rdmamgr.v1.CodeR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xf7\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x93\x02\n" +
 	"\x06Buffer\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\x06R\aownerId\x12\x1d\n" +
 	"\n" +
@@ -1824,11 +1842,13 @@ const file_rdmamgr_proto_rawDesc = "" +
 	"\x04rkey\x18\b \x01(\rR\x04rkey\x12\x12\n" +
 	"\x04addr\x18\t \x01(\x06R\x04addr\x12\x19\n" +
 	"\blease_ms\x18\n" +
-	" \x01(\x04R\aleaseMs\"V\n" +
+	" \x01(\x04R\aleaseMs\x12\x1a\n" +
+	"\blocation\x18\v \x01(\rR\blocation\"r\n" +
 	"\rRequestBuffer\x12\x12\n" +
 	"\x04size\x18\x01 \x01(\x04R\x04size\x12\x16\n" +
 	"\x06access\x18\x02 \x01(\rR\x06access\x12\x19\n" +
-	"\blease_ms\x18\x03 \x01(\x04R\aleaseMs\"l\n" +
+	"\blease_ms\x18\x03 \x01(\x04R\aleaseMs\x12\x1a\n" +
+	"\blocation\x18\x04 \x01(\rR\blocation\"l\n" +
 	"\x15RequestBufferResponse\x12*\n" +
 	"\x06buffer\x18\x01 \x01(\v2\x12.rdmamgr.v1.BufferR\x06buffer\x12'\n" +
 	"\x05error\x18\x02 \x01(\v2\x11.rdmamgr.v1.ErrorR\x05error\";\n" +

@@ -57,3 +57,21 @@ func TestConformance(t *testing.T) {
 		Verbs:                    true,
 	})
 }
+
+// TestConformanceDevice runs the suite's device-memory variant over shm
+// (cudafake): exporting a region through CUDA IPC is later work, so the
+// owner refuses to map a device region (NOT_SUPPORTED: no byte of it is
+// touched as host memory) and the route sends its operations to its TCP
+// fallback, which stages them.
+func TestConformanceDevice(t *testing.T) {
+	backendtest.RunDevice(t, backendtest.Factory{
+		NewBackend: func(t testing.TB, owner uint64) (backend.Backend, *memreg.Registry) {
+			return newBackend(t, owner, shm.Config{})
+		},
+		WrongKeyErr:              rdmamgr.ErrBadKey,
+		RevokedErr:               rdmamgr.ErrRevoked,
+		DeviceRemote:             true,
+		RouteSurvivesRemoteError: true,
+		Verbs:                    true,
+	})
+}

@@ -54,6 +54,9 @@
 // device holds the pages a move would replace) exports nothing: such
 // operations go over Config.Fallback (the node's TCP backend; set up
 // alongside each shm route), or fail with ErrNotShareable without one.
+// So does device memory (a GPU buffer: memreg.AcquireRemote refuses it,
+// NOT_SUPPORTED; CUDA IPC export is later work), which the TCP fallback
+// stages; no byte of it is ever treated as host memory.
 // Start makes the process not dumpable (PR_SET_DUMPABLE 0), so other
 // processes of the same user cannot take its memfds through
 // /proc/PID/fd or read /proc/PID/mem (root still can); this also turns

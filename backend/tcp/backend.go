@@ -68,6 +68,8 @@ type Backend struct {
 	peers map[uint64]*peerCounters
 
 	wg sync.WaitGroup // accept loop, server connections, routes' goroutines
+
+	stage stageState // pinned buffers staging device memory (stage.go)
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -205,6 +207,7 @@ func (b *Backend) Close() error {
 		r.Close()
 	}
 	b.wg.Wait()
+	b.stage.close()
 	return nil
 }
 

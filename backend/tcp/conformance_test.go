@@ -56,3 +56,28 @@ func TestVerbsSmallChunks(t *testing.T) {
 		RouteSurvivesRemoteError: true,
 	})
 }
+
+// TestConformanceDevice runs the suite's device-memory variant over TCP
+// (cudafake): the owner serves Puts and Gets of its device memory
+// through staging.
+func TestConformanceDevice(t *testing.T) {
+	backendtest.RunDevice(t, backendtest.Factory{
+		NewBackend: func(t testing.TB, owner uint64) (backend.Backend, *memreg.Registry) {
+			t.Helper()
+			reg := memreg.NewRegistry(owner, buffer.Limits{})
+			b, err := tcp.New(tcp.Config{ListenAddr: "127.0.0.1:0"}, reg, nil)
+			if err != nil {
+				t.Fatalf("tcp.New: %v", err)
+			}
+			if err := b.Start(context.Background()); err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			return b, reg
+		},
+		WrongKeyErr:              rdmamgr.ErrBadKey,
+		RevokedErr:               rdmamgr.ErrRevoked,
+		DeviceRemote:             true,
+		RouteSurvivesRemoteError: true,
+		Verbs:                    true,
+	})
+}

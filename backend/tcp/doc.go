@@ -144,6 +144,24 @@
 // meanwhile; the initiator matches answers by id, so one may overtake
 // another. A notice's answer still comes only after its process took it.
 //
+// Device memory (stage.go, issue 27). A WRITE or READ of the peer's own
+// memory (no via, no origin) may name a device region (a GPU buffer,
+// memreg.AllocateAt: memreg.AcquireRemoteAny): the server stages its
+// payload through two pinned host buffers (cuda.Stager, 256 KiB each,
+// reused per device context: 0 allocations per operation) in a pipeline:
+// a WRITE's next chunk is read from the socket while the previous one is
+// copied to the device, a READ's next chunk is copied from the device
+// while the current one is written. A READ of device memory flushes the
+// batch before it and goes out on its own (header, then the staged
+// payload, under FrameTimeout, shortened by a cut as a batch's); a device
+// copy that fails after its header left ends the connection. The
+// region's reference is released only once no copy runs. Write-imm,
+// send and the atomics refuse device memory (NOT_SUPPORTED, through
+// memreg.AcquireRemote). The initiator never gets a device buffer as its
+// local memory (queuepair's local reference refuses it): staging on that
+// side is not built. Tested against cudafake only (backendtest.RunDevice);
+// it has not run on a GPU.
+//
 // With ServerTLS and ClientTLS set (--data-tls) every data connection runs
 // over mutual TLS, wrapped at accept and at dial (tls.go); the hello and
 // everything above it are unchanged. Dialled TLS connections write through
@@ -156,9 +174,9 @@
 // server side is server_accept.go (accept loop, pending caps),
 // server_conn.go (hello, one connection), server_frames.go (serving
 // frames, batched responses), server_write.go (WRITE and READ),
-// server_verbs.go (write-imm, send, atomics), verbs.go (the inbox) and
-// via.go (frames for a host agent's attached processes) and late.go
-// (the answers such a process gives later); the
+// server_verbs.go (write-imm, send, atomics), stage.go (device memory),
+// verbs.go (the inbox), via.go (frames for a host agent's attached
+// processes) and late.go (the answers such a process gives later); the
 // client side is client_handshake.go (dial and hello), route.go (route
 // state, striping, the lane, watchdog), fence.go (notices after earlier
 // WRITEs and atomics), op.go (the op/chunk state machine), client.go,

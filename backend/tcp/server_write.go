@@ -15,7 +15,7 @@ import (
 
 // serveRW serves a WRITE or a READ. An error is the connection's.
 func (s *serverConn) serveRW(br *connReader, h *reqHeader) error {
-	ref, verr := s.acquire(h, h.offset, uint64(h.length), opOf(h.op).Need())
+	ref, verr := s.acquireRW(h, h.offset, uint64(h.length), h.op)
 	if verr != nil {
 		s.rejected()
 		if h.op == opWrite {
@@ -25,6 +25,20 @@ func (s *serverConn) serveRW(br *connReader, h *reqHeader) error {
 			}
 		}
 		s.appendResp(respHeader{op: h.op, code: byte(backend.RemoteCode(verr)), wrid: h.wrid}, memreg.Ref{})
+		return nil
+	}
+	if span, ok := ref.Device(); ok { // device memory: staged (stage.go)
+		if h.op == opRead {
+			return s.readDevice(h, ref, span)
+		}
+		code, err := s.writeDevice(br, ref, span)
+		if err != nil {
+			return err
+		}
+		if code == 0 {
+			s.servedIn(uint64(h.length), h.first)
+		}
+		s.appendResp(respHeader{op: h.op, code: code, wrid: h.wrid}, memreg.Ref{})
 		return nil
 	}
 	if h.op == opRead {

@@ -59,6 +59,7 @@ type benchArgs struct {
 	cpuProfile, memProfile string
 	jsonPath               string
 	metricsListen          string
+	memory                 string // --memory
 	bl                     baselineFlags
 	c                      common
 }
@@ -69,6 +70,9 @@ func benchFlags(fs *flag.FlagSet) runFunc {
 	return func(ctx context.Context, e *env) error {
 		set := make(map[string]bool)
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if err := a.checkMemory(); err != nil {
+			return err
+		}
 		if a.bl.on {
 			return benchBaseline(ctx, e, a, set)
 		}
@@ -104,6 +108,7 @@ func (a *benchArgs) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.metricsListen, "metrics-listen", "", "serve /metrics of this run's manager on `HOST:PORT` (default: none)")
 	fs.StringVar(&a.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed run to this `file`")
 	fs.StringVar(&a.memProfile, "memprofile", "", "write an allocation profile of the run to this `file`")
+	fs.StringVar(&a.memory, "memory", "host", "where the buffers of each end are: host, or cuda[:N] for CUDA device N's memory (GPU buffers: refused with a reason until the initiator stages device memory)")
 	a.bl.register(fs)
 	a.c.registerLog(fs, "warn")
 	a.c.registerManager(fs)

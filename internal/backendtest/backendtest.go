@@ -53,6 +53,10 @@ type Factory struct {
 	// 8-byte aligned. Nil: rdmamgr.ErrAccess, rdmamgr.ErrAccess,
 	// rdmamgr.ErrMisaligned.
 	NotifyDeniedErr, AtomicDeniedErr, MisalignedBaseErr error
+	// DeviceRemote: the backend moves WRITEs and READs of a peer's
+	// device memory (RunDevice; TCP stages it): else it refuses them with
+	// rdmamgr.ErrNotSupported.
+	DeviceRemote bool
 	// MaxSize is the largest operation the suite moves (16 MiB if 0).
 	MaxSize int
 	// Timeout bounds every wait (hang guard, not an assertion; 2 min if 0).

@@ -19,21 +19,30 @@
 // exported through IPC gets an allocation of its own (Block.Own), since a
 // handle names the whole allocation, and it is freed, never reused.
 //
-// What is built (issue 27, first slice): the interface, the real driver,
-// the stand-in and the pool, all tested without a GPU: TestMockDriver runs
+// Stager (stage.go) moves device memory through two pinned host buffers
+// in a pipeline for a path that moves host bytes (TCP): while the caller
+// writes one chunk to a socket the next chunk's device-to-host copy runs,
+// and while it reads one chunk from a socket the previous chunk's copy to
+// the device runs; nothing is in flight when it returns, errors included.
+// Stagers reuses them per context: 0 allocations per operation.
+//
+// What is built (issue 27): the interface, the real driver, the stand-in,
+// the pool and the stager, all tested without a GPU: TestMockDriver runs
 // the real cgo path (dlopen, the symbol names the shim asks for, argument order, context,
 // flags) against testdata/mockcuda.c built as libcuda.so.1; TestOpen runs
 // a round trip on a real GPU where one exists and has not run on one yet.
-// Nothing in rdmamgr uses the package yet.
+// Users: memreg's device regions (RequestBuffer with actor.WithDevice,
+// handles with a Location), the TCP server's staging (backend/tcp
+// stage.go), node.Config.CUDA, bench --memory (refused).
 //
-// What is next: RequestBuffer's device option and handles carrying the
-// memory's location (buffer, proto, memreg regions of device memory); shm
-// exporting regions through CUDA IPC in the map reply, opened once per
-// region by the initiator (cached, closed on revoke/release/route end) and
-// copied on its own stream, the in-flight count held until the stream says
-// done; TCP staging through pinned host buffers in a pipeline; ibverbs
-// registering device memory through DmaBufFD and ibv_reg_dmabuf_mr, else
-// staging; the conformance suite and the bench with --memory cuda[:N].
+// What is next: the initiator's own device memory (a Put's source, a
+// Get's destination: refused with ErrNotSupported today) staged as the
+// server's is; shm exporting regions through CUDA IPC in the map reply,
+// opened once per region by the initiator (cached, closed on
+// revoke/release/route end) and copied on its own stream, the in-flight
+// count held until the stream says done; ibverbs registering device
+// memory through DmaBufFD and ibv_reg_dmabuf_mr, else staging; device
+// memory a program already has (register in place); the bench.
 // Open questions for a GPU: whether the legacy IPC mapping of a peer
 // outlives the owner's cuMemFree (the pool frees exported blocks rather
 // than reuse them either way), and the cost of Free's synchronous zeroing.

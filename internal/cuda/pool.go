@@ -272,3 +272,6 @@ func (p *Pool) Close() error {
 	}
 	return first
 }
+
+// Driver returns the driver the pool allocates through.
+func (p *Pool) Driver() Driver { return p.d }

@@ -94,6 +94,23 @@
 // pooled, exported (ExportFD, Memfd) or in the registration cache. A
 // region without a gate pays one nil check on the data path.
 //
+// # Device memory
+//
+// AllocateAt with a CUDA Location (buffer.CUDA(n)) registers device
+// memory (KindDevice, device.go) from a cuda.Pool per device, through the
+// driver SetCUDA gave (none: ErrNotSupported saying why). It is a region
+// like the others (id, key, access, bounds, lease, revocation, Release
+// waiting for its Refs, Limits counting its bytes) with no host bytes:
+// AcquireRemote, AcquireLocal, LocalRun and Bytes refuse it with
+// ErrNotSupported after their other checks, so no path that moves host
+// memory ever gets a device pointer; AcquireRemoteAny and AcquireLocalAny
+// (a path that moves device memory: TCP's staging) hand out Refs whose
+// Device says where it is (Bytes nil). No Hooks, Revoker or SlabHooks see
+// it, it is never exported (Memfd, ExportFD) and its handle has no RDMA
+// key. Freed, its memory goes back to the pool (a slot is zeroed before
+// reuse); the pools and the primary contexts go once the registry is
+// closed and its last device region freed.
+//
 // # Registration cache
 //
 // Register of caller memory that is already registered, with the same

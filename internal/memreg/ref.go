@@ -19,11 +19,14 @@ import (
 // panics if that is more than were taken).
 type Ref struct {
 	r      *Region
-	mem    []byte
+	mem    []byte // nil for device memory
 	remote bool
+	off, n uint64 // the referenced range of the region
 }
 
-// Bytes returns the referenced memory; valid until Release.
+// Bytes returns the referenced memory; valid until Release. It is nil
+// for device memory (Device), which only AcquireRemoteAny and
+// AcquireLocalAny hand out.
 func (f Ref) Bytes() []byte { return f.mem }
 
 // Region returns the referenced region (nil for the zero Ref).
@@ -57,7 +60,22 @@ func (f *Ref) Release() {
 // then revocation and lease, then a proxy's gate (RegisterProxy). Errors are the bare sentinels (ErrReleased,
 // ErrBadKey, ErrAccess, ErrOutOfRange, ErrRevoked, ErrExpired): the data
 // path answers with their codes and allocates nothing.
+//
+// A device region (AllocateAt) is refused with ErrNotSupported after the
+// bounds: the caller moves host memory only (AcquireRemoteAny does not
+// refuse it).
 func (g *Registry) AcquireRemote(id uint64, key buffer.Key, off, n uint64, need buffer.Access) (Ref, error) {
+	return g.acquireRemote(id, key, off, n, need, false)
+}
+
+// AcquireRemoteAny is AcquireRemote for a data path that moves device
+// memory too: a device region's Ref has no Bytes, its Device says where
+// the memory is.
+func (g *Registry) AcquireRemoteAny(id uint64, key buffer.Key, off, n uint64, need buffer.Access) (Ref, error) {
+	return g.acquireRemote(id, key, off, n, need, true)
+}
+
+func (g *Registry) acquireRemote(id uint64, key buffer.Key, off, n uint64, need buffer.Access, anyLoc bool) (Ref, error) {
 	g.mu.RLock()
 	r := g.regions[id]
 	g.mu.RUnlock()
@@ -70,8 +88,11 @@ func (g *Registry) AcquireRemote(id uint64, key buffer.Key, off, n uint64, need 
 	if need == 0 || !r.access.Allows(need) {
 		return Ref{}, rdmamgr.ErrAccess
 	}
-	if err := buffer.CheckRange(uint64(len(r.mem)), off, n); err != nil {
+	if err := buffer.CheckRange(r.size, off, n); err != nil {
 		return Ref{}, err
+	}
+	if r.dev != nil && !anyLoc {
+		return Ref{}, rdmamgr.ErrNotSupported
 	}
 	// Counted before the checks, so Revoke, which sets the flag and then
 	// waits for the count, never misses a request.
@@ -95,7 +116,7 @@ func (g *Registry) AcquireRemote(id uint64, key buffer.Key, off, n uint64, need 
 			return Ref{}, err
 		}
 	}
-	return Ref{r: r, mem: r.mem[off : off+n : off+n], remote: true}, nil
+	return Ref{r: r, mem: r.span(off, n), remote: true, off: off, n: n}, nil
 }
 
 // AcquireLocal resolves handle b of this registry to its memory for the
@@ -109,7 +130,15 @@ func (g *Registry) AcquireLocal(b buffer.Buffer) (Ref, error) { return g.Acquire
 
 // AcquireLocalOf is AcquireLocal of *b, for a data path that keeps its
 // handles where they are (a Buffer is over 100 bytes); b is only read.
-func (g *Registry) AcquireLocalOf(b *buffer.Buffer) (Ref, error) {
+// A device region is refused with ErrNotSupported (AcquireLocalAny
+// does not refuse it).
+func (g *Registry) AcquireLocalOf(b *buffer.Buffer) (Ref, error) { return g.acquireLocal(b, false) }
+
+// AcquireLocalAny is AcquireLocalOf for a data path that moves device
+// memory too (Ref.Device).
+func (g *Registry) AcquireLocalAny(b *buffer.Buffer) (Ref, error) { return g.acquireLocal(b, true) }
+
+func (g *Registry) acquireLocal(b *buffer.Buffer, anyLoc bool) (Ref, error) {
 	if b.OwnerID != g.ownerID {
 		return Ref{}, fmt.Errorf("%v is not owned by manager %016x: %w", *b, g.ownerID, rdmamgr.ErrInvalid)
 	}
@@ -123,7 +152,10 @@ func (g *Registry) AcquireLocalOf(b *buffer.Buffer) (Ref, error) {
 	case !r.key.Equal(b.Key):
 		err = rdmamgr.ErrBadKey
 	default:
-		err = buffer.CheckRange(uint64(len(r.mem)), b.Offset, b.Length)
+		err = buffer.CheckRange(r.size, b.Offset, b.Length)
+	}
+	if err == nil && r.dev != nil && !anyLoc {
+		err = errDevice
 	}
 	if err == nil && !r.enter() {
 		err = rdmamgr.ErrReleased
@@ -136,7 +168,15 @@ func (g *Registry) AcquireLocalOf(b *buffer.Buffer) (Ref, error) {
 	if err != nil {
 		return Ref{}, fmt.Errorf("local %v: %w", *b, err)
 	}
-	return Ref{r: r, mem: r.mem[b.Offset:b.End():b.End()]}, nil
+	return Ref{r: r, mem: r.span(b.Offset, b.Length), off: b.Offset, n: b.Length}, nil
+}
+
+// span is [off, off+n) of r's host memory (nil for device memory).
+func (r *Region) span(off, n uint64) []byte {
+	if r.mem == nil {
+		return nil
+	}
+	return r.mem[off : off+n : off+n]
 }
 
 // Bytes returns the memory of a local handle without holding a reference:

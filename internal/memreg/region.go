@@ -26,7 +26,10 @@ type Region struct {
 	key    buffer.Key
 	access buffer.Access
 	kind   Kind
-	mem    []byte // never moves while registered
+	mem    []byte // never moves while registered; nil for device memory
+	size   uint64 // the region's length (len(mem) for host memory)
+	// dev is the device memory of a KindDevice region (device.go).
+	dev *deviceMem
 
 	// KindAllocated memory: the memfd and the offset of mem in it. A
 	// pooled region's fd is its slab's; an unpooled one's is its own, and
@@ -93,9 +96,10 @@ func (r *Region) Access() buffer.Access { return r.access }
 func (r *Region) Kind() Kind { return r.kind }
 
 // Len returns the region length.
-func (r *Region) Len() int { return len(r.mem) }
+func (r *Region) Len() int { return int(r.size) }
 
-// Mem returns the region's memory. Only valid while the caller holds a
+// Mem returns the region's memory (nil for device memory: see Device).
+// Only valid while the caller holds a
 // Ref on the region or is the backend hook that registers it.
 func (r *Region) Mem() []byte { return r.mem }
 

@@ -55,6 +55,7 @@ type Registry struct {
 	closed  bool
 	cache   *regCache
 
+	dev   devices      // device memory (device.go); its own lock
 	pool  pool         // its own lock
 	owned *ownedSpares // spareMemfds; its own lock
 	// unpooled: Allocate gives every region a memfd of its own
@@ -124,6 +125,9 @@ func (g *Registry) unreserve(size uint64) {
 // KindAllocated) with a fresh key and id: hooks first, then the index.
 func (g *Registry) add(r *Region) (*Region, error) {
 	r.holds = 1
+	if r.dev == nil {
+		r.size = uint64(len(r.mem))
+	}
 	if _, err := rand.Read(r.key[:]); err != nil {
 		return nil, fmt.Errorf("region key: %w", err)
 	}
@@ -132,6 +136,9 @@ func (g *Registry) add(r *Region) (*Region, error) {
 	}
 	g.mu.Lock()
 	hooks := g.hooks
+	if r.dev != nil {
+		hooks = nil // no backend registers device memory with hardware (yet)
+	}
 	r.id = g.nextID // ids are never reused, so hooks may key by it
 	g.nextID++
 	g.mu.Unlock()
@@ -164,7 +171,8 @@ func (g *Registry) handle(r *Region) buffer.Buffer {
 		OwnerID:   g.ownerID,
 		OwnerAddr: *g.ownerAddr.Load(),
 		Region:    r.id,
-		Length:    uint64(len(r.mem)),
+		Length:    r.size,
+		Location:  r.Location(),
 		Key:       r.key,
 		Access:    r.access,
 		RDMA:      r.RDMA,
@@ -251,10 +259,15 @@ func (g *Registry) free(r *Region) {
 	g.mu.RLock()
 	hooks := g.hooks
 	g.mu.RUnlock()
+	if r.dev != nil {
+		hooks = nil // never registered with them
+	}
 	for _, h := range hooks {
 		_ = h.DeregisterRegion(r)
 	}
 	switch {
+	case r.kind == KindDevice:
+		g.freeDevice(r)
 	case r.slab != nil && r.exp.mem != nil && !g.freeExported(r):
 		// The slot could not be mapped back onto its slab: it stays taken.
 	case r.slab != nil && r.quarantined.Load() && !r.exported.Load():
@@ -278,7 +291,7 @@ func (g *Registry) free(r *Region) {
 			c.Close() // drained: no Ref is in the gate any more
 		}
 	}
-	g.unreserve(uint64(len(r.mem)))
+	g.unreserve(r.size)
 }
 
 // freeSlab unmaps an empty slab once the hooks forgot it.
@@ -336,5 +349,6 @@ func (g *Registry) Close(ctx context.Context) error {
 			first = err
 		}
 	}
+	g.dev.close() // the device pools go once the last device region is freed
 	return first
 }

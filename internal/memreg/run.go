@@ -34,11 +34,11 @@ func (lr *LocalRun) Last() *Region { return lr.r }
 func (lr *LocalRun) Next(b *buffer.Buffer, dst *Ref) bool {
 	r := lr.r
 	if lr.spare == 0 || b.Region != r.id || b.OwnerID != lr.g.ownerID || !r.key.Equal(b.Key) ||
-		buffer.CheckRange(uint64(len(r.mem)), b.Offset, b.Length) != nil {
+		buffer.CheckRange(r.size, b.Offset, b.Length) != nil {
 		return false
 	}
 	lr.spare--
-	dst.r, dst.mem, dst.remote = r, r.mem[b.Offset:b.End():b.End()], false
+	dst.r, dst.mem, dst.remote, dst.off, dst.n = r, r.span(b.Offset, b.Length), false, b.Offset, b.Length
 	return true
 }
 
@@ -48,14 +48,14 @@ func (lr *LocalRun) Next(b *buffer.Buffer, dst *Ref) bool {
 // (RegisterProxy) each take the registry's way, gate included: no
 // reference to a proxy is spare, so none skips its owner's word.
 func (lr *LocalRun) Acquire(b *buffer.Buffer, want int64) (Ref, error) {
-	if r := lr.r; r != nil && r.gate == nil && b.Region == r.id && b.OwnerID == lr.g.ownerID && r.key.Equal(b.Key) &&
-		buffer.CheckRange(uint64(len(r.mem)), b.Offset, b.Length) == nil {
+	if r := lr.r; r != nil && r.gate == nil && r.dev == nil && b.Region == r.id && b.OwnerID == lr.g.ownerID && r.key.Equal(b.Key) &&
+		buffer.CheckRange(r.size, b.Offset, b.Length) == nil {
 		if lr.spare > 0 || r.enterN(max(want, 1)) {
 			if lr.spare == 0 {
 				lr.spare = max(want, 1)
 			}
 			lr.spare--
-			return Ref{r: r, mem: r.mem[b.Offset:b.End():b.End()]}, nil
+			return Ref{r: r, mem: r.span(b.Offset, b.Length), off: b.Offset, n: b.Length}, nil
 		}
 	}
 	lr.Close()
