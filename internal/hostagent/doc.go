@@ -62,7 +62,11 @@
 //     answered (agentapi.AsyncInbox, AsyncLanding) and serves the
 //     connection's next frames meanwhile. One more for a full queue is
 //     refused at once with ErrLimit (LIMIT: the direct path's overflow),
-//     so a process that never answers costs only its own notices.
+//     so a process that never answers costs only its own notices. (The
+//     first use of a region still maps it on the connection: a process
+//     that leaves a map request unanswered holds the connection once, up
+//     to the resolve's bound, and is then ended: its shm route fails on
+//     the silence, shm's 5 s rule.)
 //
 // The process's own (local) memory is mapped through the same owner
 // checks as a far process's: its region must grant what the agent does

@@ -109,3 +109,45 @@ func TestSlowProcessDoesNotStallTheAgents(t *testing.T) {
 		}
 	}
 }
+
+// A process that leaves a map request unanswered (its owner code is
+// stuck: here in a message's Recv) holds up the shared connection's
+// frame that needed the mapping once, up to the resolve's bound: its shm
+// route fails on the silence (shm's mapTimeout), which ends the process
+// at its agent, so later frames for it are refused at once (PEER_GONE)
+// and other processes' traffic serves on.
+func TestStuckProcessIsEnded(t *testing.T) {
+	_, b, p1, p2 := pairOfAgents(t)
+	in := &stuckInbox{entered: make(chan struct{}), free: make(chan struct{})}
+	var freeOnce sync.Once
+	free := func() { freeOnce.Do(func() { close(in.free) }) }
+	t.Cleanup(free)
+	p2.sb.SetInbox(in)
+	p4 := newFakeProc(t, b.cfg.Secret)
+	if err := p4.attach(testCtx(t), b.cfg.Socket, attachOpts{secret: b.cfg.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p4.c.Close() })
+
+	src, _ := p1.alloc(t, 4096, buffer.AccessReadWrite)
+	r1, _ := p2.alloc(t, 4096, buffer.AccessReadWrite)
+	r2, _ := p2.alloc(t, 4096, buffer.AccessReadWrite)
+	r4, _ := p4.alloc(t, 4096, buffer.AccessReadWrite)
+	msg := localOf(src)
+	msg.Length = 64
+	p1.post(t, agentwire.Post{WRID: 1, Op: backend.OpSend, Via: p2.welcome.Slot, FarAgent: b.Addr(), FarAgentID: p2.welcome.AgentID, Local: msg})
+	<-in.entered // p2's owner code is stuck in Recv: it answers nothing
+	p1.post(t, agentwire.Post{WRID: 2, Op: backend.OpWrite, Via: p2.welcome.Slot, FarAgent: b.Addr(), FarAgentID: p2.welcome.AgentID, Local: localOf(src), Remote: r1})
+	if ds := p1.dones(t, 2); ds[2].Code == 0 {
+		t.Fatal("put needing a mapping of a stuck process succeeded")
+	}
+	waitFor(t, "the stuck process to be ended", func() bool { _, err := b.procAt(p2.welcome.Slot); return err != nil })
+	p1.post(t,
+		agentwire.Post{WRID: 3, Op: backend.OpWrite, Via: p2.welcome.Slot, FarAgent: b.Addr(), FarAgentID: p2.welcome.AgentID, Local: localOf(src), Remote: r2},
+		agentwire.Post{WRID: 4, Op: backend.OpWrite, Via: p4.welcome.Slot, FarAgent: b.Addr(), FarAgentID: p4.welcome.AgentID, Local: localOf(src), Remote: r4})
+	ds := p1.dones(t, 2)
+	if ds[3].Code != uint32(rdmapb.Code_PEER_GONE) || ds[4].Code != 0 {
+		t.Fatalf("put to the ended process: %v (want PEER_GONE); to another: %v", rdmapb.Code(ds[3].Code), rdmapb.Code(ds[4].Code))
+	}
+	free()
+}
