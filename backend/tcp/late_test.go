@@ -1,6 +1,8 @@
 package tcp
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"testing"
 	"time"
@@ -8,6 +10,7 @@ import (
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/certs"
 	"github.com/rdmamgr/rdmamgr/internal/agentapi"
 	"github.com/rdmamgr/rdmamgr/internal/backendtest"
 )
@@ -49,7 +52,29 @@ func (l lateAgent) Inbox(via uint16) (backend.Inbox, error) {
 // while the server waits for the next request; one refused at once is
 // answered at once.
 func TestViaLateAnswers(t *testing.T) {
-	p := newAgentPair(t, Config{ConnsPerRoute: 1}, Config{}, 4096)
+	t.Run("Plain", func(t *testing.T) { testViaLateAnswers(t, Config{ConnsPerRoute: 1}, Config{}) })
+	t.Run("TLS", func(t *testing.T) { // a wake of a TLS read: it reads on
+		ca, err := certs.NewCA("test CA")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, k, err := ca.Issue("host", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pair, err := tls.X509KeyPair(c, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := x509.NewCertPool()
+		pool.AddCert(ca.Cert)
+		cr := certs.New(pool, pair)
+		testViaLateAnswers(t, Config{ConnsPerRoute: 1, ServerTLS: cr.Server, ClientTLS: cr.Client}, Config{ServerTLS: cr.Server, ClientTLS: cr.Client})
+	})
+}
+
+func testViaLateAnswers(t *testing.T, cfgA, cfgB Config) {
+	p := newAgentPair(t, cfgA, cfgB, 4096)
 	in := &lateInbox{answers: make(chan func(error), 4)}
 	if !setResolver(p.b, lateAgent{fakeAgent: p.fake, in: in}) {
 		t.Fatal("SetResolver")
@@ -88,6 +113,18 @@ func TestViaLateAnswers(t *testing.T) {
 	answer1(nil)
 	if err := waitErr(first); err != nil {
 		t.Fatalf("event 1: %v", err)
+	}
+	for i := range 3 { // more wakes, each then a frame read whole
+		_, rec := imm(uint32(10 + i))
+		answer := <-in.answers
+		time.Sleep(5 * time.Millisecond)
+		answer(nil)
+		if err := waitErr(rec); err != nil {
+			t.Fatalf("event %d: %v", 10+i, err)
+		}
+		if err := backendtest.DoWR(t, waitTimeout, p.route, viaWR(backend.OpWrite, local[:128], backendtest.Slice(t, p.procH, 1024, 128))); err != nil {
+			t.Fatalf("put after a wake: %v", err)
+		}
 	}
 	backendtest.AssertSame(t, "process memory", p.procMem[1024:1152], local[:128])
 	assertUp(t, p.route)
