@@ -60,6 +60,10 @@ type Agent struct {
 	// in the agent's life (takeSlot), so past maxSlot attaching fails.
 	next uint32
 	far  map[string]*farRoute
+	// notAgents: addresses found no host agent, when (far.go).
+	notAgents map[string]time.Time
+	// farSetups counts far-route setups started (tests).
+	farSetups atomic.Int64
 }
 
 // New returns an agent beside m, whose TCP backend is tcp; it does no I/O.
@@ -90,7 +94,7 @@ func New(cfg Config, m *actor.Manager, tcp backend.Backend) (*Agent, error) {
 	life, end := context.WithCancel(context.Background())
 	return &Agent{cfg: cfg, mgr: m, reg: reg, tcp: tcp, shm: sb, log: log, uid: os.Getuid(), addr: addr,
 		life: life, endLife: end, procs: make(map[uint16]*proc),
-		next: 1, far: make(map[string]*farRoute)}, nil
+		next: 1, far: make(map[string]*farRoute), notAgents: make(map[string]time.Time)}, nil
 }
 
 // Addr is the agent's actor address as processes name it to their peers:

@@ -96,7 +96,8 @@
 // (SetFarCheck; a serve --etcd daemon sets its members), an address that
 // is no member's is refused before any dial; and a route whose handshake
 // says the far end is no host agent (a TCP responder with a resolver says
-// it is, answering another agent: agentapi.FarAgent) is dropped. Either
+// it is, answering another agent: agentapi.FarAgent) is dropped, and the
+// address is refused without a new dial for a minute. Either
 // refusal answers the post ErrNotAgent (UNAUTHENTICATED to the process).
 // A process whose far-route setups failed 8 times within a minute (the
 // refusals above, unreachable addresses) has its posts that need a new far

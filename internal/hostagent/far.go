@@ -23,6 +23,8 @@ type farRoute struct {
 	peerID  uint64 // the far agent's manager id (the route handshake's)
 	release func()
 	err     error
+	// notAgent: the route handshake said the far end is no host agent.
+	notAgent bool
 }
 
 // farRoute returns the route to the far agent at addr (Agent.Addr's form)
@@ -35,6 +37,13 @@ func (a *Agent) farRoute(ctx context.Context, addr string) (backend.Route, uint6
 		if a.closed {
 			a.mu.Unlock()
 			return nil, 0, fmt.Errorf("hostagent: %w", rdmamgr.ErrClosed)
+		}
+		if at, ok := a.notAgents[addr]; ok {
+			if time.Since(at) < notAgentHold {
+				a.mu.Unlock()
+				return nil, 0, fmt.Errorf("hostagent: %s was found no host agent %v ago: %w", addr, time.Since(at).Round(time.Millisecond), ErrNotAgent)
+			}
+			delete(a.notAgents, addr)
 		}
 		f := a.far[addr]
 		if f == nil {
@@ -51,6 +60,9 @@ func (a *Agent) farRoute(ctx context.Context, addr string) (backend.Route, uint6
 		}
 		if f.err != nil {
 			a.forgetFar(addr, f)
+			if f.notAgent {
+				a.rememberNotAgent(addr)
+			}
 			return nil, 0, f.err
 		}
 		select {
@@ -94,6 +106,7 @@ func (a *Agent) cachedFar(addr string) (backend.Route, uint64) {
 func (a *Agent) setupFar(f *farRoute, addr string) {
 	defer a.wg.Done()
 	defer close(f.ready)
+	a.farSetups.Add(1)
 	if check := a.farCheck.Load(); check != nil {
 		ctx, cancel := context.WithTimeout(a.life, farCheckTimeout)
 		err := (*check)(ctx, addr)
@@ -108,6 +121,7 @@ func (a *Agent) setupFar(f *farRoute, addr string) {
 	if err == nil {
 		if fa, ok := r.(agentapi.FarAgent); ok && !fa.FarIsAgent() {
 			release() // the manager closes it once it lingered unused
+			f.notAgent = true
 			f.err = fmt.Errorf("hostagent: the manager at %s says it is no host agent: %w", addr, ErrNotAgent)
 			return
 		}
@@ -149,6 +163,23 @@ func (a *Agent) dropFarRoutes() {
 			f.release()
 		}
 	}
+}
+
+// notAgentHold is how long an address found no host agent is refused
+// without a new dial; maxNotAgents bounds the addresses remembered.
+const (
+	notAgentHold = time.Minute
+	maxNotAgents = 1024
+)
+
+// rememberNotAgent refuses addr for notAgentHold without dialling it.
+func (a *Agent) rememberNotAgent(addr string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.notAgents) >= maxNotAgents {
+		clear(a.notAgents) // forgetting only costs a dial each
+	}
+	a.notAgents[addr] = time.Now()
 }
 
 // farCheckTimeout bounds one membership check of a far agent address.

@@ -57,6 +57,9 @@ func TestFarMustBeAnAgent(t *testing.T) {
 			t.Fatalf("%d far routes kept after a refused one", n)
 		}
 	}
+	if n := a.farSetups.Load(); n != 1 {
+		t.Fatalf("%d far-route setups to an address found no agent, want 1 (not dialled again for a while)", n)
+	}
 	if c := put(3, plainAddr, plain.ID(), own); !errors.Is(backend.Sentinel(c), rdmamgr.ErrLimit) {
 		t.Fatalf("put after %d failed far routes: %v, want LIMIT", maxFarFails.Load(), c)
 	}
