@@ -68,7 +68,8 @@
 //     answered within 5 s of its queueing (DEADLINE if the process has
 //     not taken it by then); the TCP server answers the write-imm or send once the process
 //     answered (agentapi.AsyncInbox, AsyncLanding) and serves the
-//     connection's next frames meanwhile. One more for a full queue is
+//     connection's next frames meanwhile (an ibverbs route's server calls
+//     Event and Deliver, which wait for the answer: it is held up still). One more for a full queue is
 //     refused at once with ErrLimit (LIMIT: the direct path's overflow),
 //     so a process that never answers costs only its own notices. (The
 //     first use of a region still maps it on the connection: a process
