@@ -40,7 +40,7 @@ func (r *route) PostList(wrs []*backend.WorkRequest) (int, error) {
 			continue
 		}
 		e := r.cache.get(wr.Remote.Region, wr.Remote.Key)
-		if e == nil || e.fallback {
+		if e == nil || e.fallback || e.dev != nil {
 			if e != nil {
 				r.cache.unref(e)
 			}

@@ -39,6 +39,9 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 	case e.fallback:
 		r.cache.unref(e)
 		return r.postFallback(wr)
+	case e.dev != nil: // device memory: the copier stages it
+		r.cache.unref(e)
+		return r.enqueue(wr)
 	case wr.Op.Atomic():
 		err := r.atomic(e, wr)
 		r.cache.unref(e)
