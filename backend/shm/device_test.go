@@ -1,0 +1,222 @@
+//go:build linux
+
+package shm_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/shm"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/backendtest"
+	"github.com/rdmamgr/rdmamgr/internal/cuda/cudafake"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
+)
+
+// devPair is a pair whose registries allocate device memory through two
+// processes of one fake CUDA host.
+func devPair(t *testing.T) (*pair, *cudafake.World) {
+	t.Helper()
+	p := newPair(t, shm.Config{})
+	w := cudafake.NewWorld(cudafake.Config{DeviceMemory: 256 << 20})
+	da, db := w.Process(), w.Process()
+	t.Cleanup(func() { da.Close(); db.Close() })
+	p.regA.SetCUDA(da, nil)
+	p.regB.SetCUDA(db, nil)
+	return p, w
+}
+
+// deviceBytes returns the bytes of device buffer h of reg.
+func deviceBytes(t *testing.T, reg *memreg.Registry, h buffer.Buffer) []byte {
+	t.Helper()
+	ref, err := reg.AcquireLocalAny(&h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Release()
+	span, _ := ref.Device()
+	d := span.Driver
+	got, err := d.HostAlloc(span.Ctx, span.Len)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.HostFree(span.Ctx, got)
+	st, err := d.StreamCreate(span.Ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.StreamDestroy(span.Ctx, st)
+	if err := d.CopyDtoH(span.Ctx, got, span.Ptr, st); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.StreamSynchronize(span.Ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Clone(got)
+}
+
+// TestDeviceThroughIPC: Puts and Gets between host memory and a peer's
+// device region (an allocation of its own, read-write) go through CUDA
+// IPC, opened once, never through the fallback; a read-only or pooled
+// device region goes to the fallback (which stages it, and refuses a Put
+// to the read-only one); PutWithImm and the atomics on the IPC mapping
+// are refused with ErrNotSupported; the route's end closes the mapping.
+func TestDeviceThroughIPC(t *testing.T) {
+	p, w := devPair(t)
+	const n = 3<<20 + 5
+	ha, la := backendtest.Alloc(t, p.regA, n, buffer.AccessReadWrite)
+	hb, err := p.regB.AllocateAt(buffer.CUDA(0), n, buffer.AccessReadWrite|buffer.AccessAtomic|buffer.AccessNotify)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, n)
+	for _, sz := range []int{1, 4095, 1<<20 + 17, n} {
+		off := (n - sz) / 3
+		backendtest.Random(t, la[:sz])
+		src, dst := backendtest.Slice(t, ha, 0, sz), backendtest.Slice(t, hb, off, sz)
+		if err := p.do(t, backend.OpWrite, src, dst); err != nil {
+			t.Fatalf("put of %d bytes: %v", sz, err)
+		}
+		copy(want[off:], la[:sz])
+		backendtest.AssertSame(t, "device region after a put", deviceBytes(t, p.regB, hb), want)
+		clear(la[:sz])
+		if err := p.do(t, backend.OpRead, src, dst); err != nil {
+			t.Fatalf("get of %d bytes: %v", sz, err)
+		}
+		backendtest.AssertSame(t, "host buffer after a get", la[:sz], want[off:off+sz])
+	}
+	if opens, fb := shm.RoutePaths(p.route); opens != 1 || fb != 0 {
+		t.Fatalf("IPC opens %d, fallback operations %d: want 1 and 0", opens, fb)
+	}
+	if st := w.Stats(); st.LiveIPC != 1 || st.PageableCopies != 0 || st.FailedCopies != 0 {
+		t.Fatalf("fake driver after the copies: %+v", st)
+	}
+	for _, op := range []backend.Op{backend.OpWriteImm, backend.OpCompareSwap, backend.OpFetchAdd} {
+		remote := backendtest.Slice(t, hb, 0, 8)
+		if _, err := backendtest.DoVerb(t, timeout, p.route, p.regA, op, backendtest.Slice(t, ha, 0, 8), remote, backendtest.Operands{Imm: 1, Swap: 1}); !errors.Is(err, rdmamgr.ErrNotSupported) {
+			t.Fatalf("%v on an IPC-mapped device region: %v, want ErrNotSupported", op, err)
+		}
+	}
+	backendtest.AssertSame(t, "device region after refused operations", deviceBytes(t, p.regB, hb), want)
+
+	// Not exported: read-only (an IPC mapping writes) and pooled (its
+	// allocation holds other buffers). The fallback serves them.
+	ro, err := p.regB.AllocateAt(buffer.CUDA(0), 4<<20, buffer.AccessRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.do(t, backend.OpWrite, backendtest.Slice(t, ha, 0, 4096), backendtest.Slice(t, ro, 0, 4096)); !errors.Is(err, rdmamgr.ErrAccess) {
+		t.Fatalf("put to a read-only device region: %v, want ErrAccess", err)
+	}
+	small, err := p.regB.AllocateAt(buffer.CUDA(0), 4096, buffer.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backendtest.Random(t, la[:4096])
+	if err := p.do(t, backend.OpWrite, backendtest.Slice(t, ha, 0, 4096), small); err != nil {
+		t.Fatalf("put to a pooled device region: %v", err)
+	}
+	backendtest.AssertSame(t, "pooled device region after a put", deviceBytes(t, p.regB, small), la[:4096])
+	if opens, fb := shm.RoutePaths(p.route); opens != 1 || fb == 0 {
+		t.Fatalf("IPC opens %d, fallback operations %d: want 1 and some", opens, fb)
+	}
+
+	if err := p.route.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := w.Stats(); st.LiveIPC != 0 || st.IPCOpens != 1 || st.IPCCloses != 1 {
+		t.Fatalf("after the route's end: %+v, want its one IPC mapping closed", st)
+	}
+}
+
+// TestDeviceRevokeWaitsForStalledCopy: a Put whose device copies are held
+// in flight (the fake driver's streams stopped) holds the owner's Revoke
+// until they finished; once Revoke returned no copy touches the region,
+// the initiator closes its IPC mapping (the owner's gone notice), and the
+// region is refused with ErrRevoked. The same for Release.
+func TestDeviceRevokeWaitsForStalledCopy(t *testing.T) {
+	for _, release := range []bool{false, true} {
+		name := "revoke"
+		if release {
+			name = "release"
+		}
+		t.Run(name, func(t *testing.T) {
+			p, w := devPair(t)
+			const n = 4 << 20
+			ha, la := backendtest.Alloc(t, p.regA, n, buffer.AccessReadWrite)
+			hb, err := p.regB.AllocateAt(buffer.CUDA(0), n, buffer.AccessReadWrite)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.do(t, backend.OpWrite, backendtest.Slice(t, ha, 0, 64), backendtest.Slice(t, hb, 0, 64)); err != nil {
+				t.Fatal(err) // mapped now
+			}
+			backendtest.Random(t, la)
+			hold := w.Hold()
+			defer hold()
+			rec := backendtest.NewRecorder(1)
+			wr, releaseWR := backendtest.NewWR(t, p.regA, backend.OpWrite, ha, hb, time.Now().Add(timeout), rec)
+			defer releaseWR()
+			if err := p.route.Post(wr); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(timeout); p.b.InFlight() == 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the put never counted itself in flight")
+				}
+			}
+			cut := make(chan error, 1)
+			go func() {
+				if release {
+					cut <- p.regB.Release(context.Background(), hb)
+				} else {
+					cut <- p.regB.Revoke(context.Background(), hb)
+				}
+			}()
+			select {
+			case err := <-cut:
+				t.Fatalf("%s returned (%v) while a device copy was in flight", name, err)
+			case <-rec.Results():
+				t.Fatal("the put reported while its copies were held")
+			case <-time.After(50 * time.Millisecond):
+			}
+			hold()
+			if err := <-cut; err != nil {
+				t.Fatal(err)
+			}
+			copied := w.Stats().CopiesHtoD
+			var res backendtest.Result
+			select {
+			case res = <-rec.Results():
+			case <-time.After(timeout):
+				t.Fatal("the put never reported")
+			}
+			if res.Err != nil && !errors.Is(res.Err, rdmamgr.ErrRevoked) && !errors.Is(res.Err, rdmamgr.ErrReleased) {
+				t.Fatalf("put cut mid-copy: %v", res.Err)
+			}
+			if now := w.Stats().CopiesHtoD; now != copied {
+				t.Fatalf("%d device copies after %s returned", now-copied, name)
+			}
+			for deadline := time.Now().Add(timeout); w.Stats().LiveIPC != 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the IPC mapping stays open after %s: %+v", name, w.Stats())
+				}
+			}
+			want := rdmamgr.ErrRevoked
+			if release {
+				want = rdmamgr.ErrReleased
+			}
+			if err := p.do(t, backend.OpRead, backendtest.Slice(t, ha, 0, 64), backendtest.Slice(t, hb, 0, 64)); !errors.Is(err, want) {
+				t.Fatalf("get after %s: %v, want %v", name, err, want)
+			}
+			if st := w.Stats(); st.FailedCopies != 0 {
+				t.Fatalf("failed device copies: %+v", st)
+			}
+		})
+	}
+}
