@@ -1,0 +1,127 @@
+//go:build linux
+
+package shm
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/backendtest"
+	"github.com/rdmamgr/rdmamgr/internal/cuda/cudafake"
+)
+
+// TestDecodeMappedDevice: a device map reply round-trips, and every field
+// the initiator can check without the driver is refused out of bounds
+// with ErrProtocol, as are truncated and trailing bytes.
+func TestDecodeMappedDevice(t *testing.T) {
+	good := mappedDeviceMsg{req: 7, slot: 3, len: 3 << 20, access: buffer.AccessReadWrite, dev: 1}
+	good.handle[0], good.handle[63] = 0xAB, 0xCD
+	dec := func(p []byte) (mappedDeviceMsg, error) {
+		d := decoder{b: p[1:]}
+		m := decodeMappedDevice(&d)
+		return m, d.end()
+	}
+	if m, err := dec(good.encode()); err != nil || m != good {
+		t.Fatalf("round trip: %+v, %v", m, err)
+	}
+	for name, mut := range map[string]func(m *mappedDeviceMsg){
+		"slot 0":         func(m *mappedDeviceMsg) { m.slot = 0 },
+		"slot past":      func(m *mappedDeviceMsg) { m.slot = tableSlots },
+		"length 0":       func(m *mappedDeviceMsg) { m.len = 0 },
+		"length huge":    func(m *mappedDeviceMsg) { m.len = maxDeviceRegion + 1 },
+		"read-only":      func(m *mappedDeviceMsg) { m.access = buffer.AccessRead },
+		"unknown access": func(m *mappedDeviceMsg) { m.access |= 0x40 },
+		"device 1024":    func(m *mappedDeviceMsg) { m.dev = 1024 },
+	} {
+		m := good
+		mut(&m)
+		if _, err := dec(m.encode()); !errors.Is(err, rdmamgr.ErrProtocol) {
+			t.Errorf("%s: %v, want ErrProtocol", name, err)
+		}
+	}
+	p := good.encode()
+	for _, bad := range [][]byte{p[:len(p)-1], append(bytes.Clone(p), 0)} {
+		if _, err := dec(bad); !errors.Is(err, rdmamgr.ErrProtocol) {
+			t.Errorf("%d bytes: %v, want ErrProtocol", len(bad), err)
+		}
+	}
+}
+
+// TestForgedDeviceHandle: an owner that answers a device map request with
+// a handle the driver does not open (forged) gets its slot back
+// (msgUnmap) and the operation goes to the fallback (none here:
+// ErrNotShareable); nothing stays open. A device reply to a request
+// without the flag fails the route with ErrProtocol.
+func TestForgedDeviceHandle(t *testing.T) {
+	for _, flagged := range []bool{true, false} {
+		b, reg := fuzzBackend(t)
+		w := cudafake.NewWorld(cudafake.Config{})
+		d := w.Process()
+		defer d.Close()
+		if flagged {
+			reg.SetCUDA(d, nil)
+		}
+		initiator, owner := socketPair(t)
+		fd, tbl, err := newTable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(fd)
+		r := newRoute(b, backendtest.OwnerB, initiator, tbl, nil)
+		got := make(chan []byte, 2)
+		go func() {
+			defer owner.Close()
+			buf := make([]byte, maxPacket)
+			_ = owner.SetReadDeadline(time.Now().Add(fuzzBound))
+			n, _, _, _, err := owner.ReadMsgUnix(buf, nil)
+			if err != nil {
+				return
+			}
+			got <- bytes.Clone(buf[:n])
+			rep := mappedDeviceMsg{req: 1, slot: 1, len: 4096, access: buffer.AccessReadWrite}
+			copy(rep.handle[:], "forged")
+			_ = writePacket(owner, rep.encode(), -1)
+			if n, _, _, _, err = owner.ReadMsgUnix(buf, nil); err == nil {
+				got <- bytes.Clone(buf[:n])
+			}
+		}()
+		_, local := backendtest.Alloc(t, reg, 64, buffer.AccessReadWrite)
+		rec := backendtest.NewRecorder(1)
+		wr := &backend.WorkRequest{Op: backend.OpRead, Local: local, Deadline: time.Now().Add(fuzzBound), Done: rec,
+			Remote: buffer.Buffer{OwnerID: backendtest.OwnerB, Region: 9, Length: 64, Access: buffer.AccessReadWrite, Location: buffer.CUDA(0)}}
+		if err := r.Post(wr); err != nil {
+			t.Fatal(err)
+		}
+		var res backendtest.Result
+		select {
+		case res = <-rec.Results():
+		case <-time.After(fuzzBound):
+			t.Fatal("no completion")
+		}
+		req := <-got
+		if flagged {
+			if req[0] != msgMap || buffer.Access(req[len(req)-1])&needDevice == 0 {
+				t.Fatalf("map request %x without needDevice", req)
+			}
+			if !errors.Is(res.Err, ErrNotShareable) {
+				t.Fatalf("operation after a forged handle: %v, want ErrNotShareable", res.Err)
+			}
+			if back := <-got; !bytes.Equal(back, slotMsg(msgUnmap, 1, 9)) {
+				t.Fatalf("owner got %x, want the slot back", back)
+			}
+		} else if !errors.Is(res.Err, rdmamgr.ErrProtocol) {
+			t.Fatalf("device reply to a host request: %v, want ErrProtocol", res.Err)
+		}
+		r.Close()
+		if st := w.Stats(); st.LiveIPC != 0 || st.IPCOpens != 0 {
+			t.Fatalf("fake driver: %+v", st)
+		}
+	}
+}
