@@ -125,6 +125,15 @@ func (r *route) installDevice(id uint64, key buffer.Key, m *mappedDeviceMsg) (*e
 	if err != nil {
 		return giveBack(err)
 	}
+	// The owner's word on the length is checked against the allocation the
+	// handle opened: a longer claim would let our copies run past it.
+	if base, size, err := rd.d.MemAddressRange(rd.ctx, ptr); err != nil || base != ptr || size < m.len {
+		_ = rd.d.IPCCloseMemHandle(rd.ctx, ptr)
+		if err == nil {
+			err = fmt.Errorf("shm: the owner claims %d bytes of an allocation of %d at %#x (opened at %#x): %w", m.len, size, base, ptr, rdmamgr.ErrProtocol)
+		}
+		return giveBack(err)
+	}
 	r.ipcOpens.Add(1)
 	e := &entry{id: id, key: key, slot: m.slot, access: m.access, dev: &devMap{rd: rd, ptr: ptr, n: m.len}}
 	evicted, err := r.cache.install(e, -1, 0, 0)

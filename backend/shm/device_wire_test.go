@@ -54,74 +54,95 @@ func TestDecodeMappedDevice(t *testing.T) {
 	}
 }
 
-// TestForgedDeviceHandle: an owner that answers a device map request with
-// a handle the driver does not open (forged) gets its slot back
-// (msgUnmap) and the operation goes to the fallback (none here:
-// ErrNotShareable); nothing stays open. A device reply to a request
-// without the flag fails the route with ErrProtocol.
-func TestForgedDeviceHandle(t *testing.T) {
-	for _, flagged := range []bool{true, false} {
-		b, reg := fuzzBackend(t)
-		w := cudafake.NewWorld(cudafake.Config{})
-		d := w.Process()
-		defer d.Close()
-		if flagged {
-			reg.SetCUDA(d, nil)
-		}
-		initiator, owner := socketPair(t)
-		fd, tbl, err := newTable()
-		if err != nil {
-			t.Fatal(err)
-		}
-		unix.Close(fd)
-		r := newRoute(b, backendtest.OwnerB, initiator, tbl, nil)
-		got := make(chan []byte, 2)
-		go func() {
-			defer owner.Close()
-			buf := make([]byte, maxPacket)
-			_ = owner.SetReadDeadline(time.Now().Add(fuzzBound))
-			n, _, _, _, err := owner.ReadMsgUnix(buf, nil)
-			if err != nil {
-				return
+// TestHostileDeviceReply: an owner that answers a device map request with
+// a handle the driver does not open (forged), or with a real handle and a
+// length past its allocation, gets its slot back (msgUnmap) and the
+// operation goes to the fallback (none here: ErrNotShareable), with
+// nothing left open. A device reply to a request without the flag fails
+// the route with ErrProtocol.
+func TestHostileDeviceReply(t *testing.T) {
+	for _, tc := range []string{"forged", "overclaimed", "unflagged"} {
+		t.Run(tc, func(t *testing.T) {
+			b, reg := fuzzBackend(t)
+			w := cudafake.NewWorld(cudafake.Config{})
+			d, od := w.Process(), w.Process()
+			defer d.Close()
+			defer od.Close()
+			if tc != "unflagged" {
+				reg.SetCUDA(d, nil)
 			}
-			got <- bytes.Clone(buf[:n])
 			rep := mappedDeviceMsg{req: 1, slot: 1, len: 4096, access: buffer.AccessReadWrite}
 			copy(rep.handle[:], "forged")
-			_ = writePacket(owner, rep.encode(), -1)
-			if n, _, _, _, err = owner.ReadMsgUnix(buf, nil); err == nil {
+			if tc == "overclaimed" {
+				octx, err := od.PrimaryContext(0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, err := od.MemAlloc(octx, 4096)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rep.handle, err = od.IPCGetMemHandle(octx, p); err != nil {
+					t.Fatal(err)
+				}
+				rep.len = 4097
+			}
+			initiator, owner := socketPair(t)
+			fd, tbl, err := newTable()
+			if err != nil {
+				t.Fatal(err)
+			}
+			unix.Close(fd)
+			r := newRoute(b, backendtest.OwnerB, initiator, tbl, nil)
+			got := make(chan []byte, 2)
+			go func() {
+				defer owner.Close()
+				buf := make([]byte, maxPacket)
+				_ = owner.SetReadDeadline(time.Now().Add(fuzzBound))
+				n, _, _, _, err := owner.ReadMsgUnix(buf, nil)
+				if err != nil {
+					return
+				}
 				got <- bytes.Clone(buf[:n])
+				_ = writePacket(owner, rep.encode(), -1)
+				if n, _, _, _, err = owner.ReadMsgUnix(buf, nil); err == nil {
+					got <- bytes.Clone(buf[:n])
+				}
+			}()
+			_, local := backendtest.Alloc(t, reg, 64, buffer.AccessReadWrite)
+			rec := backendtest.NewRecorder(1)
+			wr := &backend.WorkRequest{Op: backend.OpRead, Local: local, Deadline: time.Now().Add(fuzzBound), Done: rec,
+				Remote: buffer.Buffer{OwnerID: backendtest.OwnerB, Region: 9, Length: 64, Access: buffer.AccessReadWrite, Location: buffer.CUDA(0)}}
+			if err := r.Post(wr); err != nil {
+				t.Fatal(err)
 			}
-		}()
-		_, local := backendtest.Alloc(t, reg, 64, buffer.AccessReadWrite)
-		rec := backendtest.NewRecorder(1)
-		wr := &backend.WorkRequest{Op: backend.OpRead, Local: local, Deadline: time.Now().Add(fuzzBound), Done: rec,
-			Remote: buffer.Buffer{OwnerID: backendtest.OwnerB, Region: 9, Length: 64, Access: buffer.AccessReadWrite, Location: buffer.CUDA(0)}}
-		if err := r.Post(wr); err != nil {
-			t.Fatal(err)
-		}
-		var res backendtest.Result
-		select {
-		case res = <-rec.Results():
-		case <-time.After(fuzzBound):
-			t.Fatal("no completion")
-		}
-		req := <-got
-		if flagged {
-			if req[0] != msgMap || buffer.Access(req[len(req)-1])&needDevice == 0 {
-				t.Fatalf("map request %x without needDevice", req)
+			var res backendtest.Result
+			select {
+			case res = <-rec.Results():
+			case <-time.After(fuzzBound):
+				t.Fatal("no completion")
 			}
-			if !errors.Is(res.Err, ErrNotShareable) {
-				t.Fatalf("operation after a forged handle: %v, want ErrNotShareable", res.Err)
+			req := <-got
+			if tc == "unflagged" {
+				if !errors.Is(res.Err, rdmamgr.ErrProtocol) {
+					t.Fatalf("device reply to a host request: %v, want ErrProtocol", res.Err)
+				}
+			} else {
+				if req[0] != msgMap || buffer.Access(req[len(req)-1])&needDevice == 0 {
+					t.Fatalf("map request %x without needDevice", req)
+				}
+				if !errors.Is(res.Err, ErrNotShareable) {
+					t.Fatalf("operation after a %s reply: %v, want ErrNotShareable", tc, res.Err)
+				}
+				if back := <-got; !bytes.Equal(back, slotMsg(msgUnmap, 1, 9)) {
+					t.Fatalf("owner got %x, want the slot back", back)
+				}
 			}
-			if back := <-got; !bytes.Equal(back, slotMsg(msgUnmap, 1, 9)) {
-				t.Fatalf("owner got %x, want the slot back", back)
+			r.Close()
+			st := w.Stats()
+			if opens := map[string]int{"overclaimed": 1}[tc]; st.LiveIPC != 0 || st.IPCOpens != opens || st.IPCCloses != opens {
+				t.Fatalf("fake driver: %+v", st)
 			}
-		} else if !errors.Is(res.Err, rdmamgr.ErrProtocol) {
-			t.Fatalf("device reply to a host request: %v, want ErrProtocol", res.Err)
-		}
-		r.Close()
-		if st := w.Stats(); st.LiveIPC != 0 || st.IPCOpens != 0 {
-			t.Fatalf("fake driver: %+v", st)
-		}
+		})
 	}
 }
