@@ -16,6 +16,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/internal/backendtest"
 	"github.com/rdmamgr/rdmamgr/internal/cuda/cudafake"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
 // devPair is a pair whose registries allocate device memory through two
@@ -218,5 +219,90 @@ func TestDeviceRevokeWaitsForStalledCopy(t *testing.T) {
 				t.Fatalf("failed device copies: %+v", st)
 			}
 		})
+	}
+}
+
+// TestOwnerDeviceMapReplies: the owner answers a map request for a device
+// region without needDevice (an initiator that does not know CUDA IPC)
+// with NOT_SUPPORTED, as before; with it, a read-write allocation of its
+// own gets its IPC handle (which another process opens, and whose
+// allocation is the region's length), a read-only or a pooled one
+// NOT_SUPPORTED, a wrong key as for host memory; the connection keeps serving.
+func TestOwnerDeviceMapReplies(t *testing.T) {
+	p, w := devPair(t)
+	rw, err := p.regB.AllocateAt(buffer.CUDA(0), 2<<20, buffer.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := p.regB.AllocateAt(buffer.CUDA(0), 2<<20, buffer.AccessRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pooled, err := p.regB.AllocateAt(buffer.CUDA(0), 4096, buffer.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := authed(t, p.b)
+	code := func(m []byte) int {
+		if len(m) < 13 || m[0] != shm.MsgMapped {
+			t.Fatalf("reply %x, want a refusal", m)
+		}
+		return int(m[9]) | int(m[10])<<8
+	}
+	ask := func(h buffer.Buffer, need byte) []byte {
+		t.Helper()
+		c.write(t, shm.EncodeMap(1, h.Region, h.Key, need))
+		m, fds, err := c.read()
+		if err != nil || len(fds) != 0 {
+			t.Fatalf("reply: %v with %d fds", err, len(fds))
+		}
+		return m
+	}
+	rwNeed := byte(buffer.AccessReadWrite)
+	if got := code(ask(rw, rwNeed)); got != int(rdmapb.Code_NOT_SUPPORTED) {
+		t.Fatalf("device region without needDevice: code %d, want NOT_SUPPORTED", got)
+	}
+	m := ask(rw, rwNeed|shm.NeedDevice)
+	if m[0] != shm.MsgMappedDevice {
+		t.Fatalf("reply %x, want a device map reply", m)
+	}
+	_, n, dev, h, err := shm.DecodeMappedDevice(m)
+	if err != nil || n != 2<<20 || dev != 0 {
+		t.Fatalf("device map reply: %d bytes on device %d, %v", n, dev, err)
+	}
+	other := w.Process()
+	defer other.Close()
+	ctx, err := other.PrimaryContext(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ptr, err := other.IPCOpenMemHandle(ctx, h)
+	if err != nil {
+		t.Fatalf("the handle does not open: %v", err)
+	}
+	if base, size, err := other.MemAddressRange(ctx, ptr); err != nil || base != ptr || size != 2<<20 {
+		t.Fatalf("the handle opens %d bytes at %#x (%v), want the region's own allocation", size, base, err)
+	}
+	if err := other.IPCCloseMemHandle(ctx, ptr); err != nil {
+		t.Fatal(err)
+	}
+	for name, h := range map[string]buffer.Buffer{"read-only": ro, "pooled": pooled} {
+		need := rwNeed
+		if name == "read-only" {
+			need = byte(buffer.AccessRead)
+		}
+		if got := code(ask(h, need|shm.NeedDevice)); got != int(rdmapb.Code_NOT_SUPPORTED) {
+			t.Fatalf("%s device region: code %d, want NOT_SUPPORTED", name, got)
+		}
+	}
+	bad := rw
+	bad.Key[0] ^= 1
+	if got, want := code(ask(bad, rwNeed|shm.NeedDevice)), int(backend.RemoteCode(rdmamgr.ErrBadKey)); got != want {
+		t.Fatalf("wrong key: code %d, want %d (as for host memory)", got, want)
+	}
+	h2, _ := backendtest.Alloc(t, p.regB, 4096, buffer.AccessReadWrite)
+	c.write(t, shm.EncodeMap(2, h2.Region, h2.Key, rwNeed|shm.NeedDevice))
+	if m, fds, err := c.read(); err != nil || m[0] != shm.MsgMapped || code(m) != 0 || len(fds) != 1 {
+		t.Fatalf("host region with needDevice: %x, %d fds, %v; want its memfd", m, len(fds), err)
 	}
 }

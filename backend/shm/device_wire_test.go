@@ -15,6 +15,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/backendtest"
 	"github.com/rdmamgr/rdmamgr/internal/cuda/cudafake"
+	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
 // TestDecodeMappedDevice: a device map reply round-trips, and every field
@@ -144,5 +145,65 @@ func TestHostileDeviceReply(t *testing.T) {
 				t.Fatalf("fake driver: %+v", st)
 			}
 		})
+	}
+}
+
+// TestOldOwnerDeviceRequest: an owner that does not know needDevice
+// refuses the unknown access bit (ACCESS_DENIED); the initiator asks again
+// without it, gets NOT_SUPPORTED as from any such owner for a device
+// region, and sends the operation to the fallback (none here:
+// ErrNotShareable). The connection goes on.
+func TestOldOwnerDeviceRequest(t *testing.T) {
+	b, reg := fuzzBackend(t)
+	w := cudafake.NewWorld(cudafake.Config{})
+	d := w.Process()
+	defer d.Close()
+	reg.SetCUDA(d, nil)
+	initiator, owner := socketPair(t)
+	fd, tbl, err := newTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	r := newRoute(b, backendtest.OwnerB, initiator, tbl, nil)
+	defer r.Close()
+	needs := make(chan buffer.Access, 2)
+	go func() {
+		defer owner.Close()
+		buf := make([]byte, maxPacket)
+		_ = owner.SetReadDeadline(time.Now().Add(fuzzBound))
+		for _, code := range []rdmapb.Code{rdmapb.Code_ACCESS_DENIED, rdmapb.Code_NOT_SUPPORTED} {
+			n, _, _, _, err := owner.ReadMsgUnix(buf, nil)
+			if err != nil {
+				return
+			}
+			dd := decoder{b: buf[1:n]}
+			m := decodeMap(&dd)
+			needs <- m.need
+			rep := mappedMsg{req: m.req, code: uint32(code)}
+			_ = writePacket(owner, rep.encode(), -1)
+		}
+		_, _, _, _, _ = owner.ReadMsgUnix(buf, nil) // until the route closes
+	}()
+	_, local := backendtest.Alloc(t, reg, 64, buffer.AccessReadWrite)
+	rec := backendtest.NewRecorder(1)
+	wr := &backend.WorkRequest{Op: backend.OpRead, Local: local, Deadline: time.Now().Add(fuzzBound), Done: rec,
+		Remote: buffer.Buffer{OwnerID: backendtest.OwnerB, Region: 9, Length: 64, Access: buffer.AccessReadWrite, Location: buffer.CUDA(0)}}
+	if err := r.Post(wr); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-rec.Results():
+		if !errors.Is(res.Err, ErrNotShareable) {
+			t.Fatalf("operation: %v, want ErrNotShareable (the fallback's absence)", res.Err)
+		}
+	case <-time.After(fuzzBound):
+		t.Fatal("no completion")
+	}
+	if first, second := <-needs, <-needs; first != buffer.AccessRead|needDevice || second != buffer.AccessRead {
+		t.Fatalf("map requests asked %#x then %#x, want read with needDevice, then read", first, second)
+	}
+	if err := r.Err(); err != nil {
+		t.Fatalf("route failed: %v", err)
 	}
 }

@@ -13,3 +13,16 @@ func RoutePaths(rt backend.Route) (ipcOpens, fallbackOps uint64) {
 	}
 	return r.ipcOpens.Load(), fallbackOps
 }
+
+// Device map messages for the owner-side tests.
+const (
+	MsgMappedDevice = msgMappedDevice
+	NeedDevice      = byte(needDevice)
+)
+
+// DecodeMappedDevice decodes a msgMappedDevice (type byte included).
+func DecodeMappedDevice(p []byte) (slot uint32, n uint64, dev uint32, handle [64]byte, err error) {
+	d := decoder{b: p[1:]}
+	m := decodeMappedDevice(&d)
+	return m.slot, m.len, m.dev, m.handle, d.end()
+}
