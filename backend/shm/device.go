@@ -135,6 +135,7 @@ func (r *route) installDevice(id uint64, key buffer.Key, m *mappedDeviceMsg) (*e
 		return giveBack(err)
 	}
 	r.ipcOpens.Add(1)
+	r.b.ipcOpens.Add(1)
 	e := &entry{id: id, key: key, slot: m.slot, access: m.access, dev: &devMap{rd: rd, ptr: ptr, n: m.len}}
 	evicted, err := r.cache.install(e, -1, 0, 0)
 	if err != nil {

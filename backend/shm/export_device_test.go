@@ -26,3 +26,7 @@ func DecodeMappedDevice(p []byte) (slot uint32, n uint64, dev uint32, handle [64
 	m := decodeMappedDevice(&d)
 	return m.slot, m.len, m.dev, m.handle, d.end()
 }
+
+// IPCOpens returns how many peers' device regions b's routes opened
+// through CUDA IPC.
+func (b *Backend) IPCOpens() uint64 { return b.ipcOpens.Load() }
