@@ -306,3 +306,34 @@ func TestOwnerDeviceMapReplies(t *testing.T) {
 		t.Fatalf("host region with needDevice: %x, %d fds, %v; want its memfd", m, len(fds), err)
 	}
 }
+
+// TestDeviceEvictedCloses: a device region's IPC mapping evicted from the
+// route's cache (MaxMapped) is closed, and opened again on its next use.
+func TestDeviceEvictedCloses(t *testing.T) {
+	p := newPair(t, shm.Config{MaxMapped: 1})
+	w := cudafake.NewWorld(cudafake.Config{DeviceMemory: 64 << 20})
+	da, db := w.Process(), w.Process()
+	t.Cleanup(func() { da.Close(); db.Close() })
+	p.regA.SetCUDA(da, nil)
+	p.regB.SetCUDA(db, nil)
+	ha, _ := backendtest.Alloc(t, p.regA, 4096, buffer.AccessReadWrite)
+	hb, err := p.regB.AllocateAt(buffer.CUDA(0), 2<<20, buffer.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _ := backendtest.Alloc(t, p.regB, 4096, buffer.AccessReadWrite)
+	for i := range 2 {
+		if err := p.do(t, backend.OpWrite, ha, backendtest.Slice(t, hb, 0, 4096)); err != nil {
+			t.Fatal(err)
+		}
+		if st := w.Stats(); st.LiveIPC != 1 || st.IPCOpens != i+1 {
+			t.Fatalf("after use %d: %+v", i+1, st)
+		}
+		if err := p.do(t, backend.OpWrite, ha, host); err != nil { // evicts the device region
+			t.Fatal(err)
+		}
+		if st := w.Stats(); st.LiveIPC != 0 || st.IPCCloses != i+1 {
+			t.Fatalf("after eviction %d: %+v", i+1, st)
+		}
+	}
+}
