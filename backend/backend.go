@@ -130,6 +130,12 @@ type WorkRequest struct {
 // it reports whether this call set it. The poster then calls Route.Cancel
 // (a backend also checks the cause when it queues or sends wr, so a cause
 // set while Post runs is not lost). The poster clears it by Reset.
+//
+// A backend checks the cause as it enters wr where its Cancel looks, under
+// the lock that Cancel's scan holds (whichever comes second ends wr); it
+// never calls Cancel itself once wr is queued: by then wr may have
+// completed and its poster posted it again, and a late Cancel would end
+// that new post.
 func (wr *WorkRequest) RequestCancel(cause error) bool {
 	return wr.cause.CompareAndSwap(nil, &cause)
 }

@@ -3,6 +3,7 @@
 package ibverbs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -65,8 +66,17 @@ type Backend struct {
 	ringSeq atomic.Uint32
 	served  struct{ ops, bytesIn, rejected atomic.Uint64 }
 	inbox   atomic.Pointer[inboxRef] // SetInbox's
-	kick    chan struct{}            // wakes the watchdog
-	wg      sync.WaitGroup
+	// resolver: a host agent's (wiring.SetResolver, via.go).
+	resolver atomic.Pointer[resolverRef]
+	// ctx ends when Close begins: the resolves the backend serves.
+	ctx       context.Context
+	cancelCtx context.CancelFunc
+	kick      chan struct{} // wakes the watchdog
+	wg        sync.WaitGroup
+	// workers: the agentServe routes' workers (via_serve.go), waited for
+	// before Close takes life: they call the resolver, which registers
+	// regions (RegisterRegion takes life).
+	workers sync.WaitGroup
 }
 
 var (
@@ -93,18 +103,21 @@ func newIBVerbs(cfg Config, reg *memreg.Registry, log *slog.Logger) (backend.Bac
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Backend{
-		cfg:     cfg.withDefaults(),
-		reg:     reg,
-		log:     log.With("backend", "ibverbs"),
-		closeCh: make(chan struct{}),
-		routes:  make(map[*route]struct{}),
-		byQPN:   make(map[uint32]*route),
-		pending: make(map[*pendingRoute]struct{}),
-		mrs:     make(map[uint64]*regData),
-		slabs:   make(map[uint64]*memReg),
-		kick:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
+		ctx:       ctx,
+		cancelCtx: cancel,
+		cfg:       cfg.withDefaults(),
+		reg:       reg,
+		log:       log.With("backend", "ibverbs"),
+		closeCh:   make(chan struct{}),
+		routes:    make(map[*route]struct{}),
+		byQPN:     make(map[uint32]*route),
+		pending:   make(map[*pendingRoute]struct{}),
+		mrs:       make(map[uint64]*regData),
+		slabs:     make(map[uint64]*memReg),
+		kick:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
 	}, nil
 }
 
@@ -138,6 +151,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	defer close(b.closeCh)
+	b.stopWorkers()
 	b.life.Lock()
 	defer b.life.Unlock()
 	if !b.started {

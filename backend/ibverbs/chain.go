@@ -153,11 +153,9 @@ func (r *route) submit(ch *chain) (int, error) {
 	if perr != nil {
 		return r.chainFailed(ch, posted, perr)
 	}
-	for _, o := range ch.ops {
-		if o.wr.CancelCause() != nil { // cancelled while it was being posted
-			r.Cancel(o.wr)
-		}
-	}
+	// A cancel that came while ch was being posted was marked by
+	// table.add: nothing here may act on an op's request, which may have
+	// completed and been posted again by now.
 	if wasIdle { // the watchdog sleeps while every route is idle
 		r.b.kickWatchdog()
 	}

@@ -47,8 +47,16 @@ func (b *Backend) completeBatch(ds []done) {
 			r.lastActive.Store(now)
 		}
 		o := d.c.op
-		if o == nil { // keep-alive probe
-			r.probing.Store(false)
+		if o == nil {
+			if d.c.res == nil { // keep-alive probe
+				r.probing.Store(false)
+				continue
+			}
+			// A resolve's send: its answer (or the route's end) wakes
+			// its poster.
+			r.ring.freeCell(d.c.cell - 1)
+			d.c.cell = 0
+			runN++
 			continue
 		}
 		r.cellDone(d.c, d.status)
@@ -58,6 +66,9 @@ func (b *Backend) completeBatch(ds []done) {
 			o.flushed.Store(true)
 		default:
 			e := error(&wcError{op: o.wr.Op, status: d.status, vendor: d.vendor})
+			if d.status == wcRemAccessErr && o.wr.Via != 0 && o.wr.Op != backend.OpSend {
+				e = r.staleProxy(o.wr, e)
+			}
 			o.firstErr.CompareAndSwap(nil, &e)
 		}
 		runN++

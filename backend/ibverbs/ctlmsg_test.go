@@ -7,6 +7,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
@@ -65,7 +66,9 @@ func TestCtlHostile(t *testing.T) {
 		"range overflows":  mod(func(p []byte) []byte { copy(p[24:32], bytes.Repeat([]byte{0xff}, 8)); return p }),
 		"long ack":         mod(func(p []byte) []byte { p[0] = ctlAck; clear(p[8:12]); return p }),
 		"ack unknown code": mod(func(p []byte) []byte { p[0] = ctlAck; p[8] = 0x7f; return p[:ctlHeader] }),
-		"send flag 2":      mod(func(p []byte) []byte { p[0], p[1] = ctlSend, 2; return p }),
+		"send flag 4":      mod(func(p []byte) []byte { p[0], p[1] = ctlSend, 4; return p }),
+		"ack flag via":     mod(func(p []byte) []byte { p[0], p[1] = ctlAck, ctlVia; return p[:ctlHeader] }),
+		"notice via short": mod(func(p []byte) []byte { p[1] = ctlVia; return p }),
 	} {
 		if _, err := decodeCtl(p); !errors.Is(err, rdmamgr.ErrProtocol) {
 			t.Errorf("%s: %v, want ErrProtocol", name, err)
@@ -75,6 +78,14 @@ func TestCtlHostile(t *testing.T) {
 
 func FuzzDecodeCtl(f *testing.F) {
 	f.Add(goodNotice())
+	for _, m := range viaMsgs() {
+		p := make([]byte, ctlResolvedSize+3)
+		n := m.put(p)
+		if m.kind == ctlSend {
+			n += 3
+		}
+		f.Add(p[:n])
+	}
 	f.Add([]byte{ctlAck, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Add([]byte{ctlSend, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 5, 0, 0, 0, 0, 'h', 'i'})
 	f.Fuzz(func(t *testing.T, p []byte) {
@@ -86,15 +97,81 @@ func FuzzDecodeCtl(f *testing.F) {
 			return
 		}
 		// What decodes encodes back to the same bytes.
-		q := make([]byte, len(p))
+		q := make([]byte, max(len(p), ctlResolvedSize))
 		copy(q, p) // a Send's payload
-		if m.kind == ctlNotice {
-			m.putNotice(q)
-		} else {
-			m.putHeader(q)
+		n := m.put(q)
+		if m.kind != ctlSend && n != len(p) || m.kind == ctlSend && n != m.hdrLen {
+			t.Fatalf("%x re-encodes to %d bytes", p, n)
 		}
-		if !bytes.Equal(p, q) {
-			t.Fatalf("re-encoding %x gives %x", p, q)
+		if !bytes.Equal(p, q[:len(p)]) {
+			t.Fatalf("re-encoding %x gives %x", p, q[:len(p)])
 		}
 	})
+}
+
+// viaMsgs are one control message of each kind a host agent's route adds.
+func viaMsgs() []ctlMsg {
+	key := buffer.Key{1, 15: 2}
+	return []ctlMsg{
+		{kind: ctlNotice, via: true, seq: 1, imm: 5, region: 9, offset: 8, length: 16, key: key, origin: 0x1234},
+		{kind: ctlSend, via: true, hasImm: true, seq: 2, imm: 6, slot: 7, origin: 0x5678},
+		{kind: ctlSend, via: true, seq: 2, slot: 0xffff},
+		{kind: ctlResolve, seq: 3, region: 11, key: key, slot: 7, access: buffer.AccessRead | buffer.AccessWrite},
+		{kind: ctlResolved, seq: 3, addr: 0x7f0000001000, rkey: 0xabcd, access: buffer.AccessReadWrite, length: 4096, region: 12, key: key},
+		{kind: ctlResolved, seq: 4, imm: uint32(rdmapb.Code_REVOKED)},
+	}
+}
+
+// TestCtlViaRoundTrip: the messages of host agents' routes decode to
+// what was encoded; the hostile variants are refused.
+func TestCtlViaRoundTrip(t *testing.T) {
+	for _, m := range viaMsgs() {
+		p := make([]byte, 128)
+		n := m.put(p)
+		msg := p[:n]
+		if m.kind == ctlSend {
+			msg = append(msg, 'h', 'i')
+		}
+		got, err := decodeCtl(msg)
+		if err != nil {
+			t.Fatalf("%+v: %v", m, err)
+		}
+		want := m
+		want.hdrLen = ctlHeader
+		if m.kind == ctlSend {
+			want.hdrLen = ctlSendViaHeader
+		}
+		if got != want {
+			t.Fatalf("decoded %+v\nwant    %+v", got, want)
+		}
+	}
+	enc := func(i int, f func(p []byte) []byte) []byte {
+		m := viaMsgs()[i]
+		p := make([]byte, 128)
+		return f(p[:m.put(p)])
+	}
+	for name, p := range map[string][]byte{
+		"notice via without origin": enc(0, func(p []byte) []byte { return p[:ctlNoticeSize] }),
+		"send via 0":                enc(1, func(p []byte) []byte { p[16], p[17] = 0, 0; return p }),
+		"send via reserved":         enc(1, func(p []byte) []byte { p[20] = 1; return p }),
+		"send via short":            enc(1, func(p []byte) []byte { return p[:ctlSendViaHeader-1] }),
+		"resolve via 0":             enc(3, func(p []byte) []byte { p[40], p[41] = 0, 0; return p }),
+		"resolve no access":         enc(3, func(p []byte) []byte { clear(p[44:48]); return p }),
+		"resolve bad access":        enc(3, func(p []byte) []byte { p[44] = 0x80; return p }),
+		"resolve reserved":          enc(3, func(p []byte) []byte { p[43] = 1; return p }),
+		"resolve imm":               enc(3, func(p []byte) []byte { p[11] = 1; return p }),
+		"resolve flags":             enc(3, func(p []byte) []byte { p[1] = ctlVia; return p }),
+		"resolve long":              enc(3, func(p []byte) []byte { return append(p, 0) }),
+		"answer short":              enc(4, func(p []byte) []byte { return p[:ctlResolvedSize-1] }),
+		"answer empty":              enc(4, func(p []byte) []byte { clear(p[32:40]); return p }),
+		"answer wraps":              enc(4, func(p []byte) []byte { copy(p[16:24], bytes.Repeat([]byte{0xff}, 8)); return p }),
+		"answer region 0":           enc(4, func(p []byte) []byte { clear(p[40:48]); return p }),
+		"answer bad access":         enc(4, func(p []byte) []byte { p[28] = 0x80; return p }),
+		"answer unknown code":       enc(5, func(p []byte) []byte { p[10] = 0x7f; return p }),
+		"refusal with a body":       enc(5, func(p []byte) []byte { return append(p, make([]byte, 48)...) }),
+	} {
+		if _, err := decodeCtl(p); !errors.Is(err, rdmamgr.ErrProtocol) {
+			t.Errorf("%s: %v, want ErrProtocol", name, err)
+		}
+	}
 }

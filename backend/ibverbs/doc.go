@@ -154,6 +154,67 @@
 // its ops awaiting acks fail with the route's error after the queue pair is
 // gone.
 //
+// # Host agents
+//
+// A host agent (issue 26; internal/agentapi) posts for the processes
+// attached to it: a WorkRequest's Via names the target process's slot at
+// the far agent, Origin the process the operation is posted for. The
+// regions of both processes are proxy regions of their agents
+// (memreg.RegisterProxy over the process's memfd pages, MAP_SHARED);
+// Start's hooks register each in the agent's protection domain like any
+// region, once, with exactly its access (mr.go). A proxy's remote memory
+// region holds one entry of the proxy's gate while it exists: the device
+// takes no Ref, so the process's cut of the region waits (as for the
+// TCP server's Refs) until the agent revokes the proxy, which
+// deregisters it.
+//
+// The handle names the owner process's region, not the far agent's
+// memory, so the initiator asks: a resolve (ctlmsg.go: via, region, key,
+// access needed) goes to the far agent over the route, which calls its
+// agentapi.Resolver and answers the proxy's (address, rkey, access,
+// length) and its region id and key in the agent's registry. The
+// initiator caches the answer per (via, region, key) on the route (at
+// most 256; a resolution that does not admit an operation's need is
+// asked again), checks access and bounds against it before posting, and
+// then posts RDMA READ, WRITE and atomics on the proxy's memory region as
+// on any. A resolve takes a credit, a cell and room in flight like a
+// Send; Post waits for its answer (bounded by the deadline, the poster's
+// cancel and ResolveTimeout + 2 s; PostList posts what it prepared
+// first), so the route's posting order holds. The far agent's device
+// checks every rkey, so a forged answer names at worst memory the far
+// agent itself registered for peers.
+//
+// A proxy revoked or released at the far end (the process's cut, its
+// death) has its remote memory region deregistered, so a cached rkey
+// meets a remote access error: the operation fails with
+// agentapi.ErrStaleProxy (wrapping rdmamgr.ErrAccess) and, RC being
+// what it is, the route fails with it; posted again on a new route the
+// operation resolves again and gets the far Resolver's answer
+// (rdmamgr.ErrRevoked, ErrReleased, ErrPeerGone).
+//
+// A PutWithImm's notice with a Via names the proxy (its id and key from
+// the answer) and the origin; a Send with a Via carries the via and the
+// origin in a 16-byte extension of its header. The far agent delivers
+// the event (naming the process's own region) or message to
+// Resolver.Inbox(via) with Peer = the origin (or the route's peer without
+// one). A backend takes a Resolver through wiring.SetResolver (only
+// agents have one); its routes' info then carries infoAgent, both ways.
+// An initiator posts a Via only on a route whose responder said
+// infoAgent, else rdmamgr.ErrNotSupported before anything is posted; an
+// owner honours an origin only from an initiator that said it, and one
+// without a resolver refuses resolves, and notices and Sends with a Via,
+// with ErrNotSupported (the route goes on). An origin without a Via is
+// refused at Post (ErrNotSupported), as on TCP.
+//
+// On an agent's accepted queue pairs the poller does not serve control
+// messages itself: a Resolve, the attached process's Event and its
+// landing's Deliver (agentapi.CheckedLanding) wait on the process. It
+// copies each out of its slot, reposts the slot and hands it to the
+// route's worker goroutine, which serves them in the order they came and
+// acks in order; the initiator's credits bound how many wait (one more
+// fails the route with rdmamgr.ErrProtocol). Close cancels the resolves,
+// fails the routes and waits for the workers before it frees anything.
+//
 // # Failure semantics
 //
 // An RC queue pair cannot cancel one request, and any failed completion puts
@@ -181,7 +242,8 @@
 // Plain Go: backend.go (the Backend, Close), caps.go (Supports, SetInbox),
 // device.go (device, port and GID selection, Devices), mr.go (memory
 // registration and revocation), setup.go (route setup: PrepareRoute,
-// AcceptRoute, Complete), route.go (route state and teardown), ring.go (a
+// AcceptRoute, Complete), route.go (route state and teardown), via.go and via_serve.go (host
+// agents: the initiator's resolves, the owner's worker), ring.go (a
 // queue pair's own registered memory), post.go (the post paths of Put, Get
 // and PutWithImm), ops.go (Send and the atomics), recv.go (control messages
 // received and acked), ctlmsg.go (their layout), complete.go (completions

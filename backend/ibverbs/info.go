@@ -17,7 +17,8 @@ import (
 //	  2    1 responder resources: RDMA READs and atomics the sender
 //	         accepts in flight
 //	  3    1 flags: infoAtomics (the sender's device runs atomics, both
-//	         ways); other bits must be 0
+//	         ways), infoAgent (the sender is a host agent: its backend
+//	         has a resolver, see via.go); other bits must be 0
 //	  4    4 queue pair number (24 bits, >= 2)
 //	  8    4 initial packet sequence number (24 bits)
 //	 12    2 LID (InfiniBand; 0 on RoCE)
@@ -29,13 +30,18 @@ import (
 //	 36    4 largest Send message the sender takes, bytes (0..maxSendLimit)
 //
 // Version 1 (32 bytes, no flags, no receive slots) carried Put and Get
-// only. A decoder treats every field as hostile: a version other than ours
+// only. infoAgent came later within version 2: only host agents set it
+// (a backend with a resolver), and an older peer refuses their info with
+// rdmamgr.ErrProtocol, so a route between an agent and an older manager
+// is not set up (on either side), rather than set up without the agent's
+// verbs. A decoder treats every field as hostile: a version other than ours
 // is rdmamgr.ErrVersion, anything else malformed is rdmamgr.ErrProtocol.
 const (
 	infoVersion = 2
 	infoSize    = 40
 
 	infoAtomics = 1
+	infoAgent   = 2
 
 	maxRecvSlots = 4096
 	maxSendLimit = 1 << 20
@@ -92,7 +98,7 @@ func decodeRouteInfo(b []byte) (routeInfo, error) {
 	ri.recvSlots = binary.BigEndian.Uint16(b[32:])
 	ri.maxSend = binary.BigEndian.Uint32(b[36:])
 	switch {
-	case b[3]&^infoAtomics != 0:
+	case b[3]&^(infoAtomics|infoAgent) != 0:
 		return ri, fmt.Errorf("ibverbs: route info flags %#x: %w", b[3], rdmamgr.ErrProtocol)
 	case b[14] != 0 || b[15] != 0 || b[34] != 0 || b[35] != 0:
 		return ri, fmt.Errorf("ibverbs: route info reserved bytes set: %w", rdmamgr.ErrProtocol)

@@ -37,6 +37,16 @@ func TestRouteInfoRoundTrip(t *testing.T) {
 	if err := got.checkAddress(true); err != nil {
 		t.Errorf("RoCE address: %v", err)
 	}
+
+	// A host agent's info: the agent bit, next to the atomics one.
+	ri.flags |= infoAgent
+	b = ri.encode()
+	if b[3] != infoAtomics|infoAgent {
+		t.Fatalf("agent info flags %#x", b[3])
+	}
+	if got, err = decodeRouteInfo(b); err != nil || got != ri {
+		t.Fatalf("agent info decoded %+v, %v, want %+v", got, err, ri)
+	}
 }
 
 func TestRouteInfoHostile(t *testing.T) {
@@ -62,7 +72,8 @@ func TestRouteInfoHostile(t *testing.T) {
 		{"mtu 6", mod(func(b []byte) []byte { b[1] = 6; return b }), rdmamgr.ErrProtocol},
 		{"mtu 255", mod(func(b []byte) []byte { b[1] = 255; return b }), rdmamgr.ErrProtocol},
 		{"no responder resources", mod(func(b []byte) []byte { b[2] = 0; return b }), rdmamgr.ErrProtocol},
-		{"unknown flag", mod(func(b []byte) []byte { b[3] = 2; return b }), rdmamgr.ErrProtocol},
+		{"unknown flag", mod(func(b []byte) []byte { b[3] = 4; return b }), rdmamgr.ErrProtocol},
+		{"unknown flag 7", mod(func(b []byte) []byte { b[3] = 0x80 | infoAgent; return b }), rdmamgr.ErrProtocol},
 		{"qpn 0", mod(func(b []byte) []byte { copy(b[4:], []byte{0, 0, 0, 0}); return b }), rdmamgr.ErrProtocol},
 		{"qpn 1 (GSI)", mod(func(b []byte) []byte { copy(b[4:], []byte{0, 0, 0, 1}); return b }), rdmamgr.ErrProtocol},
 		{"qpn 25 bits", mod(func(b []byte) []byte { copy(b[4:], []byte{1, 0, 0, 2}); return b }), rdmamgr.ErrProtocol},
@@ -109,6 +120,8 @@ func FuzzDecodeRouteInfo(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{1})
 	f.Add([]byte{infoVersion})
+	ri.flags |= infoAgent
+	f.Add(ri.encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := decodeRouteInfo(b)
 		if err != nil {

@@ -24,11 +24,26 @@ import (
 // slab. Its remote memory region covers exactly the slot's bytes (ibv_reg_mr
 // of part of memory registered already), so a peer's rkey grants its
 // buffer and nothing else of the slab.
+//
+// A proxy region (memreg.RegisterProxy: a host agent's mapping of an
+// attached process's region) is registered like any region, with exactly
+// its access; its remote memory region holds one entry of the proxy's
+// gate for as long as it exists (the device's accesses take no Ref), so
+// the owner's cut waits until it is gone (RevokeRegion, on the agent's
+// revoke of the proxy). via and procRegion name the process and region it
+// stands for, recorded at the first resolve answered for it (via_serve.go).
 type regData struct {
 	b      *Backend
 	local  *memReg
 	shared bool    // local is the slab's
 	remote *memReg // nil once revoked; guarded by Backend.mrMu
+
+	access buffer.Access // what remote grants
+	length uint64
+	gate   memreg.Gate // a proxy's, entered while remote exists; guarded by mrMu
+
+	via        uint16 // guarded by mrMu
+	procRegion uint64 // guarded by mrMu
 }
 
 // RegisterRegion registers r with the device: LOCAL_WRITE always,
@@ -58,6 +73,7 @@ func (b *Backend) registerLocked(r *memreg.Region) error {
 		return fmt.Errorf("ibverbs: empty region %d: %w", r.ID(), rdmamgr.ErrInvalid)
 	}
 	access := accessLocalWrite
+	granted := r.Access() &^ buffer.AccessAtomic
 	if r.Access().Allows(buffer.AccessRead) {
 		access |= accessRemoteRead
 	}
@@ -66,19 +82,29 @@ func (b *Backend) registerLocked(r *memreg.Region) error {
 	}
 	if r.Access().Allows(buffer.AccessAtomic) && b.atomics {
 		access |= accessRemoteAtomic
+		granted |= buffer.AccessAtomic
+	}
+	gate := r.ProxyGate()
+	if gate != nil {
+		if err := gate.Enter(); err != nil {
+			return fmt.Errorf("ibverbs: proxy region %d: %w", r.ID(), err)
+		}
 	}
 	local, shared, err := b.localMRLocked(r)
-	if err != nil {
-		return err
-	}
-	remote, err := b.res.regMR(addrOf(mem), uint64(len(mem)), access)
-	if err != nil {
-		if !shared {
+	var remote *memReg
+	if err == nil {
+		remote, err = b.res.regMR(addrOf(mem), uint64(len(mem)), access)
+		if err != nil && !shared {
 			local.dereg()
+		}
+	}
+	if err != nil {
+		if gate != nil {
+			gate.Leave()
 		}
 		return err
 	}
-	rd := &regData{b: b, local: local, shared: shared, remote: remote}
+	rd := &regData{b: b, local: local, shared: shared, remote: remote, access: granted, length: uint64(len(mem)), gate: gate}
 	r.BackendData = rd
 	r.RDMA = buffer.RDMAKey{Addr: remote.addr, RKey: remote.rkey}
 	b.mrs[r.ID()] = rd
@@ -126,10 +152,7 @@ func (b *Backend) DeregisterSlab(s *memreg.Slab) error {
 // slab's); the caller holds mrMu.
 func (rd *regData) dereg() error {
 	var errs []error
-	if rd.remote != nil {
-		errs = append(errs, rd.remote.dereg())
-		rd.remote = nil
-	}
+	errs = append(errs, rd.dropRemote())
 	if !rd.shared {
 		errs = append(errs, rd.local.dereg())
 	}
@@ -146,11 +169,24 @@ func (b *Backend) RevokeRegion(r *memreg.Region) error {
 	b.mrMu.Lock()
 	defer b.mrMu.Unlock()
 	rd := b.mrs[r.ID()]
-	if rd == nil || rd.remote == nil {
+	if rd == nil {
+		return nil
+	}
+	return rd.dropRemote()
+}
+
+// dropRemote deregisters the remote memory region, if not yet, and then
+// leaves a proxy's gate; the caller holds mrMu.
+func (rd *regData) dropRemote() error {
+	if rd.remote == nil {
 		return nil
 	}
 	err := rd.remote.dereg()
 	rd.remote = nil
+	if rd.gate != nil {
+		rd.gate.Leave()
+		rd.gate = nil
+	}
 	return err
 }
 

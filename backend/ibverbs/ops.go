@@ -8,6 +8,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
 // The post paths of Send and the atomics (Put, Get and PutWithImm are in
@@ -20,6 +21,9 @@ func (r *route) prepSend(wr *backend.WorkRequest, ch *chain, wait bool) error {
 	n := len(wr.Local)
 	if n > r.maxSend {
 		return fmt.Errorf("ibverbs: send of %d bytes, the peer takes at most %d (its MaxSend): %w", n, r.maxSend, rdmamgr.ErrLimit)
+	}
+	if wr.Via != 0 && !r.peerAgent {
+		return errViaNotAgent
 	}
 	lkey, laddr, err := r.localKey(wr)
 	if err != nil {
@@ -36,9 +40,12 @@ func (r *route) prepSend(wr *backend.WorkRequest, ch *chain, wait bool) error {
 	cell := r.takeCell()
 	o.chunks[0].cell, o.ctlCell = cell+1, cell
 	m := ctlMsg{kind: ctlSend, hasImm: wr.HasImm, imm: wr.Imm}
-	m.putHeader(r.ring.cell(cell))
+	if wr.Via != 0 { // for the process at via of the far agent
+		m.via, m.slot, m.origin = true, wr.Via, wr.Origin
+	}
+	size := m.put(r.ring.cell(cell))
 	id := ch.addID(r.b.slots.alloc(&o.chunks[0]))
-	ch.batch.addSend(id, r.ring.cellAddr(cell), ctlHeader, r.ring.mr.lkey, laddr, uint32(n), lkey)
+	ch.batch.addSend(id, r.ring.cellAddr(cell), uint32(size), r.ring.mr.lkey, laddr, uint32(n), lkey)
 	return nil
 }
 
@@ -53,9 +60,20 @@ func (r *route) prepAtomic(wr *backend.WorkRequest, ch *chain, wait bool) error 
 		}
 		return fmt.Errorf("ibverbs: %s: %s: %w", wr.Op, why, rdmamgr.ErrNotSupported)
 	}
-	raddr, err := r.remoteAddr(wr, 8)
-	if err != nil {
-		return err
+	var raddr uint64
+	rkey := wr.Remote.RDMA.RKey
+	if wr.Via != 0 {
+		via, a, err := r.viaTarget(wr, buffer.AccessAtomic, 8, wait)
+		if err != nil {
+			return err
+		}
+		raddr, rkey = a, via.rkey
+	} else {
+		a, err := r.remoteAddr(wr, 8)
+		if err != nil {
+			return err
+		}
+		raddr = a
 	}
 	if raddr%8 != 0 {
 		return fmt.Errorf("ibverbs: %s on remote address %#x: %w", wr.Op, raddr, rdmamgr.ErrMisaligned)
@@ -75,7 +93,7 @@ func (r *route) prepAtomic(wr *backend.WorkRequest, ch *chain, wait bool) error 
 		opcode, compareAdd = wrAtomicFAA, wr.Swap
 	}
 	id := ch.addID(r.b.slots.alloc(&o.chunks[0]))
-	ch.batch.addAtomic(id, r.ring.cellAddr(cell), r.ring.mr.lkey, raddr, wr.Remote.RDMA.RKey, opcode, compareAdd, wr.Swap)
+	ch.batch.addAtomic(id, r.ring.cellAddr(cell), r.ring.mr.lkey, raddr, rkey, opcode, compareAdd, wr.Swap)
 	return nil
 }
 

@@ -37,6 +37,9 @@ func (r *route) prepare(wr *backend.WorkRequest, ch *chain, wait bool) error {
 	if r.accepted {
 		return fmt.Errorf("ibverbs: post on an accepted queue pair: %w", rdmamgr.ErrProtocol)
 	}
+	if err := checkOrigin(wr); err != nil {
+		return err
+	}
 	switch wr.Op {
 	case backend.OpSend:
 		return r.prepSend(wr, ch, wait)
@@ -50,10 +53,6 @@ func (r *route) prepare(wr *backend.WorkRequest, ch *chain, wait bool) error {
 func (r *route) prepRW(wr *backend.WorkRequest, ch *chain, wait bool) error {
 	b := r.b
 	n := uint64(len(wr.Local))
-	raddr, err := r.remoteAddr(wr, n)
-	if err != nil {
-		return err
-	}
 	lkey, laddr, err := r.localKey(wr)
 	if err != nil {
 		return err
@@ -65,6 +64,26 @@ func (r *route) prepRW(wr *backend.WorkRequest, ch *chain, wait bool) error {
 		// without it is refused before its bytes land (a forged one is
 		// refused by the owner, after: it could Put them anyway).
 		return fmt.Errorf("ibverbs: %s to a %s buffer: %w", wr.Op, wr.Remote.Access, rdmamgr.ErrAccess)
+	}
+	var (
+		raddr uint64
+		rkey  = wr.Remote.RDMA.RKey
+		via   viaRes // the far agent's proxy (wr.Via)
+	)
+	if wr.Via != 0 {
+		need := buffer.AccessRead
+		switch wr.Op {
+		case backend.OpWrite:
+			need = buffer.AccessWrite
+		case backend.OpWriteImm:
+			need = buffer.AccessWrite | buffer.AccessNotify
+		}
+		if via, raddr, err = r.viaTarget(wr, need, n, wait); err != nil {
+			return err
+		}
+		rkey = via.rkey
+	} else if raddr, err = r.remoteAddr(wr, n); err != nil {
+		return err
 	}
 	wrs := count
 	if notice {
@@ -89,14 +108,17 @@ func (r *route) prepRW(wr *backend.WorkRequest, ch *chain, wait bool) error {
 	for i := range count {
 		off := uint64(i) * b.maxMsg
 		ln := min(b.maxMsg, n-off)
-		ch.batch.add(ch.addID(b.slots.alloc(&o.chunks[i])), laddr+off, raddr+off, uint32(ln), lkey, wr.Remote.RDMA.RKey, opcode)
+		ch.batch.add(ch.addID(b.slots.alloc(&o.chunks[i])), laddr+off, raddr+off, uint32(ln), lkey, rkey, opcode)
 	}
 	if notice { // after the writes: RC delivers it once their bytes are in place
 		cell := r.takeCell()
 		o.chunks[count].cell, o.ctlCell = cell+1, cell
 		m := ctlMsg{kind: ctlNotice, imm: wr.Imm, region: wr.Remote.Region, offset: wr.Remote.Offset, length: n, key: wr.Remote.Key}
-		m.putNotice(r.ring.cell(cell))
-		ch.batch.addSend(ch.addID(b.slots.alloc(&o.chunks[count])), r.ring.cellAddr(cell), ctlNoticeSize, r.ring.mr.lkey, 0, 0, 0)
+		if wr.Via != 0 { // the far agent's proxy, and who it is for
+			m.via, m.region, m.key, m.origin = true, via.proxy, via.proxyKey, wr.Origin
+		}
+		size := m.put(r.ring.cell(cell))
+		ch.batch.addSend(ch.addID(b.slots.alloc(&o.chunks[count])), r.ring.cellAddr(cell), uint32(size), r.ring.mr.lkey, 0, 0, 0)
 	}
 	return nil
 }
@@ -180,6 +202,15 @@ func (r *route) reserve(count int, ctl bool, wr *backend.WorkRequest, wait bool)
 		return err
 	}
 	return nil
+}
+
+// unreserve gives back what reserve took.
+func (r *route) unreserve(count int, ctl bool) {
+	r.sem.release(count)
+	r.b.cqBudget.release(count)
+	if ctl {
+		r.credits.release(1)
+	}
 }
 
 // tryReserve is reserve without waiting.

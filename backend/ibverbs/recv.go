@@ -69,10 +69,11 @@ func (r *route) received(i int, w wc) {
 
 // ackedLocked takes the initiator's op that the ack p answers (the oldest
 // awaiting one: the owner acks in order) and its outcome, and reposts the
-// slot. The caller holds postMu.
+// slot; an answer to a resolve goes to its poster (via.go). The caller
+// holds postMu.
 func (r *route) ackedLocked(i int, p []byte) (o *op, opErr, routeErr error) {
 	m, err := decodeCtl(p)
-	if err == nil && m.kind != ctlAck {
+	if err == nil && m.kind != ctlAck && m.kind != ctlResolved {
 		err = fmt.Errorf("ibverbs: control message kind %d sent to the initiator: %w", m.kind, rdmamgr.ErrProtocol)
 	}
 	if err != nil {
@@ -80,6 +81,9 @@ func (r *route) ackedLocked(i int, p []byte) (o *op, opErr, routeErr error) {
 	}
 	if err := r.ring.postRecv(r.qp, i); err != nil {
 		return nil, nil, err
+	}
+	if m.kind == ctlResolved {
+		return nil, nil, r.answered(m)
 	}
 	r.ackMu.Lock()
 	if len(r.acks) > 0 && r.acks[0].seq == m.seq {
@@ -96,36 +100,57 @@ func (r *route) ackedLocked(i int, p []byte) (o *op, opErr, routeErr error) {
 }
 
 // serveLocked serves the notice or Send p received into slot i, reposts
-// the slot and acks it with the outcome's code. The caller holds postMu.
+// the slot and acks it with the outcome's code; on a host agent's queue
+// pair (agentServe) it hands the message to the route's worker instead
+// (via_serve.go), which acks it. The caller holds postMu.
 func (r *route) serveLocked(i int, p []byte) error {
 	m, err := decodeCtl(p)
-	if err == nil && m.kind == ctlAck {
+	if err == nil && (m.kind == ctlAck || m.kind == ctlResolved) {
 		err = fmt.Errorf("ibverbs: ack sent to the owner: %w", rdmamgr.ErrProtocol)
 	}
 	if err != nil {
 		return err
 	}
-	var res error
-	if m.kind == ctlNotice {
-		res = r.notify(m)
-	} else {
-		res = r.deliver(m, p[ctlHeader:])
+	if r.agentServe {
+		if err := r.queueLocked(m, p); err != nil {
+			return err
+		}
+		return r.ring.postRecv(r.qp, i) // after the message was copied out
 	}
-	if res == nil {
-		r.b.served.ops.Add(1)
-	} else {
-		r.b.served.rejected.Add(1)
+	var res error
+	a := ackMsg{seq: m.seq}
+	switch {
+	case m.kind == ctlResolve:
+		a.kind, res = ctlResolved, errServeNotAgent
+	case m.via:
+		res = errServeNotAgent
+	case m.kind == ctlNotice:
+		res = r.notify(m)
+	default:
+		res = r.deliver(m, p[m.hdrLen:])
+	}
+	if m.kind != ctlResolve {
+		if res == nil {
+			r.b.served.ops.Add(1)
+		} else {
+			r.b.served.rejected.Add(1)
+		}
 	}
 	if err := r.ring.postRecv(r.qp, i); err != nil { // after the message was copied out
 		return err
 	}
-	return r.ackLocked(ackMsg{seq: m.seq, code: uint32(backend.RemoteCode(res))})
+	a.code = uint32(backend.RemoteCode(res))
+	return r.ackLocked(a)
 }
 
 // notify hands the owner's inbox the event of a PutWithImm whose bytes
 // are in place (the notice came after the RDMA WRITE on the same queue
-// pair), once the handle's key, range and rights are checked.
+// pair), once the handle's key, range and rights are checked; a notice
+// for an attached process goes to its inbox (notifyVia).
 func (r *route) notify(m ctlMsg) error {
+	if m.via {
+		return r.notifyVia(m)
+	}
 	in := r.b.inboxOf()
 	if in == nil {
 		return fmt.Errorf("ibverbs: event %d: no inbox: %w", m.imm, rdmamgr.ErrNoReceive)
@@ -139,24 +164,19 @@ func (r *route) notify(m ctlMsg) error {
 }
 
 // deliver copies the Send message msg into the receive buffer the owner's
-// manager posted next.
+// manager posted next (or, for an attached process, its inbox gives:
+// deliverVia).
 func (r *route) deliver(m ctlMsg, msg []byte) error {
+	if m.via {
+		return r.deliverVia(m, msg)
+	}
 	in := r.b.inboxOf()
 	if in == nil {
 		return fmt.Errorf("ibverbs: message of %d bytes: no inbox: %w", len(msg), rdmamgr.ErrNoReceive)
 	}
-	l, err := in.Recv(r.peer, uint64(len(msg)))
-	if err != nil {
+	if err := land(in, r.peer, m, msg); err != nil {
 		return err
 	}
-	mem := l.Mem()
-	if len(mem) < len(msg) {
-		err := fmt.Errorf("ibverbs: message of %d bytes, receive buffer of %d: %w", len(msg), len(mem), rdmamgr.ErrReceiveTooSmall)
-		l.Done(0, 0, false, err)
-		return err
-	}
-	copy(mem, msg)
-	l.Done(len(msg), m.imm, m.hasImm, nil)
 	r.b.served.bytesIn.Add(uint64(len(msg)))
 	return nil
 }
@@ -174,10 +194,9 @@ func (r *route) ackLocked(a ackMsg) error {
 }
 
 func (r *route) postAckLocked(cell int, a ackMsg) error {
-	m := ctlMsg{kind: ctlAck, seq: a.seq, imm: a.code}
-	m.putHeader(r.ring.cell(cell))
+	size := a.put(r.ring.cell(cell))
 	batch := make(wrBuf, 0, 1)
-	batch.addSend(r.ring.ackID(cell), r.ring.cellAddr(cell), ctlHeader, r.ring.mr.lkey, 0, 0, 0)
+	batch.addSend(r.ring.ackID(cell), r.ring.cellAddr(cell), uint32(size), r.ring.mr.lkey, 0, 0, 0)
 	r.outstanding.Add(1)
 	if _, err := r.qp.post(batch); err != nil {
 		r.ring.freeCell(cell)

@@ -58,6 +58,18 @@ type route struct {
 
 	table opTable // the ops posted and not reported
 
+	// Host agents (via.go, via_serve.go). peerAgent: the peer's info
+	// says host agent (as a responder it serves operations with a Via;
+	// as an initiator its notices and Sends may carry an origin).
+	// agentServe: accepted while this backend had a resolver; a worker
+	// serves its control messages (work).
+	peerAgent  bool
+	agentServe bool
+	work       chan ctlWork
+	viaMu      sync.Mutex
+	viaCache   map[viaKey]viaRes          // under viaMu: the initiator's resolutions
+	resolving  map[uint32]*pendingResolve // under viaMu: resolves sent, by sequence number
+
 	drained chan struct{} // closed by teardown once the queue pair is gone
 }
 
@@ -84,16 +96,23 @@ type op struct {
 	canceled  atomic.Pointer[error] // why the poster cancelled it
 }
 
-// chunk is one work request; op is nil for a keep-alive probe. cell is
-// 1 + the ring cell it uses (0: none).
+// chunk is one work request; op is nil for a keep-alive probe and for a
+// resolve (res). cell is 1 + the ring cell it uses (0: none).
 type chunk struct {
 	r    *route
 	op   *op
 	cell int
+	res  *pendingResolve
 }
 
-// ackMsg is an ack the owner has yet to send.
-type ackMsg struct{ seq, code uint32 }
+// ackMsg is an ack the owner has yet to send: of a notice or Send
+// (ctlAck, kind 0), or the answer to a resolve (ctlResolved, with res
+// when code is OK).
+type ackMsg struct {
+	seq, code uint32
+	kind      uint8
+	res       *viaRes
+}
 
 // newRoute returns the route of qp and g, connected to the peer that sent
 // info.
@@ -110,6 +129,11 @@ func newRoute(b *Backend, peer uint64, qp *queuePair, g *ring, accepted bool, in
 		sem:       newWsem(b.inflight),
 		drainKick: make(chan struct{}, 1),
 		drained:   make(chan struct{}),
+		peerAgent: info.flags&infoAgent != 0,
+	}
+	if !accepted {
+		r.viaCache = make(map[viaKey]viaRes)
+		r.resolving = make(map[uint32]*pendingResolve)
 	}
 	r.Init()
 	r.lastActive.Store(time.Now().UnixNano())

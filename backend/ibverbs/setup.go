@@ -45,7 +45,7 @@ func (b *Backend) makeQP(accepted bool) (qp *queuePair, g *ring, err error) {
 	slots := b.cfg.RecvSlots
 	slotSize, cells, cqRes := cellSize, b.inflight, slots
 	if accepted {
-		slotSize, cells, cqRes = ctlHeader+max(b.cfg.MaxSend, ctlNoticeSize), slots, 2*slots
+		slotSize, cells, cqRes = ctlSendViaHeader+max(b.cfg.MaxSend, ctlNoticeViaSize), slots, 2*slots
 	}
 	if b.cqBudget.acquire(cqRes, time.Now().Add(time.Second), nil, nil) != semOK {
 		return nil, nil, fmt.Errorf("ibverbs: no room on the completion queue for %d more entries: %w", cqRes, rdmamgr.ErrLimit)
@@ -103,11 +103,16 @@ func randomPSN() (uint32, error) {
 	return binary.BigEndian.Uint32(p[:]) & 0xFFFFFF, nil
 }
 
-func (b *Backend) localInfo(qp *queuePair, psn uint32) []byte {
+// localInfo is our info for qp; agent says host agent (infoAgent: the
+// backend has a resolver).
+func (b *Backend) localInfo(qp *queuePair, psn uint32, agent bool) []byte {
 	ri := routeInfo{mtu: uint8(b.mtu), rdAtom: uint8(b.rdAtom), qpn: qp.qpn, psn: psn, lid: b.lid, gid: b.gid,
 		recvSlots: uint16(b.cfg.RecvSlots), maxSend: uint32(b.cfg.MaxSend)}
 	if b.atomics {
 		ri.flags |= infoAtomics
+	}
+	if agent {
+		ri.flags |= infoAgent
 	}
 	return ri.encode()
 }
@@ -144,7 +149,7 @@ func (b *Backend) PrepareRoute(ctx context.Context, peerID uint64) (backend.Pend
 	b.mu.Lock()
 	b.pending[p] = struct{}{}
 	b.mu.Unlock()
-	return p, b.localInfo(qp, psn), nil
+	return p, b.localInfo(qp, psn, b.resolver.Load() != nil), nil
 }
 
 // AcceptRoute validates the initiator's info, creates our queue pair,
@@ -175,8 +180,10 @@ func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, info []byte) (
 		b.dropQP(qp, g, true)
 		return nil, err
 	}
-	b.addRoute(newRoute(b, peerID, qp, g, true, peer))
-	return b.localInfo(qp, psn), nil
+	r := newRoute(b, peerID, qp, g, true, peer)
+	agent := b.resolver.Load() != nil && b.startWorker(r)
+	b.addRoute(r)
+	return b.localInfo(qp, psn, agent), nil
 }
 
 func (b *Backend) addRoute(r *route) {

@@ -4,6 +4,8 @@ package ibverbs
 
 import (
 	"sync"
+
+	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
 )
 
 // slotTable maps work-request ids to chunks: C never holds Go pointers.
@@ -100,7 +102,12 @@ func (t *opTable) init(n int) {
 	t.free = make([]int32, 0, n)
 }
 
-// add enters ops, under one lock.
+// add enters ops, under one lock. An op whose request was cancelled while
+// it was being posted is marked cancelled here: whichever of this and
+// Cancel's scan (each, under the same lock) comes second marks it, so no
+// cancel is lost and none is carried out late, after the post, when the
+// request may have completed and been posted again (its next post's op
+// would be marked).
 func (t *opTable) add(ops []*op) {
 	t.mu.Lock()
 	for _, o := range ops {
@@ -111,6 +118,10 @@ func (t *opTable) add(ops []*op) {
 		} else {
 			o.idx = int32(len(t.ops))
 			t.ops = append(t.ops, o)
+		}
+		if cause := o.wr.CancelCause(); cause != nil {
+			err := routestate.OpError("ibverbs", o.wr, cause)
+			o.canceled.CompareAndSwap(nil, &err)
 		}
 	}
 	t.mu.Unlock()

@@ -3,7 +3,10 @@
 package ibverbs
 
 import (
+	"errors"
 	"testing"
+
+	"github.com/rdmamgr/rdmamgr/backend"
 )
 
 // Tests of the in-flight tables that run without a device.
@@ -52,7 +55,7 @@ func TestOpTable(t *testing.T) {
 	tab.init(4)
 	ops := make([]*op, 6)
 	for i := range ops {
-		ops[i] = &op{seq: uint32(i)}
+		ops[i] = &op{seq: uint32(i), wr: new(backend.WorkRequest)}
 	}
 	tab.add(ops[:4])
 	tab.remove(ops[1])
@@ -79,7 +82,7 @@ func TestOpTable(t *testing.T) {
 func TestOpTableNoAllocs(t *testing.T) {
 	var tab opTable
 	tab.init(8)
-	ops := []*op{{}, {}, {}}
+	ops := []*op{{wr: new(backend.WorkRequest)}, {wr: new(backend.WorkRequest)}, {wr: new(backend.WorkRequest)}}
 	if n := testing.AllocsPerRun(100, func() {
 		tab.add(ops)
 		for _, o := range ops {
@@ -87,5 +90,24 @@ func TestOpTableNoAllocs(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Errorf("%v allocations per add/remove round", n)
+	}
+}
+
+// TestOpTableMarksCancelled: an op whose request was cancelled while it
+// was being posted (the cause set, its canceller's scan done before the
+// op entered the table) is marked cancelled as it enters, with its cause;
+// the others are not. Posting carries out no cancel later (chain.go).
+func TestOpTableMarksCancelled(t *testing.T) {
+	var tab opTable
+	tab.init(2)
+	cause := errors.New("cancelled while posted")
+	ops := []*op{{wr: &backend.WorkRequest{Op: backend.OpRead}}, {wr: &backend.WorkRequest{Op: backend.OpRead}}}
+	ops[1].wr.RequestCancel(cause)
+	tab.add(ops)
+	if p := ops[0].canceled.Load(); p != nil {
+		t.Errorf("op not cancelled marked with %v", *p)
+	}
+	if p := ops[1].canceled.Load(); p == nil || !errors.Is(*p, cause) {
+		t.Errorf("cancelled op marked %v, want its cause", p)
 	}
 }

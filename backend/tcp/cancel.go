@@ -29,6 +29,23 @@ import (
 // errCanceledWait ends Post's wait for room when the poster's context ends.
 var errCanceledWait = fmt.Errorf("canceled: %w", context.Canceled)
 
+// A cancel that comes while its request is being posted (RequestCancel,
+// then Cancel, racing with Post) is not lost and is never carried out
+// late: whichever of Cancel's scan (under clientConn.mu, and fence.mu) and
+// the queueing of a chunk (enqueue under clientConn.mu; fenceHold under
+// fence.mu) comes second ends the chunk. Nothing cancels a request after
+// its chunks are queued but Cancel itself: the request may have completed
+// and been posted again by then (a reusable WorkRequest), and a late
+// cancel would end that new post (one operation's failure never fails
+// another).
+
+// Test hooks: testHookQueued runs once a post's chunks are queued (Post,
+// PostList, the fence's releaser); testHookLateCancel runs in Cancel
+// between its read of the cause and its scan. Both widen the windows in
+// which the operation completes and its WorkRequest is posted again.
+var testHookQueued func(wr *backend.WorkRequest)
+var testHookLateCancel func()
+
 // Cancel implements backend.Route.
 func (r *route) Cancel(wr *backend.WorkRequest) {
 	cause := wr.CancelCause()
@@ -36,6 +53,9 @@ func (r *route) Cancel(wr *backend.WorkRequest) {
 		return
 	}
 	err := routestate.OpError("tcp", wr, cause)
+	if testHookLateCancel != nil {
+		testHookLateCancel()
+	}
 	if r.fenceCancel(wr, err) { // fence.go: a notice not queued yet
 		return
 	}

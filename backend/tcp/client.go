@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
 )
 
 // The initiator's connections. Each connection of a route runs a writer
@@ -123,9 +124,20 @@ func (cc *clientConn) enqueue(head *chunk) {
 	// A chain is a batch already (PostList): it goes now, as a plain
 	// pipeline flushes once its poster has nothing more to add.
 	now := head.next != nil
+	var canceled *chunk // chained by next: ended once mu is let go
 	for c := head; c != nil; {
 		next := c.next
 		c.next = nil
+		if c.op.wr.CancelCause() != nil {
+			// Cancelled while it was being posted: its canceller's
+			// scan (Cancel, under mu) came before this, so it is ended
+			// here, never queued. Checked under mu, this leaves no late
+			// cancel to the poster, which could find the request
+			// completed and posted again by then (cancel.go).
+			c.next, canceled = canceled, c
+			c = next
+			continue
+		}
 		now = now || len(c.local) > coalesceMax
 		c.id = cc.slots.put(c)
 		c.state = stQueued
@@ -133,17 +145,35 @@ func (cc *clientConn) enqueue(head *chunk) {
 		cc.pendBytes += frameBytes(c)
 		c = next
 	}
-	if now || len(cc.pend) >= wakeFrames || cc.slots.held-len(cc.pend) < wireLow {
+	if len(cc.pend) > 0 && (now || len(cc.pend) >= wakeFrames || cc.slots.held-len(cc.pend) < wireLow) {
 		if cc.pendBytes <= inlineMax && cc.slots.wire <= inlineMax && cc.wmu.TryLock() {
 			// No writer at work: later posters queue behind these
 			// frames, since a writer needs wmu to take them.
 			cc.mu.Unlock()
 			cc.writeInline()
+			if canceled != nil {
+				endCanceled(canceled)
+			}
 			return
 		}
 		cc.kickLocked() // a writer at work takes them after its batch
 	}
 	cc.mu.Unlock()
+	if canceled != nil {
+		endCanceled(canceled)
+	}
+}
+
+// endCanceled ends the chain of chunks enqueue found cancelled, each with
+// its request's cause, as Cancel would have.
+func endCanceled(head *chunk) {
+	for c := head; c != nil; {
+		next := c.next
+		c.next = nil
+		wr := c.op.wr
+		c.finish(routestate.OpError("tcp", wr, wr.CancelCause()))
+		c = next
+	}
 }
 
 // kickLocked wakes the writer if it sleeps; called with mu held.

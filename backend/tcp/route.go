@@ -111,11 +111,13 @@ func (r *route) queue(o *op) {
 	}
 }
 
-// posted ends a post: a cancel that came while wr was being queued is
-// carried out, and an idle watchdog is woken.
+// posted ends a post: an idle watchdog is woken. A cancel that came
+// while wr was being queued was carried out by enqueue (or fenceHold):
+// nothing here may act on wr, which may have completed and been posted
+// again by now.
 func (r *route) posted(wr *backend.WorkRequest, wasIdle bool) {
-	if wr.CancelCause() != nil { // cancelled while it was being queued
-		r.Cancel(wr)
+	if testHookQueued != nil {
+		testHookQueued(wr)
 	}
 	if wasIdle { // only an idle watchdog sleeps past its tick
 		select {

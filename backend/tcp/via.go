@@ -21,9 +21,10 @@ import (
 // resolverRef boxes the resolver for an atomic pointer.
 type resolverRef struct{ r agentapi.Resolver }
 
-func init() { wiring.SetResolver = setResolver }
+func init() { wiring.AddResolverSetter(setResolver) }
 
-// setResolver is wiring.SetResolver: it gives b (a *Backend) r.
+// setResolver is this package's part of wiring.SetResolver: it gives b
+// (a *Backend) r.
 func setResolver(bb backend.Backend, r agentapi.Resolver) bool {
 	b, ok := bb.(*Backend)
 	if !ok || b == nil {

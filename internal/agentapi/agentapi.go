@@ -12,9 +12,19 @@
 // key, access, bounds, lease, revocation; cuts; sinks). Events and
 // messages for the process go to its Inbox.
 //
-// The TCP backend takes a Resolver through wiring.SetResolver (set by
-// package backend/tcp); a backend without one refuses frames with a via
-// with rdmamgr.ErrNotSupported.
+// The TCP and ibverbs backends take a Resolver through wiring.SetResolver
+// (whose setters packages backend/tcp and backend/ibverbs add); a backend
+// without one refuses frames with a via with rdmamgr.ErrNotSupported.
+//
+// On ibverbs the initiating agent moves the bytes itself (RDMA READ,
+// WRITE, atomics on the proxy's memory region in the far agent's
+// protection domain), so it first asks the far agent, over the route,
+// for the (address, rkey) of the proxy that Resolve gives, and caches
+// the answer per (via, region, key) on that route (see package
+// backend/ibverbs, "Host agents"). The device checks rkey, bounds and
+// access; a proxy revoked or released at the far end kills its rkey: an
+// operation that meets a dead rkey fails with ErrStaleProxy (and the route
+// with it: an RC queue pair does not survive a remote access error).
 //
 // Contract for the agent:
 //   - A backend may reuse a resolution for later frames of the same (via,
@@ -25,7 +35,8 @@
 //     on a cut notice or the process's death); refusing Resolve alone
 //     stops only new resolutions. A proxy that no longer admits a frame
 //     (released, revoked, past its lease) makes the backend Resolve again.
-//   - Resolve and Inbox run on a connection's goroutine: while one waits,
+//   - Resolve and Inbox run on a connection's goroutine (TCP; on ibverbs,
+//     the worker of the route's accepted queue pair): while one waits,
 //     that connection serves nothing. Resolve must honour ctx (it ends
 //     within ResolveTimeout, and when the backend closes; Close waits for
 //     it). The calling connection holds no memreg reference while it
@@ -39,11 +50,24 @@ package agentapi
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
+
+// ErrStaleProxy marks the failure of an operation with a Via, on an RDMA
+// route, whose cached resolution had gone stale at the far agent: the
+// device refused the proxy's rkey (a remote access error) after every
+// local check passed, so the proxy was revoked or released there (a cut,
+// the process's death, a re-mapping). The error wraps rdmamgr.ErrAccess
+// too. The route failed with it (RC); posting the operation once more, on
+// a fresh route, resolves again and answers what the far agent's Resolver
+// says (rdmamgr.ErrRevoked, ErrReleased, ErrPeerGone, ...), or succeeds on
+// a re-mapped region. The far device refused the work request that met
+// the dead rkey: none of its bytes moved after the cut.
+var ErrStaleProxy = errors.New("agentapi: the far agent's proxy is gone (resolve again)")
 
 // ResolveTimeout bounds one Resolve: the backend calls it with a context
 // that ends at most this long after the call (and when the backend or the

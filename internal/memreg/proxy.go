@@ -66,3 +66,10 @@ func (g *Registry) RegisterProxy(mem []byte, access buffer.Access, gate Gate) (b
 	}
 	return g.handle(r), nil
 }
+
+// ProxyGate returns the gate of a proxy region (RegisterProxy), nil for any
+// other region. An RDMA backend's hook holds it (one Enter when it
+// registers the proxy's memory with its device, the Leave once that
+// registration is gone): the device's accesses take no Ref, and the
+// owner's cut must wait for them as for the Refs'.
+func (r *Region) ProxyGate() Gate { return r.gate }

@@ -12,8 +12,9 @@
 // pairs to routes (and by the backends' tests). SetBackend and NewBackend
 // carry the backends' constructors (backends.go): each backend package
 // sets its own, and package node builds the backends over the manager's
-// registry. SetResolver is set by package backend/tcp and used by a host
-// agent (issue 26) to serve frames naming its attached processes.
+// registry. SetResolver, whose setters backend/tcp and backend/ibverbs add,
+// is used by a host agent (issue 26) to serve frames naming its attached
+// processes.
 package wiring
 
 import (
@@ -45,9 +46,26 @@ var NewQueuePair func(id, peerID uint64, route backend.Route, local qpbind.Resol
 
 // SetResolver gives a backend built by NewBackend a host agent's resolver
 // (package agentapi): it then serves frames that name an attached process
-// (a Via). Set by package backend/tcp; it reports false when b is not a
-// backend that takes one. r == nil takes it away (frames with a Via are
-// then refused with ErrNotSupported, as before any was set). Call it
-// before the backend's Start; a frame served meanwhile sees the old one
-// or the new one.
-var SetResolver func(b backend.Backend, r agentapi.Resolver) bool
+// (a Via). Each backend package that serves them adds its setter
+// (AddResolverSetter: backend/tcp, backend/ibverbs); SetResolver asks each
+// in turn and reports false when none takes b. r == nil takes it away
+// (frames with a Via are then refused with ErrNotSupported, as before any
+// was set). Call it before the backend's Start; a frame served meanwhile
+// sees the old one or the new one.
+func SetResolver(b backend.Backend, r agentapi.Resolver) bool {
+	for _, set := range resolverSetters {
+		if set(b, r) {
+			return true
+		}
+	}
+	return false
+}
+
+// resolverSetters: written only by the backends' inits.
+var resolverSetters []func(b backend.Backend, r agentapi.Resolver) bool
+
+// AddResolverSetter adds a backend package's setter to SetResolver: set
+// reports false for a backend that is not its own. Call it from init.
+func AddResolverSetter(set func(b backend.Backend, r agentapi.Resolver) bool) {
+	resolverSetters = append(resolverSetters, set)
+}
