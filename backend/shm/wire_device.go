@@ -21,10 +21,11 @@ import (
 // NOT_SUPPORTED and uses the fallback). An owner never sends
 // msgMappedDevice to a request without the flag, so an initiator that
 // does not know it never sees one.
-const (
-	needDevice      buffer.Access = 0x80
-	msgMappedDevice               = 13 // owner → initiator: req, slot, length, access, device, IPC handle
-)
+const needDevice buffer.Access = 0x80
+
+// msgMappedDevice: owner → initiator: req, slot, length, access, device,
+// IPC handle (no fd).
+const msgMappedDevice = 13
 
 // maxDeviceRegion bounds the length a device map reply may claim (memreg
 // refuses larger allocations).
