@@ -337,3 +337,54 @@ func TestDeviceEvictedCloses(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceCancelWaitsForQueuedCopy: a Put to a peer's device region
+// cancelled while its copies are held in flight reports only once they
+// finished (reported means finished), with its cause; its slot's count is
+// back to zero by then, and the route goes on.
+func TestDeviceCancelWaitsForQueuedCopy(t *testing.T) {
+	p, w := devPair(t)
+	const n = 4 << 20
+	ha, la := backendtest.Alloc(t, p.regA, n, buffer.AccessReadWrite)
+	hb, err := p.regB.AllocateAt(buffer.CUDA(0), n, buffer.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backendtest.Random(t, la)
+	hold := w.Hold()
+	defer hold()
+	rec := backendtest.NewRecorder(1)
+	wr, releaseWR := backendtest.NewWR(t, p.regA, backend.OpWrite, ha, hb, time.Now().Add(timeout), rec)
+	defer releaseWR()
+	if err := p.route.Post(wr); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(timeout); p.b.InFlight() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the put never counted itself in flight")
+		}
+	}
+	cause := errors.New("test cancel")
+	wr.RequestCancel(cause)
+	p.route.Cancel(wr)
+	select {
+	case res := <-rec.Results():
+		t.Fatalf("the put reported (%v) while its device copies were held", res.Err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	hold()
+	select {
+	case res := <-rec.Results():
+		if !errors.Is(res.Err, cause) {
+			t.Fatalf("cancelled put: %v, want its cause", res.Err)
+		}
+	case <-time.After(timeout):
+		t.Fatal("the cancelled put never reported")
+	}
+	if n := p.b.InFlight(); n != 0 {
+		t.Fatalf("%d copies counted in flight after the put reported", n)
+	}
+	if err := p.do(t, backend.OpRead, backendtest.Slice(t, ha, 0, 64), backendtest.Slice(t, hb, 0, 64)); err != nil {
+		t.Fatalf("the route after a cancel: %v", err)
+	}
+}
