@@ -14,6 +14,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/backendtest"
+	"github.com/rdmamgr/rdmamgr/internal/cuda"
 	"github.com/rdmamgr/rdmamgr/internal/cuda/cudafake"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
@@ -206,4 +207,98 @@ func TestOldOwnerDeviceRequest(t *testing.T) {
 	if err := r.Err(); err != nil {
 		t.Fatalf("route failed: %v", err)
 	}
+}
+
+// FuzzInitiatorDeviceReplies: an initiator with a CUDA driver asking for
+// a device region gets any packets back (device replies with any handle,
+// length, slot; memfd replies; refusals): the operation completes or the
+// route fails, nothing panics or hangs, and no IPC mapping outlives the
+// route.
+func FuzzInitiatorDeviceReplies(f *testing.F) {
+	pkt := func(p []byte) []byte { return append([]byte{byte(len(p))}, p...) }
+	dev := mappedDeviceMsg{req: 1, slot: 1, len: 4096, access: buffer.AccessReadWrite}
+	f.Add(pkt(dev.encode()), false)
+	f.Add(pkt(dev.encode()), true) // a real handle (the fuzzer's bytes replace its start)
+	dev.len = 1 << 40
+	f.Add(pkt(dev.encode()), true)
+	acc := mappedMsg{req: 1, code: uint32(rdmapb.Code_ACCESS_DENIED)}
+	ns := mappedMsg{req: 2, code: uint32(rdmapb.Code_NOT_SUPPORTED)}
+	f.Add(append(pkt(acc.encode()), pkt(ns.encode())...), false)
+	f.Add(append(pkt(dev.encode()), pkt(slotMsg(msgGone, 1, 9))...), true)
+	f.Fuzz(func(t *testing.T, packets []byte, realHandle bool) {
+		b, reg := fuzzBackend(t)
+		w := cudafake.NewWorld(cudafake.Config{})
+		d, od := w.Process(), w.Process()
+		defer d.Close()
+		defer od.Close()
+		reg.SetCUDA(d, nil)
+		var handle cuda.IPCHandle
+		if realHandle {
+			octx, err := od.PrimaryContext(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := od.MemAlloc(octx, 4096)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if handle, err = od.IPCGetMemHandle(octx, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		initiator, owner := socketPair(t)
+		fd, tbl, err := newTable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(fd)
+		tbl.word(1, wID).Store(9)
+		tbl.word(1, wState).Store(stAlive)
+		r := newRoute(b, backendtest.OwnerB, initiator, tbl, nil)
+		go func() {
+			defer owner.Close()
+			buf := make([]byte, maxPacket)
+			_ = owner.SetReadDeadline(time.Now().Add(fuzzBound))
+			if _, _, _, _, err := owner.ReadMsgUnix(buf, nil); err != nil {
+				return
+			}
+			for p := packets; len(p) >= 1; {
+				n := min(int(p[0]), len(p)-1)
+				m := bytes.Clone(p[1 : 1+n])
+				if realHandle && len(m) == len(dev.encode()) && m[0] == msgMappedDevice {
+					copy(m[len(m)-64+len("forged"):], handle[len("forged"):]) // the fuzzer keeps the first bytes
+				}
+				_ = owner.SetWriteDeadline(time.Now().Add(fuzzBound))
+				_ = writePacket(owner, m, -1)
+				p = p[1+n:]
+			}
+			for { // answer nothing more; read until the route closes
+				if _, _, _, _, err := owner.ReadMsgUnix(buf, nil); err != nil {
+					return
+				}
+			}
+		}()
+		_, local := backendtest.Alloc(t, reg, 64, buffer.AccessReadWrite)
+		rec := backendtest.NewRecorder(1)
+		wr := &backend.WorkRequest{Op: backend.OpWrite, Local: local, Deadline: time.Now().Add(time.Second), Done: rec,
+			Remote: buffer.Buffer{OwnerID: backendtest.OwnerB, Region: 9, Length: 64, Access: buffer.AccessReadWrite, Location: buffer.CUDA(0)}}
+		if err := r.Post(wr); err == nil {
+			select {
+			case <-rec.Results():
+			case <-r.Done():
+			case <-time.After(fuzzBound):
+				t.Fatal("the operation neither completed nor failed")
+			}
+		}
+		closed := make(chan struct{})
+		go func() { r.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(fuzzBound):
+			t.Fatal("route Close hangs")
+		}
+		if st := w.Stats(); st.LiveIPC != 0 {
+			t.Fatalf("IPC mappings left open: %+v", st)
+		}
+	})
 }
