@@ -85,6 +85,9 @@ func (r *route) run(wr *backend.WorkRequest) (err error, handed bool) {
 		}
 	}
 	defer r.cache.unref(e)
+	if s, ok := deviceLocal(wr); ok {
+		return r.runDeviceLocal(e, wr, s), false
+	}
 	if e.dev != nil {
 		return r.copyDevice(e, wr), false
 	}

@@ -40,6 +40,7 @@ type routeDev struct {
 	dev    int
 	ctx    cuda.Context
 	stager *cuda.Stager
+	stream cuda.Stream // device-to-device copies (devlocal.go)
 }
 
 // devMap is a peer's device region opened through IPC.
@@ -83,7 +84,13 @@ func (r *route) device(dev int) (*routeDev, error) {
 		_ = d.ReleasePrimaryContext(dev)
 		return nil, err
 	}
-	rd := &routeDev{d: d, dev: dev, ctx: ctx, stager: st}
+	s, err := d.StreamCreate(ctx)
+	if err != nil {
+		_ = st.Close()
+		_ = d.ReleasePrimaryContext(dev)
+		return nil, err
+	}
+	rd := &routeDev{d: d, dev: dev, ctx: ctx, stager: st, stream: s}
 	if r.devs == nil {
 		r.devs = make(map[int]*routeDev)
 	}
@@ -98,6 +105,7 @@ func (r *route) closeDevices() {
 	defer r.devMu.Unlock()
 	for dev, rd := range r.devs {
 		_ = rd.stager.Close()
+		_ = rd.d.StreamDestroy(rd.ctx, rd.stream)
 		_ = rd.d.ReleasePrimaryContext(dev)
 		delete(r.devs, dev)
 	}

@@ -29,6 +29,13 @@ const (
 func (r *route) PostList(wrs []*backend.WorkRequest) (int, error) {
 	for i := 0; i < len(wrs); {
 		wr := wrs[i]
+		if _, ok := deviceLocal(wr); ok {
+			if err := r.Post(wr); err != nil {
+				return i, err
+			}
+			i++
+			continue
+		}
 		if err := r.postable(wr); err != nil {
 			return i, err
 		}

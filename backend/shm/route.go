@@ -57,6 +57,10 @@ type route struct {
 	devMu    sync.Mutex
 	devs     map[int]*routeDev
 	ipcOpens atomic.Uint64
+	// inner is the copier's operation on the fallback for a chunk of a
+	// device-local one (devlocal.go), innerDone its completion.
+	inner     *backend.WorkRequest
+	innerDone innerDone
 }
 
 // mapReply is a msgMapped with its fd (-1: none), owned by the receiver,
