@@ -139,14 +139,19 @@ func TestDeviceThroughIPC(t *testing.T) {
 // in flight (the fake driver's streams stopped) holds the owner's Revoke
 // until they finished; once Revoke returned no copy touches the region,
 // the initiator closes its IPC mapping (the owner's gone notice), and the
-// region is refused with ErrRevoked. The same for Release.
+// region is refused with ErrRevoked. The same for Release, and for a Put
+// from the caller's own device memory (device to device).
 func TestDeviceRevokeWaitsForStalledCopy(t *testing.T) {
-	for _, release := range []bool{false, true} {
-		name := "revoke"
+	for _, tc := range []struct{ release, devLocal bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		release, name := tc.release, "revoke"
 		if release {
 			name = "release"
 		}
-		t.Run(name, func(t *testing.T) {
+		sub := name
+		if tc.devLocal {
+			sub += "/from device memory"
+		}
+		t.Run(sub, func(t *testing.T) {
 			p, w := devPair(t)
 			const n = 4 << 20
 			ha, la := backendtest.Alloc(t, p.regA, n, buffer.AccessReadWrite)
@@ -158,11 +163,21 @@ func TestDeviceRevokeWaitsForStalledCopy(t *testing.T) {
 				t.Fatal(err) // mapped now
 			}
 			backendtest.Random(t, la)
-			hold := w.Hold()
-			defer hold()
 			rec := backendtest.NewRecorder(1)
 			wr, releaseWR := backendtest.NewWR(t, p.regA, backend.OpWrite, ha, hb, time.Now().Add(timeout), rec)
 			defer releaseWR()
+			if tc.devLocal { // device to device (devlocal.go)
+				local, err := p.regA.AllocateAt(buffer.CUDA(0), n, buffer.AccessReadWrite)
+				if err != nil {
+					t.Fatal(err)
+				}
+				setDevice(t, p.regA, local, la)
+				var rel func()
+				wr, rel = devLocalWR(t, p.regA, backend.OpWrite, local, hb, rec)
+				defer rel()
+			}
+			hold := w.Hold()
+			defer hold()
 			if err := p.route.Post(wr); err != nil {
 				t.Fatal(err)
 			}
@@ -190,7 +205,7 @@ func TestDeviceRevokeWaitsForStalledCopy(t *testing.T) {
 			if err := <-cut; err != nil {
 				t.Fatal(err)
 			}
-			copied := w.Stats().CopiesHtoD
+			copied := w.Stats().CopiesHtoD + w.Stats().CopiesDtoD
 			var res backendtest.Result
 			select {
 			case res = <-rec.Results():
@@ -200,7 +215,7 @@ func TestDeviceRevokeWaitsForStalledCopy(t *testing.T) {
 			if res.Err != nil && !errors.Is(res.Err, rdmamgr.ErrRevoked) && !errors.Is(res.Err, rdmamgr.ErrReleased) {
 				t.Fatalf("put cut mid-copy: %v", res.Err)
 			}
-			if now := w.Stats().CopiesHtoD; now != copied {
+			if now := w.Stats().CopiesHtoD + w.Stats().CopiesDtoD; now != copied {
 				t.Fatalf("%d device copies after %s returned", now-copied, name)
 			}
 			for deadline := time.Now().Add(timeout); w.Stats().LiveIPC != 0; time.Sleep(time.Millisecond) {

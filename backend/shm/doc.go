@@ -196,10 +196,20 @@
 // IPC are refused with ErrNotSupported (the atomics would need device
 // atomics; the event could follow the copy, not built). Send moves host
 // memory only, as before. A host agent never proxies device regions
-// (MapProxy: ErrNotShareable). The caller's own device memory (a Put's
-// source, a Get's destination) never reaches this backend: the queue pair
-// stages it (queuepair), so device to device goes through host memory
-// today.
+// (MapProxy: ErrNotShareable).
+//
+// The caller's own device memory (a Put's source, a Get's destination)
+// comes to a route as is when the route says it takes it (TakesDeviceLocal,
+// true with a driver: queuepair's DeviceLocalRoute, whose queue pair
+// otherwise stages it; WorkRequest.Local nil, LocalRegion a
+// *memreg.DeviceSpan). Only Put and Get (ErrNotSupported for the others),
+// always on the copier (devlocal.go): to or from a peer's IPC region
+// device to device (cuMemcpyDtoDAsync on the route's stream for the
+// device, 64 MiB chunks, each waited for, inside the slot's in-flight
+// count); to or from a peer's memfd through the route's Stager (device,
+// pinned buffer, mapping); to a region on the fallback one inner Put or
+// Get of a pinned chunk at a time (a cancel passed on to it). The route's
+// Stats count no bytes for these (their Local is empty).
 //
 // What IPC cannot promise: a peer holding the mapping can read and write
 // the allocation until it closes it. An honest initiator stops at the
