@@ -214,6 +214,7 @@ func (r *route) stageFallback(rd *routeDev, wr *backend.WorkRequest, s *memreg.D
 	}
 	in := r.inner
 	var off uint64
+	stop := r.stop
 	move := func(b []byte) error {
 		if off > 0 {
 			if err := r.ended(wr); err != nil {
@@ -239,6 +240,11 @@ func (r *route) stageFallback(rd *routeDev, wr *backend.WorkRequest, s *memreg.D
 				return nil
 			case <-r.poke:
 				if cause := wr.CancelCause(); cause != nil && in.RequestCancel(cause) {
+					r.fb.Cancel(in)
+				}
+			case <-stop: // Close waits for the copier: end the inner one
+				stop = nil
+				if in.RequestCancel(errRouteClosed) {
 					r.fb.Cancel(in)
 				}
 			}

@@ -145,6 +145,25 @@ func TestDeviceLocal(t *testing.T) {
 	if opens, _ := shm.RoutePaths(p.route); opens != 1 {
 		t.Fatalf("IPC opens %d, want 1", opens)
 	}
+	// A chain mixing host and device locals (PostList).
+	ha, la := backendtest.Alloc(t, p.regA, 4096, buffer.AccessReadWrite)
+	backendtest.Random(t, la)
+	rec2 := backendtest.NewRecorder(2)
+	w1, r1 := backendtest.NewWR(t, p.regA, backend.OpWrite, ha, backendtest.Slice(t, peerHost, 0, 4096), time.Now().Add(timeout), rec2)
+	defer r1()
+	from2, _ := src.Slice(4096, 4096)
+	w2, r2 := devLocalWR(t, p.regA, backend.OpWrite, from2, backendtest.Slice(t, peerHost, 4096, 4096), rec2)
+	defer r2()
+	if n, err := p.route.(backend.ListPoster).PostList([]*backend.WorkRequest{w1, w2}); n != 2 || err != nil {
+		t.Fatalf("PostList: %d, %v", n, err)
+	}
+	for range 2 {
+		if res := <-rec2.Results(); res.Err != nil {
+			t.Fatalf("PostList's op: %v", res.Err)
+		}
+	}
+	backendtest.AssertSame(t, "peer host after a chain", hostBytes[:8192], append(append([]byte(nil), la...), data[4096:8192]...))
+
 	word, _ := peerDev.Slice(0, 8)
 	from, _ := src.Slice(0, 8)
 	rec := backendtest.NewRecorder(1)
