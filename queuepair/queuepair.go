@@ -235,34 +235,33 @@ func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer
 	if local.Location != buffer.Host && q.reg != nil {
 		return q.prepareDevice(w, op, local) // stage.go
 	}
-	var ref memreg.Ref
+	// The reference goes straight into w.ref (released by finish, once
+	// the outcome is reported): a Ref held in a local first was copied
+	// twice more per operation, through stack temporaries.
 	var err error
 	if q.reg != nil && ch != nil {
-		if ch.local.Next(local, &w.ref) { // the common case: a reference taken with the chain's
-			w.wr.LocalRegion = w.ref.Region()
-			w.wr.Local = w.ref.Bytes()
-			return true
+		if !ch.local.Next(local, &w.ref) { // the common case: a reference taken with the chain's
+			w.ref, err = ch.local.Acquire(local, ch.left)
 		}
-		ref, err = ch.local.Acquire(local, ch.left)
 	} else if q.reg != nil {
 		near := q.near.Load()
 		lr := q.reg.NewLocalRun(near)
-		if ref, err = lr.Acquire(local, 1); err == nil && ref.Region() != near {
-			q.near.Store(ref.Region())
+		if w.ref, err = lr.Acquire(local, 1); err == nil && w.ref.Region() != near {
+			q.near.Store(w.ref.Region())
 		}
 	} else {
-		ref, err = q.local.AcquireLocal(*local)
+		w.ref, err = q.local.AcquireLocal(*local)
 	}
 	if err != nil {
+		w.ref = memreg.Ref{} // none held: finish releases nothing
 		if errors.Is(err, rdmamgr.ErrInvalid) {
 			err = fmt.Errorf("%w: %w", rdmamgr.ErrNotLocal, err)
 		}
 		w.finish(fmt.Errorf("%s: %w", op, err))
 		return false
 	}
-	w.ref = ref // released by finish, once the outcome is reported
-	w.wr.LocalRegion = ref.Region()
-	w.wr.Local = ref.Bytes()
+	w.wr.LocalRegion = w.ref.Region()
+	w.wr.Local = w.ref.Bytes()
 	return true
 }
 
