@@ -169,6 +169,7 @@ func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote *buffer.Buf
 type chainPrep struct {
 	cq      *CompletionQueue
 	slots   int64 // reserved in cq, not yet given to an operation
+	fast    int64 // of slots, those counted in cq.fast already (q not slow)
 	entries int64 // entered into q.ops, not yet given to an operation
 	left    int64 // operations of the chain still to prepare, this one included
 	local   memreg.LocalRun
@@ -177,12 +178,15 @@ type chainPrep struct {
 // giveBack returns what ch took and no operation used.
 func (ch *chainPrep) giveBack(q *QueuePair) {
 	if ch.cq != nil {
+		if ch.fast > 0 {
+			ch.cq.fast.Add(-ch.fast)
+		}
 		ch.cq.unreserve(ch.slots)
 	}
 	if ch.entries > 0 {
 		q.ops.LeaveN(ch.entries)
 	}
-	ch.slots, ch.entries = 0, 0
+	ch.slots, ch.fast, ch.entries = 0, 0, 0
 	ch.local.Close()
 }
 
@@ -206,9 +210,13 @@ func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer
 			w.finish(fmt.Errorf("%s: completion queue of %d full: %w", op, len(cq.ring), rdmamgr.ErrLimit))
 			return false
 		}
-		w.cq = cq // a slot is w's until the cq's Poll hands it over
-		if w.fast = !q.slow; w.fast {
-			cq.fast.Add(1) // a Wait spins while such slots are held
+		w.cq = cq                     // a slot is w's until the cq's Poll hands it over
+		if w.fast = !q.slow; w.fast { // a Wait spins while such slots are held
+			if ch != nil && ch.fast > 0 {
+				ch.fast-- // counted with the chain's slots
+			} else {
+				cq.fast.Add(1)
+			}
 		}
 	}
 	if ch != nil && ch.entries > 0 {
