@@ -80,7 +80,7 @@ func (n *Node) startHostAgent(ctx context.Context, cfg Config) error {
 		return nil
 	}
 	acfg := hostagent.Config{Socket: h.Socket, Secret: cfg.Manager.Secret, AllowUIDs: h.AllowUIDs, HostName: cfg.SHM.HostID,
-		Serving: n.served, Logger: cfg.Logger}
+		Serving: n.served, Routes: h.Routes, Logger: cfg.Logger}
 	if h.HostID != "" {
 		acfg.HostID = sha256.Sum256([]byte(h.HostID))
 	}

@@ -53,7 +53,7 @@ type Agent struct {
 	procs           map[uint16]*proc  // attached processes by slot
 	gens            map[uint16]uint32 // each slot's last generation
 	next            uint16            // the slot tried next
-	far             map[string]*farRoute
+	far             map[string]*farSet // routes to far agents by address
 }
 
 // New returns an agent beside m, whose TCP backend is tcp; it does no I/O.
@@ -64,6 +64,12 @@ func New(cfg Config, m *actor.Manager, tcp backend.Backend) (*Agent, error) {
 	}
 	if m == nil || m.PID() == nil || tcp == nil {
 		return nil, fmt.Errorf("hostagent: a started manager and its TCP backend are needed: %w", rdmamgr.ErrInvalid)
+	}
+	if cfg.Routes == 0 {
+		cfg.Routes = DefaultRoutes
+	}
+	if cfg.Routes < MinRoutes {
+		return nil, fmt.Errorf("hostagent: %d routes per pair of hosts, want at least %d: %w", cfg.Routes, MinRoutes, rdmamgr.ErrInvalid)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -84,7 +90,7 @@ func New(cfg Config, m *actor.Manager, tcp backend.Backend) (*Agent, error) {
 	life, end := context.WithCancel(context.Background())
 	return &Agent{cfg: cfg, mgr: m, reg: reg, tcp: tcp, shm: sb, log: log, uid: os.Getuid(), addr: addr,
 		life: life, endLife: end, procs: make(map[uint16]*proc), gens: make(map[uint16]uint32),
-		next: 1, far: make(map[string]*farRoute)}, nil
+		next: 1, far: make(map[string]*farSet)}, nil
 }
 
 // Addr is the agent's actor address as processes name it to their peers:

@@ -4,114 +4,296 @@ package hostagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
 
-// farRoute is our manager's shared route to a far agent, with the one
-// reference the agent holds on it (wiring.SharedRoute): every process's
-// operations to that agent go over it.
+// farSet is our manager's routes to one far agent: every process's
+// operations to that agent go over them, each (slot, via) pair pinned to
+// one (pinOf). It holds one route on TCP (whose connections are the
+// pair's share of N: RouteConns), RouteConns routes on ibverbs (a route
+// is one RC queue pair there); routes[0] is the manager's route 0 to the
+// far agent, routes[k] its route k (wiring.SharedRoute).
+type farSet struct {
+	ready  chan struct{} // closed when route 0's setup ended; then below is fixed
+	err    error         // route 0's setup failed: the set is forgotten
+	peerID uint64        // the far agent's manager id (route 0's handshake)
+	// routes has the set's width once ready; a.mu guards its elements,
+	// each replaced alone when its route went down, and gone.
+	routes []*farRoute
+	gone   bool // forgotten: its routes' references dropped
+}
+
+// farRoute is one of a farSet's routes, with the one reference the agent
+// holds on it.
 type farRoute struct {
 	ready   chan struct{} // closed when the setup ended; then below is fixed
+	k       int           // its number: the manager's route k to the far agent
 	route   backend.Route
 	peerID  uint64 // the far agent's manager id (the route handshake's)
+	kind    backend.Kind
 	release func()
 	err     error
 }
 
+// pinOf is the pin of the operations from the process at slot to the far
+// process at via: the one route of a far set they all take (pin modulo
+// its width), so they keep the order they were posted in (RC's, on that
+// route: a PutWithImm follows the Puts before it), whatever the number of
+// routes. A Fibonacci hash spreads the pairs over the routes.
+func pinOf(slot, via uint16) uint32 {
+	return uint32((uint64(slot)<<16 | uint64(via)) * 0x9e3779b97f4a7c15 >> 32)
+}
+
 // farRoute returns the route to the far agent at addr (Agent.Addr's form)
-// and the far agent's manager id, setting it up if there is none or it went down; callers for one agent
-// share one setup (bounded by ctx: a caller that gives up leaves it to
-// the others).
-func (a *Agent) farRoute(ctx context.Context, addr string) (backend.Route, uint64, error) {
+// that pin takes and the far agent's manager id, setting the set or that
+// route up if there is none or it went down (that route alone: the
+// others serve on); callers for one agent or one route share one setup
+// (bounded by ctx: a caller that gives up leaves it to the others).
+func (a *Agent) farRoute(ctx context.Context, addr string, pin uint32) (backend.Route, uint64, error) {
 	for {
+		s, err := a.farSetOf(ctx, addr)
+		if err != nil {
+			return nil, 0, err
+		}
 		a.mu.Lock()
 		if a.closed {
 			a.mu.Unlock()
 			return nil, 0, fmt.Errorf("hostagent: %w", rdmamgr.ErrClosed)
 		}
-		f := a.far[addr]
+		if s.gone { // forgotten meanwhile: the next turn takes addr's new set
+			a.mu.Unlock()
+			continue
+		}
+		k := s.pick(pin)
+		f := s.routes[k]
+		var old *farRoute
+		if f != nil && f.setupEnded() && (f.err != nil || routeDown(f.route)) {
+			f, old = nil, f // down: replaced alone
+		}
 		if f == nil {
-			f = &farRoute{ready: make(chan struct{})}
-			a.far[addr] = f
+			f = &farRoute{ready: make(chan struct{}), k: k}
+			s.routes[k] = f
 			a.wg.Add(1)
-			go a.setupFar(f, addr)
+			go a.setupFarRoute(f, addr)
 		}
 		a.mu.Unlock()
+		if old != nil && old.release != nil {
+			old.release()
+		}
 		select {
 		case <-f.ready:
 		case <-ctx.Done():
 			return nil, 0, fmt.Errorf("hostagent: route to agent %s: %w: %w: %w", addr, rdmamgr.ErrPeerGone, rdmamgr.ErrUnknownPeer, ctx.Err())
 		}
-		if f.err != nil {
-			a.forgetFar(addr, f)
+		switch {
+		case f.limited():
+			continue // the next turn takes route 0
+		case f.err != nil:
+			a.forgetFarRoute(s, f)
 			return nil, 0, f.err
-		}
-		select {
-		case <-f.route.Done():
-			a.forgetFar(addr, f) // down: the next turn sets up another
+		case f.peerID != s.peerID:
+			// The far agent restarted since the set was set up: its
+			// other routes go to the agent that was; all go together.
+			a.forgetFar(addr, s)
 			continue
-		default:
-			return f.route, f.peerID, nil
+		case routeDown(f.route):
+			continue // the next turn replaces it
 		}
+		return f.route, f.peerID, nil
 	}
 }
 
-// cachedFar is farRoute when the route is up already, else nil.
-func (a *Agent) cachedFar(addr string) (backend.Route, uint64) {
+// pick is the number of the route pin takes in s (ready): pin modulo the
+// width, or route 0 in place of one the manager refused past its
+// MaxRoutes (for the set's life: the pairs pinned there keep one route,
+// so their order). Called with a.mu held.
+func (s *farSet) pick(pin uint32) int {
+	k := int(pin % uint32(len(s.routes)))
+	if f := s.routes[k]; f != nil && f.limited() {
+		return 0
+	}
+	return k
+}
+
+// farSetOf returns the set of routes to the far agent at addr, setting it
+// up if there is none (route 0 first: its backend says how many the set
+// holds).
+func (a *Agent) farSetOf(ctx context.Context, addr string) (*farSet, error) {
 	a.mu.Lock()
-	f := a.far[addr]
+	if a.closed {
+		a.mu.Unlock()
+		return nil, fmt.Errorf("hostagent: %w", rdmamgr.ErrClosed)
+	}
+	s := a.far[addr]
+	if s == nil {
+		s = &farSet{ready: make(chan struct{})}
+		a.far[addr] = s
+		a.wg.Add(1)
+		go a.setupFar(s, addr)
+	}
 	a.mu.Unlock()
-	if f == nil {
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("hostagent: route to agent %s: %w: %w: %w", addr, rdmamgr.ErrPeerGone, rdmamgr.ErrUnknownPeer, ctx.Err())
+	}
+	if s.err != nil {
+		a.forgetFar(addr, s)
+		return nil, s.err
+	}
+	return s, nil
+}
+
+// cachedFar is farRoute when the route pin takes is up already, else nil.
+func (a *Agent) cachedFar(addr string, pin uint32) (backend.Route, uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.far[addr]
+	if s == nil {
 		return nil, 0
 	}
 	select {
-	case <-f.ready:
+	case <-s.ready:
 	default:
 		return nil, 0
 	}
+	if s.err != nil || s.gone {
+		return nil, 0
+	}
+	f := s.routes[s.pick(pin)]
+	if f == nil || !f.setupEnded() || f.err != nil || f.peerID != s.peerID || routeDown(f.route) {
+		return nil, 0
+	}
+	return f.route, f.peerID
+}
+
+// setupFar sets up s: its route 0, then its width's other routes (in the
+// background: an operation pinned to one waits for it).
+func (a *Agent) setupFar(s *farSet, addr string) {
+	defer a.wg.Done()
+	defer close(s.ready)
+	f := &farRoute{ready: make(chan struct{})}
+	a.wg.Add(1)
+	a.setupFarRoute(f, addr)
 	if f.err != nil {
-		return nil, 0
+		s.err = f.err
+		return
 	}
-	select {
-	case <-f.route.Done():
-		return nil, 0
-	default:
-		return f.route, f.peerID
+	s.peerID = f.peerID
+	s.routes = make([]*farRoute, a.farWidth(f.kind, f.peerID))
+	s.routes[0] = f
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k := 1; k < len(s.routes) && !a.closed && !s.gone; k++ {
+		s.routes[k] = &farRoute{ready: make(chan struct{}), k: k}
+		a.wg.Add(1)
+		go a.setupFarRoute(s.routes[k], addr)
 	}
 }
 
-// setupFar sets up f's route (within the manager's route timeout, and
-// our life).
-func (a *Agent) setupFar(f *farRoute, addr string) {
+// farWidth is the number of routes to a far agent whose route 0 runs on
+// kind: on TCP one (its connections carry the pair's share of N:
+// RouteConns), on ibverbs our share of N (one RC queue pair per route).
+func (a *Agent) farWidth(kind backend.Kind, peerID uint64) int {
+	if kind != backend.KindIBVerbs && !a.cfg.spreadTCP {
+		return 1
+	}
+	return RouteConns(a.cfg.Routes, a.mgr.ID(), peerID)
+}
+
+// setupFarRoute sets up f, the manager's route f.k to the far agent
+// (within the manager's route timeout, and our life).
+func (a *Agent) setupFarRoute(f *farRoute, addr string) {
 	defer a.wg.Done()
 	defer close(f.ready)
 	host, name := splitAddr(addr)
-	r, peerID, release, err := wiring.SharedRoute(a.mgr, a.life, host, name)
+	r, peerID, kind, release, err := wiring.SharedRoute(a.mgr, a.life, host, name, f.k)
 	if err != nil {
 		// The process's operation answers PEER_GONE (not INTERNAL: an
 		// unreachable agent has no wire code of its own), which ends its
-		// route to the far process; the next one is set up afresh.
-		f.err = fmt.Errorf("hostagent: route to agent %s: %w: %w", addr, rdmamgr.ErrPeerGone, err)
+		// route to the far process; the next one is set up afresh. Past
+		// the manager's MaxRoutes it is a limit.
+		if !errors.Is(err, rdmamgr.ErrLimit) {
+			err = fmt.Errorf("%w: %w", rdmamgr.ErrPeerGone, err)
+		}
+		f.err = fmt.Errorf("hostagent: route %d to agent %s: %w", f.k, addr, err)
 		return
 	}
-	f.route, f.peerID, f.release = r, peerID, release
+	f.route, f.peerID, f.kind, f.release = r, peerID, kind, release
 }
 
-// forgetFar drops f, if it is still addr's, and its reference.
-func (a *Agent) forgetFar(addr string, f *farRoute) {
+// limited reports whether f is a route k > 0 that the manager refused
+// past its MaxRoutes: its set posts on route 0 instead.
+func (f *farRoute) limited() bool {
+	return f.k > 0 && f.setupEnded() && errors.Is(f.err, rdmamgr.ErrLimit)
+}
+
+// setupEnded reports whether f's setup ended.
+func (f *farRoute) setupEnded() bool {
+	select {
+	case <-f.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+func routeDown(r backend.Route) bool {
+	select {
+	case <-r.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// forgetFarRoute drops f from s, if it is still there, and its reference.
+func (a *Agent) forgetFarRoute(s *farSet, f *farRoute) {
 	a.mu.Lock()
-	if a.far[addr] == f {
-		delete(a.far, addr)
-	} else {
-		f = nil
+	if s.routes[f.k] == f {
+		s.routes[f.k] = nil
 	}
 	a.mu.Unlock()
-	if f != nil && f.release != nil {
-		f.release()
+	if f.release != nil {
+		f.release() // once: a second call does nothing
+	}
+}
+
+// forgetFar drops s, if it is still addr's, and the references of its
+// routes.
+func (a *Agent) forgetFar(addr string, s *farSet) {
+	a.mu.Lock()
+	if a.far[addr] != s {
+		a.mu.Unlock()
+		return
+	}
+	delete(a.far, addr)
+	a.mu.Unlock()
+	a.releaseSet(s)
+}
+
+// releaseSet marks s gone (no route of it is set up any more) and drops
+// its routes' references, once each has set up.
+func (a *Agent) releaseSet(s *farSet) {
+	<-s.ready
+	a.mu.Lock()
+	s.gone = true
+	fs := slices.Clone(s.routes)
+	a.mu.Unlock()
+	for _, f := range fs {
+		if f == nil {
+			continue
+		}
+		<-f.ready
+		if f.release != nil {
+			f.release()
+		}
 	}
 }
 
@@ -120,13 +302,10 @@ func (a *Agent) forgetFar(addr string, f *farRoute) {
 func (a *Agent) dropFarRoutes() {
 	a.mu.Lock()
 	fs := a.far
-	a.far = make(map[string]*farRoute)
+	a.far = make(map[string]*farSet)
 	a.mu.Unlock()
-	for _, f := range fs {
-		<-f.ready
-		if f.release != nil {
-			f.release()
-		}
+	for _, s := range fs {
+		a.releaseSet(s)
 	}
 }
 
