@@ -45,9 +45,15 @@ type farRoute struct {
 // process at via: the one route of a far set they all take (pin modulo
 // its width), so they keep the order they were posted in (RC's, on that
 // route: a PutWithImm follows the Puts before it), whatever the number of
-// routes. A Fibonacci hash spreads the pairs over the routes.
+// routes. A hash (splitmix64's finalizer) spreads the pairs over them.
 func pinOf(slot, via uint16) uint32 {
-	return uint32((uint64(slot)<<16 | uint64(via)) * 0x9e3779b97f4a7c15 >> 32)
+	x := uint64(slot)<<16 | uint64(via)
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return uint32(x >> 32)
 }
 
 // farRoute returns the route to the far agent at addr (Agent.Addr's form)

@@ -57,11 +57,17 @@ func newSystem(t testing.TB) *protoactor.ActorSystem {
 // conns connections per route, and returns it and the backend.
 func startManager(t testing.TB, sys *protoactor.ActorSystem, name string, secret backend.Secret) (*actor.Manager, *tcp.Backend) {
 	t.Helper()
+	return startManagerConns(t, sys, name, secret, DefaultRoutes)
+}
+
+// startManagerConns is startManager with conns connections per route.
+func startManagerConns(t testing.TB, sys *protoactor.ActorSystem, name string, secret backend.Secret, conns int) (*actor.Manager, *tcp.Backend) {
+	t.Helper()
 	m, err := actor.New(sys, actor.Config{Name: name, Secret: secret})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb, err := wiring.NewBackend[*tcp.Backend](tcp.Config{Secret: secret, ConnsPerRoute: DefaultRoutes}, wiring.ManagerRegistry(m), nil)
+	tb, err := wiring.NewBackend[*tcp.Backend](tcp.Config{Secret: secret, ConnsPerRoute: conns}, wiring.ManagerRegistry(m), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +90,14 @@ func startManager(t testing.TB, sys *protoactor.ActorSystem, name string, secret
 // config before New.
 func startAgent(t testing.TB, sys *protoactor.ActorSystem, name string, host byte, secret backend.Secret, mod ...func(*Config)) *Agent {
 	t.Helper()
-	m, tb := startManager(t, sys, name, secret)
+	return startAgentConns(t, sys, name, host, secret, DefaultRoutes, mod...)
+}
+
+// startAgentConns is startAgent whose manager's TCP routes hold conns
+// connections each.
+func startAgentConns(t testing.TB, sys *protoactor.ActorSystem, name string, host byte, secret backend.Secret, conns int, mod ...func(*Config)) *Agent {
+	t.Helper()
+	m, tb := startManagerConns(t, sys, name, secret, conns)
 	cfg := Config{Socket: filepath.Join(t.TempDir(), "agent.sock"), Secret: secret}
 	cfg.HostID[0] = host
 	for _, f := range mod {
