@@ -42,8 +42,8 @@ func TestFarRoutesSpread(t *testing.T) {
 	secret := testSecret(t)
 	sys := newSystem(t)
 	spread := func(c *Config) { c.spreadTCP, c.Routes = true, 2*width }
-	a := startAgentConns(t, sys, "agentA", 1, secret, 1, spread)
-	b := startAgentConns(t, sys, "agentB", 2, secret, 1, spread)
+	a := startAgentWith(t, sys, "agentA", 1, secret, mgrOpts{conns: 1}, spread)
+	b := startAgentWith(t, sys, "agentB", 2, secret, mgrOpts{conns: 1}, spread)
 	ctx := testCtx(t)
 	ps, qs := make([]*fakeProc, procs), make([]*fakeProc, procs)
 	for i := range procs {

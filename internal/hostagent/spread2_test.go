@@ -1,0 +1,125 @@
+//go:build linux
+
+package hostagent
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/agentwire"
+	rdmapb "github.com/rdmamgr/rdmamgr/proto"
+)
+
+// spreadPair starts agents A and B keeping width routes to each other
+// (TCP routes of one connection standing in for ibverbs queue pairs; A's
+// manager as o says), attaches P to A and nq processes to B, and returns
+// them with a put from P to a process of B.
+func spreadPair(t *testing.T, width int, o mgrOpts, nq int) (a, b *Agent, p *fakeProc, qs []*fakeProc, put func(q *fakeProc, wrid uint64)) {
+	t.Helper()
+	secret := testSecret(t)
+	sys := newSystem(t)
+	spread := func(c *Config) { c.spreadTCP, c.Routes = true, 2*width }
+	o.conns = 1
+	a = startAgentWith(t, sys, "agentA", 1, secret, o, spread)
+	b = startAgentWith(t, sys, "agentB", 2, secret, mgrOpts{conns: 1}, spread)
+	ctx := testCtx(t)
+	p = newFakeProc(t, secret)
+	if err := p.attach(ctx, a.cfg.Socket, attachOpts{secret: secret}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.c.Close() })
+	for range nq {
+		q := newFakeProc(t, secret)
+		if err := q.attach(ctx, b.cfg.Socket, attachOpts{secret: secret}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { q.c.Close() })
+		qs = append(qs, q)
+	}
+	src, _ := p.alloc(t, 4096, buffer.AccessReadWrite)
+	put = func(q *fakeProc, wrid uint64) {
+		t.Helper()
+		dst, _ := q.alloc(t, 4096, buffer.AccessReadWrite)
+		p.post(t, agentwire.Post{WRID: wrid, Op: backend.OpWrite, Via: q.welcome.Slot, FarAgent: b.Addr(),
+			FarAgentID: q.welcome.AgentID, Local: localOf(src), Remote: dst})
+		if d := p.dones(t, 1)[wrid]; d.Code != 0 {
+			t.Fatalf("put %d: %v", wrid, rdmapb.Code(d.Code))
+		}
+	}
+	return a, b, p, qs, put
+}
+
+// farRoutesOf returns a copy of A's routes to b.
+func farRoutesOf(a, b *Agent) []*farRoute {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s := a.far[b.Addr()]; s != nil {
+		return slices.Clone(s.routes)
+	}
+	return nil
+}
+
+// A far route that dies (ibverbs: an RC queue pair that met a stale
+// proxy) is replaced alone: the next operation pinned to it gets a new
+// one, and the set's other routes serve on untouched.
+func TestFarRouteReplacedAlone(t *testing.T) {
+	const width = 4
+	a, b, p, qs, put := spreadPair(t, width, mgrOpts{}, 1)
+	q := qs[0]
+	put(q, 1)
+	waitFor(t, "every route up", func() bool {
+		for _, f := range farRoutesOf(a, b) {
+			if f == nil || !f.setupEnded() {
+				return false
+			}
+		}
+		return true
+	})
+	before := farRoutesOf(a, b)
+	if len(before) != width {
+		t.Fatalf("%d routes to B, want %d", len(before), width)
+	}
+	k := int(pinOf(p.welcome.Slot, q.welcome.Slot) % width)
+	before[k].route.Close()
+	put(q, 2)
+	after := farRoutesOf(a, b)
+	for i, f := range after {
+		switch {
+		case i == k && (f == before[k] || f.route == before[k].route || routeDown(f.route)):
+			t.Fatalf("route %d (dead) was not replaced: %+v", i, f)
+		case i != k && (f != before[i] || routeDown(f.route)):
+			t.Fatalf("route %d changed or went down with route %d: %+v, was %+v", i, k, f, before[i])
+		}
+	}
+}
+
+// Past the manager's MaxRoutes a set holds fewer routes: the pairs pinned
+// to one the manager refused go on route 0 (for the set's life, so they
+// keep one route), and every operation works.
+func TestFarRoutesUnderMaxRoutes(t *testing.T) {
+	const width = 4
+	a, b, p, qs, put := spreadPair(t, width, mgrOpts{maxRoutes: 2}, 8)
+	pins := map[int]bool{}
+	for i, q := range qs {
+		put(q, uint64(i+1))
+		pins[int(pinOf(p.welcome.Slot, q.welcome.Slot)%width)] = true
+	}
+	if !pins[2] && !pins[3] {
+		t.Fatalf("no process pinned to route 2 or 3: %v", pins)
+	}
+	fs := farRoutesOf(a, b)
+	if len(fs) != width || fs[0].err != nil || fs[1].err != nil || !fs[2].limited() || !fs[3].limited() {
+		t.Fatalf("routes %+v: want 0 and 1 up, 2 and 3 refused past MaxRoutes 2", fs)
+	}
+	for k := range width {
+		want := fs[0].route
+		if k == 1 {
+			want = fs[1].route
+		}
+		if r, _ := a.cachedFar(b.Addr(), uint32(k)); r != want {
+			t.Fatalf("pin %d takes route %p, want %p", k, r, want)
+		}
+	}
+}
