@@ -49,10 +49,10 @@ type Agent struct {
 	// started and closed: Start ran; Close ran.
 	started, closed bool
 	ln              *net.UnixListener
-	preAuth         int               // connections in their handshake
-	procs           map[uint16]*proc  // attached processes by slot
-	gens            map[uint16]uint32 // each slot's last generation
-	next            uint16            // the slot tried next
+	preAuth         int                // connections in their handshake
+	procs           map[uint16]*proc   // attached processes by slot
+	gens            map[uint16]uint32  // each slot's last generation
+	next            uint16             // the slot tried next
 	far             map[string]*farSet // routes to far agents by address
 }
 
