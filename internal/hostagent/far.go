@@ -23,6 +23,7 @@ type farSet struct {
 	ready  chan struct{} // closed when route 0's setup ended; then below is fixed
 	err    error         // route 0's setup failed: the set is forgotten
 	peerID uint64        // the far agent's manager id (route 0's handshake)
+	kind   backend.Kind  // route 0's backend: the set's width is its
 	// routes has the set's width once ready; a.mu guards its elements,
 	// each replaced alone when its route went down, and gone.
 	routes []*farRoute
@@ -103,9 +104,11 @@ func (a *Agent) farRoute(ctx context.Context, addr string, pin uint32) (backend.
 		case f.err != nil:
 			a.forgetFarRoute(s, f)
 			return nil, 0, f.err
-		case f.peerID != s.peerID:
-			// The far agent restarted since the set was set up: its
-			// other routes go to the agent that was; all go together.
+		case f.peerID != s.peerID || f.kind != s.kind:
+			// The far agent restarted since the set was set up (its
+			// other routes go to the agent that was), or the route took
+			// another backend (the set's width is route 0's backend's):
+			// all go together, and the next turn sets up a new set.
 			a.forgetFar(addr, s)
 			continue
 		case routeDown(f.route):
@@ -173,7 +176,7 @@ func (a *Agent) cachedFar(addr string, pin uint32) (backend.Route, uint64) {
 		return nil, 0
 	}
 	f := s.routes[s.pick(pin)]
-	if f == nil || !f.setupEnded() || f.err != nil || f.peerID != s.peerID || routeDown(f.route) {
+	if f == nil || !f.setupEnded() || f.err != nil || f.peerID != s.peerID || f.kind != s.kind || routeDown(f.route) {
 		return nil, 0
 	}
 	return f.route, f.peerID
@@ -191,7 +194,7 @@ func (a *Agent) setupFar(s *farSet, addr string) {
 		s.err = f.err
 		return
 	}
-	s.peerID = f.peerID
+	s.peerID, s.kind = f.peerID, f.kind
 	s.routes = make([]*farRoute, a.farWidth(f.kind, f.peerID))
 	s.routes[0] = f
 	a.mu.Lock()
