@@ -123,3 +123,66 @@ func TestFarRoutesUnderMaxRoutes(t *testing.T) {
 		}
 	}
 }
+
+// A far agent that restarts (same address, another manager id) ends the
+// whole set: the first route set up again names the new agent, and the
+// set is set up afresh, every route of it to the new agent, whichever
+// route the next operation is pinned to.
+func TestFarRoutesAfterRestart(t *testing.T) {
+	const width = 2
+	secret := testSecret(t)
+	sys := newSystem(t)
+	spread := func(c *Config) { c.spreadTCP, c.Routes = true, 2*width }
+	a := startAgentWith(t, sys, "agentA", 1, secret, mgrOpts{conns: 1}, spread)
+	b := startAgentWith(t, sys, "agentB", 2, secret, mgrOpts{conns: 1}, spread)
+	ctx := testCtx(t)
+	p, q := newFakeProc(t, secret), newFakeProc(t, secret)
+	if err := p.attach(ctx, a.cfg.Socket, attachOpts{secret: secret}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.attach(ctx, b.cfg.Socket, attachOpts{secret: secret}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.c.Close(); q.c.Close() })
+	src, _ := p.alloc(t, 4096, buffer.AccessReadWrite)
+	put := func(q *fakeProc, wrid uint64) {
+		t.Helper()
+		dst, _ := q.alloc(t, 4096, buffer.AccessReadWrite)
+		p.post(t, agentwire.Post{WRID: wrid, Op: backend.OpWrite, Via: q.welcome.Slot, FarAgent: b.Addr(),
+			FarAgentID: q.welcome.AgentID, Local: localOf(src), Remote: dst})
+		if d := p.dones(t, 1)[wrid]; d.Code != 0 {
+			t.Fatalf("put %d: %v", wrid, rdmapb.Code(d.Code))
+		}
+	}
+	put(q, 1)
+	waitFor(t, "every route up", func() bool {
+		fs := farRoutesOf(a, b)
+		return len(fs) == width && fs[1] != nil && fs[1].setupEnded()
+	})
+	before := farRoutesOf(a, b)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.mgr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range before {
+		waitFor(t, "the old routes down", func() bool { return routeDown(f.route) })
+	}
+	b2 := startAgentWith(t, sys, "agentB", 2, secret, mgrOpts{conns: 1}, spread)
+	q2 := newFakeProc(t, secret)
+	if err := q2.attach(ctx, b2.cfg.Socket, attachOpts{secret: secret}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q2.c.Close() })
+	put(q2, 2)
+	waitFor(t, "the new set's routes up", func() bool {
+		fs := farRoutesOf(a, b2)
+		return len(fs) == width && fs[0] != nil && fs[1] != nil && fs[0].setupEnded() && fs[1].setupEnded()
+	})
+	for k, f := range farRoutesOf(a, b2) {
+		if f.err != nil || f.peerID != b2.mgr.ID() || f.route == before[k].route || routeDown(f.route) {
+			t.Fatalf("route %d after the restart: %+v (peer %016x), want a live route to the new agent %016x", k, f, f.peerID, b2.mgr.ID())
+		}
+	}
+}
