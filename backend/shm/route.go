@@ -157,8 +157,8 @@ func (r *route) reader() {
 
 // dispatch hands one owner message on; it owns p's fd.
 func (r *route) dispatch(p packet) error {
-	d := decoder{b: p.b}
-	switch typ := d.u8(); typ {
+	d := newDecoder(p.b)
+	switch typ := d.U8(); typ {
 	case msgMapped:
 		m := decodeMapped(&d)
 		if err := d.end(); err != nil {
@@ -176,7 +176,7 @@ func (r *route) dispatch(p packet) error {
 		ch <- mapReply{m: m, fd: p.fd} // capacity 1, one reply per request
 		return nil
 	case msgAck:
-		req, code := d.u64(), d.u32()
+		req, code := d.U64(), d.U32()
 		p.close()
 		if err := d.end(); err != nil {
 			return err
@@ -189,7 +189,7 @@ func (r *route) dispatch(p packet) error {
 		}
 		return nil
 	case msgGone:
-		slot, id := d.u32(), d.u64()
+		slot, id := d.U32(), d.U64()
 		p.close()
 		if err := d.end(); err != nil {
 			return err
@@ -197,7 +197,7 @@ func (r *route) dispatch(p packet) error {
 		r.cache.dropID(id, slot)
 		return nil
 	case msgCut:
-		slot, id := d.u32(), d.u64()
+		slot, id := d.U32(), d.U64()
 		p.close()
 		if err := d.end(); err != nil {
 			return err

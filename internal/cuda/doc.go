@@ -35,9 +35,11 @@
 // handles with a Location), the TCP server's staging (backend/tcp
 // stage.go), node.Config.CUDA, bench --memory (refused).
 //
-// What is next: the initiator's own device memory (a Put's source, a
-// Get's destination: refused with ErrNotSupported today) staged as the
-// server's is; shm exporting regions through CUDA IPC in the map reply,
+// Package queuepair stages the initiator's own device memory (a Put's
+// source, a Get's destination) through pinned buffers of its own
+// (queuepair/stage.go) on routes that move host memory only.
+//
+// What is next: shm exporting regions through CUDA IPC in the map reply,
 // opened once per region by the initiator (cached, closed on
 // revoke/release/route end) and copied on its own stream, the in-flight
 // count held until the stream says done; ibverbs registering device
