@@ -34,6 +34,7 @@ type stageEnv struct {
 	dev     buffer.Buffer // local, device memory
 	remote  buffer.Buffer // peer, host memory
 	remMem  []byte
+	route   backend.Route
 	timeout time.Duration
 	base    cudafake.Stats // before the first staged operation
 }
@@ -64,7 +65,7 @@ func newStageEnvKind(t *testing.T, mk func(testing.TB, uint64) (backend.Backend,
 		t.Fatal(err)
 	}
 	rb, rm := backendtest.Alloc(t, p.RegB, n, buffer.AccessReadWrite|buffer.AccessNotify)
-	return &stageEnv{w: w, qp: qp, regA: p.RegA, regB: p.RegB, dev: dev, remote: rb, remMem: rm, timeout: time.Minute, base: w.Stats()}
+	return &stageEnv{w: w, qp: qp, regA: p.RegA, regB: p.RegB, dev: dev, remote: rb, remMem: rm, route: p.Route, timeout: time.Minute, base: w.Stats()}
 }
 
 // devCopy copies between host bytes and device buffer h (toDev: into it).
@@ -110,8 +111,9 @@ func slice(t *testing.T, b buffer.Buffer, off, n int) buffer.Buffer {
 }
 
 // TestStagedPutGet: a Put from the caller's own device buffer and a Get
-// into it over a TCP route and an shm route (which move host memory only)
-// are staged by the queue pair: sizes below, at and across the chunk boundaries land
+// into it over a TCP route (which moves host memory only: the queue pair
+// stages) and an shm route (which takes device locals itself,
+// DeviceLocalRoute): sizes below, at and across the chunk boundaries land
 // whole, through pinned buffers only, and other bytes stay untouched.
 // On the code before, both were refused with ErrNotSupported.
 func TestStagedPutGet(t *testing.T) {
@@ -151,8 +153,14 @@ func testStagedPutGet(t *testing.T, mk func(testing.TB, uint64) (backend.Backend
 		t.Fatalf("device copies: %+v (want some each way, none unpinned or failed)", st)
 	}
 	// Release frees the staging buffers: no pinned range or stream of
-	// theirs is left.
+	// theirs is left. A route that takes device locals holds its own
+	// pinned buffers until it closes.
 	e.qp.Release()
+	if d, ok := e.route.(queuepair.DeviceLocalRoute); ok && d.TakesDeviceLocal() {
+		if err := e.route.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if st := e.w.Stats(); st.LiveHost != e.base.LiveHost || st.Streams != e.base.Streams {
 		t.Fatalf("after Release: %d pinned ranges, %d streams live; %d, %d before the first staged operation",
 			st.LiveHost, st.Streams, e.base.LiveHost, e.base.Streams)

@@ -178,8 +178,12 @@ func (c *serverConn) handle(p []byte) error {
 		if err := d.end(); err != nil {
 			return err
 		}
-		rep, fd := c.mapRegion(m)
-		err := writePacket(c.conn, rep.encode(), fd)
+		rep, fd, dev := c.mapRegion(m)
+		pkt := rep.encode()
+		if dev != nil {
+			pkt = dev.encode()
+		}
+		err := writePacket(c.conn, pkt, fd)
 		if fd >= 0 {
 			unix.Close(fd)
 		}
