@@ -32,12 +32,13 @@ func TestViaProxyExactAccess(t *testing.T) {
 	backendtest.AssertSame(t, "get via", la, memR)
 	k := viaKey{via: testVia, region: hR.Region, key: hR.Key}
 	p.rt.viaMu.Lock()
-	res, ok := p.rt.viaCache[k]
-	res.access |= buffer.AccessWrite
-	p.rt.viaCache[k] = res
+	e, ok := p.rt.viaCache[k]
+	if ok {
+		e.res.access |= buffer.AccessWrite
+	}
 	p.rt.viaMu.Unlock()
-	if !ok || res.access&buffer.AccessAtomic != 0 {
-		t.Fatalf("cached resolution %+v (%v)", res, ok)
+	if !ok || e.res.access&buffer.AccessAtomic != 0 {
+		t.Fatalf("cached resolution %+v (%v)", e, ok)
 	}
 	before := append([]byte(nil), memR...)
 	backendtest.Random(t, la)

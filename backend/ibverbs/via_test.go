@@ -256,8 +256,10 @@ func TestViaRefusals(t *testing.T) {
 	hB, _ := backendtest.Alloc(t, p.regB, 4096, accessAll)
 	fake := buffer.Buffer{Region: 424242, Key: hP.Key, Length: 4096, Access: accessAll}
 	p.rt.viaMu.Lock()
-	p.rt.viaCache[viaKey{via: testVia, region: fake.Region, key: fake.Key}] = viaRes{
-		addr: hB.RDMA.Addr, rkey: hB.RDMA.RKey, access: accessAll, length: 4096, proxy: hB.Region, proxyKey: hB.Key}
+	fe := &viaEntry{k: viaKey{via: testVia, region: fake.Region, key: fake.Key}, cached: true, res: viaRes{
+		addr: hB.RDMA.Addr, rkey: hB.RDMA.RKey, access: accessAll, length: 4096, proxy: hB.Region, proxyKey: hB.Key}}
+	p.rt.viaCache[fe.k] = fe
+	p.rt.viaLive[fe] = struct{}{}
 	p.rt.viaMu.Unlock()
 	if err := p.viaDo(t, p.rt, backend.OpWriteImm, hA, fake, nil); !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("put-with-imm naming no proxy: %v, want ErrReleased (BAD_KEY)", err)
