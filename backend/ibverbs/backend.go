@@ -69,6 +69,9 @@ type Backend struct {
 	// them, invalGiveUps the routes whose ack did not come in time
 	// (via_inval.go).
 	invalidations, invalGiveUps atomic.Uint64
+	// invalHeld counts invalidates an initiator acked only after
+	// operations on the proxy's rkey ended (tests).
+	invalHeld atomic.Uint64
 	inbox                       atomic.Pointer[inboxRef] // SetInbox's
 	// resolver: a host agent's (wiring.SetResolver, via.go).
 	resolver atomic.Pointer[resolverRef]

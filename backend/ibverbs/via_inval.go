@@ -151,6 +151,7 @@ func (r *route) invalidatedLocked(m ctlMsg) error {
 	}
 	if pi.waiting > 0 {
 		r.invalPend++
+		r.b.invalHeld.Add(1)
 	}
 	r.viaMu.Unlock()
 	if pi.waiting > 0 {
