@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/actor"
@@ -76,7 +77,11 @@ func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised
 		return nil, nil, err
 	}
 	var shmb backend.Backend // started, for the agent backend
-	for _, k := range order(cfg.Backend, cfg.Agent != "") {
+	ord := order(cfg.Backend, cfg.Agent != "")
+	if cfg.HostAgent.Socket != "" { // an agent reaches far agents only
+		ord = slices.DeleteFunc(slices.Clone(ord), func(k backend.Kind) bool { return k == backend.KindSHM })
+	}
+	for _, k := range ord {
 		var b backend.Backend
 		var err error
 		switch k {
@@ -88,7 +93,14 @@ func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised
 		case backend.KindAgent:
 			b, err = startAgentBackend(ctx, cfg, m, advertised, shmb, reg, log)
 		case backend.KindIBVerbs:
+			if cfg.Agent != "" {
+				err = errAttachedIBVerbs
+				break
+			}
 			b, err = startIBVerbs(ctx, cfg.IBVerbs, reg, log)
+			if err == nil && cfg.HostAgent.Socket != "" {
+				b, err = agentIBVerbs(b)
+			}
 		}
 		if err != nil && cfg.Backend != KindAuto {
 			return fail(err)
@@ -104,15 +116,28 @@ func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised
 }
 
 // leftOut logs why "auto" runs without backend k: at info level when this
-// build has no such backend (the expected state of a default build), else
-// as a warning.
+// build has no such backend (the expected state of a default build) or a
+// process attached to a host agent leaves it to the agent, else as a
+// warning.
 func leftOut(log *slog.Logger, k backend.Kind, err error) {
 	if errors.Is(err, ibverbs.ErrNotBuilt) || errors.Is(err, shm.ErrNotBuilt) {
 		log.Info("backend not built: routes use the next one", "backend", k, "err", err)
 		return
 	}
+	if err == errAttachedIBVerbs {
+		log.Info("backend left to the host agent: routes use the next one", "backend", k)
+		return
+	}
 	log.Warn("backend unusable here: routes use the next one", "backend", k, "err", err)
 }
+
+// errAttachedIBVerbs: a process attached to a host agent leaves ibverbs
+// to its agent. The agent maps the process's regions from their memfds
+// (shm export), and a registry whose memory a device pins exports none
+// (memreg: Revoke would move pages under the device's registration); the
+// agent's route to other agents takes ibverbs, one set of queue pairs
+// per pair of hosts.
+var errAttachedIBVerbs = fmt.Errorf("ibverbs: left to the host agent (an attached process shares its memory with the agent, which a device's registration would pin): %w", rdmamgr.ErrNotSupported)
 
 // startSHM builds and starts the shm backend: the deployment's secret, and
 // the node's TCP backend t as the fallback for regions that are not in
@@ -161,6 +186,18 @@ func startIBVerbs(ctx context.Context, cfg ibverbs.Config, reg *memreg.Registry,
 		return nil, fmt.Errorf("ibverbs: %w", err)
 	}
 	return b, nil
+}
+
+// agentIBVerbs checks that an agent's started ibverbs backend b can serve
+// far agents' frames for the agent's processes (it takes a resolver:
+// wiring.SetResolver, nil until the agent sets its own); if not, b is
+// closed and the agent's routes take TCP.
+func agentIBVerbs(b backend.Backend) (backend.Backend, error) {
+	if wiring.SetResolver(b, nil) {
+		return b, nil
+	}
+	b.Close()
+	return nil, fmt.Errorf("ibverbs: this build serves no frames for a host agent's processes: %w", rdmamgr.ErrNotSupported)
 }
 
 // placeData puts a TCP data listener left at its default address next to

@@ -124,9 +124,21 @@ type Config struct {
 	// meanwhile, and through the agent once it is there (again).
 	Agent string
 
+	// HostID, when not "", names this node's host beyond its kernel: a
+	// peer whose HostID differs is another host though it shares our
+	// kernel (boot id) and namespaces, so shm refuses it (the next
+	// backend takes the route) and host agents of different HostIDs are
+	// agents of different hosts. For test rigs (two agents and their
+	// processes in one VM) and for processes sharing a kernel that must
+	// act as separate hosts. A process attaches only to an agent of its
+	// own HostID. "" (the default) is the kernel's host: boot id and
+	// network, pid and user namespaces (package internal/hostid). It is
+	// SHM.HostID's default.
+	HostID string
+
 	// HostAgent, when its Socket is set, runs the node as its host's
-	// agent (hostagent.go): TCP alone, HostAgent.Routes connections per
-	// route.
+	// agent (hostagent.go): ibverbs (where usable) and TCP, no shm;
+	// HostAgent.Routes TCP connections per pair of agents.
 	HostAgent HostAgent
 
 	// CUDA is how the manager reaches the CUDA driver for device buffers
@@ -169,6 +181,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Agent != "" && c.HostAgent.Socket != "" {
 		return c, fmt.Errorf("node: a host agent (%s) does not attach to one (%s): %w", c.HostAgent.Socket, c.Agent, rdmamgr.ErrInvalid)
+	}
+	if c.SHM.HostID == "" {
+		c.SHM.HostID = c.HostID
 	}
 	if err := c.agentDefaults(); err != nil {
 		return c, err

@@ -20,15 +20,20 @@
 // no RDMA device); a backend selected by name must start or Start fails.
 //
 // With Config.Agent (the host agent's socket) the agent backend
-// (backend/agent) runs right after shm: a peer on another host that is
+// (backend/agent) runs right after shm, and ibverbs is left to the agent
+// (the agent maps our memory from its memfds, and a registry whose memory
+// a device pins exports none): a peer on another host that is
 // attached to its own agent is reached through both agents; one that is
 // not, or while ours is not there (retried every second in the background:
 // Start does not wait for it), gets the next backend. The agent needs shm
 // (Backend auto or shm).
 //
 // With Config.HostAgent.Socket the node is its host's agent
-// (internal/hostagent): TCP alone (Backend auto or tcp), HostAgent.Routes
-// connections per route, and the attach listener, started after the
+// (internal/hostagent): no shm, ibverbs then TCP under auto (the route to
+// a far agent takes ibverbs when both agents run it; an ibverbs backend
+// that cannot serve a host agent's frames is left out), ibverbs and TCP
+// under ibverbs, TCP alone under tcp; HostAgent.Routes TCP
+// connections per pair of agents, and the attach listener, started after the
 // manager and closed before it. A node is an agent or attached to one,
 // not both.
 //
@@ -42,7 +47,9 @@
 // the first that connects. A backend that refuses the peer with
 // rdmamgr.ErrNotSupported passes the turn to the next: shm refuses a peer
 // on another host (another network or pid namespace counts as another
-// host), the peer refuses a backend it does not run. So a peer on this
+// host, and so does another Config.HostID: test rigs and processes that
+// share a kernel but must act as separate hosts name their hosts), the
+// peer refuses a backend it does not run. So a peer on this
 // host gets shm, a peer with RDMA gets ibverbs, and any other gets TCP.
 // The route remembers why: the backends passed over before it with their
 // reasons ("shm: peer is not on this host: not supported; ibverbs: not

@@ -12,10 +12,16 @@ import (
 
 // HostAgent runs a node as its host's agent (issue 26): processes of the
 // host attach to it on a unix socket and their operations to processes of
-// other hosts go through it, over Routes TCP connections per pair of
-// agents, whatever the number of processes (internal/hostagent): one
-// route each way, of half of them each (hostagent.RouteConns). An agent
-// runs the TCP backend alone.
+// other hosts go through it (internal/hostagent), on the manager's one
+// route to each far agent. An agent runs ibverbs and TCP, no shm (Backend
+// auto: ibverbs where usable, else TCP; ibverbs: ibverbs must start; tcp:
+// TCP alone); the route to a far agent takes ibverbs when both agents run
+// it, else TCP (the route's reason says why, as any route's). On TCP,
+// Routes connections per pair of agents, whatever the number of
+// processes: one route each way, of half of them each
+// (hostagent.RouteConns). On ibverbs, one RC queue pair per route: two
+// per pair of agents once both posted (a route is one queue pair; Routes
+// does not apply).
 type HostAgent struct {
 	// Socket is the attach socket's path (mode 0660, removed by Close);
 	// "" runs no agent.
@@ -32,25 +38,27 @@ type HostAgent struct {
 	// (default: SHM.AllowUIDs).
 	AllowUIDs []int
 	// HostID, when set, names the host to attached processes instead of
-	// its boot id and namespaces (tests run two agents on one host).
-	// Processes go through their agents only to processes whose agent
-	// names another host.
+	// the one Config.HostID names (its boot id and namespaces, and
+	// Config.HostID): tests run two agents on one host for processes
+	// that leave Config.HostID empty. Processes go through their agents
+	// only to processes whose agent names another host. Set Config.HostID
+	// instead to make the agent's processes a host of their own for shm
+	// too.
 	HostID string
 }
 
-// agentDefaults applies agent mode to c: TCP alone, at most half of
-// Routes connections per route (startBackends splits them per peer).
+// agentDefaults applies agent mode to c: ibverbs and TCP (no shm), at
+// most half of Routes TCP connections per route (startBackends splits
+// them per peer).
 func (c *Config) agentDefaults() error {
 	h := &c.HostAgent
 	if h.Socket == "" {
 		return nil
 	}
 	switch c.Backend {
-	case KindAuto:
-		c.Backend = backend.KindTCP
-	case backend.KindTCP:
+	case KindAuto, backend.KindIBVerbs, backend.KindTCP:
 	default:
-		return fmt.Errorf("host agent with backend %s: an agent runs tcp: %w", c.Backend, rdmamgr.ErrNotSupported)
+		return fmt.Errorf("host agent with backend %s: an agent runs ibverbs and tcp: %w", c.Backend, rdmamgr.ErrNotSupported)
 	}
 	if h.Routes == 0 {
 		h.Routes = hostagent.DefaultRoutes
@@ -71,7 +79,8 @@ func (n *Node) startHostAgent(ctx context.Context, cfg Config) error {
 	if h.Socket == "" {
 		return nil
 	}
-	acfg := hostagent.Config{Socket: h.Socket, Secret: cfg.Manager.Secret, AllowUIDs: h.AllowUIDs, Logger: cfg.Logger}
+	acfg := hostagent.Config{Socket: h.Socket, Secret: cfg.Manager.Secret, AllowUIDs: h.AllowUIDs, HostName: cfg.SHM.HostID,
+		Serving: n.served, Logger: cfg.Logger}
 	if h.HostID != "" {
 		acfg.HostID = sha256.Sum256([]byte(h.HostID))
 	}

@@ -9,6 +9,7 @@ import (
 	protoactor "github.com/asynkron/protoactor-go/actor"
 
 	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/tcp"
 	"github.com/rdmamgr/rdmamgr/internal/cuda"
 	"github.com/rdmamgr/rdmamgr/internal/hostagent"
@@ -27,6 +28,9 @@ type Node struct {
 	kinds  []string         // the manager's backends, preferred first
 	agent  *hostagent.Agent // Config.HostAgent's, or nil
 	cuda   cuda.Driver      // opened by the node (Config.CUDA.Open), closed at Close
+	// served: as an agent, the manager's backends besides TCP that reach
+	// far agents (ibverbs), for the agent's resolver.
+	served []backend.Backend
 
 	closeOnce sync.Once
 	closeErr  error
@@ -95,6 +99,9 @@ func (n *Node) startManager(ctx context.Context, cfg Config) error {
 	for _, c := range cs {
 		if c.Backend != nil {
 			n.kinds = append(n.kinds, string(c.Backend.Kind()))
+			if cfg.HostAgent.Socket != "" && c.Backend.Kind() == backend.KindIBVerbs {
+				n.served = append(n.served, c.Backend)
+			}
 		}
 	}
 	return nil

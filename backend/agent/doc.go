@@ -2,7 +2,7 @@
 // backend of kind "agent" whose routes reach processes of other hosts
 // through the agents both ends are attached to. Package node builds it
 // after shm when node.Config.Agent names the agent's socket (`--agent`):
-// its order is shm, agent, ibverbs, tcp.
+// its order is shm, agent, tcp (node leaves ibverbs to the agent).
 //
 // # Attaching
 //

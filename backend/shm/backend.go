@@ -95,7 +95,7 @@ func (b *Backend) Kind() backend.Kind { return backend.KindSHM }
 
 // Start listens on a fresh abstract unix socket.
 func (b *Backend) Start(ctx context.Context) error {
-	host, err := hostID()
+	host, err := hostID(b.cfg.HostID)
 	if err != nil {
 		return fmt.Errorf("%w: %w", err, rdmamgr.ErrNotSupported)
 	}

@@ -21,6 +21,13 @@ type Config struct {
 	// map the regions they hold keys for (SO_PEERCRED); each gets only
 	// those regions' pages, with their access (package doc).
 	AllowUIDs []int
+	// HostID, when not "", names this host beyond its kernel: a peer
+	// whose HostID differs is on another host though it shares our kernel
+	// and namespaces (AcceptRoute refuses it with ErrNotSameHost, so its
+	// manager tries its next backend). For test rigs and for processes
+	// sharing a kernel that must act as separate hosts (node.Config.HostID,
+	// --host-id). "" is the kernel's host (boot id and namespaces) alone.
+	HostID string
 	// InlineMax is the largest copy done inside Post, in the poster's
 	// goroutine (1 MiB: about 35 µs of copying here,
 	// less than handing it to another goroutine and waking the poster

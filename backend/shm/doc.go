@@ -8,7 +8,8 @@
 //
 // Route info travels in the managers' authenticated route handshake. The
 // initiator's names its host (boot id, and its network, pid and user
-// namespaces), pid and uid; an owner on another host, or one that does
+// namespaces, and Config.HostID when set: processes sharing a kernel can
+// still be separate hosts), pid and uid; an owner on another host, or one that does
 // not serve that uid (its own, plus Config.AllowUIDs), refuses with
 // ErrNotSameHost, which matches ErrNotSupported, and the manager tries its
 // next backend. Otherwise the owner answers with the name of its abstract

@@ -38,7 +38,7 @@ func DecodeAnswer(p []byte) (socket string, token [TokenSize]byte, err error) {
 // EncodeInfo builds route info as PrepareRoute would, for a process pid
 // of uid on this host (no fallback).
 func EncodeInfo(pid, uid uint32) []byte {
-	host, err := hostID()
+	host, err := hostID("")
 	if err != nil {
 		panic(err)
 	}

@@ -41,6 +41,8 @@ type common struct {
 	hostAgent node.HostAgent
 	// agent is --agent: the host agent's attach socket ("": none).
 	agent string
+	// hostID is --host-id (node.Config.HostID; "": the kernel's host).
+	hostID string
 }
 
 // registerLog adds --log-level (default def, as the command uses it) and
@@ -64,6 +66,7 @@ func (c *common) registerManager(fs *flag.FlagSet) {
 	fs.Var(&c.shmUIDs, "shm-allow-uid", "shm: user `ids` or names (comma separated) whose processes may map this manager's memory, besides its own uid; others get TCP (anyone allowed can read all of its pooled memory)")
 	fs.IntVar(&c.conns, "conns", tcp.DefaultConfig().ConnsPerRoute, "TCP connections per route")
 	fs.StringVar(&c.agent, "agent", "", "attach to the host agent at this unix socket `path` (rdmamgr serve --agent-socket): routes to processes of other hosts that are attached to theirs go through both agents (one set of connections per pair of hosts); without it, or while the agent is not there (retried every second), routes go direct")
+	fs.StringVar(&c.hostID, "host-id", "", "act as the host of this `name` though sharing a kernel with others: shm only between processes of one name, host agents of different names are different hosts, a process attaches only to an agent of its name (test rigs: two agents in one VM; processes sharing a kernel that must act as separate hosts). Default: the kernel's host (boot id and namespaces)")
 	c.registerMaxMsg(fs)
 	c.net.register(fs)
 }

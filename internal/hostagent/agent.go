@@ -4,7 +4,6 @@ package hostagent
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"net"
@@ -19,6 +18,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend/shm"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/agentwire"
+	"github.com/rdmamgr/rdmamgr/internal/hostid"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
@@ -77,7 +77,7 @@ func New(cfg Config, m *actor.Manager, tcp backend.Backend) (*Agent, error) {
 	log := cfg.Logger.With("component", "hostagent")
 	// Our shm initiator maps processes' regions; its registry stays empty
 	// (nothing of ours is for processes to map).
-	sb, err := wiring.NewBackend[*shm.Backend](shm.Config{Secret: cfg.Secret}, memreg.NewRegistry(m.ID(), buffer.Limits{}), log)
+	sb, err := wiring.NewBackend[*shm.Backend](shm.Config{Secret: cfg.Secret, HostID: cfg.HostName}, memreg.NewRegistry(m.ID(), buffer.Limits{}), log)
 	if err != nil {
 		return nil, err
 	}
@@ -111,21 +111,25 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.started = true
 	a.mu.Unlock()
 	if a.cfg.HostID == ([HostIDSize]byte{}) {
-		id, err := hostID()
+		id, err := hostid.Of(a.cfg.HostName)
 		if err != nil {
-			return err
+			return fmt.Errorf("hostagent: %w", err)
 		}
 		a.cfg.HostID = id
 	}
 	if err := a.shm.Start(ctx); err != nil {
 		return fmt.Errorf("hostagent: shm: %w", err)
 	}
-	if !wiring.SetResolver(a.tcp, (*resolver)(a)) {
-		return fmt.Errorf("hostagent: backend %s takes no resolver: %w", a.tcp.Kind(), rdmamgr.ErrNotSupported)
+	served := a.served()
+	for i, b := range served {
+		if !wiring.SetResolver(b, (*resolver)(a)) {
+			a.unsetResolvers(served[:i])
+			return fmt.Errorf("hostagent: backend %s takes no resolver: %w", b.Kind(), rdmamgr.ErrNotSupported)
+		}
 	}
 	ln, err := agentwire.Listen(a.cfg.Socket, 0o660)
 	if err != nil {
-		wiring.SetResolver(a.tcp, nil)
+		a.unsetResolvers(served)
 		return err
 	}
 	a.mu.Lock()
@@ -169,9 +173,22 @@ func (a *Agent) close() error {
 	a.wg.Wait()
 	a.dropFarRoutes()
 	if started {
-		wiring.SetResolver(a.tcp, nil)
+		a.unsetResolvers(a.served())
 	}
 	return a.shm.Close()
+}
+
+// served is the manager's backends that serve far agents' frames for our
+// processes: TCP, and Config.Serving.
+func (a *Agent) served() []backend.Backend {
+	return append([]backend.Backend{a.tcp}, a.cfg.Serving...)
+}
+
+// unsetResolvers takes our resolver away from bs.
+func (a *Agent) unsetResolvers(bs []backend.Backend) {
+	for _, b := range bs {
+		wiring.SetResolver(b, nil)
+	}
 }
 
 // Procs returns the number of processes attached.
@@ -226,28 +243,6 @@ func (a *Agent) procAt(via uint16) (*proc, error) {
 		return nil, fmt.Errorf("hostagent: no process at slot %d: %w", via, rdmamgr.ErrPeerGone)
 	}
 	return p, nil
-}
-
-// hostID names this host as shm does: boot id and network, pid and user
-// namespaces.
-func hostID() ([HostIDSize]byte, error) {
-	h := sha256.New()
-	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return [HostIDSize]byte{}, fmt.Errorf("hostagent: boot id: %w", err)
-	}
-	h.Write(boot)
-	for _, ns := range []string{"net", "pid", "user"} {
-		l, err := os.Readlink("/proc/self/ns/" + ns)
-		if err != nil {
-			return [HostIDSize]byte{}, fmt.Errorf("hostagent: %s namespace: %w", ns, err)
-		}
-		h.Write([]byte{0})
-		h.Write([]byte(l))
-	}
-	var id [HostIDSize]byte
-	copy(id[:], h.Sum(nil))
-	return id, nil
 }
 
 // releaseTimeout bounds the release of one proxy (its Refs are cut, so

@@ -44,8 +44,19 @@ type Config struct {
 	AllowUIDs []int
 	// HostID names the host to processes, which go through their agent
 	// only to processes of another host id. Zero: the host's own (boot id
-	// and namespaces). Tests give two agents of one host different ones.
+	// and namespaces, and HostName). Tests give two agents of one host
+	// different ones.
 	HostID [HostIDSize]byte
+	// HostName names the host beyond its kernel (node.Config.HostID,
+	// --host-id; package hostid): the agent's shm initiator takes it, so
+	// only processes of the same name attach (their shm refuses another
+	// host), and a zero HostID is derived from it. "": the kernel's host.
+	HostName string
+	// Serving are the manager's backends besides TCP whose routes reach
+	// far agents (node gives its ibverbs backend): each serves frames for
+	// our processes through our resolver too (wiring.SetResolver); one
+	// that takes none fails Start with ErrNotSupported.
+	Serving []backend.Backend
 	// Logger receives the agent's logs; nil discards them.
 	Logger *slog.Logger
 }

@@ -5,9 +5,14 @@
 // least MinRoutes), half on each agent's route to the other (a TCP route
 // carries requests one way: its dialer posts, the far end serves; the
 // lower manager id's route takes the extra one of an odd N: RouteConns).
-// The N are there once both agents have posted to each other.
+// The N are there once both agents have posted to each other. The route
+// to a far agent is the manager's, so it takes the manager's first backend
+// both agents run: ibverbs when both have a device (one RC queue pair per
+// route, two per pair of hosts: a route is one queue pair), else TCP.
 //
-// An Agent runs beside a node's manager (its registry, its TCP backend):
+// An Agent runs beside a node's manager (its registry, its TCP backend,
+// and Config.Serving: its ibverbs backend, which serves far agents'
+// frames through the same Resolver):
 //
 //   - An attach listener on a filesystem unix socket (SOCK_SEQPACKET, mode
 //     0660, removed by Close). A connection's user must be one the agent
@@ -45,7 +50,10 @@
 //     posts itself when the proxy and the route are there and nothing is
 //     queued before (no hand-off; a packet's run of such posts on one far
 //     route as one chain, backend.ListPoster: one write on the
-//     connection); else the process's poster does, in order.
+//     connection); else the process's poster does, in order. One that
+//     meets a stale proxy at the far agent (ibverbs: its rkey died with a
+//     cut, and the RC route with it; agentapi.ErrStaleProxy) is posted
+//     once more, on a fresh route, for the far agent's own answer.
 //   - Events and messages for an attached process (the TCP server's
 //     Inbox(via)): a PutWithImm's event goes over the process's shm route
 //     as a notice (no copy: the bytes are in place) naming the far process

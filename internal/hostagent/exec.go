@@ -4,6 +4,7 @@ package hostagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/agentapi"
 	"github.com/rdmamgr/rdmamgr/internal/agentwire"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
@@ -31,6 +33,8 @@ type op struct {
 
 	mu    sync.Mutex    // guards route
 	route backend.Route // set just before Post: cancel cancels it there
+	// retried: posted again after a stale proxy (Complete), once.
+	retried bool
 }
 
 // newOp registers the post, or returns an error: a wrid already in
@@ -254,7 +258,8 @@ func (o *op) prepare(slow bool) (backend.Route, bool) {
 			o.finish(err)
 			return nil, true
 		}
-		wr.Local = o.ref.Bytes()
+		// The region too: an RDMA route takes its local key from it.
+		wr.Local, wr.LocalRegion = o.ref.Bytes(), o.ref.Region()
 	}
 	wr.Op, wr.Remote, wr.Via, wr.Origin = post.Op, post.Remote, post.Via, p.id
 	wr.Imm, wr.HasImm, wr.Compare, wr.Swap = post.Imm, post.HasImm, post.Compare, post.Swap
@@ -277,8 +282,46 @@ func (o *op) causeOr(err error) error {
 	return err
 }
 
-// Complete implements backend.Completer: the far route reported wr.
-func (o *op) Complete(wr *backend.WorkRequest, err error) { o.finish(err) }
+// Complete implements backend.Completer: the far route reported wr. One
+// that met a stale proxy at the far agent (agentapi.ErrStaleProxy: on
+// ibverbs the region was revoked or released there since the route cached
+// its rkey, and the route failed with it) is posted once more, on a fresh
+// route, for the far agent's own answer (revoked, released, peer gone,
+// or done on a region mapped again).
+func (o *op) Complete(wr *backend.WorkRequest, err error) {
+	if errors.Is(err, agentapi.ErrStaleProxy) && !o.retried && wr.CancelCause() == nil {
+		o.retried = true
+		if o.p.a.spawn(o.retry) {
+			return
+		}
+	}
+	o.finish(err)
+}
+
+// retry posts the operation again on the route to its far agent, set up
+// afresh when the old one failed (bounded as the first setup).
+func (o *op) retry() {
+	p := o.p
+	ctx, cancel := context.WithTimeout(p.ctx, mapTimeout)
+	defer cancel()
+	fr, farID, err := p.a.farRoute(ctx, o.post.FarAgent)
+	if err == nil && farID != o.post.FarAgentID {
+		err = fmt.Errorf("hostagent: post %d names agent %016x at %s, which is agent %016x now: %w",
+			o.post.WRID, o.post.FarAgentID, o.post.FarAgent, farID, rdmamgr.ErrPeerGone)
+	}
+	if err == nil {
+		err = o.wr.CancelCause()
+	}
+	if err != nil {
+		o.finish(o.causeOr(err))
+		return
+	}
+	o.wr.Result = 0
+	o.mu.Lock()
+	o.route = fr
+	o.mu.Unlock()
+	o.postOn(fr)
+}
 
 // finish reports the operation to the process, once: its local
 // reference goes first (the backend no longer touches the memory).

@@ -129,3 +129,19 @@ func (a *Agent) dropFarRoutes() {
 		}
 	}
 }
+
+// spawn runs f in a goroutine the agent's Close waits for, unless the
+// agent is closing (then it reports false and f does not run).
+func (a *Agent) spawn(f func()) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return false
+	}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		f()
+	}()
+	return true
+}

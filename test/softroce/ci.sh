@@ -4,7 +4,12 @@
 # Builds the ibverbs backend's test binary on the host (cgo, -tags ibverbs)
 # and runs it inside a throw-away qemu VM with Soft-RoCE (rdma_rxe, see
 # run-in-vm.sh) with RDMAMGR_REQUIRE_IBVERBS=1, so that a missing device
-# fails the run instead of skipping the tests. Exits with the tests' status.
+# fails the run instead of skipping the tests. Then managers-guest.sh runs
+# the rdmamgr binary (-tags ibverbs) there: two managers over ibverbs, and
+# two host agents (--host-id A, B) with a process each, bytes verified
+# through both agents and their route on ibverbs (RDMAMGR_AGENT_BACKEND in
+# SOFTROCE_ENV: tcp, or tcp,ibverbs). Exits with the tests' status, else
+# the scenarios' failures.
 #
 # Usage: test/softroce/ci.sh [-v] [extra test flags, e.g. -test.run=TestConformance]
 #   -v  also stream the VM console (kernel + init log) to stderr

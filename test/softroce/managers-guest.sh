@@ -1,7 +1,9 @@
 #!/bin/sh
 # managers-guest.sh -- runs inside the Soft-RoCE VM after the ibverbs test
 # binary (ci.sh puts both there): two rdmamgr processes, two managers on one
-# rxe device, moving verified bytes both ways over an ibverbs route.
+# rxe device, moving verified bytes both ways over an ibverbs route; then
+# two host agents (--host-id A, B) and a process attached to each, moving
+# verified bytes through both agents, whose route takes ibverbs.
 set -u
 ./ibverbs.test -test.v -test.count=1 -test.timeout=20m "$@" || exit $?
 
@@ -23,4 +25,58 @@ done
 kill $sp 2>/dev/null; wait $sp 2>/dev/null
 if [ $fails -ne 0 ]; then echo "--- serve stderr:"; cat /tmp/serve.err; fi
 echo "=== two managers over ibverbs: $fails failure(s)"
-exit $fails
+total=$fails
+
+# Two host agents in one VM (issue 26): --host-id makes them, and the
+# processes attached to them, two hosts though they share the kernel, so
+# the route goes process -> agent A -> agent B -> process (not shm), and
+# the agents' route takes ibverbs on rxe0. RDMAMGR_AGENT_BACKEND (default
+# ibverbs; comma-separated for several runs, e.g. tcp,ibverbs) is the
+# agents' --backend and the backend their route must take.
+waitfor() {  # waitfor FILE PATTERN: up to 10 s
+  for i in $(seq 1 100); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  echo "no '$2' in $1:"; cat "$1"; return 1
+}
+agents() {  # agents BACKEND: prints the failures' count last
+  ab=$1
+  echo "=== two host agents on rxe0 ($ab): process of host A -> agent A -> agent B -> process of host B"
+  fails=0
+  rm -f /tmp/a.sock /tmp/b.sock
+  ./rdmamgr serve --listen 127.0.0.1:7710 --metrics-listen off --agent-socket /tmp/a.sock --host-id A --backend "$ab" \
+    --log-level info > /tmp/agent-a.out 2> /tmp/agent-a.err &
+  a1=$!
+  ./rdmamgr serve --listen 127.0.0.1:7720 --metrics-listen off --agent-socket /tmp/b.sock --host-id B --backend "$ab" \
+    --log-level info > /tmp/agent-b.out 2> /tmp/agent-b.err &
+  a2=$!
+  waitfor /tmp/agent-a.out '^ready' && waitfor /tmp/agent-b.out '^ready' || fails=$((fails+1))
+  ./rdmamgr serve --listen 127.0.0.1:7730 --metrics-listen off --agent /tmp/b.sock --host-id B --log-level info \
+    > /tmp/proc-b.out 2> /tmp/proc-b.err &
+  pb=$!
+  waitfor /tmp/proc-b.out '^ready' && waitfor /tmp/proc-b.err 'attached to the host agent' || fails=$((fails+1))
+  if [ $fails -eq 0 ]; then
+    for op in put get; do
+      timeout 300 ./rdmamgr bench --agent /tmp/a.sock --host-id A --peer 127.0.0.1:7730 --op $op \
+        --size 1MiB --count 16 --concurrency 4 --verify --log-level info > /tmp/bench.out 2>&1 || fails=$((fails+1))
+      cat /tmp/bench.out
+      grep -q 'backend=agent' /tmp/bench.out || { echo "bench's route did not go through the agents"; fails=$((fails+1)); }
+      grep -q 'via host agent' /tmp/bench.out || { echo "bench's route does not say it goes via the agents"; fails=$((fails+1)); }
+      grep -q 'verify: ok' /tmp/bench.out || { echo "bytes not verified"; fails=$((fails+1)); }
+    done
+    # Agent A's route to agent B (127.0.0.1:7720) says its backend.
+    if grep 'route up' /tmp/agent-a.err | grep 'peer=127.0.0.1:7720' | grep -q "backend=$ab"; then
+      grep 'route up' /tmp/agent-a.err
+    else
+      echo "agent A's route to agent B did not take $ab"; fails=$((fails+1))
+    fi
+  fi
+  kill $pb $a1 $a2 2>/dev/null; wait $pb $a1 $a2 2>/dev/null
+  if [ $fails -ne 0 ]; then
+    for f in agent-a agent-b proc-b; do echo "--- $f stderr:"; cat /tmp/$f.err; done
+  fi
+  echo "=== two host agents on rxe0 ($ab): $fails failure(s)"
+  return $fails
+}
+for ab in $(echo "${RDMAMGR_AGENT_BACKEND:-ibverbs}" | tr , ' '); do
+  agents "$ab" || total=$((total+$?))
+done
+exit $total
