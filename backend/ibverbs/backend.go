@@ -72,7 +72,7 @@ type Backend struct {
 	// invalHeld counts invalidates an initiator acked only after
 	// operations on the proxy's rkey ended (tests).
 	invalHeld atomic.Uint64
-	inbox                       atomic.Pointer[inboxRef] // SetInbox's
+	inbox     atomic.Pointer[inboxRef] // SetInbox's
 	// resolver: a host agent's (wiring.SetResolver, via.go).
 	resolver atomic.Pointer[resolverRef]
 	// ctx ends when Close begins: the resolves the backend serves.
