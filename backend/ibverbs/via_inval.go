@@ -34,12 +34,13 @@ const (
 	// maxResolvers bounds the routes a proxy records as resolvers (dead
 	// ones are pruned first); a resolve beyond is refused (ErrLimit).
 	maxResolvers = 1024
-	// invalidateWait is the owner's give-up on initiators' acks, as shm's
-	// drain gives up on a stuck copy.
-	invalidateWait = 2 * time.Second
 	// goodbyeWait bounds Close's wait for its goodbyes to be sent.
 	goodbyeWait = time.Second
 )
+
+// invalidateWait is the owner's give-up on initiators' acks, as shm's
+// drain gives up on a stuck copy (a variable for tests).
+var invalidateWait = 2 * time.Second
 
 // viaEntry is an initiator's resolution of a (via, region, key): cached
 // on the route and held by the operations posted on its rkey.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,12 +79,17 @@ func TestViaRevokeSharedRoute(t *testing.T) {
 		t.Fatalf("put via X: %v", err)
 	}
 
+	// The give-up must not end the test's wait for its own hold below.
+	defer func(d time.Duration) { invalidateWait = d }(invalidateWait)
+	invalidateWait = waitTimeout
+
 	revoked := make(chan struct{})
 	var wg sync.WaitGroup
 	const workers = 4
 	yErr := make([]error, workers)
 	xErr := make([]error, workers)
 	yOps := make([]int, workers)
+	var xOps atomic.Int64
 	for w := range workers {
 		// Y: Puts then Gets of its own quarter, every byte checked,
 		// until a few rounds after the revoke.
@@ -131,11 +137,66 @@ func TestViaRevokeSharedRoute(t *testing.T) {
 					xErr[w] = err
 					return
 				}
+				xOps.Add(1)
 			}
 		}()
 	}
-	time.Sleep(20 * time.Millisecond) // both in flight
-	fx.cut(t, hX.Region, rdmamgr.ErrRevoked)
+	// Both under way: a few X Puts done (Y runs as long).
+	for limit := time.Now().Add(waitTimeout); xOps.Load() < 3*workers; {
+		if time.Now().After(limit) {
+			t.Fatalf("X made %d puts", xOps.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	// One more operation on X's rkey that has not ended (held as a post
+	// holds it): the far agent's revoke waits for it, the proxy's memory
+	// region stays registered meanwhile.
+	k := viaKey{via: testVia, region: hX.Region, key: hX.Key}
+	rt.viaMu.Lock()
+	e := rt.viaCache[k]
+	if e != nil {
+		e.users++
+	}
+	rt.viaMu.Unlock()
+	if e == nil {
+		t.Fatal("X's resolution is not cached")
+	}
+	fx.mu.Lock()
+	proxy, g := fx.proxies[hX.Region], fx.gates[hX.Region]
+	fx.cuts[hX.Region] = rdmamgr.ErrRevoked
+	delete(fx.proxies, hX.Region)
+	fx.mu.Unlock()
+	g.cut.Store(true)
+	cutErr := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		cutErr <- fx.agent.Revoke(ctx, proxy)
+	}()
+	for dead := false; !dead; {
+		rt.viaMu.Lock()
+		dead = e.dead != 0
+		rt.viaMu.Unlock()
+		if !dead {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	select {
+	case err := <-cutErr:
+		t.Fatalf("the revoke returned (%v) while an operation held the proxy's rkey", err)
+	default:
+	}
+	if n := g.users.Load(); n != 1 {
+		t.Fatalf("the proxy's gate has %d users while the invalidate waits, want 1 (its memory region)", n)
+	}
+	rt.viaRelease(e) // the operation ends: the initiator acks
+	if err := <-cutErr; err != nil {
+		t.Fatalf("revoke the proxy: %v", err)
+	}
+	if n := g.users.Load(); n != 0 {
+		t.Fatalf("the proxy's gate has %d users after its revoke", n)
+	}
 	close(revoked)
 	wg.Wait()
 
@@ -159,7 +220,10 @@ func TestViaRevokeSharedRoute(t *testing.T) {
 	if n, g := b.invalidations.Load(), b.invalGiveUps.Load(); n != 1 || g != 0 {
 		t.Errorf("%d invalidations, %d give-ups; want 1, 0", n, g)
 	}
-	t.Logf("Y: %v rounds; invalidates acked after X's operations on the rkey ended: %d", yOps, a.invalHeld.Load())
+	if n := a.invalHeld.Load(); n != 1 {
+		t.Errorf("%d invalidates waited for operations on the rkey, want 1", n)
+	}
+	t.Logf("Y: %v rounds after the revoke began, X: %d puts", yOps, xOps.Load())
 	if err := rt.Err(); err != nil {
 		t.Fatalf("the shared route failed: %v", err)
 	}
