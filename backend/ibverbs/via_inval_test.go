@@ -223,7 +223,7 @@ func TestViaRevokeSharedRoute(t *testing.T) {
 	if n := a.invalHeld.Load(); n != 1 {
 		t.Errorf("%d invalidates waited for operations on the rkey, want 1", n)
 	}
-	t.Logf("Y: %v rounds after the revoke began, X: %d puts", yOps, xOps.Load())
+	t.Logf("Y: %v rounds (the last 20 after the revoke), X: %d puts", yOps, xOps.Load())
 	if err := rt.Err(); err != nil {
 		t.Fatalf("the shared route failed: %v", err)
 	}
