@@ -80,8 +80,9 @@ func TestDeviceBuffer(t *testing.T) {
 }
 
 // TestDeviceBufferOverTCP: a peer's GPU buffer is written and read over
-// TCP (its owner stages it); a local GPU buffer is refused at the post
-// with ErrNotSupported (initiator-side staging is not built).
+// TCP (its owner stages it); a local GPU buffer is read into from the
+// peer's GPU buffer and written from into a peer's host buffer (the queue
+// pair stages it, queuepair/stage.go).
 func TestDeviceBufferOverTCP(t *testing.T) {
 	ctx := testCtx(t)
 	sys, a, b := newPair(t)
@@ -117,11 +118,20 @@ func TestDeviceBufferOverTCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := qp.Put(ctx, gpu, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrNotSupported) {
-		t.Fatalf("put from a local device buffer: %v, want ErrNotSupported", err)
+	// GPU to GPU: the local device buffer staged by the queue pair, the
+	// peer's by its owner; then out of it into a host buffer of the peer.
+	if err := qp.Get(ctx, gpu, remote).Wait(ctx); err != nil {
+		t.Fatalf("get into a local device buffer: %v", err)
 	}
-	if err := qp.Get(ctx, gpu, remote).Wait(ctx); !errors.Is(err, rdmamgr.ErrNotSupported) {
-		t.Fatalf("get into a local device buffer: %v, want ErrNotSupported", err)
+	host := requestBuf(t, ctx, b.Client(), n, buffer.AccessReadWrite)
+	if err := qp.Put(ctx, gpu, host).Wait(ctx); err != nil {
+		t.Fatalf("put from a local device buffer: %v", err)
+	}
+	if got := mustBytes(t, b, host); !bytes.Equal(got, want) {
+		t.Fatal("get into a local device buffer, then put from it: bytes differ")
+	}
+	if st := w.Stats(); st.PageableCopies != 0 || st.FailedCopies != 0 {
+		t.Fatalf("device copies %+v", st)
 	}
 	if err := NewClient(sys, b.PID()).ReleaseBuffer(ctx, remote); err != nil {
 		t.Fatal(err)

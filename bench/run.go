@@ -43,6 +43,11 @@ type Config struct {
 	// so far.
 	Progress      func(ops, bytes uint64, elapsed time.Duration)
 	ProgressEvery time.Duration
+	// Memory is where the buffers of both ends are (buffer.Host, the
+	// default, or a CUDA device's memory: the peer must serve GPU buffers,
+	// and mgr have a driver; the queue pair stages the local one, the
+	// peer's owner its own). Not with Verify.
+	Memory buffer.Location
 	// Start, when not nil, is called after the warm-up and before the
 	// timed phase (bench --procs starts its processes' timed phases
 	// together this way); an error ends the run before it (Result.Stop).
@@ -92,7 +97,10 @@ type benchRun struct {
 // is one of the set-up; what the operations did is in the Result.
 func Run(ctx context.Context, mgr *actor.Manager, peer *actor.Client, cfg Config) (*Result, error) {
 	total := cfg.Size * uint64(cfg.Concurrency)
-	remote, err := peer.RequestBuffer(ctx, total, buffer.AccessReadWrite)
+	if cfg.Memory != buffer.Host && cfg.Verify {
+		return nil, fmt.Errorf("bench: verify of buffers in %v: %w", cfg.Memory, rdmamgr.ErrNotSupported)
+	}
+	remote, err := peer.RequestBuffer(ctx, total, buffer.AccessReadWrite, actor.WithDevice(cfg.Memory))
 	if err != nil {
 		return nil, err // the client names the request and the peer
 	}
@@ -147,7 +155,7 @@ func (b *benchRun) prepare(ctx context.Context, mgr *actor.Manager, peer *actor.
 		}
 	}()
 	total := b.cfg.Size * uint64(b.cfg.Concurrency)
-	if b.local, err = mgr.Client().RequestBuffer(ctx, total, buffer.AccessReadWrite); err != nil {
+	if b.local, err = mgr.Client().RequestBuffer(ctx, total, buffer.AccessReadWrite, actor.WithDevice(b.cfg.Memory)); err != nil {
 		return err
 	}
 	if b.check, err = mgr.Client().RequestBuffer(ctx, total, buffer.AccessReadWrite); err != nil {
@@ -156,7 +164,7 @@ func (b *benchRun) prepare(ctx context.Context, mgr *actor.Manager, peer *actor.
 	if b.qp, err = mgr.Client().RequestQueuePair(ctx, peer.PID()); err != nil {
 		return err
 	}
-	b.localMem, _ = mgr.Bytes(b.local)
+	b.localMem, _ = mgr.Bytes(b.local) // nil for device memory (no Verify)
 	b.checkMem, _ = mgr.Bytes(b.check)
 	b.pattern = make([]byte, total)
 	rand.Read(b.pattern)

@@ -35,7 +35,8 @@
 // under ibverbs, TCP alone under tcp; HostAgent.Routes TCP
 // connections per pair of agents, and the attach listener, started after the
 // manager and closed before it. A node is an agent or attached to one,
-// not both.
+// not both. SetAgentFarCheck limits the far agents it dials (a serve
+// --etcd daemon: its cluster's members).
 //
 // Config.CUDA names the CUDA driver GPU buffers (actor.WithDevice) are
 // allocated through: a Driver as is, or Open to load libcuda.so.1 at Start

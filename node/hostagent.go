@@ -104,3 +104,13 @@ func (n *Node) AgentAddr() string {
 	}
 	return n.agent.Addr()
 }
+
+// SetAgentFarCheck makes this node's agent dial only far agent addresses
+// (AgentAddr's form) that check accepts, e.g. its cluster's members (nil:
+// any whose route handshake says it is an agent); hostagent.SetFarCheck.
+// It does nothing when the node runs no agent.
+func (n *Node) SetAgentFarCheck(check func(ctx context.Context, addr string) error) {
+	if n.agent != nil {
+		n.agent.SetFarCheck(check)
+	}
+}

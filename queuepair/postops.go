@@ -54,7 +54,12 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 		o := &ops[i]
 		w := wrs[i]
 		ch.left = n - int64(i)
-		if q.prepare(w, o.Op, &o.Local, &o.Remote, dl, c, o.operands(), &ch) && q.ready(w) {
+		if !q.prepare(w, o.Op, &o.Local, &o.Remote, dl, c, o.operands(), &ch) {
+			continue
+		}
+		if w.staged.Load() { // a device local (stage.go)
+			q.stagePost(w, c)
+		} else if q.ready(w) {
 			ready = append(ready, &w.wr)
 		}
 	}

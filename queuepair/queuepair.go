@@ -43,6 +43,10 @@ type QueuePair struct {
 	// near is the local region an operation was last posted from: the
 	// next one from it is resolved without the registry's lookup.
 	near atomic.Pointer[memreg.Region]
+	// devLocal: the route moves device locals itself (DeviceLocalRoute);
+	// else they are staged (stage).
+	devLocal bool
+	stage    stageSet
 
 	// ops counts the operations armed and not yet completed, and is closed
 	// by Release, which waits for it to drain. Lock-free: it is on the data
@@ -68,6 +72,9 @@ func newQueuePair(id, peerID uint64, route backend.Route, local qpbind.Resolver,
 	q.list, _ = route.(backend.ListPoster)
 	if s, ok := route.(backend.SlowCompleter); ok {
 		q.slow = s.SlowCompletions()
+	}
+	if d, ok := route.(DeviceLocalRoute); ok {
+		q.devLocal = d.TakesDeviceLocal()
 	}
 	q.reg, _ = local.(*memreg.Registry)
 	coarseclock.Acquire() // deadlines; Release gives it back
@@ -225,6 +232,9 @@ func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer
 	if op.Atomic() { // no local memory: the old value comes back in the work request
 		return true
 	}
+	if local.Location != buffer.Host && q.reg != nil {
+		return q.prepareDevice(w, op, local) // stage.go
+	}
 	var ref memreg.Ref
 	var err error
 	if q.reg != nil && ch != nil {
@@ -258,6 +268,10 @@ func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer
 
 // post hands a prepared w to the route; ctx is w's poster's (nil: none).
 func (q *QueuePair) post(w *WorkRequest, ctx context.Context) {
+	if w.staged.Load() {
+		q.stagePost(w, ctx)
+		return
+	}
 	if !q.ready(w) {
 		return
 	}
@@ -335,6 +349,7 @@ func (q *QueuePair) Release() {
 	q.relOnce.Do(func() {
 		q.ops.Close()
 		<-q.ops.Drained()
+		q.stage.close()   // its workers: every staged operation finished
 		q.near.Store(nil) // keeps no released region's memory from the collector
 		coarseclock.Release()
 		if q.onRel != nil {

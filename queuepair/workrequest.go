@@ -41,6 +41,10 @@ type WorkRequest struct {
 	// slow (the queue's fast count has it until a Poll hands w over).
 	fast bool
 	id   uint64 // Op.ID of the operation last posted on w
+	// staged: w's local is device memory the queue pair stages
+	// (stage.go); dev: the device local handed to a route that takes it.
+	staged atomic.Bool
+	dev    memreg.DeviceSpan
 }
 
 // ID returns the Op.ID w was last posted with (PostOps, Submit); 0 for
@@ -51,6 +55,9 @@ func (w *WorkRequest) ID() uint64 { return w.id }
 func (w *WorkRequest) size() int {
 	if w.wr.Op.Atomic() {
 		return 8
+	}
+	if w.wr.Local == nil { // a device local
+		return int(w.wr.Remote.Length)
 	}
 	return len(w.wr.Local)
 }
@@ -142,6 +149,9 @@ func (w *WorkRequest) reset(op backend.Op, remote *buffer.Buffer, deadline time.
 		}
 	}
 	w.err = nil
+	if w.staged.Load() {
+		w.staged.Store(false)
+	}
 	if w.wr.CancelCause() != nil {
 		w.wr.Reset() // the cause: only Reset clears it
 	}
@@ -220,7 +230,11 @@ func (w *WorkRequest) cancel(cause error) {
 	// check it as they queue); a Cancel that arrives after completion is
 	// ignored by the route.
 	if q := w.owner.Load(); q != nil {
-		q.route.Cancel(&w.wr)
+		if w.staged.Load() {
+			q.stage.cancel(w) // its worker cancels the inner operations
+		} else {
+			q.route.Cancel(&w.wr)
+		}
 	}
 }
 

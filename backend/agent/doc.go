@@ -61,7 +61,14 @@
 // done with PEER_GONE (the target left its agent, or its agent restarted
 // since the route was set up: a route names the far agent's manager id
 // with the target's slot, and a slot of another incarnation is refused)
-// ends that route, so the manager sets up a new one. Route.Close and Backend.Close cancel what
+// ends that route, so the manager sets up a new one. The agent dials
+// only far agents (its cluster's members when it has one; a far end whose
+// route handshake says it is no agent is dropped): an operation whose
+// target's agent address is not one fails with ErrUnauthenticated, and
+// after 8 failed far routes within a minute, one that needs a new far
+// route fails with ErrLimit until the minute ends. Events and messages
+// for us wait in our own queue at our agent: one more past it is refused
+// to its sender with ErrLimit. Route.Close and Backend.Close cancel what
 // is in flight and wait for the agent's answers, at most CloseTimeout.
 //
 // The package builds everywhere; off Linux attaching fails with

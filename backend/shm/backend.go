@@ -42,6 +42,7 @@ type Backend struct {
 
 	authFail      atomic.Uint64
 	refusedAccept atomic.Uint64 // connections refused at accept (caps, users)
+	ipcOpens      atomic.Uint64 // peers' device regions opened through CUDA IPC (device.go)
 	logs          logs
 	inbox         atomic.Pointer[inboxRef] // SetInbox
 	wg            sync.WaitGroup           // the accept loop and the connections

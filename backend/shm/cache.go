@@ -21,7 +21,8 @@ type entry struct {
 	access   buffer.Access
 	mem      []byte // the region's bytes in our mapping of its memfd
 	m        *mapping
-	fallback bool // not memfd-backed: its operations go to the fallback
+	dev      *devMap // a device region opened through CUDA IPC (device.go)
+	fallback bool    // not memfd-backed: its operations go to the fallback
 
 	// refs counts the cache's reference (until it drops the entry) and one
 	// per copy using it; the last one lets the mapping go and leaves the
@@ -109,6 +110,9 @@ func (c *mapCache) unref(e *entry) {
 func (c *mapCache) gone(e *entry) {
 	if e.m != nil {
 		c.release(e.m)
+	}
+	if e.dev != nil {
+		e.closeDevice()
 	}
 	c.gate.Leave()
 }

@@ -59,14 +59,19 @@ func TestConformance(t *testing.T) {
 }
 
 // TestConformanceDevice runs the suite's device-memory variant over shm
-// (cudafake): exporting a region through CUDA IPC is later work, so the
-// owner refuses to map a device region (NOT_SUPPORTED: no byte of it is
-// touched as host memory) and the route sends its operations to its TCP
-// fallback, which stages them.
+// (cudafake): the peer's read-write device region (an allocation of its
+// own) is opened through CUDA IPC, once, and its Puts and Gets staged by
+// the route itself; its read-only region is not exported (an IPC mapping
+// writes) and goes to the TCP fallback, which refuses the Put.
 func TestConformanceDevice(t *testing.T) {
+	var initiator *shm.Backend
 	backendtest.RunDevice(t, backendtest.Factory{
 		NewBackend: func(t testing.TB, owner uint64) (backend.Backend, *memreg.Registry) {
-			return newBackend(t, owner, shm.Config{})
+			b, reg := newBackend(t, owner, shm.Config{})
+			if owner == backendtest.OwnerA {
+				initiator = b
+			}
+			return b, reg
 		},
 		WrongKeyErr:              rdmamgr.ErrBadKey,
 		RevokedErr:               rdmamgr.ErrRevoked,
@@ -74,4 +79,7 @@ func TestConformanceDevice(t *testing.T) {
 		RouteSurvivesRemoteError: true,
 		Verbs:                    true,
 	})
+	if n := initiator.IPCOpens(); n != 1 {
+		t.Fatalf("the initiator opened %d device regions through CUDA IPC, want 1 (the read-write one)", n)
+	}
 }

@@ -85,6 +85,12 @@ func (r *route) run(wr *backend.WorkRequest) (err error, handed bool) {
 		}
 	}
 	defer r.cache.unref(e)
+	if s, ok := deviceLocal(wr); ok {
+		return r.runDeviceLocal(e, wr, s), false
+	}
+	if e.dev != nil {
+		return r.copyDevice(e, wr), false
+	}
 	if e.fallback {
 		r.st.Unbegin()
 		if err := r.postFallback(wr); err != nil {
@@ -124,9 +130,19 @@ func (r *route) ended(wr *backend.WorkRequest) error {
 // answer: a mapping, or a note that the region goes to the fallback. The
 // entry comes with a reference.
 func (r *route) mapRegion(wr *backend.WorkRequest) (*entry, error) {
-	e, code, err := r.mapEntry(wr.Remote.Region, wr.Remote.Key, wr.Op.Need(), func(req uint64, ch chan mapReply) (mapReply, error) {
+	wait := func(req uint64, ch chan mapReply) (mapReply, error) {
 		return r.await(wr, req, ch)
-	})
+	}
+	need := wr.Op.Need()
+	if r.wantsDevice(wr) {
+		need |= needDevice
+	}
+	e, code, err := r.mapEntry(wr.Remote.Region, wr.Remote.Key, need, wait)
+	if err == nil && code == rdmapb.Code_ACCESS_DENIED && need&needDevice != 0 {
+		// An owner that does not know needDevice refuses the bit: ask as
+		// before (it answers a device region NOT_SUPPORTED).
+		e, code, err = r.mapEntry(wr.Remote.Region, wr.Remote.Key, need&^needDevice, wait)
+	}
 	switch {
 	case err != nil:
 		return nil, err
@@ -156,6 +172,13 @@ func (r *route) mapEntry(id uint64, key buffer.Key, need buffer.Access, wait fun
 	if rep.m.code != uint32(rdmapb.Code_OK) {
 		rep.close()
 		return nil, rdmapb.Code(rep.m.code), nil
+	}
+	if rep.dev != nil {
+		if need&needDevice == 0 {
+			r.fail(fmt.Errorf("shm: device map reply to a host map request: %w", rdmamgr.ErrProtocol))
+			return nil, 0, r.st.Err()
+		}
+		return r.installDevice(id, key, rep.dev)
 	}
 	if rep.fd < 0 || rep.m.slot == 0 || rep.m.slot >= tableSlots {
 		rep.close()

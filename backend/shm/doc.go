@@ -55,9 +55,9 @@
 // device holds the pages a move would replace) exports nothing: such
 // operations go over Config.Fallback (the node's TCP backend; set up
 // alongside each shm route), or fail with ErrNotShareable without one.
-// So does device memory (a GPU buffer: memreg.AcquireRemote refuses it,
-// NOT_SUPPORTED; CUDA IPC export is later work), which the TCP fallback
-// stages; no byte of it is ever treated as host memory.
+// Device memory (a GPU buffer) goes through CUDA IPC where it can, else
+// over the fallback too, which stages it (below, "Device memory"); no
+// byte of it is ever treated as host memory.
 // Start makes the process not dumpable (PR_SET_DUMPABLE 0), so other
 // processes of the same user cannot take its memfds through
 // /proc/PID/fd or read /proc/PID/mem (root still can); this also turns
@@ -150,6 +150,76 @@
 // the cache from 1 MiB on, right only for copies larger than the cache.
 // Served counters are kept in the state table (the owner's CPU does not
 // see the copies).
+//
+// # Device memory: CUDA IPC
+//
+// The registry's CUDA driver (memreg's SetCUDA; node.Config.CUDA) serves
+// both sides; without one an initiator never asks for IPC and an owner
+// has no device regions. An initiator with a driver maps a peer's device
+// region (a handle whose Location is a device) with needDevice (0x80) in
+// the map request's access byte. The owner runs the usual checks
+// (memreg.AcquireRemoteAny) and answers msgMappedDevice: the slot, the
+// region's length and access, its device ordinal and its CUDA IPC handle
+// (memreg's Ref.ExportIPC), no fd. Only a region that is an allocation of
+// its own (larger than cuda.MaxPooled: a handle names its whole
+// allocation, and a pooled slot shares its slab with other buffers) and
+// that grants read and write (an IPC mapping always reads and writes) is
+// exported; any other device region is answered NOT_SUPPORTED, as is
+// every device region to a request without the flag, and goes to the
+// fallback. An owner that does not know the flag refuses the unknown
+// access bit (ACCESS_DENIED); the initiator then asks again without it.
+// The initiator checks the reply (slot, a length of 1 byte to 64 TiB,
+// access with read and write, an ordinal under 1024; a device reply to a
+// request without the flag fails the route with ErrProtocol), opens the
+// handle in its primary context of that ordinal, and checks that the
+// allocation it opened starts there and holds the claimed length
+// (cuMemGetAddressRange); a handle that does not open (forged, or already
+// open in this process through another route) or that claims more is
+// given back (msgUnmap) and the region goes to the fallback. A forged
+// handle opens only what the driver opens: an allocation some process
+// exported.
+//
+// The mapping is cached as a memfd's is (one per region per route) and
+// closed (cuIpcCloseMemHandle) when its entry's last reference goes:
+// evicted, cut (msgGone), refused by its slot's state, or the route's
+// end. Puts and Gets between the caller's host memory and it run on the
+// route's copier, never inline, staged through the route's two pinned
+// buffers of 1 MiB per device (cuda.Stager: the next chunk's
+// asynchronous copy runs on its own stream while this chunk is moved
+// between the caller's memory and the pinned buffer). The copy counts
+// itself in the slot's in-flight count before the first copy is queued
+// and leaves only after the Stager returned, that is after the streams
+// said every queued copy finished: the owner's Revoke and Release wait
+// for it as for a memmove, with the same 2 s give-up. Cancellation, the
+// deadline and the slot's state are checked between chunks; a chunk
+// queued is never recalled, and the operation reports only once it
+// finished. PutWithImm and the atomics on a peer's device region through
+// IPC are refused with ErrNotSupported (the atomics would need device
+// atomics; the event could follow the copy, not built). Send moves host
+// memory only, as before. A host agent never proxies device regions
+// (MapProxy: ErrNotShareable).
+//
+// The caller's own device memory (a Put's source, a Get's destination)
+// comes to a route as is when the route says it takes it (TakesDeviceLocal,
+// true with a driver: queuepair's DeviceLocalRoute, whose queue pair
+// otherwise stages it; WorkRequest.Local nil, LocalRegion a
+// *memreg.DeviceSpan). Only Put and Get (ErrNotSupported for the others),
+// always on the copier (devlocal.go): to or from a peer's IPC region
+// device to device (cuMemcpyDtoDAsync on the route's stream for the
+// device, 64 MiB chunks, each waited for, inside the slot's in-flight
+// count); to or from a peer's memfd through the route's Stager (device,
+// pinned buffer, mapping); to a region on the fallback one inner Put or
+// Get of a pinned chunk at a time (a cancel passed on to it). The route's
+// Stats count no bytes for these (their Local is empty).
+//
+// What IPC cannot promise: a peer holding the mapping can read and write
+// the allocation until it closes it. An honest initiator stops at the
+// state table and closes on msgGone; a hostile one (of a user the owner
+// serves, holding the key) keeps reaching the memory after Revoke, unlike
+// a memfd, whose pages move away. Release frees the allocation; the pool
+// never reuses an exported one (cuda.Pool), and whether the driver keeps
+// the memory for a peer that still has it open has not been tried on a
+// GPU. Not run on a GPU yet: every test uses cudafake.
 //
 // # A host agent
 //

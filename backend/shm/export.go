@@ -49,32 +49,54 @@ func u32(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
 // region's place in it, after the same checks as any remote request
 // (region, key, access, revocation, lease). It returns the reply and the
 // fd to pass (-1: none), which the caller closes once passed.
-func (c *serverConn) mapRegion(m mapMsg) (mappedMsg, int) {
+//
+// A request with needDevice (an initiator that opens CUDA IPC handles)
+// may map a device region: its reply is then dev (msgMappedDevice), with
+// the region's IPC handle (memreg's Ref.ExportIPC: an allocation of its
+// own, readable and writable) instead of a fd. Without the flag a device
+// region is refused with NOT_SUPPORTED (the initiator's fallback stages it).
+func (c *serverConn) mapRegion(m mapMsg) (mappedMsg, int, *mappedDeviceMsg) {
 	rep := mappedMsg{req: m.req}
-	refuse := func(err error) (mappedMsg, int) {
+	refuse := func(err error) (mappedMsg, int, *mappedDeviceMsg) {
 		rep.code = uint32(backend.RemoteCode(err))
 		c.mu.Lock()
 		c.rejected++
 		c.mu.Unlock()
-		return rep, -1
+		return rep, -1, nil
 	}
+	device := m.need&needDevice != 0
+	m.need &^= needDevice
 	if m.need == 0 {
 		m.need = buffer.AccessRead
 	}
-	ref, err := c.b.reg.AcquireRemote(m.region, m.key, 0, 1, m.need)
+	acquire := c.b.reg.AcquireRemote
+	if device {
+		acquire = c.b.reg.AcquireRemoteAny
+	}
+	ref, err := acquire(m.region, m.key, 0, 1, m.need)
 	if err != nil {
 		return refuse(err)
 	}
 	r := ref.Region()
-	// Only the region's own pages, with the region's access (memreg).
-	fd, off, err := ref.ExportFD(c.b.reg)
-	if err != nil {
-		ref.Release()
-		return refuse(err)
+	var dev *mappedDeviceMsg
+	fd, off := -1, uint64(0)
+	if _, ok := ref.Device(); ok {
+		h, ord, _, err := ref.ExportIPC()
+		if err != nil {
+			ref.Release()
+			return refuse(err)
+		}
+		dev = &mappedDeviceMsg{req: m.req, handle: h, dev: uint32(ord)}
+	} else {
+		// Only the region's own pages, with the region's access (memreg).
+		if fd, off, err = ref.ExportFD(c.b.reg); err != nil {
+			ref.Release()
+			return refuse(err)
+		}
 	}
 	passed := false
 	defer func() {
-		if !passed {
+		if !passed && fd >= 0 {
 			unix.Close(fd)
 		}
 	}()
@@ -89,7 +111,7 @@ func (c *serverConn) mapRegion(m mapMsg) (mappedMsg, int) {
 			ref.Release()
 			c.rejected++
 			rep.code = uint32(rdmapb.Code_RESOURCE_EXHAUSTED)
-			return rep, -1
+			return rep, -1, nil
 		}
 		e = &export{ref: ref, id: r.ID(), slot: slot}
 		c.setSlot(e, r)
@@ -100,13 +122,16 @@ func (c *serverConn) mapRegion(m mapMsg) (mappedMsg, int) {
 			c.cutExport(e, st)
 			c.rejected++
 			rep.code = uint32(backend.RemoteCode(stateErr(st)))
-			return rep, -1
+			return rep, -1, nil
 		}
 		rep.slot = slot
 	}
 	rep.off, rep.len, rep.access = off, uint64(r.Len()), r.Access()
 	passed = true
-	return rep, fd
+	if dev != nil {
+		dev.slot, dev.len, dev.access = rep.slot, rep.len, rep.access
+	}
+	return rep, fd, dev
 }
 
 // takeSlot returns a free slot of the table. c.mu is held.

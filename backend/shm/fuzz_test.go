@@ -265,6 +265,9 @@ func FuzzInitiatorReplies(f *testing.F) {
 	f.Add(pkt(fdNone, []byte{99}), []byte{})
 	f.Add(append(pkt(fdNone, slotMsg(msgCut, 1, 1)), pkt(fdSealed, mapped(1, 0, 1, 0, 4096, buffer.AccessReadWrite))...), alive)
 	f.Add(pkt(fdNone, slotMsg(msgCut, 1, 1)[:9]), alive)
+	dev := mappedDeviceMsg{req: 1, slot: 1, len: 4096, access: buffer.AccessReadWrite}
+	f.Add(pkt(fdNone, dev.encode()), alive)        // a device reply to a host request
+	f.Add(pkt(fdSealed, dev.encode()[:40]), alive) // truncated, with a fd
 	f.Fuzz(func(t *testing.T, packets, tableBytes []byte) {
 		b, reg := fuzzBackend(t)
 		initiator, owner := socketPair(t)

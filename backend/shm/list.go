@@ -29,6 +29,13 @@ const (
 func (r *route) PostList(wrs []*backend.WorkRequest) (int, error) {
 	for i := 0; i < len(wrs); {
 		wr := wrs[i]
+		if _, ok := deviceLocal(wr); ok {
+			if err := r.Post(wr); err != nil {
+				return i, err
+			}
+			i++
+			continue
+		}
 		if err := r.postable(wr); err != nil {
 			return i, err
 		}
@@ -40,7 +47,7 @@ func (r *route) PostList(wrs []*backend.WorkRequest) (int, error) {
 			continue
 		}
 		e := r.cache.get(wr.Remote.Region, wr.Remote.Key)
-		if e == nil || e.fallback {
+		if e == nil || e.fallback || e.dev != nil {
 			if e != nil {
 				r.cache.unref(e)
 			}

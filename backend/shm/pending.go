@@ -153,9 +153,9 @@ func (b *Backend) handshake(conn *net.UnixConn, a *routeAnswer) (*table, error) 
 		return nil, fmt.Errorf("shm: hello: %w", err)
 	}
 	p.close()
-	d := decoder{b: p.b}
-	typ, ver := d.u8(), d.u8()
-	nonce := d.take(backend.NonceSize)
+	d := newDecoder(p.b)
+	typ, ver := d.U8(), d.U8()
+	nonce := d.Take(backend.NonceSize)
 	if d.end() != nil || typ != msgHello || ver != protoVersion {
 		return nil, fmt.Errorf("shm: hello type %d version %d: %w", typ, ver, rdmamgr.ErrProtocol)
 	}
@@ -169,8 +169,8 @@ func (b *Backend) handshake(conn *net.UnixConn, a *routeAnswer) (*table, error) 
 		return nil, fmt.Errorf("shm: welcome: %w", err)
 	}
 	defer p.close()
-	d = decoder{b: p.b}
-	typ, code, slots := d.u8(), d.u32(), d.u32()
+	d = newDecoder(p.b)
+	typ, code, slots := d.U8(), d.U32(), d.U32()
 	if err := d.end(); err != nil || typ != msgWelcome {
 		return nil, fmt.Errorf("shm: welcome type %d: %w", typ, rdmamgr.ErrProtocol)
 	}

@@ -17,6 +17,18 @@ import (
 // goes to the route's copier, or to the fallback route for a region that
 // is not memfd-backed.
 func (r *route) Post(wr *backend.WorkRequest) error {
+	if s, ok := deviceLocal(wr); ok { // the caller's device memory: the copier's
+		if err := validateDeviceLocal(wr, s); err != nil {
+			return err
+		}
+		if err := r.st.Err(); err != nil {
+			return err
+		}
+		if cause := wr.CancelCause(); cause != nil {
+			return routestate.OpError("shm", wr, cause)
+		}
+		return r.enqueue(wr)
+	}
 	if err := routestate.ValidateAll("shm", wr); err != nil {
 		return err
 	}
@@ -39,6 +51,9 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 	case e.fallback:
 		r.cache.unref(e)
 		return r.postFallback(wr)
+	case e.dev != nil: // device memory: the copier stages it
+		r.cache.unref(e)
+		return r.enqueue(wr)
 	case wr.Op.Atomic():
 		err := r.atomic(e, wr)
 		r.cache.unref(e)

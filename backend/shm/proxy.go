@@ -125,7 +125,7 @@ func (r *route) MapProxy(ctx context.Context, region uint64, key buffer.Key, nee
 	}
 	defer r.cache.unref(e)
 	switch {
-	case e.fallback:
+	case e.fallback, e.dev != nil:
 		return nil, nil, ErrNotShareable
 	case !e.access.Allows(need):
 		return nil, nil, fmt.Errorf("shm: region %d grants %v, a proxy needs %v: %w", region, e.access, need, rdmamgr.ErrAccess)

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
 	"github.com/rdmamgr/rdmamgr/internal/coarseclock"
 	"github.com/rdmamgr/rdmamgr/internal/refgate"
+	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
 // route is the initiator's side: the owner's socket (map requests), the
@@ -49,12 +51,24 @@ type route struct {
 	proxies map[uint64][]*proxyGate
 	// onCut is OnCut's function (nil: cut notices are ignored).
 	onCut func(region uint64)
+
+	// devs holds the devices the route opened peers' device regions on
+	// (device.go), guarded by devMu; ipcOpens counts the opens.
+	devMu    sync.Mutex
+	devs     map[int]*routeDev
+	ipcOpens atomic.Uint64
+	// inner is the copier's operation on the fallback for a chunk of a
+	// device-local one (devlocal.go), innerDone its completion.
+	inner     *backend.WorkRequest
+	innerDone innerDone
 }
 
-// mapReply is a msgMapped with its fd (-1: none), owned by the receiver.
+// mapReply is a msgMapped with its fd (-1: none), owned by the receiver,
+// or a msgMappedDevice (dev; m.code OK).
 type mapReply struct {
-	m  mappedMsg
-	fd int
+	m   mappedMsg
+	fd  int
+	dev *mappedDeviceMsg
 }
 
 func newRoute(b *Backend, peerID uint64, conn *net.UnixConn, tbl *table, fb backend.Route) *route {
@@ -121,6 +135,7 @@ func (r *route) Close() error {
 		r.gate.Close()
 		r.cache.close() // the mappings go with their last copies, and then the gate drains
 		<-r.gate.Drained()
+		r.closeDevices()      // every IPC mapping closed with its entry
 		coarseclock.Release() // no copy runs any more
 		r.table.release()     // unmapped now, or by the last proxy gate's Close
 		if r.fb != nil {
@@ -157,8 +172,8 @@ func (r *route) reader() {
 
 // dispatch hands one owner message on; it owns p's fd.
 func (r *route) dispatch(p packet) error {
-	d := decoder{b: p.b}
-	switch typ := d.u8(); typ {
+	d := newDecoder(p.b)
+	switch typ := d.U8(); typ {
 	case msgMapped:
 		m := decodeMapped(&d)
 		if err := d.end(); err != nil {
@@ -175,8 +190,22 @@ func (r *route) dispatch(p packet) error {
 		}
 		ch <- mapReply{m: m, fd: p.fd} // capacity 1, one reply per request
 		return nil
+	case msgMappedDevice:
+		p.close() // no fd travels with it
+		m := decodeMappedDevice(&d)
+		if err := d.end(); err != nil {
+			return err
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		ch := r.replies[m.req]
+		delete(r.replies, m.req)
+		if ch != nil {
+			ch <- mapReply{m: mappedMsg{req: m.req, code: uint32(rdmapb.Code_OK), slot: m.slot}, fd: -1, dev: &m}
+		}
+		return nil
 	case msgAck:
-		req, code := d.u64(), d.u32()
+		req, code := d.U64(), d.U32()
 		p.close()
 		if err := d.end(); err != nil {
 			return err
@@ -189,7 +218,7 @@ func (r *route) dispatch(p packet) error {
 		}
 		return nil
 	case msgGone:
-		slot, id := d.u32(), d.u64()
+		slot, id := d.U32(), d.U64()
 		p.close()
 		if err := d.end(); err != nil {
 			return err
@@ -197,7 +226,7 @@ func (r *route) dispatch(p packet) error {
 		r.cache.dropID(id, slot)
 		return nil
 	case msgCut:
-		slot, id := d.u32(), d.u64()
+		slot, id := d.U32(), d.U64()
 		p.close()
 		if err := d.end(); err != nil {
 			return err

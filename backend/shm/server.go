@@ -113,11 +113,11 @@ func (c *serverConn) authenticate() error {
 		return fmt.Errorf("no credentials: %w", err)
 	}
 	p.close()
-	d := decoder{b: p.b}
-	typ := d.u8()
+	d := newDecoder(p.b)
+	typ := d.U8()
 	var tok [tokenSize]byte
-	copy(tok[:], d.take(tokenSize))
-	mac := d.take(int(d.u8()))
+	copy(tok[:], d.Take(tokenSize))
+	mac := d.Take(int(d.U8()))
 	if err := d.end(); err != nil || typ != msgAuth {
 		return c.refuse(fmt.Errorf("malformed credentials (type %d): %w", typ, rdmamgr.ErrUnauthenticated))
 	}
@@ -171,21 +171,25 @@ func (c *serverConn) refuse(err error) error {
 
 // handle answers one request.
 func (c *serverConn) handle(p []byte) error {
-	d := decoder{b: p}
-	switch typ := d.u8(); typ {
+	d := newDecoder(p)
+	switch typ := d.U8(); typ {
 	case msgMap:
 		m := decodeMap(&d)
 		if err := d.end(); err != nil {
 			return err
 		}
-		rep, fd := c.mapRegion(m)
-		err := writePacket(c.conn, rep.encode(), fd)
+		rep, fd, dev := c.mapRegion(m)
+		pkt := rep.encode()
+		if dev != nil {
+			pkt = dev.encode()
+		}
+		err := writePacket(c.conn, pkt, fd)
 		if fd >= 0 {
 			unix.Close(fd)
 		}
 		return err
 	case msgUnmap:
-		slot, id := d.u32(), d.u64()
+		slot, id := d.U32(), d.U64()
 		if err := d.end(); err != nil {
 			return err
 		}

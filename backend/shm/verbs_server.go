@@ -87,18 +87,18 @@ func (c *serverConn) sendStart(d *decoder) error {
 	if c.send != nil {
 		return fmt.Errorf("shm: a message started inside another: %w", rdmamgr.ErrProtocol)
 	}
-	s := &inSend{req: d.u64(), n: d.u64(), imm: d.u32()}
-	flags := d.u8()
+	s := &inSend{req: d.U64(), n: d.U64(), imm: d.U32()}
+	flags := d.U8()
 	s.hasImm = flags&sendHasImm != 0
 	var origin uint64
 	if flags&sendOrigin != 0 {
-		if origin = d.u64(); origin == 0 && d.err == nil {
+		if origin = d.U64(); origin == 0 && d.Err == nil {
 			return fmt.Errorf("shm: message with origin 0: %w", rdmamgr.ErrProtocol)
 		}
 	}
-	data := d.b
-	if d.err != nil || flags&^(sendHasImm|sendOrigin) != 0 || s.n == 0 || s.n > maxSend || uint64(len(data)) > s.n {
-		return fmt.Errorf("shm: message header (%d bytes, flags %#x, %v): %w", s.n, flags, d.err, rdmamgr.ErrProtocol)
+	data := d.B
+	if d.Err != nil || flags&^(sendHasImm|sendOrigin) != 0 || s.n == 0 || s.n > maxSend || uint64(len(data)) > s.n {
+		return fmt.Errorf("shm: message header (%d bytes, flags %#x, %v): %w", s.n, flags, d.Err, rdmamgr.ErrProtocol)
 	}
 	peer, err := c.originOf(origin)
 	if in := c.b.theInbox(); err != nil {
@@ -115,11 +115,11 @@ func (c *serverConn) sendStart(d *decoder) error {
 
 // sendMore takes a later packet of the message in progress.
 func (c *serverConn) sendMore(d *decoder) error {
-	req := d.u64()
-	if d.err != nil || c.send == nil || req != c.send.req || uint64(len(d.b)) > c.send.n-c.send.got || len(d.b) == 0 {
+	req := d.U64()
+	if d.Err != nil || c.send == nil || req != c.send.req || uint64(len(d.B)) > c.send.n-c.send.got || len(d.B) == 0 {
 		return fmt.Errorf("shm: message fragment out of place: %w", rdmamgr.ErrProtocol)
 	}
-	return c.sendData(d.b)
+	return c.sendData(d.B)
 }
 
 // sendData lands data and, once the message is whole, delivers it and

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/lewire"
 )
 
 // protoVersion is the version of the route info and of the socket's
@@ -72,76 +73,42 @@ func (i *routeInfo) encode() []byte {
 	return append(b, i.fb...)
 }
 
-// decoder reads fields and remembers the first error.
-type decoder struct {
-	b   []byte
-	err error
-}
+// decoder reads fields and remembers the first error (lewire's reads:
+// a read past the end fails with "shm: truncated message", ErrProtocol).
+type decoder struct{ lewire.Decoder }
 
-func (d *decoder) take(n int) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if n < 0 || n > len(d.b) {
-		d.err = fmt.Errorf("shm: truncated message: %w", rdmamgr.ErrProtocol)
-		return nil
-	}
-	p := d.b[:n:n]
-	d.b = d.b[n:]
-	return p
-}
-
-func (d *decoder) u8() byte {
-	if p := d.take(1); p != nil {
-		return p[0]
-	}
-	return 0
-}
-
-func (d *decoder) u32() uint32 {
-	if p := d.take(4); p != nil {
-		return binary.LittleEndian.Uint32(p)
-	}
-	return 0
-}
-
-func (d *decoder) u64() uint64 {
-	if p := d.take(8); p != nil {
-		return binary.LittleEndian.Uint64(p)
-	}
-	return 0
-}
+func newDecoder(p []byte) decoder { return decoder{lewire.Decoder{B: p, Prefix: "shm"}} }
 
 // end fails unless every byte was read.
 func (d *decoder) end() error {
-	if d.err == nil && len(d.b) != 0 {
-		d.err = fmt.Errorf("shm: %d trailing bytes: %w", len(d.b), rdmamgr.ErrProtocol)
+	if d.Err == nil && len(d.B) != 0 {
+		d.Err = fmt.Errorf("shm: %d trailing bytes: %w", len(d.B), rdmamgr.ErrProtocol)
 	}
-	return d.err
+	return d.Err
 }
 
 // version checks the leading version byte.
 func (d *decoder) version() error {
-	if v := d.u8(); d.err == nil && v != protoVersion {
-		d.err = fmt.Errorf("shm: version %d, ours %d: %w", v, protoVersion, rdmamgr.ErrVersion)
+	if v := d.U8(); d.Err == nil && v != protoVersion {
+		d.Err = fmt.Errorf("shm: version %d, ours %d: %w", v, protoVersion, rdmamgr.ErrVersion)
 	}
-	return d.err
+	return d.Err
 }
 
 func decodeInfo(p []byte) (routeInfo, error) {
 	var i routeInfo
-	d := decoder{b: p}
+	d := newDecoder(p)
 	if err := d.version(); err != nil {
 		return i, err
 	}
-	copy(i.host[:], d.take(hostIDSize))
-	i.pid, i.uid = d.u32(), d.u32()
-	i.fbKind = string(d.take(int(d.u8())))
-	n := d.u32()
-	if d.err == nil && n > maxFallbackInfo {
+	copy(i.host[:], d.Take(hostIDSize))
+	i.pid, i.uid = d.U32(), d.U32()
+	i.fbKind = string(d.Take(int(d.U8())))
+	n := d.U32()
+	if d.Err == nil && n > maxFallbackInfo {
 		return i, fmt.Errorf("shm: fallback info of %d bytes: %w", n, rdmamgr.ErrProtocol)
 	}
-	i.fb = d.take(int(n))
+	i.fb = d.Take(int(n))
 	return i, d.end()
 }
 
@@ -155,19 +122,19 @@ func (a *routeAnswer) encode() []byte {
 
 func decodeAnswer(p []byte) (routeAnswer, error) {
 	var a routeAnswer
-	d := decoder{b: p}
+	d := newDecoder(p)
 	if err := d.version(); err != nil {
 		return a, err
 	}
-	a.socket = string(d.take(int(d.u8())))
-	copy(a.token[:], d.take(tokenSize))
-	n := d.u32()
-	if d.err == nil && n > maxFallbackInfo {
+	a.socket = string(d.Take(int(d.U8())))
+	copy(a.token[:], d.Take(tokenSize))
+	n := d.U32()
+	if d.Err == nil && n > maxFallbackInfo {
 		return a, fmt.Errorf("shm: fallback answer of %d bytes: %w", n, rdmamgr.ErrProtocol)
 	}
-	a.fb = d.take(int(n))
-	if d.err == nil && a.socket == "" {
-		d.err = fmt.Errorf("shm: answer without a socket: %w", rdmamgr.ErrProtocol)
+	a.fb = d.Take(int(n))
+	if d.Err == nil && a.socket == "" {
+		d.Err = fmt.Errorf("shm: answer without a socket: %w", rdmamgr.ErrProtocol)
 	}
 	return a, d.end()
 }
@@ -189,9 +156,9 @@ func (m *mapMsg) encode() []byte {
 
 func decodeMap(d *decoder) mapMsg {
 	var m mapMsg
-	m.req, m.region = d.u64(), d.u64()
-	copy(m.key[:], d.take(buffer.KeySize))
-	m.need = buffer.Access(d.u8())
+	m.req, m.region = d.U64(), d.U64()
+	copy(m.key[:], d.Take(buffer.KeySize))
+	m.need = buffer.Access(d.U8())
 	return m
 }
 
@@ -217,9 +184,9 @@ func (m *mappedMsg) encode() []byte {
 
 func decodeMapped(d *decoder) mappedMsg {
 	var m mappedMsg
-	m.req, m.code, m.slot = d.u64(), d.u32(), d.u32()
-	m.off, m.len = d.u64(), d.u64()
-	m.access = buffer.Access(d.u8())
+	m.req, m.code, m.slot = d.U64(), d.U32(), d.U32()
+	m.off, m.len = d.U64(), d.U64()
+	m.access = buffer.Access(d.U8())
 	return m
 }
 
@@ -258,12 +225,12 @@ func (m *eventMsg) encode() []byte {
 
 func decodeEvent(d *decoder) eventMsg {
 	var m eventMsg
-	m.req, m.slot = d.u64(), d.u32()
-	m.region, m.off, m.n = d.u64(), d.u64(), d.u64()
-	m.imm = d.u32()
-	if len(d.b) == 8 {
-		if m.origin = d.u64(); m.origin == 0 {
-			d.err = fmt.Errorf("shm: event with origin 0: %w", rdmamgr.ErrProtocol)
+	m.req, m.slot = d.U64(), d.U32()
+	m.region, m.off, m.n = d.U64(), d.U64(), d.U64()
+	m.imm = d.U32()
+	if len(d.B) == 8 {
+		if m.origin = d.U64(); m.origin == 0 {
+			d.Err = fmt.Errorf("shm: event with origin 0: %w", rdmamgr.ErrProtocol)
 		}
 	}
 	return m

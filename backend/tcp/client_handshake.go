@@ -29,6 +29,7 @@ func (p *pendingRoute) Complete(ctx context.Context, info []byte) (backend.Route
 	}
 	b := p.b
 	r := newRoute(b, p.peer)
+	r.farAgent = responderAgent(info)
 	var d net.Dialer
 	for i, tok := range tokens {
 		c, err := b.dial(ctx, &d, addr) // tls.go

@@ -120,7 +120,10 @@
 // handshake says so: a backend with a resolver marks the routes it sets
 // up; every peer proves the deployment's secret, so this keeps a
 // process's own routes from naming another manager as the sender, not a
-// peer that holds the secret and lies); the connection serves on. A connection keeps its last resolution and reuses
+// peer that holds the secret and lies); the connection serves on. An
+// agent answering another agent's route handshake says it is one too (a
+// bit of its route answer: route FarIsAgent, agentapi.FarAgent), so an
+// agent can drop a route to an address that is no agent. A connection keeps its last resolution and reuses
 // it while the proxy admits the request, so a run of frames for one
 // region resolves once and allocates nothing: an agent ends a process's
 // access by revoking or releasing the proxy, never by refusing Resolve
@@ -132,7 +135,14 @@
 // reference waits on it. The fence holds unchanged: it is route-wide on
 // the initiator and a WRITE is answered only once its bytes are in the
 // process's memory, so a notice for a process comes after every WRITE
-// posted before it on the route (to any process at that agent).
+// posted before it on the route (to any process at that agent). An
+// agent's inbox that answers later (agentapi.AsyncInbox, AsyncLanding:
+// its process answers over its own shm route) does not hold up the
+// connection: the server answers that write-imm or send when the inbox
+// gives the answer (late.go: queued, sent with the next batch, waking a
+// connection that waits for a request) and serves the next frames
+// meanwhile; the initiator matches answers by id, so one may overtake
+// another. A notice's answer still comes only after its process took it.
 //
 // Device memory (stage.go, issue 27). A WRITE or READ of the peer's own
 // memory (no via, no origin) may name a device region (a GPU buffer,
@@ -165,8 +175,8 @@
 // server_conn.go (hello, one connection), server_frames.go (serving
 // frames, batched responses), server_write.go (WRITE and READ),
 // server_verbs.go (write-imm, send, atomics), stage.go (device memory),
-// verbs.go (the inbox) and
-// via.go (frames for a host agent's attached processes); the
+// verbs.go (the inbox), via.go (frames for a host agent's attached
+// processes) and late.go (the answers such a process gives later); the
 // client side is client_handshake.go (dial and hello), route.go (route
 // state, striping, the lane, watchdog), fence.go (notices after earlier
 // WRITEs and atomics), op.go (the op/chunk state machine), client.go,

@@ -167,7 +167,26 @@ func initiatorTLS(info []byte) bool {
 	return binary.LittleEndian.Uint16(info[2:])&initiatorTLSBit != 0
 }
 
-// responderInfo: version, n, addr length, addr, n tokens.
+// responderAgentBit in the responder info's token count says that the
+// responder is a host agent (its backend has a resolver), answering
+// another one (set only when the initiator info has initiatorAgentBit: an
+// initiator of a build before it would read the count as too many
+// tokens). An agent drops a route to a far "agent" that does not say so
+// (agentapi.FarAgent).
+const responderAgentBit = 1 << 14
+
+// withResponderAgent marks responder info as a host agent's.
+func withResponderAgent(info []byte) []byte {
+	binary.LittleEndian.PutUint16(info[2:], binary.LittleEndian.Uint16(info[2:])|responderAgentBit)
+	return info
+}
+
+// responderAgent reports whether valid responder info says host agent.
+func responderAgent(info []byte) bool {
+	return binary.LittleEndian.Uint16(info[2:])&responderAgentBit != 0
+}
+
+// responderInfo: version, n (responderAgentBit), addr length, addr, n tokens.
 func encodeResponderInfo(addr string, tokens [][tokenSize]byte) []byte {
 	b := make([]byte, 6, 6+len(addr)+len(tokens)*tokenSize)
 	binary.LittleEndian.PutUint16(b[0:], Version)
@@ -187,7 +206,7 @@ func decodeResponderInfo(b []byte) (addr string, tokens [][tokenSize]byte, err e
 	if v := binary.LittleEndian.Uint16(b[0:]); v != Version {
 		return "", nil, fmt.Errorf("responder version %d, want %d: %w", v, Version, rdmamgr.ErrVersion)
 	}
-	n := int(binary.LittleEndian.Uint16(b[2:]))
+	n := int(binary.LittleEndian.Uint16(b[2:]) &^ responderAgentBit)
 	al := int(binary.LittleEndian.Uint16(b[4:]))
 	if n < 1 || n > maxConns || al < 1 || al > maxAddrSz || len(b) != 6+al+n*tokenSize {
 		return "", nil, fmt.Errorf("responder info n=%d addr=%d size=%d: %w", n, al, len(b), rdmamgr.ErrProtocol)

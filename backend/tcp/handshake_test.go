@@ -215,6 +215,7 @@ func FuzzHello(f *testing.F) {
 func FuzzResponderInfo(f *testing.F) {
 	f.Add(encodeResponderInfo("127.0.0.1:4000", [][tokenSize]byte{testToken(1)}))
 	f.Add(encodeResponderInfo("h:1", [][tokenSize]byte{testToken(1), testToken(2), testToken(3)}))
+	f.Add(withResponderAgent(encodeResponderInfo("h:1", [][tokenSize]byte{testToken(1), testToken(2)})))
 	f.Add([]byte{1, 0, 1, 0, 1, 0})
 	f.Add([]byte{1, 0, 0xFF, 0xFF, 0xFF, 0xFF})
 	f.Add([]byte{})
@@ -230,6 +231,9 @@ func FuzzResponderInfo(f *testing.F) {
 			t.Fatalf("decode accepted addr %d bytes, %d tokens", len(addr), len(tokens))
 		}
 		enc := encodeResponderInfo(addr, tokens)
+		if responderAgent(b) {
+			enc = withResponderAgent(enc)
+		}
 		if !bytes.Equal(enc, b) {
 			t.Fatalf("re-encoding differs:\n got %x\nwant %x", enc, b)
 		}

@@ -33,6 +33,10 @@ type route struct {
 
 	fence fence // fence.go: notices after earlier WRITEs and atomics
 
+	// farAgent: the responder said it is a host agent (responderAgentBit;
+	// agentapi.FarAgent). Fixed after Complete.
+	farAgent bool
+
 	drained chan struct{} // closed once every chunk is completed after fail
 	ioWG    sync.WaitGroup
 	closeMu sync.Mutex // serialises Close

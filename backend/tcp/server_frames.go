@@ -42,6 +42,8 @@ type serverConn struct {
 	// may name an origin (via.go).
 	peerAgent bool
 
+	late lateAnswers // answers an agent's inbox gives later (late.go)
+
 	mu sync.Mutex // guards writing and flushing, and segs while flushing
 	// writing is the region a WRITE payload is being read into (nil
 	// between payloads); the read deadline is set under mu while it is.
@@ -94,27 +96,20 @@ const (
 func (s *serverConn) serve() error {
 	defer s.release()
 	defer s.endVia()
+	defer s.closeLate()
 	br := newConnReader(s.c)
 	defer br.close()
 	var hdr [reqMaxSize]byte
 	var h reqHeader
 	maxLen := uint32(s.b.cfg.MaxFrameLen)
 	for {
+		s.takeLate() // answers a host agent's inbox gave since (late.go)
 		if len(s.segs) > 0 && (br.Buffered() == 0 || len(s.segs) >= maxBatchSegs || s.payload >= maxBatchPayload) {
 			if err := s.flush(); err != nil {
 				return err
 			}
 		}
-		if br.Buffered() < reqMaxSize {
-			// Reading the header may wait on the peer: a peer pings an
-			// idle connection every heartbeat, so one silent for
-			// IdleTimeout is gone or hostile, and gives its slot back.
-			// (Payload reads set deadlines of their own.)
-			if err := s.c.SetReadDeadline(time.Now().Add(s.b.cfg.IdleTimeout)); err != nil {
-				return err
-			}
-		}
-		if _, err := io.ReadFull(br, hdr[:reqHeaderSize]); err != nil {
+		if err := s.readHeader(br, hdr[:reqHeaderSize]); err != nil { // late.go
 			return err
 		}
 		n := reqSizeOf(hdr[0], hdr[1])

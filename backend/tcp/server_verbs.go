@@ -65,7 +65,11 @@ func (s *serverConn) serveWriteImm(br *connReader, h *reqHeader) error {
 	default:
 		s.servedIn(uint64(h.length), h.first)
 		ev := backend.Event{Peer: s.peerID, Region: h.region, Offset: end - h.total, Length: h.total, Imm: h.imm}
-		code = byte(backend.Code(s.event(h, ev)))
+		deferred, err := s.eventLate(h, ev) // late.go
+		if deferred {
+			return nil // answered once the agent's process answers
+		}
+		code = byte(backend.Code(err))
 	}
 	s.appendResp(respHeader{op: h.op, code: code, wrid: h.wrid}, memreg.Ref{})
 	return nil
@@ -111,7 +115,15 @@ func (s *serverConn) serveSend(br *connReader, h *reqHeader) error {
 	}
 	s.servedIn(uint64(n), true) // a send is one frame
 	var code byte
-	if cl, ok := l.(agentapi.CheckedLanding); ok { // a host agent's: it can still refuse
+	if al, ok := l.(agentapi.AsyncLanding); ok { // a host agent's: answered later
+		answer := s.deferAnswer(h.op, h.wrid)
+		err := al.DeliverAsync(n, h.imm, h.hasImm, answer)
+		if err == nil {
+			return nil
+		}
+		s.undefer()
+		code = byte(backend.Code(err))
+	} else if cl, ok := l.(agentapi.CheckedLanding); ok { // a host agent's: it can still refuse
 		code = byte(backend.Code(cl.Deliver(n, h.imm, h.hasImm)))
 	} else {
 		l.Done(n, h.imm, h.hasImm, nil)

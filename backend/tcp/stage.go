@@ -91,6 +91,7 @@ func (s *serverConn) writeDevice(br *connReader, ref memreg.Ref, span memreg.Dev
 	}
 	stg, err := s.b.stage.get(span)
 	if err != nil {
+		ref.Release() // before draining: a peer that stalls its payload holds no cut
 		s.rejected()
 		return byte(backend.RemoteCode(err)), s.discard(br, n, frameEnd)
 	}

@@ -95,7 +95,11 @@ func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, info []byte) (
 		b.tokens[tokens[i]] = tokenEntry{peer: peerID, agent: agent, issued: now, expires: now.Add(b.cfg.TokenTTL)}
 		b.tokensByPeer[peerID]++
 	}
-	return encodeResponderInfo(b.addr, tokens), nil
+	ans := encodeResponderInfo(b.addr, tokens)
+	if agent && b.resolver.Load() != nil { // an agent answering an agent
+		ans = withResponderAgent(ans)
+	}
+	return ans, nil
 }
 
 func tlsWord(on bool) string {

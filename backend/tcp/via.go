@@ -38,6 +38,12 @@ func setResolver(bb backend.Backend, r agentapi.Resolver) bool {
 	return true
 }
 
+var _ agentapi.FarAgent = (*route)(nil)
+
+// FarIsAgent implements agentapi.FarAgent: the responder's route answer
+// said it is a host agent (responderAgentBit), answering our agent.
+func (r *route) FarIsAgent() bool { return r.farAgent }
+
 var (
 	errViaNoAgent    = fmt.Errorf("tcp: a frame for an attached process (via) to a server that is not a host agent: %w", rdmamgr.ErrNotSupported)
 	errOriginNoAgent = fmt.Errorf("tcp: an origin on a frame to a server that is not a host agent: %w", rdmamgr.ErrNotSupported)
@@ -180,19 +186,6 @@ func (s *serverConn) inboxOf(h *reqHeader) (backend.Inbox, error) {
 		err = fmt.Errorf("tcp: no inbox for via %d: %w", h.via, rdmamgr.ErrNoReceive)
 	}
 	return in, err
-}
-
-// event hands a write-imm's event to the inbox h names.
-func (s *serverConn) event(h *reqHeader, ev backend.Event) error {
-	if h.via == 0 && h.origin == 0 {
-		return s.b.event(ev)
-	}
-	in, err := s.inboxOf(h)
-	if err != nil {
-		return err
-	}
-	ev.Peer = s.noticePeer(h)
-	return in.Event(ev)
 }
 
 // recv takes a landing for a send of n bytes from the inbox h names.

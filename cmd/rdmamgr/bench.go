@@ -10,6 +10,7 @@ import (
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/bench"
+	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
 func benchCommand() *command {
@@ -59,7 +60,8 @@ type benchArgs struct {
 	cpuProfile, memProfile string
 	jsonPath               string
 	metricsListen          string
-	memory                 string // --memory
+	memory                 string          // --memory
+	loc                    buffer.Location // --memory, parsed
 	bl                     baselineFlags
 	c                      common
 }
@@ -108,7 +110,7 @@ func (a *benchArgs) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.metricsListen, "metrics-listen", "", "serve /metrics of this run's manager on `HOST:PORT` (default: none)")
 	fs.StringVar(&a.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed run to this `file`")
 	fs.StringVar(&a.memProfile, "memprofile", "", "write an allocation profile of the run to this `file`")
-	fs.StringVar(&a.memory, "memory", "host", "where the buffers of each end are: host, or cuda[:N] for CUDA device N's memory (GPU buffers: refused with a reason until the initiator stages device memory)")
+	fs.StringVar(&a.memory, "memory", "host", "where the buffers of each end are: host, or cuda[:N] for CUDA device N's memory (GPU buffers: the peer must be a serve --cuda daemon; refused with the reason where this machine has no CUDA driver or device; not with --verify or --baseline)")
 	a.bl.register(fs)
 	a.c.registerLog(fs, "warn")
 	a.c.registerManager(fs)
@@ -148,7 +150,8 @@ func (a *benchArgs) config() (bench.Config, error) {
 		a.concurrency, a.ring = a.inflight, true
 	}
 	return bench.Config{Op: a.op, Size: size, Count: a.count, Concurrency: a.concurrency, Ring: a.ring,
-		Warmup: a.warmup, Verify: a.verify, SharedSlot: a.sharedSlot, MaxErrors: a.maxErrors, ProgressEvery: progressEvery}, nil
+		Warmup: a.warmup, Verify: a.verify, SharedSlot: a.sharedSlot, MaxErrors: a.maxErrors, ProgressEvery: progressEvery,
+		Memory: a.loc}, nil
 }
 
 // progressEvery is how often the progress line is rewritten.

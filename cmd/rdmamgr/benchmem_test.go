@@ -7,16 +7,30 @@ import (
 )
 
 // TestBenchMemory: --memory host is the bench as ever (its other checks
-// run), a bad value is a usage error, and cuda[:N] is refused with the
-// reason: here no driver (no GPU on the machines this runs on).
+// run), a bad value is a usage error, cuda[:N] is not with --verify or
+// --baseline, and without a driver (no GPU on the machines this runs on)
+// it is refused with the reason.
 func TestBenchMemory(t *testing.T) {
 	usageErr([]string{"bench", "--memory", "gpu"}, `--memory: memory "gpu"`).run(t)
 	usageErr([]string{"bench", "--memory", "cuda:64"}, `--memory: memory "cuda:64"`).run(t)
 	usageErr([]string{"bench", "--memory", "host"}, "--peer is required").run(t)
+	usageErr([]string{"bench", "--memory", "cuda", "--verify", "--peer", "127.0.0.1:1"}, "--memory cuda:0: not with --verify").run(t)
+	usageErr([]string{"bench", "--memory", "cuda", "--baseline"}, "--memory cuda:0: not with --verify or --baseline").run(t)
 	if d, err := cuda.Open(); err == nil {
 		d.Close()
-		t.Skip("a CUDA driver is present: the refusal names the initiator's staging instead")
+		t.Skip("a CUDA driver is present")
 	}
 	cliCase{args: []string{"bench", "--peer", "127.0.0.1:1", "--memory", "cuda:1"}, code: 1,
 		stderrHas: []string{"bench --memory cuda:1", "libcuda.so.1", "not supported"}, stdoutNone: true}.run(t)
+}
+
+// TestServeCUDA: serve --cuda without a CUDA driver refuses to start,
+// saying why (exit 1, nothing on stdout).
+func TestServeCUDA(t *testing.T) {
+	if d, err := cuda.Open(); err == nil {
+		d.Close()
+		t.Skip("a CUDA driver is present")
+	}
+	cliCase{args: []string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "off", "--cuda"}, code: 1,
+		stderrHas: []string{"serve --cuda", "libcuda.so.1", "not supported"}, stdoutNone: true}.run(t)
 }

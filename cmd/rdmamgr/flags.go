@@ -41,6 +41,9 @@ type common struct {
 	hostAgent node.HostAgent
 	// agent is --agent: the host agent's attach socket ("": none).
 	agent string
+	// cuda is serve --cuda: the manager loads the CUDA driver at start
+	// (node.Config.CUDA.Open) and serves GPU buffers.
+	cuda bool
 	// hostID is --host-id (node.Config.HostID; "": the kernel's host).
 	hostID string
 }

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/actor"
 	"github.com/rdmamgr/rdmamgr/certs"
 	"github.com/rdmamgr/rdmamgr/membership"
 	"github.com/rdmamgr/rdmamgr/node"
@@ -107,8 +109,10 @@ func (j *joined) try(ctx context.Context, f *netFlags, m membership.Member, n *n
 	}
 	log.Info("member of cluster", "cluster", f.cluster, "name", m.Name, "etcd", f.etcd, "lease_ttl", f.leaseTTL)
 	stop := follow(reg, n, log)
+	n.SetAgentFarCheck(memberCheck(reg)) // a host agent dials members only
 	j.mu.Lock()
 	j.leave = func() {
+		n.SetAgentFarCheck(nil)
 		stop()
 		if err := g.Close(); err != nil {
 			log.Warn("leaving the cluster", "err", err)
@@ -187,4 +191,26 @@ func (f *netFlags) followCluster(n *node.Node, log *slog.Logger) (stop func(), e
 	}
 	s := follow(reg, n, log)
 	return func() { s(); reg.Close() }, nil
+}
+
+// memberCheck accepts a host agent address ("host:port" or
+// "host:port/name", as node.AgentAddr) of a member of reg's cluster, and
+// refuses any other (and every one while etcd cannot be read).
+func memberCheck(reg *membership.Registry) func(ctx context.Context, addr string) error {
+	return func(ctx context.Context, addr string) error {
+		ms, err := reg.List(ctx)
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			a := m.Address
+			if m.Manager != "" && m.Manager != actor.DefaultName {
+				a += "/" + m.Manager
+			}
+			if a == addr {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s is no member's: %w", addr, rdmamgr.ErrUnknownPeer)
+	}
 }

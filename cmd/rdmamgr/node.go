@@ -68,6 +68,7 @@ func (c *common) nodeConfig(listen string, slogger *slog.Logger, name string, wi
 	cfg.Backend, cfg.IBVerbs = k, c.rdma
 	cfg.SHM.AllowUIDs = c.shmUIDs
 	cfg.Agent = c.agent
+	cfg.CUDA.Open = c.cuda
 	cfg.HostID = c.hostID
 	if err := c.tcpConfig(&cfg.TCP); err != nil {
 		return node.Config{}, err

@@ -42,6 +42,7 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 	dataListen := fs.String("data-listen", "", "data listener `HOST:PORT` (TCP backend; default: the --listen host, a free port); a wildcard host is advertised as --listen's")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the daemon's life to this `file`")
 	var c common
+	fs.BoolVar(&c.cuda, "cuda", false, "serve GPU buffers (RequestBuffer in a CUDA device's memory) through the CUDA driver, libcuda.so.1, loaded at start: without one serve refuses to start (exit 1); without --cuda GPU buffers are refused with ErrNotSupported")
 	fs.StringVar(&c.hostAgent.Socket, "agent-socket", "", "run as this host's agent: processes attach on this unix socket `path` (mode 0660) and reach other hosts' processes through it, over ibverbs where both agents have a device (--backend auto or ibverbs), else TCP; users: ours and --shm-allow-uid")
 	fs.IntVar(&c.hostAgent.Routes, "agent-routes", 4, "with --agent-socket: TCP connections between two agents' hosts, both ways (at least 2: half on each agent's route to the other; overrides --conns)")
 	c.registerLog(fs, "info")
@@ -64,6 +65,9 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 				return err
 			}
 			c.dataListen = *dataListen
+		}
+		if err := checkCUDA(c.cuda); err != nil {
+			return err
 		}
 		if *metricsListen == "off" {
 			*metricsListen = ""

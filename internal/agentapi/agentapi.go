@@ -52,7 +52,11 @@
 //     connection's account; other connections serve on meanwhile.
 //   - Inbox(via) must return an inbox that does not block (backend.Inbox).
 //     An event names the process's own region id (the frame's, not the
-//     proxy's) and the origin as its Peer.
+//     proxy's) and the origin as its Peer. An inbox that must wait for
+//     its process implements AsyncInbox (and its landings AsyncLanding):
+//     the backend then answers the frame once the process did, serving
+//     the connection's next frames meanwhile; answers may come in another
+//     order than their frames (a write-imm's or send's answer names it).
 package agentapi
 
 import (
@@ -110,4 +114,39 @@ type Resolver interface {
 type CheckedLanding interface {
 	backend.Landing
 	Deliver(n int, imm uint32, hasImm bool) error
+}
+
+// FarAgent is implemented by routes whose handshake tells whether the far
+// end is a host agent (the TCP backend's: the responder says so in its
+// route answer when it is an agent answering an agent). A host agent
+// drops a route to a far agent address whose route says it is not one.
+type FarAgent interface {
+	// FarIsAgent reports whether the responder said it is a host agent.
+	FarIsAgent() bool
+}
+
+// AsyncInbox is an Inbox (from Resolver.Inbox) that hands events on
+// without holding up the connection: the backend answers the write-imm
+// once answer is called, and serves the connection's next frames
+// meanwhile. An agent's inbox queues an event for its process (bounded:
+// a full queue refuses at once with rdmamgr.ErrLimit, as a full
+// subscriber queue does on the direct path) and answers with the
+// process's answer.
+type AsyncInbox interface {
+	// EventAsync hands ev on. nil: answer is called exactly once, later
+	// or before EventAsync returns, from any goroutine, with the refusal
+	// (nil: delivered); it does not block. An error refuses ev at once
+	// (answer is never called).
+	EventAsync(ev backend.Event, answer func(error)) error
+}
+
+// AsyncLanding is a CheckedLanding whose delivery is answered later, as
+// AsyncInbox's events are: the backend answers the send once answer is
+// called, and serves the connection's next frames meanwhile.
+type AsyncLanding interface {
+	CheckedLanding
+	// DeliverAsync hands the message on (n bytes of Mem, the immediate).
+	// nil: answer is called exactly once, as for EventAsync. An error
+	// refuses it at once (answer is never called).
+	DeliverAsync(n int, imm uint32, hasImm bool, answer func(error)) error
 }

@@ -34,11 +34,11 @@ func (h *Hello) Encode() ([]byte, error) {
 // DecodeHello checks and decodes a hello packet.
 func DecodeHello(pkt []byte) (Hello, error) {
 	var h Hello
-	d := decoder{b: pkt}
+	d := newDecoder(pkt)
 	d.head(TypeHello)
 	d.version()
-	copy(h.Nonce[:], d.take(NonceSize))
-	h.AgentID = d.u64()
+	copy(h.Nonce[:], d.Take(NonceSize))
+	h.AgentID = d.U64()
 	if err := d.end(); err != nil {
 		return Hello{}, err
 	}
@@ -112,13 +112,13 @@ func (a *Auth) Encode() ([]byte, error) {
 // DecodeAuth checks and decodes an auth packet (not its MAC: Verify).
 func DecodeAuth(pkt []byte) (Auth, error) {
 	var a Auth
-	d := decoder{b: pkt}
+	d := newDecoder(pkt)
 	d.head(TypeAuth)
 	d.version()
-	if mac := d.take(int(d.u8())); len(mac) > 0 {
+	if mac := d.Take(int(d.U8())); len(mac) > 0 {
 		a.MAC = append([]byte(nil), mac...)
 	}
-	a.PID, a.ManagerID = d.u32(), d.u64()
+	a.PID, a.ManagerID = d.U32(), d.U64()
 	a.Addr = d.str("address")
 	if err := d.end(); err != nil {
 		return Auth{}, err
@@ -151,13 +151,13 @@ func DecodeInfo(typ byte, pkt []byte) ([]byte, error) {
 	if typ != TypeShmPrepare && typ != TypeShmAccept {
 		return nil, fmt.Errorf("agentwire: info in message type %d: %w", typ, rdmamgr.ErrInvalid)
 	}
-	d := decoder{b: pkt}
+	d := newDecoder(pkt)
 	d.head(typ)
-	n := d.u32()
-	if d.err == nil && (n == 0 || n > MaxInfo) {
+	n := d.U32()
+	if d.Err == nil && (n == 0 || n > MaxInfo) {
 		d.fail("route info of %d bytes", n)
 	}
-	info := d.take(int(n))
+	info := d.Take(int(n))
 	if err := d.end(); err != nil {
 		return nil, err
 	}
@@ -205,12 +205,12 @@ func (w *Welcome) Encode() ([]byte, error) {
 // DecodeWelcome checks and decodes a welcome packet.
 func DecodeWelcome(pkt []byte) (Welcome, error) {
 	var w Welcome
-	d := decoder{b: pkt}
+	d := newDecoder(pkt)
 	d.head(TypeWelcome)
-	w.Slot, w.Generation = d.u16(), d.u32()
+	w.Slot, w.Generation = d.U16(), d.U32()
 	w.AgentAddr = d.str("agent address")
-	w.AgentID = d.u64()
-	copy(w.HostID[:], d.take(HostIDSize))
+	w.AgentID = d.U64()
+	copy(w.HostID[:], d.Take(HostIDSize))
 	if err := d.end(); err != nil {
 		return Welcome{}, err
 	}
@@ -250,10 +250,10 @@ func (g *Gone) Encode() ([]byte, error) {
 // DecodeGone checks and decodes a gone packet.
 func DecodeGone(pkt []byte) (Gone, error) {
 	var g Gone
-	d := decoder{b: pkt}
+	d := newDecoder(pkt)
 	d.head(TypeGone)
-	g.Code = d.u32()
-	g.Reason = string(d.take(int(d.u16())))
+	g.Code = d.U32()
+	g.Reason = string(d.Take(int(d.U16())))
 	if err := d.end(); err != nil {
 		return Gone{}, err
 	}

@@ -99,13 +99,13 @@ func (b *Batch) AddCancel(wrid uint64) error {
 
 // batch checks a batch's head and returns its decoder and count.
 func batch(pkt []byte, typ byte) (decoder, int) {
-	d := decoder{b: pkt}
+	d := newDecoder(pkt)
 	if len(pkt) > MaxPacket {
 		d.fail("packet of %d bytes", len(pkt))
 	}
 	d.head(typ)
-	n := int(d.u16())
-	if d.err == nil && n == 0 {
+	n := int(d.U16())
+	if d.Err == nil && n == 0 {
 		d.fail("empty batch")
 	}
 	return d, n
@@ -117,7 +117,7 @@ func DecodePosts(pkt []byte, dst []Post) ([]Post, error) {
 	d, n := batch(pkt, TypePost)
 	dst = dst[:0]
 	var prevOwner, prevFar string // the strings of the last post decoded here
-	for i := 0; i < n && d.err == nil; i++ {
+	for i := 0; i < n && d.Err == nil; i++ {
 		if i < cap(dst) {
 			dst = dst[:i+1]
 			if s := dst[i].Remote.OwnerAddr; s != "" {
@@ -143,13 +143,13 @@ func DecodePosts(pkt []byte, dst []Post) ([]Post, error) {
 func DecodeDones(pkt []byte, dst []Done) ([]Done, error) {
 	d, n := batch(pkt, TypeDone)
 	dst = dst[:0]
-	if d.err == nil && n*doneSize != len(d.b) {
-		d.fail("done batch of %d records in %d bytes", n, len(d.b))
+	if d.Err == nil && n*doneSize != len(d.B) {
+		d.fail("done batch of %d records in %d bytes", n, len(d.B))
 	}
-	for i := 0; i < n && d.err == nil; i++ {
-		r := Done{WRID: d.u64(), Code: d.u32(), Result: d.u64()}
-		if d.err == nil {
-			d.err = r.check()
+	for i := 0; i < n && d.Err == nil; i++ {
+		r := Done{WRID: d.U64(), Code: d.U32(), Result: d.U64()}
+		if d.Err == nil {
+			d.Err = r.check()
 		}
 		dst = append(dst, r)
 	}
@@ -163,11 +163,11 @@ func DecodeDones(pkt []byte, dst []Done) ([]Done, error) {
 func DecodeCancels(pkt []byte, dst []uint64) ([]uint64, error) {
 	d, n := batch(pkt, TypeCancel)
 	dst = dst[:0]
-	if d.err == nil && n*8 != len(d.b) {
-		d.fail("cancel batch of %d records in %d bytes", n, len(d.b))
+	if d.Err == nil && n*8 != len(d.B) {
+		d.fail("cancel batch of %d records in %d bytes", n, len(d.B))
 	}
-	for i := 0; i < n && d.err == nil; i++ {
-		dst = append(dst, d.u64())
+	for i := 0; i < n && d.Err == nil; i++ {
+		dst = append(dst, d.U64())
 	}
 	if err := d.end(); err != nil {
 		return dst[:0], err

@@ -173,38 +173,38 @@ func appendPost(b []byte, p *Post) []byte {
 // decodePost decodes a post into p; prevOwner and prevFar are the strings
 // p held before (the same text is not allocated again).
 func decodePost(d *decoder, p *Post, prevOwner, prevFar string) {
-	p.WRID = d.u64()
-	p.Op = backend.Op(d.u8())
-	flags := d.u8()
-	if d.err == nil && flags&^flagHasImm != 0 {
+	p.WRID = d.U64()
+	p.Op = backend.Op(d.U8())
+	flags := d.U8()
+	if d.Err == nil && flags&^flagHasImm != 0 {
 		d.fail("post flags %#x", flags)
 	}
 	p.HasImm = flags&flagHasImm != 0
-	p.Imm, p.Via = d.u32(), d.u16()
-	p.Local.Region = d.u64()
-	copy(p.Local.Key[:], d.take(buffer.KeySize))
-	p.Local.Offset, p.Local.Length = d.u64(), d.u64()
+	p.Imm, p.Via = d.U32(), d.U16()
+	p.Local.Region = d.U64()
+	copy(p.Local.Key[:], d.Take(buffer.KeySize))
+	p.Local.Offset, p.Local.Length = d.U64(), d.U64()
 	r := &p.Remote
-	r.OwnerID, r.Region, r.Offset, r.Length = d.u64(), d.u64(), d.u64(), d.u64()
-	copy(r.Key[:], d.take(buffer.KeySize))
-	r.Access = buffer.Access(d.u32())
-	r.RDMA.Addr, r.RDMA.RKey = d.u64(), d.u32()
-	lease := d.u64()
-	if d.err == nil && lease > uint64(maxLease/time.Millisecond) {
+	r.OwnerID, r.Region, r.Offset, r.Length = d.U64(), d.U64(), d.U64(), d.U64()
+	copy(r.Key[:], d.Take(buffer.KeySize))
+	r.Access = buffer.Access(d.U32())
+	r.RDMA.Addr, r.RDMA.RKey = d.U64(), d.U32()
+	lease := d.U64()
+	if d.Err == nil && lease > uint64(maxLease/time.Millisecond) {
 		d.fail("lease of %d ms", lease)
 	}
 	r.Lease = time.Duration(lease) * time.Millisecond
 	r.OwnerAddr = d.strAs("owner address", prevOwner)
 	p.FarAgent = d.strAs("far agent", prevFar)
-	p.FarAgentID = d.u64()
-	p.Compare, p.Swap = d.u64(), d.u64()
-	dl := d.u64()
-	if d.err == nil && dl > math.MaxInt64 {
+	p.FarAgentID = d.U64()
+	p.Compare, p.Swap = d.U64(), d.U64()
+	dl := d.U64()
+	if d.Err == nil && dl > math.MaxInt64 {
 		d.fail("deadline %d", dl)
 	}
 	p.Deadline = time.Duration(dl)
-	if d.err == nil {
-		d.err = p.check()
+	if d.Err == nil {
+		d.Err = p.check()
 	}
 }
 

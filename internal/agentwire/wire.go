@@ -1,12 +1,12 @@
 package agentwire
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"unicode/utf8"
 
 	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/internal/lewire"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
@@ -60,57 +60,16 @@ func Type(pkt []byte) (byte, error) {
 	return pkt[0], nil
 }
 
-// decoder reads fields and remembers the first error.
-type decoder struct {
-	b   []byte
-	err error
-}
+// decoder reads fields and remembers the first error (lewire's reads:
+// a read past the end fails with "agentwire: truncated message", ErrProtocol).
+type decoder struct{ lewire.Decoder }
+
+func newDecoder(p []byte) decoder { return decoder{lewire.Decoder{B: p, Prefix: "agentwire"}} }
 
 func (d *decoder) fail(format string, a ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("agentwire: "+format+": %w", append(a, rdmamgr.ErrProtocol)...)
+	if d.Err == nil {
+		d.Err = fmt.Errorf("agentwire: "+format+": %w", append(a, rdmamgr.ErrProtocol)...)
 	}
-}
-
-func (d *decoder) take(n int) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if n < 0 || n > len(d.b) {
-		d.fail("truncated message")
-		return nil
-	}
-	p := d.b[:n:n]
-	d.b = d.b[n:]
-	return p
-}
-
-func (d *decoder) u8() byte {
-	if p := d.take(1); p != nil {
-		return p[0]
-	}
-	return 0
-}
-
-func (d *decoder) u16() uint16 {
-	if p := d.take(2); p != nil {
-		return binary.LittleEndian.Uint16(p)
-	}
-	return 0
-}
-
-func (d *decoder) u32() uint32 {
-	if p := d.take(4); p != nil {
-		return binary.LittleEndian.Uint32(p)
-	}
-	return 0
-}
-
-func (d *decoder) u64() uint64 {
-	if p := d.take(8); p != nil {
-		return binary.LittleEndian.Uint64(p)
-	}
-	return 0
 }
 
 // str reads a string of a u8 length, checked by checkText.
@@ -118,8 +77,8 @@ func (d *decoder) str(what string) string { return d.strAs(what, "") }
 
 // strAs is str, returning prev (no allocation) when the text is prev's.
 func (d *decoder) strAs(what, prev string) string {
-	p := d.take(int(d.u8()))
-	if d.err != nil {
+	p := d.Take(int(d.U8()))
+	if d.Err != nil {
 		return ""
 	}
 	s := prev
@@ -127,7 +86,7 @@ func (d *decoder) strAs(what, prev string) string {
 		s = string(p)
 	}
 	if err := checkText(what, s, MaxAddr); err != nil {
-		d.err = err
+		d.Err = err
 		return ""
 	}
 	return s
@@ -135,24 +94,24 @@ func (d *decoder) strAs(what, prev string) string {
 
 // head checks the type byte.
 func (d *decoder) head(typ byte) {
-	if t := d.u8(); d.err == nil && t != typ {
+	if t := d.U8(); d.Err == nil && t != typ {
 		d.fail("message type %d, want %d", t, typ)
 	}
 }
 
 // version checks a version byte.
 func (d *decoder) version() {
-	if v := d.u8(); d.err == nil && v != Version {
-		d.err = fmt.Errorf("agentwire: version %d, ours %d: %w", v, Version, rdmamgr.ErrVersion)
+	if v := d.U8(); d.Err == nil && v != Version {
+		d.Err = fmt.Errorf("agentwire: version %d, ours %d: %w", v, Version, rdmamgr.ErrVersion)
 	}
 }
 
 // end fails unless every byte was read.
 func (d *decoder) end() error {
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d trailing bytes", len(d.b))
+	if d.Err == nil && len(d.B) != 0 {
+		d.fail("%d trailing bytes", len(d.B))
 	}
-	return d.err
+	return d.Err
 }
 
 // checkText refuses a string over max bytes, not UTF-8, or with control

@@ -27,7 +27,7 @@ import (
 // route keeps serving host memory (or, on RDMA, fails as after any remote
 // error), and no work request carries a local device buffer (its local
 // reference is refused with ErrNotSupported: queuepair never hands one
-// to a backend; initiator-side staging is later work).
+// to such a backend: it stages it, queuepair/stage.go).
 func RunDevice(t *testing.T, f Factory) {
 	f = f.withDefaults(t)
 	p := NewPair(t, f)

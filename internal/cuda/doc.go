@@ -33,16 +33,18 @@
 // a round trip on a real GPU where one exists and has not run on one yet.
 // Users: memreg's device regions (RequestBuffer with actor.WithDevice,
 // handles with a Location), the TCP server's staging (backend/tcp
-// stage.go), node.Config.CUDA, bench --memory (refused).
+// stage.go), shm's CUDA IPC (the owner exports an own allocation's
+// handle, memreg's Ref.ExportIPC; the initiator opens it once per route,
+// checks its extent with MemAddressRange and stages copies with a
+// Stager: backend/shm device.go), node.Config.CUDA, serve --cuda and bench --memory.
 //
-// What is next: the initiator's own device memory (a Put's source, a
-// Get's destination: refused with ErrNotSupported today) staged as the
-// server's is; shm exporting regions through CUDA IPC in the map reply,
-// opened once per region by the initiator (cached, closed on
-// revoke/release/route end) and copied on its own stream, the in-flight
-// count held until the stream says done; ibverbs registering device
+// Package queuepair stages the initiator's own device memory (a Put's
+// source, a Get's destination) through pinned buffers of its own
+// (queuepair/stage.go) on routes that move host memory only.
+//
+// What is next: ibverbs registering device
 // memory through DmaBufFD and ibv_reg_dmabuf_mr, else staging; device
-// memory a program already has (register in place); the bench.
+// memory a program already has (register in place); figures on a GPU.
 // Open questions for a GPU: whether the legacy IPC mapping of a peer
 // outlives the owner's cuMemFree (the pool frees exported blocks rather
 // than reuse them either way), and the cost of Free's synchronous zeroing.

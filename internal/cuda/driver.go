@@ -104,6 +104,10 @@ type Driver interface {
 	IPCOpenMemHandle(ctx Context, h IPCHandle) (DevicePtr, error)
 	// IPCCloseMemHandle unmaps what IPCOpenMemHandle returned.
 	IPCCloseMemHandle(ctx Context, p DevicePtr) error
+	// MemAddressRange returns the base and size of the allocation that
+	// holds p (cuMemGetAddressRange), memory opened through IPC included:
+	// how a process checks what another one claims about a handle.
+	MemAddressRange(ctx Context, p DevicePtr) (base DevicePtr, size uint64, err error)
 
 	// DmaBufFD exports [p, p+size) as a dma-buf file descriptor
 	// (cuMemGetHandleForAddressRange) for ibv_reg_dmabuf_mr; the caller

@@ -187,6 +187,14 @@ func (*libDriver) IPCCloseMemHandle(ctx Context, p DevicePtr) error {
 	return check("cuIpcCloseMemHandle", C.cu_ipc_close(C.uintptr_t(ctx), C.uint64_t(p)))
 }
 
+func (*libDriver) MemAddressRange(ctx Context, p DevicePtr) (DevicePtr, uint64, error) {
+	var base, size C.uint64_t
+	if err := check("cuMemGetAddressRange", C.cu_mem_range(C.uintptr_t(ctx), C.uint64_t(p), &base, &size)); err != nil {
+		return 0, 0, err
+	}
+	return DevicePtr(base), uint64(size), nil
+}
+
 func (*libDriver) DmaBufFD(ctx Context, p DevicePtr, size uint64) (int, error) {
 	if C.cu_has_dmabuf() == 0 {
 		return -1, NotSupported("libcuda.so.1 lacks cuMemGetHandleForAddressRange (driver older than CUDA 11.7)")

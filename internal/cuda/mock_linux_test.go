@@ -88,6 +88,9 @@ func mockRoundTrip(t *testing.T) {
 	if err := d.IPCCloseMemHandle(ctx, p); err != nil {
 		t.Fatal(err)
 	}
+	if base, size, err := d.MemAddressRange(ctx, p); err != nil || base != p || size != 4096 {
+		t.Fatalf("MemAddressRange = %#x, %d, %v; want %#x, 4096 (the mock's answer)", base, size, err, p)
+	}
 	if fd, err := d.DmaBufFD(ctx, p, 4096); fd != -1 || !errors.Is(err, rdmamgr.ErrNotSupported) {
 		t.Fatalf("DmaBufFD = %d, %v; want -1 and ErrNotSupported", fd, err)
 	}

@@ -47,6 +47,7 @@ static struct {
 	CUresult (*IpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
 	CUresult (*IpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned int);
 	CUresult (*IpcCloseMemHandle)(CUdeviceptr);
+	CUresult (*MemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);
 	// Optional (CUDA 11.7+): NULL when the driver is older.
 	CUresult (*MemGetHandleForAddressRange)(void *, CUdeviceptr, size_t, int, unsigned long long);
 } cu;
@@ -90,6 +91,7 @@ static void load(void) {
 		SYM(IpcGetMemHandle, "cuIpcGetMemHandle"),
 		SYM(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2"),
 		SYM(IpcCloseMemHandle, "cuIpcCloseMemHandle"),
+		SYM(MemGetAddressRange, "cuMemGetAddressRange_v2"),
 	};
 	for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
 		*syms[i].p = dlsym(lib, syms[i].name);
@@ -202,6 +204,15 @@ int cu_ipc_open(uintptr_t ctx, const void *handle64, uint64_t *p) {
 	return r;
 }
 int cu_ipc_close(uintptr_t ctx, uint64_t p) { CUR(ctx); return cu.IpcCloseMemHandle(p); }
+int cu_mem_range(uintptr_t ctx, uint64_t p, uint64_t *base, uint64_t *size) {
+	CUdeviceptr b = 0;
+	size_t n = 0;
+	CUR(ctx);
+	CUresult r = cu.MemGetAddressRange(&b, &n, p);
+	*base = b;
+	*size = n;
+	return r;
+}
 
 int cu_dmabuf_fd(uintptr_t ctx, uint64_t p, uint64_t size, int *fd) {
 	if (!cu.MemGetHandleForAddressRange) return CUDA_ERROR_NOT_SUPPORTED;

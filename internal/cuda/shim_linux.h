@@ -44,6 +44,7 @@ int cu_memset_d8(uintptr_t ctx, uint64_t dst, unsigned char v, uint64_t n, uintp
 int cu_ipc_get(uintptr_t ctx, uint64_t p, void *handle64);
 int cu_ipc_open(uintptr_t ctx, const void *handle64, uint64_t *p);
 int cu_ipc_close(uintptr_t ctx, uint64_t p);
+int cu_mem_range(uintptr_t ctx, uint64_t p, uint64_t *base, uint64_t *size);
 
 int cu_dmabuf_fd(uintptr_t ctx, uint64_t p, uint64_t size, int *fd);
 

@@ -32,23 +32,19 @@ type Stager struct {
 }
 
 // NewStager makes a Stager in ctx with two pinned buffers of chunk bytes
-// (StageChunk if chunk <= 0).
-func NewStager(d Driver, ctx Context, chunk int) (s *Stager, err error) {
+// (StageChunk if chunk <= 0); on an error it frees what it made.
+func NewStager(d Driver, ctx Context, chunk int) (*Stager, error) {
 	if chunk <= 0 {
 		chunk = StageChunk
 	}
-	s = &Stager{d: d, ctx: ctx}
-	defer func() {
-		if err != nil {
-			s.Close()
-			s = nil
-		}
-	}()
+	s := &Stager{d: d, ctx: ctx}
 	for i := range s.bufs {
-		if s.bufs[i], err = d.HostAlloc(ctx, uint64(chunk)); err != nil {
-			return nil, err
+		var err error
+		if s.bufs[i], err = d.HostAlloc(ctx, uint64(chunk)); err == nil {
+			s.streams[i], err = d.StreamCreate(ctx)
 		}
-		if s.streams[i], err = d.StreamCreate(ctx); err != nil {
+		if err != nil {
+			_ = s.Close() // what was made; err is the one to report
 			return nil, err
 		}
 	}

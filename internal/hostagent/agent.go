@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
@@ -38,6 +39,10 @@ type Agent struct {
 	uid  int    // ours (a.mu: tests change it)
 	addr string // our actor address, as processes name us to peers
 
+	// farCheck, when set, must accept a far agent's address before we
+	// dial it (SetFarCheck: the cluster's members).
+	farCheck atomic.Pointer[func(ctx context.Context, addr string) error]
+
 	life    context.Context // ends when Close starts
 	endLife context.CancelFunc
 
@@ -49,11 +54,16 @@ type Agent struct {
 	// started and closed: Start ran; Close ran.
 	started, closed bool
 	ln              *net.UnixListener
-	preAuth         int               // connections in their handshake
-	procs           map[uint16]*proc  // attached processes by slot
-	gens            map[uint16]uint32 // each slot's last generation
-	next            uint16            // the slot tried next
-	far             map[string]*farRoute
+	preAuth         int              // connections in their handshake
+	procs           map[uint16]*proc // attached processes by slot
+	// next is the slot handed out next: slots are never handed out twice
+	// in the agent's life (takeSlot), so past maxSlot attaching fails.
+	next uint32
+	far  map[string]*farRoute
+	// notAgents: addresses found no host agent, when (far.go).
+	notAgents map[string]time.Time
+	// farSetups counts far-route setups started (tests).
+	farSetups atomic.Int64
 }
 
 // New returns an agent beside m, whose TCP backend is tcp; it does no I/O.
@@ -83,8 +93,8 @@ func New(cfg Config, m *actor.Manager, tcp backend.Backend) (*Agent, error) {
 	}
 	life, end := context.WithCancel(context.Background())
 	return &Agent{cfg: cfg, mgr: m, reg: reg, tcp: tcp, shm: sb, log: log, uid: os.Getuid(), addr: addr,
-		life: life, endLife: end, procs: make(map[uint16]*proc), gens: make(map[uint16]uint32),
-		next: 1, far: make(map[string]*farRoute)}, nil
+		life: life, endLife: end, procs: make(map[uint16]*proc),
+		next: 1, far: make(map[string]*farRoute), notAgents: make(map[string]time.Time)}, nil
 }
 
 // Addr is the agent's actor address as processes name it to their peers:
@@ -198,9 +208,24 @@ func (a *Agent) Procs() int {
 	return len(a.procs)
 }
 
-// takeSlot gives p a free slot and a new generation of it; at most
-// maxProcs processes are attached. Slots go round: one is reused only
-// after every other was tried.
+// maxSlot is the last slot an agent hands out (a TCP frame's via is 16
+// bits); a variable for tests.
+var maxSlot uint32 = 0xffff
+
+// errSlotsSpent refuses an attach once every slot was handed out.
+var errSlotsSpent = fmt.Errorf("hostagent: every slot (1..%d) was handed out in this agent's life; restart the agent (its processes re-attach by themselves): %w", maxSlot, rdmamgr.ErrLimit)
+
+// takeSlot gives p a slot never handed out before in this agent's life
+// (generation 1); at most maxProcs processes are attached.
+//
+// A slot is never reused: a far process's route names its target by
+// (agent manager id, slot) only, and a frame between agents carries the
+// slot alone (TCP request bytes 2:4; there is no room for a generation in
+// a READ's or WRITE's header), so a slot handed out again would let a
+// route set up to its old holder, idle since, reach the new one (a Send
+// needs no key). A never-reused slot answers ErrPeerGone for good once its
+// process went. After maxSlot attaches the agent refuses (ErrLimit): a
+// restarted agent has a new manager id, so every slot is fresh again.
 func (a *Agent) takeSlot(p *proc) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -210,18 +235,25 @@ func (a *Agent) takeSlot(p *proc) error {
 	if len(a.procs) >= maxProcs {
 		return fmt.Errorf("hostagent: %d processes attached, the most: %w", len(a.procs), rdmamgr.ErrLimit)
 	}
-	for a.procs[a.next] != nil || a.next == 0 {
-		a.next++
+	if a.next == 0 {
+		a.next = 1
 	}
-	s := a.next
+	if a.next > maxSlot {
+		return errSlotsSpent
+	}
+	p.slot, p.gen = uint16(a.next), 1
 	a.next++
-	g := a.gens[s] + 1
-	if g == 0 {
-		g = 1
+	a.procs[p.slot] = p
+	return nil
+}
+
+// slotLeft fails with errSlotsSpent once every slot was handed out.
+func (a *Agent) slotLeft() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.next > maxSlot {
+		return errSlotsSpent
 	}
-	a.gens[s] = g
-	p.slot, p.gen = s, g
-	a.procs[s] = p
 	return nil
 }
 

@@ -74,12 +74,16 @@ func (a *Agent) handshake(c *net.UnixConn) (*proc, error) {
 	if !a.uidServed(uid) {
 		return nil, fmt.Errorf("uid %d not served: %w", uid, rdmamgr.ErrUnauthenticated)
 	}
+	if err := a.slotLeft(); err != nil { // before the shm handshake's work
+		return nil, err
+	}
 	route, err := a.shmRoute(ctx, c, buf, auth.ManagerID)
 	if err != nil {
 		return nil, err
 	}
 	p := newProc(a, c, &auth, uid, route)
 	if err := a.takeSlot(p); err != nil {
+		sendGone(c, err, "attach refused: "+err.Error()) // before abandon closes c
 		p.abandon(err)
 		return nil, err
 	}

@@ -24,9 +24,8 @@
 //     shm route handshake over the socket: the agent is an shm initiator
 //     of the process (its own shm backend over an empty registry), and the
 //     process's shm owner code checks every map request (key, access,
-//     lease, revocation). The process gets a slot (1..65535, its "via";
-//     a slot is reused only after every other was, and with a new
-//     generation).
+//     lease, revocation). The process gets a slot (1..65535, its "via"),
+//     never handed out before in the agent's life (below).
 //   - Proxies: a region of an attached process the agent uses is mapped
 //     once (shm MapProxy) and registered in the manager's registry as a
 //     proxy region (memreg.RegisterProxy, behind the state-table slot's
@@ -59,10 +58,24 @@
 //     as a notice (no copy: the bytes are in place) naming the far process
 //     as its Peer (an origin the TCP server takes only from another
 //     agent's route: the agent's TCP backend marks the routes it sets up
-//     as an agent's; from any other peer it is refused NOT_SUPPORTED); a Send is staged in the agent and handed on as an shm
-//     Send, and the process's refusal (no receive posted, too small) is
-//     the sender's answer (agentapi.CheckedLanding). Both wait for the
-//     process's answer (5 s at most), which keeps a connection's order.
+//     as an agent's; from any other peer it is refused NOT_SUPPORTED); a
+//     Send is staged in the agent and handed on as an shm Send, and the
+//     process's refusal (no receive posted, too small) is the sender's
+//     answer. Neither holds up the connection between the two agents,
+//     which every process shares: each process has its own queue of
+//     notices (at most 1024, and 64 MiB of staged messages) and a
+//     deliverer that hands them on one at a time, in order; each is
+//     answered within 5 s of its queueing (DEADLINE if the process has
+//     not taken it by then); the TCP server answers the write-imm or send once the process
+//     answered (agentapi.AsyncInbox, AsyncLanding) and serves the
+//     connection's next frames meanwhile (an ibverbs route's server calls
+//     Event and Deliver, which wait for the answer: it is held up still). One more for a full queue is
+//     refused at once with ErrLimit (LIMIT: the direct path's overflow),
+//     so a process that never answers costs only its own notices. (The
+//     first use of a region still maps it on the connection: a process
+//     that leaves a map request unanswered holds the connection once, up
+//     to the resolve's bound, and is then ended: its shm route fails on
+//     the silence, shm's 5 s rule.)
 //
 // The process's own (local) memory is mapped through the same owner
 // checks as a far process's: its region must grant what the agent does
@@ -78,12 +91,29 @@
 // PEER_GONE a post whose id is not the peer id of its shared route to that
 // address (the far agent restarted there and hands its slots out afresh):
 // the process's route ends, and the next one asks the target for its new
-// slot. What is left: within one agent's life a slot comes back only
-// after the other 65534 were handed out (live ones are skipped), and then
-// a route idle through all of them would reach the slot's new holder. The
-// slot's generation (agentwire.Welcome) would close that, but a TCP
-// request header has no room for it (bytes 2:4 carry the slot, the rest
-// is taken) and it is not checked.
+// slot. Within one agent's life a slot is never handed out twice: a frame
+// between agents carries the slot alone (TCP request bytes 2:4; a READ's
+// or WRITE's header has no room for the Welcome's generation, which is
+// always 1), so a route set up to a slot's old holder and idle since would
+// otherwise reach its new one (a Send needs no key). A gone process's slot
+// answers ErrPeerGone for good; after 65535 attaches the agent refuses
+// more with rdmamgr.ErrLimit (the process goes direct, as without an
+// agent) until it is restarted (a new manager id: every slot is fresh).
+//
+// The agent dials only far agents. A post names its far agent by address,
+// and the process may be hostile: so, when the agent has a cluster
+// (SetFarCheck; a serve --etcd daemon sets its members), an address that
+// is no member's is refused before any dial; and a route whose handshake
+// says the far end is no host agent (a TCP responder with a resolver says
+// it is, answering another agent: agentapi.FarAgent) is dropped, and the
+// address is refused without a new dial for a minute. Either
+// refusal answers the post ErrNotAgent (UNAUTHENTICATED to the process).
+// A process whose far-route setups failed 8 times within a minute (the
+// refusals above, unreachable addresses) has its posts that need a new far
+// route refused with ErrDialBudget (LIMIT) until the minute ends; routes
+// that are up serve it on, and other processes are not held to its count.
+// (Routes of backends that cannot tell an agent, none but TCP so far, are
+// taken as the handshake found them.)
 //
 // A far agent whose host leaves the cluster (its etcd membership record
 // goes: membership.Follow calls the manager's DropPeer, as a serve
@@ -96,6 +126,34 @@
 // once (frames for it are answered ErrPeerGone), its operations are
 // cancelled with ErrPeerGone, and its proxies released. Close sends every
 // process gone, then ends them as above, and waits.
+//
+// # What is trusted
+//
+// Checked by the kernel: an attaching process's pid and uid (SO_PEERCRED;
+// the uid must be one the agent serves). Checked against capabilities:
+// every byte of memory, the process's own and any far process's, is
+// reached only through a key its owner's code checks (mapping, access,
+// lease, revocation). Taken on the deployment's secret alone (whoever
+// holds it can claim them):
+//   - the manager id a process gives at attach: it is the Origin of its
+//     posts, which far processes' events and messages name as their Peer;
+//   - the agent bit of a TCP route handshake (initiator's): frames on
+//     such a route may name an Origin, which this agent's processes see
+//     as the Peer of the events and messages;
+//   - the agent bit of a route answer (responder's): the far end is taken
+//     for an agent and sent posts (their Via, keys and bytes, all of
+//     which the posting process chose to send there).
+//
+// So a holder of the secret can make an event or a message reaching a
+// process through an agent name any manager as its sender (a Send needs
+// no key; a PutWithImm needs the target region's key), though it can do
+// nothing to memory it has no key for, and a direct peer's Peer is a
+// claim as well (route handshakes carry the manager id the initiator
+// gives). Mutual TLS (--data-tls) authenticates every data connection
+// under the deployment's CA, but neither bit nor the Origin is bound to
+// the certificate's identity: a peer with any certificate of the CA and
+// the secret may claim to be an agent. An Origin is not a proof of who
+// sent; a process that needs one authenticates its messages itself.
 //
 // Linux only: elsewhere New fails with rdmamgr.ErrNotSupported.
 package hostagent

@@ -233,7 +233,12 @@ func (o *op) prepare(slow bool) (backend.Route, bool) {
 			}
 		}
 		if fr == nil {
-			if fr, farID, err = p.a.farRoute(ctx, post.FarAgent); err != nil {
+			if err = p.farBudget(); err == nil {
+				if fr, farID, err = p.a.farRoute(ctx, post.FarAgent); err != nil && !errors.Is(err, rdmamgr.ErrClosed) {
+					p.farFailed()
+				}
+			}
+			if err != nil {
 				o.finish(o.causeOr(err))
 				return nil, true
 			}

@@ -202,6 +202,13 @@ func (f *fakeProc) attach(ctx context.Context, path string, o attachOpts) error 
 	if pkt, err = agentwire.ReadPacket(c, buf); err != nil {
 		return fail(err)
 	}
+	if t, _ := agentwire.Type(pkt); t == agentwire.TypeGone { // refused after the shm handshake
+		g, err := agentwire.DecodeGone(pkt)
+		if err != nil {
+			return fail(err)
+		}
+		return fail(g.Err())
+	}
 	if f.welcome, err = agentwire.DecodeWelcome(pkt); err != nil {
 		return fail(err)
 	}
@@ -285,8 +292,12 @@ func localOf(h buffer.Buffer) agentwire.Local {
 // to A and p2 to B.
 func pairOfAgents(t *testing.T) (a, b *Agent, p1, p2 *fakeProc) {
 	t.Helper()
-	secret := testSecret(t)
-	sys := newSystem(t)
+	return pairOfAgentsOn(t, newSystem(t), testSecret(t))
+}
+
+// pairOfAgentsOn is pairOfAgents on sys, with secret.
+func pairOfAgentsOn(t *testing.T, sys *protoactor.ActorSystem, secret backend.Secret) (a, b *Agent, p1, p2 *fakeProc) {
+	t.Helper()
 	a = startAgent(t, sys, "agentA", 1, secret)
 	b = startAgent(t, sys, "agentB", 2, secret)
 	ctx := testCtx(t)

@@ -14,8 +14,9 @@ import (
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
-// A slot is reused only after every other was given out, and then with a
-// new generation; a gone process's slot answers ErrPeerGone.
+// Slots are handed out once in an agent's life, with generation 1: a
+// gone process's slot answers ErrPeerGone for good, and once every slot
+// was handed out an attach is refused (ErrLimit), never given an old one.
 func TestSlots(t *testing.T) {
 	secret := testSecret(t)
 	a := startAgent(t, newSystem(t), "agentA", 1, secret)
@@ -36,25 +37,87 @@ func TestSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	if w := f1.welcome; w.Slot != 3 || w.Generation != 1 {
-		t.Fatalf("re-attach got slot %d generation %d, want 3, 1 (slot 1 not reused yet)", w.Slot, w.Generation)
+		t.Fatalf("re-attach got slot %d generation %d, want 3, 1", w.Slot, w.Generation)
 	}
 	f1.c.Close()
 	waitFor(t, "slot 3 to be dropped", func() bool { return a.Procs() == 1 })
 	a.mu.Lock()
-	a.next = 0xffff // the round comes back to the start
+	a.next = 0xffff // the last slot
 	a.mu.Unlock()
-	for _, want := range []struct {
-		slot uint16
-		gen  uint32
-	}{{0xffff, 1}, {1, 2}} {
-		if err := f1.attach(ctx, a.cfg.Socket, attachOpts{secret: secret}); err != nil {
-			t.Fatal(err)
+	if err := f1.attach(ctx, a.cfg.Socket, attachOpts{secret: secret}); err != nil {
+		t.Fatal(err)
+	}
+	if w := f1.welcome; w.Slot != 0xffff || w.Generation != 1 {
+		t.Fatalf("slot %d generation %d, want 65535, 1", w.Slot, w.Generation)
+	}
+	f1.c.Close()
+	waitFor(t, "the slot to be dropped", func() bool { return a.Procs() == 1 })
+	if err := f1.attach(ctx, a.cfg.Socket, attachOpts{secret: secret}); !errors.Is(err, rdmamgr.ErrLimit) {
+		t.Fatalf("attach after every slot was handed out: %v (slot %d), want ErrLimit", err, f1.welcome.Slot)
+	}
+	for _, s := range []uint16{1, 3, 0xffff} {
+		if _, err := a.procAt(s); !errors.Is(err, rdmamgr.ErrPeerGone) {
+			t.Fatalf("slot %d of a gone process: %v, want ErrPeerGone", s, err)
 		}
-		if w := f1.welcome; w.Slot != want.slot || w.Generation != want.gen {
-			t.Fatalf("slot %d generation %d, want %d, %d", w.Slot, w.Generation, want.slot, want.gen)
+	}
+	if _, err := (*resolver)(a).Inbox(2); err != nil {
+		t.Fatalf("slot 2, still attached: %v", err)
+	}
+}
+
+// A far process's route to a process that left, idle while its agent
+// handed out every other slot, still names the gone slot: its Send (no
+// key needed) answers PEER_GONE and reaches no process attached since.
+func TestStaleSlotReachesNoNewProcess(t *testing.T) {
+	_, b, p1, p2 := pairOfAgents(t)
+	secret := b.cfg.Secret
+	in := &testInbox{events: make(chan backend.Event, 4), msgs: make(chan []byte, 4), peers: make(chan uint64, 4), recv: make([]byte, 4096)}
+	p2.sb.SetInbox(in)
+	src, _ := p1.alloc(t, 4096, buffer.AccessReadWrite)
+	msg := localOf(src)
+	msg.Length = 64
+	via, far := p2.welcome.Slot, b.Addr()
+	send := func(wrid uint64) rdmapb.Code {
+		p1.post(t, agentwire.Post{WRID: wrid, Op: backend.OpSend, Via: via, FarAgent: far, FarAgentID: p2.welcome.AgentID, Local: msg})
+		return rdmapb.Code(p1.dones(t, 1)[wrid].Code)
+	}
+	if c := send(1); c != 0 {
+		t.Fatalf("send: %v", c)
+	}
+	<-in.msgs
+	<-in.peers
+	p2.c.Close()
+	waitFor(t, "B to drop P2", func() bool { return b.Procs() == 0 })
+	b.mu.Lock()
+	b.next = 0xffff // every other slot was handed out meanwhile
+	b.mu.Unlock()
+	p3 := newFakeProc(t, secret)
+	in3 := &testInbox{events: make(chan backend.Event, 4), msgs: make(chan []byte, 4), peers: make(chan uint64, 4), recv: make([]byte, 4096)}
+	p3.sb.SetInbox(in3)
+	ctx := testCtx(t)
+	for range 2 {
+		if err := p3.attach(ctx, b.cfg.Socket, attachOpts{secret: secret}); err != nil {
+			if !errors.Is(err, rdmamgr.ErrLimit) {
+				t.Fatal(err)
+			}
+			break
 		}
-		f1.c.Close()
-		waitFor(t, "the slot to be dropped", func() bool { return a.Procs() == 1 })
+		if p3.welcome.Slot == via {
+			break // the old code: the gone process's slot handed out again
+		}
+		p3.c.Close()
+		waitFor(t, "B to drop P3", func() bool { return b.Procs() == 0 })
+	}
+	if p3.c != nil {
+		t.Cleanup(func() { p3.c.Close() })
+	}
+	if c := send(2); c != rdmapb.Code_PEER_GONE {
+		t.Fatalf("send to the gone process's slot: %v, want PEER_GONE", c)
+	}
+	select {
+	case m := <-in3.msgs:
+		t.Fatalf("a message of %d bytes for the gone process reached the new one at slot %d", len(m), p3.welcome.Slot)
+	default:
 	}
 }
 

@@ -39,12 +39,16 @@ type proc struct {
 	posts chan *op // read, in order, for the poster
 	// queued counts the posts handed to the poster and not yet started:
 	// the reader starts one itself only when none is (order).
-	queued  atomic.Int64
-	dead    chan struct{} // closed when the process starts going
+	queued atomic.Int64
+	dead   chan struct{} // closed when the process starts going
+	// notices wait for the deliverer (inbox.go), at most noticeQueue;
+	// staged counts the bytes of their messages.
+	notices chan notice
+	staged  atomic.Int64
 	wake    chan struct{} // the writer has dones to send (1 buffered)
 	endOnce sync.Once
 	endErr  error          // why it went; set before dead is closed
-	loops   sync.WaitGroup // reader's helpers: poster, writer, cut watcher
+	loops   sync.WaitGroup // reader's helpers: poster, writer, cut watcher, deliverer
 
 	mu sync.Mutex // guards the fields below
 	// ops are the operations posted and not yet reported, by wrid.
@@ -58,21 +62,27 @@ type proc struct {
 	// goroutine could not write and handed the token to the writer.
 	out, wout      []agentwire.Done
 	writing, stuck bool
-	wbatch         agentwire.Batch // the token holder's, inline
-	snd            *agentwire.Sender
+	// noticesOver: the deliverer ended; notices are refused.
+	noticesOver bool
+	wbatch      agentwire.Batch // the token holder's, inline
+	snd         *agentwire.Sender
+	// farFails counts the far-route setups that failed for it since
+	// farFailStart (far.go: farBudget).
+	farFails     int
+	farFailStart time.Time
 }
 
 func newProc(a *Agent, c *net.UnixConn, auth *agentwire.Auth, uid uint32, r backend.Route) *proc {
 	p := &proc{a: a, conn: c, pid: auth.PID, uid: uid, id: auth.ManagerID, addr: auth.Addr,
 		route: r, pr: r.(wiring.ProxyRoute), posts: make(chan *op, postQueue),
-		dead: make(chan struct{}), wake: make(chan struct{}, 1),
+		dead: make(chan struct{}), wake: make(chan struct{}, 1), notices: make(chan notice, noticeQueue.Load()),
 		ops: make(map[uint64]*op), proxies: make(map[uint64]*proxy)}
 	p.snd, _ = agentwire.NewSender(c) // fails only on a closed conn: the writer's writes fail
 	p.ctx, p.stop = context.WithCancel(a.life)
 	p.pr.OnCut(p.onCut)
-	// run's three goroutines count from now: end may run (Close) before
+	// run's four goroutines count from now: end may run (Close) before
 	// run starts them, and waits for them.
-	p.loops.Add(3)
+	p.loops.Add(4)
 	return p
 }
 
@@ -81,7 +91,8 @@ func newProc(a *Agent, c *net.UnixConn, auth *agentwire.Auth, uid uint32, r back
 func (p *proc) run() {
 	go p.poster()
 	go p.writer()
-	go func() { // the shm route ending means the process went
+	go p.deliverer() // inbox.go
+	go func() {      // the shm route ending means the process went
 		defer p.loops.Done()
 		select {
 		case <-p.route.Done():
@@ -407,7 +418,7 @@ func (p *proc) end(why error) {
 // abandon ends a process whose attach failed after newProc: run will not
 // start its goroutines.
 func (p *proc) abandon(why error) {
-	p.loops.Add(-3)
+	p.loops.Add(-4)
 	p.end(why)
 }
 

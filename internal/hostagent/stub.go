@@ -30,3 +30,6 @@ func (a *Agent) Addr() string { return "" }
 
 // Procs is 0.
 func (a *Agent) Procs() int { return 0 }
+
+// SetFarCheck does nothing.
+func (a *Agent) SetFarCheck(check func(ctx context.Context, addr string) error) {}

@@ -106,8 +106,10 @@
 // memory ever gets a device pointer; AcquireRemoteAny and AcquireLocalAny
 // (a path that moves device memory: TCP's staging) hand out Refs whose
 // Device says where it is (Bytes nil). No Hooks, Revoker or SlabHooks see
-// it, it is never exported (Memfd, ExportFD) and its handle has no RDMA
-// key. Freed, its memory goes back to the pool (a slot is zeroed before
+// it, it is never exported as a memfd (Memfd, ExportFD) and its handle
+// has no RDMA key. Ref.ExportIPC (device_ipc.go) gives a CUDA IPC handle
+// of a device region that is an allocation of its own and grants read and
+// write (shm's map reply); Registry.CUDA returns SetCUDA's driver. Freed, its memory goes back to the pool (a slot is zeroed before
 // reuse); the pools and the primary contexts go once the registry is
 // closed and its last device region freed.
 //

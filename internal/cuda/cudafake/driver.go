@@ -279,6 +279,22 @@ func (d *Driver) closeIPCLocked(i int) {
 	d.maps = append(d.maps[:i], d.maps[i+1:]...)
 }
 
+// MemAddressRange implements cuda.Driver: the mapping (allocated or
+// opened through IPC) that holds p.
+func (d *Driver) MemAddressRange(ctx cuda.Context, p cuda.DevicePtr) (cuda.DevicePtr, uint64, error) {
+	const call = "cuMemGetAddressRange"
+	unlock, err := d.lock(call, ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer unlock()
+	a, off, err := d.resolveLocked(call, p, 1)
+	if err != nil {
+		return 0, 0, err
+	}
+	return p - cuda.DevicePtr(off), uint64(len(a.mem)), nil
+}
+
 // DmaBufFD implements cuda.Driver: the stand-in has no dma-buf.
 func (d *Driver) DmaBufFD(ctx cuda.Context, p cuda.DevicePtr, size uint64) (int, error) {
 	return -1, fail("cuMemGetHandleForAddressRange", cuda.ErrorNotSupported)

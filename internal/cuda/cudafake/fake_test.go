@@ -159,6 +159,13 @@ func TestIPCAcrossProcesses(t *testing.T) {
 	if _, err := peer.d.IPCOpenMemHandle(peer.ctx, h); !errors.Is(err, cuda.ErrAlreadyMapped) {
 		t.Fatalf("second open: %v", err)
 	}
+	// The opened allocation's extent, from any address inside it.
+	if base, size, err := peer.d.MemAddressRange(peer.ctx, pa+100); err != nil || base != pa || size != n {
+		t.Fatalf("MemAddressRange inside the opened memory = %#x, %d, %v; want %#x, %d", base, size, err, pa, n)
+	}
+	if _, _, err := peer.d.MemAddressRange(peer.ctx, pa+n); !errors.Is(err, cuda.ErrInvalidValue) {
+		t.Fatalf("MemAddressRange past the opened memory: %v", err)
+	}
 	// The peer copies out of the owner's memory into its own.
 	mine, out := peer.alloc(n), peer.pinned(n)
 	peer.must(peer.d.CopyDtoD(peer.ctx, mine, pa, n, peer.s))

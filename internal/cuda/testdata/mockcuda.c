@@ -97,6 +97,14 @@ int cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned int flags) 
 	return 0;
 }
 int cuIpcCloseMemHandle(CUdeviceptr p) { NEED_CTX; return p ? 0 : 1; }
+// The mock keeps no sizes: every allocation is said to start at p and be 4 KiB.
+int cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
+	NEED_CTX;
+	if (!p) return 1;
+	*base = p;
+	*size = 4096;
+	return 0;
+}
 
 int cuMemGetHandleForAddressRange(void *fd, CUdeviceptr p, size_t n, int type, unsigned long long flags) {
 	NEED_CTX;
