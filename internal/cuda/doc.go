@@ -24,7 +24,10 @@
 // writes one chunk to a socket the next chunk's device-to-host copy runs,
 // and while it reads one chunk from a socket the previous chunk's copy to
 // the device runs; nothing is in flight when it returns, errors included.
-// Stagers reuses them per context: 0 allocations per operation.
+// Stagers reuses them per context: 0 allocations per operation; it bounds
+// the pinned memory (at most maxOut out, a Get past it waits a bounded
+// time then fails with rdmamgr.ErrLimit; at most maxIdle kept idle per
+// context, the rest freed when put back).
 //
 // What is built (issue 27): the interface, the real driver, the stand-in,
 // the pool and the stager, all tested without a GPU: TestMockDriver runs

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/rdmamgr/rdmamgr"
 )
@@ -142,8 +143,16 @@ func (s *Stager) Close() error {
 // Stagers hands out Stagers per (driver, context), made on first need
 // and reused: a data path's operation takes one (Get) and gives it back
 // (Put), allocating nothing once enough exist. Safe for concurrent use.
+//
+// Pinned memory is bounded: at most maxOut Stagers are out at once (Get
+// waits up to its wait for one to come back, then fails with
+// rdmamgr.ErrLimit), and at most maxIdle per context are kept once Put
+// back (the rest are freed at once). So the pinned memory held is at most
+// (maxOut + maxIdle per context) x 2 x chunk.
 type Stagers struct {
-	chunk int
+	chunk   int
+	maxIdle int
+	sem     chan struct{} // one token per Stager out
 
 	mu     sync.Mutex
 	free   map[stagerKey][]*Stager
@@ -155,22 +164,54 @@ type stagerKey struct {
 	ctx Context
 }
 
+// Default bounds of NewStagers.
+const (
+	DefaultMaxStagersOut  = 32 // 16 MiB of pinned memory out, at 256 KiB chunks
+	DefaultMaxStagersIdle = 4  // per context
+)
+
 // NewStagers returns an empty set of Stagers of chunk-byte buffers
-// (StageChunk if chunk <= 0).
-func NewStagers(chunk int) *Stagers {
-	return &Stagers{chunk: chunk, free: make(map[stagerKey][]*Stager)}
+// (StageChunk if chunk <= 0), at most maxOut out at once and maxIdle idle
+// per context (DefaultMaxStagersOut, DefaultMaxStagersIdle where <= 0).
+func NewStagers(chunk, maxOut, maxIdle int) *Stagers {
+	if maxOut <= 0 {
+		maxOut = DefaultMaxStagersOut
+	}
+	if maxIdle <= 0 {
+		maxIdle = DefaultMaxStagersIdle
+	}
+	return &Stagers{chunk: chunk, maxIdle: maxIdle, sem: make(chan struct{}, maxOut),
+		free: make(map[stagerKey][]*Stager)}
 }
 
-// Get returns a free Stager of (d, ctx), or a new one.
-func (p *Stagers) Get(d Driver, ctx Context) (*Stager, error) {
+// Get returns a free Stager of (d, ctx), or a new one. When maxOut are
+// out it waits up to wait for one to be Put back, then fails with
+// rdmamgr.ErrLimit.
+func (p *Stagers) Get(d Driver, ctx Context, wait time.Duration) (*Stager, error) {
+	select {
+	case p.sem <- struct{}{}:
+	default:
+		if wait <= 0 {
+			return nil, p.limitErr()
+		}
+		t := time.NewTimer(wait)
+		select {
+		case p.sem <- struct{}{}:
+			t.Stop()
+		case <-t.C:
+			return nil, p.limitErr()
+		}
+	}
 	k := stagerKey{d, ctx}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
+		<-p.sem
 		return nil, fmt.Errorf("cuda: stagers: %w", rdmamgr.ErrClosed)
 	}
 	if f := p.free[k]; len(f) > 0 {
 		s := f[len(f)-1]
+		f[len(f)-1] = nil
 		p.free[k] = f[:len(f)-1]
 		p.mu.Unlock()
 		return s, nil
@@ -178,21 +219,30 @@ func (p *Stagers) Get(d Driver, ctx Context) (*Stager, error) {
 	p.mu.Unlock()
 	s, err := NewStager(d, ctx, p.chunk)
 	if err != nil {
+		<-p.sem
 		return nil, err
 	}
 	return s, nil
 }
 
-// Put gives s back for reuse (after Close: it is freed).
+func (p *Stagers) limitErr() error {
+	return fmt.Errorf("cuda: stagers: %d staging buffer pairs in use, the most allowed: %w", cap(p.sem), rdmamgr.ErrLimit)
+}
+
+// Put gives s, which Get returned, back: kept for reuse while fewer than
+// maxIdle of its context are idle, else (or after Close) freed.
 func (p *Stagers) Put(s *Stager) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		s.Close()
-		return
-	}
 	k := stagerKey{s.d, s.ctx}
-	p.free[k] = append(p.free[k], s)
+	keep := !p.closed && len(p.free[k]) < p.maxIdle
+	if keep {
+		p.free[k] = append(p.free[k], s)
+	}
+	p.mu.Unlock()
+	if !keep {
+		s.Close()
+	}
+	<-p.sem
 }
 
 // Close frees the free Stagers; one still out is freed when Put back.
