@@ -214,7 +214,7 @@ func (d *syncDriver) StreamDestroy(cuda.Context, cuda.Stream) error      { retur
 // nothing.
 func TestStagerAllocs(t *testing.T) {
 	d := &syncDriver{dev: make([]byte, 1<<20)}
-	p := cuda.NewStagers(64 << 10, 0, 0)
+	p := cuda.NewStagers(64<<10, 0, 0)
 	defer p.Close()
 	sink := 0
 	emit := func(b []byte) error { sink += len(b); return nil }
