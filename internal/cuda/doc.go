@@ -2,7 +2,9 @@
 // calls the GPU paths need, behind the Driver interface, with CUresults
 // mapped to Go errors (errors.go: an *Error per failed call, matching
 // ErrDriver and its code's sentinel; a missing driver or device, and a
-// call the machine cannot do, match rdmamgr.ErrNotSupported).
+// call the machine cannot do, match rdmamgr.ErrNotSupported; out of
+// memory, device or pinned, matches rdmamgr.ErrLimit, as the registry's
+// caps, so a remote RequestBuffer caller can branch on it).
 //
 // Open loads libcuda.so.1 at run time (dlopen/dlsym through cgo, the
 // functions declared in shim_linux.h: no CUDA headers, no toolkit; only
