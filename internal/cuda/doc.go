@@ -29,7 +29,9 @@
 // Stagers reuses them per context: 0 allocations per operation; it bounds
 // the pinned memory (at most maxOut out, a Get past it waits a bounded
 // time then fails with rdmamgr.ErrLimit; at most maxIdle kept idle per
-// context, the rest freed when put back).
+// context, the rest freed when put back; a Stager whose copy or stream
+// failed, Broken, is freed too, never reused: its stream may hold a sticky
+// error).
 //
 // What is built (issue 27): the interface, the real driver, the stand-in,
 // the pool and the stager, all tested without a GPU: TestMockDriver runs

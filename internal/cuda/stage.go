@@ -30,6 +30,7 @@ type Stager struct {
 	ctx     Context
 	bufs    [2][]byte
 	streams [2]Stream
+	broken  bool // a driver call failed: its streams may hold a sticky error
 }
 
 // NewStager makes a Stager in ctx with two pinned buffers of chunk bytes
@@ -64,7 +65,7 @@ func (s *Stager) Download(src DevicePtr, n uint64, emit func([]byte) error) erro
 	issue := func(k uint64) error {
 		off := k * chunk
 		m := min(chunk, n-off)
-		return s.d.CopyDtoH(s.ctx, s.bufs[k%2][:m], src+DevicePtr(off), s.streams[k%2])
+		return s.drv(s.d.CopyDtoH(s.ctx, s.bufs[k%2][:m], src+DevicePtr(off), s.streams[k%2]))
 	}
 	chunks := (n + chunk - 1) / chunk
 	var err error
@@ -72,7 +73,7 @@ func (s *Stager) Download(src DevicePtr, n uint64, emit func([]byte) error) erro
 		err = issue(k)
 	}
 	for k := uint64(0); k < chunks && err == nil; k++ {
-		if err = s.d.StreamSynchronize(s.ctx, s.streams[k%2]); err != nil {
+		if err = s.drv(s.d.StreamSynchronize(s.ctx, s.streams[k%2])); err != nil {
 			break
 		}
 		off := k * chunk
@@ -97,7 +98,7 @@ func (s *Stager) Upload(dst DevicePtr, n uint64, fill func([]byte) error) error 
 	var err error
 	for k := uint64(0); k < chunks; k++ {
 		if k >= 2 { // the buffer's previous copy (chunk k-2) must be done
-			if err = s.d.StreamSynchronize(s.ctx, s.streams[k%2]); err != nil {
+			if err = s.drv(s.d.StreamSynchronize(s.ctx, s.streams[k%2])); err != nil {
 				break
 			}
 		}
@@ -106,7 +107,7 @@ func (s *Stager) Upload(dst DevicePtr, n uint64, fill func([]byte) error) error 
 		if err = fill(b); err != nil {
 			break
 		}
-		if err = s.d.CopyHtoD(s.ctx, dst+DevicePtr(off), b, s.streams[k%2]); err != nil {
+		if err = s.drv(s.d.CopyHtoD(s.ctx, dst+DevicePtr(off), b, s.streams[k%2])); err != nil {
 			break
 		}
 	}
@@ -117,12 +118,26 @@ func (s *Stager) Upload(dst DevicePtr, n uint64, fill func([]byte) error) error 
 // the first stream's error.
 func (s *Stager) drain(err error) error {
 	for _, st := range s.streams {
-		if e := s.d.StreamSynchronize(s.ctx, st); e != nil && err == nil {
+		if e := s.drv(s.d.StreamSynchronize(s.ctx, st)); e != nil && err == nil {
 			err = e
 		}
 	}
 	return err
 }
+
+// drv notes a failed driver call (err non-nil): s is broken.
+func (s *Stager) drv(err error) error {
+	if err != nil {
+		s.broken = true
+	}
+	return err
+}
+
+// Broken reports whether a driver call of s failed (a copy, a stream's
+// synchronization): its streams may hold a sticky error, so it is not
+// reused (Stagers.Put frees it). An error of the caller's emit or fill
+// does not break it.
+func (s *Stager) Broken() bool { return s.broken }
 
 // Close frees the buffers and streams; idempotent.
 func (s *Stager) Close() error {
@@ -230,11 +245,12 @@ func (p *Stagers) limitErr() error {
 }
 
 // Put gives s, which Get returned, back: kept for reuse while fewer than
-// maxIdle of its context are idle, else (or after Close) freed.
+// maxIdle of its context are idle, else (or after Close, or when s is
+// Broken) freed.
 func (p *Stagers) Put(s *Stager) {
 	p.mu.Lock()
 	k := stagerKey{s.d, s.ctx}
-	keep := !p.closed && len(p.free[k]) < p.maxIdle
+	keep := !p.closed && !s.broken && len(p.free[k]) < p.maxIdle
 	if keep {
 		p.free[k] = append(p.free[k], s)
 	}

@@ -64,3 +64,64 @@ func TestStagersBounded(t *testing.T) {
 		t.Fatalf("%d pinned buffers live after Close", got)
 	}
 }
+
+// syncFails is a Driver whose StreamSynchronize fails while armed (an
+// asynchronous copy's error, sticky on the real driver's stream).
+type syncFails struct {
+	cuda.Driver
+	armed bool
+}
+
+func (d *syncFails) StreamSynchronize(ctx cuda.Context, s cuda.Stream) error {
+	if d.armed {
+		return cuda.Check("cuStreamSynchronize", cuda.ErrorIllegalAddress)
+	}
+	return d.Driver.StreamSynchronize(ctx, s)
+}
+
+// TestStagersDropBroken: a Stager whose copy failed on its stream is not
+// given out again: Put frees it (its pinned buffers and streams), and the
+// next Get makes a fresh one. A caller's own error does not break it.
+func TestStagersDropBroken(t *testing.T) {
+	e := newFakeEnv(t, cudafake.Config{})
+	d := &syncFails{Driver: e.d}
+	p := cuda.NewStagers(testChunk, 0, 0)
+	defer p.Close()
+	blk, err := e.p.Alloc(4*testChunk, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.p.Free(blk)
+	base := e.w.Stats()
+	s, err := p.Get(d, e.ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("socket gone")
+	if err := s.Upload(blk.Ptr, 4*testChunk, func([]byte) error { return boom }); !errors.Is(err, boom) || s.Broken() {
+		t.Fatalf("Upload failing in fill: %v, broken %v", err, s.Broken())
+	}
+	p.Put(s)
+	if again, _ := p.Get(d, e.ctx, 0); again != s {
+		t.Fatal("a Stager the caller's error ended was not reused")
+	}
+	d.armed = true
+	err = s.Download(blk.Ptr, 4*testChunk, func([]byte) error { return nil })
+	d.armed = false
+	if !errors.Is(err, cuda.ErrIllegalAddress) || !s.Broken() {
+		t.Fatalf("Download with a failing stream: %v, broken %v", err, s.Broken())
+	}
+	p.Put(s)
+	if st := e.w.Stats(); st.LiveHost != base.LiveHost || st.Streams != base.Streams {
+		t.Fatalf("a broken Stager put back kept %d pinned ranges and %d streams (before: %d, %d)",
+			st.LiveHost, st.Streams, base.LiveHost, base.Streams)
+	}
+	fresh, err := p.Get(d, e.ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh == s || fresh.Broken() {
+		t.Fatal("Get gave out the broken Stager again")
+	}
+	p.Put(fresh)
+}
