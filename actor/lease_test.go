@@ -166,7 +166,7 @@ func TestUnclaimedQueuePairReleased(t *testing.T) {
 	a, b := leaseEnv(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	e, err := a.getRoute(ctx, b.PID())
+	e, err := a.getRoute(ctx, b.PID(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestUnclaimedQueuePairReleased(t *testing.T) {
 		t.Fatalf("young unclaimed queue pair dropped: %v", err)
 	}
 	defer qp.Release()
-	e2, err := a.getRoute(ctx, b.PID()) // each queue pair holds one route reference
+	e2, err := a.getRoute(ctx, b.PID(), 0) // each queue pair holds one route reference
 	if err != nil || e2 != e {
 		t.Fatalf("second getRoute: %v (same route: %v)", err, e2 == e)
 	}

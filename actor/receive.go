@@ -153,7 +153,7 @@ func (m *Manager) onRequestQueuePair(ctx protoactor.Context, msg *rdmapb.Request
 	m.goReply(ctx.Sender(), func() any {
 		rctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		e, err := m.getRoute(rctx, peer)
+		e, err := m.getRoute(rctx, peer, 0)
 		if err != nil {
 			return &rdmapb.RequestQueuePairResponse{Error: fromError(err)}
 		}

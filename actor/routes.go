@@ -35,11 +35,21 @@ type routeEntry struct {
 
 func peerKey(p *protoactor.PID) string { return p.Address + "/" + p.Id }
 
-// getRoute returns the live route to peer, setting one up if needed, with
-// a reference the caller drops (dropRef, or through its queue pair).
-// Callers for the same peer share one setup.
-func (m *Manager) getRoute(ctx context.Context, peer *protoactor.PID) (*routeEntry, error) {
-	e, err := m.refRoute(peer)
+// routeKey is the key of route k to peer in the route table: route 0 is
+// the one queue pairs share, "address/id"; route k > 0 (a host agent's
+// further routes to a far agent: sharedRoute) is "address/id#k".
+func routeKey(p *protoactor.PID, k int) string {
+	if k == 0 {
+		return peerKey(p)
+	}
+	return fmt.Sprintf("%s#%d", peerKey(p), k)
+}
+
+// getRoute returns the live route k (routeKey) to peer, setting one up if
+// needed, with a reference the caller drops (dropRef, or through its
+// queue pair). Callers for the same route share one setup.
+func (m *Manager) getRoute(ctx context.Context, peer *protoactor.PID, k int) (*routeEntry, error) {
+	e, err := m.refRoute(peer, k)
 	if err != nil {
 		return nil, err
 	}
@@ -62,11 +72,12 @@ func (m *Manager) getRoute(ctx context.Context, peer *protoactor.PID) (*routeEnt
 	return e, nil
 }
 
-// refRoute takes a reference to the route entry of peer: the cached one
-// unless its setup failed or its route is down (that one is dropped), else
-// a new one whose setup starts now.
-func (m *Manager) refRoute(peer *protoactor.PID) (*routeEntry, error) {
-	key := peerKey(peer)
+// refRoute takes a reference to the route entry k of peer: the cached
+// one unless its setup failed or its route is down (that one is dropped),
+// else a new one whose setup starts now (within MaxRoutes, every route k
+// counted).
+func (m *Manager) refRoute(peer *protoactor.PID, k int) (*routeEntry, error) {
+	key := routeKey(peer, k)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {

@@ -138,7 +138,8 @@ type Config struct {
 
 	// HostAgent, when its Socket is set, runs the node as its host's
 	// agent (hostagent.go): ibverbs (where usable) and TCP, no shm;
-	// HostAgent.Routes TCP connections per pair of agents.
+	// HostAgent.Routes TCP connections or ibverbs queue pairs per pair
+	// of agents.
 	HostAgent HostAgent
 
 	// CUDA is how the manager reaches the CUDA driver for device buffers

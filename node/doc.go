@@ -33,7 +33,7 @@
 // a far agent takes ibverbs when both agents run it; an ibverbs backend
 // that cannot serve a host agent's frames is left out), ibverbs and TCP
 // under ibverbs, TCP alone under tcp; HostAgent.Routes TCP
-// connections per pair of agents, and the attach listener, started after the
+// connections or ibverbs queue pairs per pair of agents, and the attach listener, started after the
 // manager and closed before it. A node is an agent or attached to one,
 // not both. SetAgentFarCheck limits the far agents it dials (a serve
 // --etcd daemon: its cluster's members).

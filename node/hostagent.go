@@ -16,23 +16,23 @@ import (
 // route to each far agent. An agent runs ibverbs and TCP, no shm (Backend
 // auto: ibverbs where usable, else TCP; ibverbs: ibverbs must start; tcp:
 // TCP alone); the route to a far agent takes ibverbs when both agents run
-// it, else TCP (the route's reason says why, as any route's). On TCP,
-// Routes connections per pair of agents, whatever the number of
-// processes: one route each way, of half of them each
-// (hostagent.RouteConns). On ibverbs, one RC queue pair per route: two
-// per pair of agents once both posted (a route is one queue pair; Routes
-// does not apply).
+// it, else TCP (the route's reason says why, as any route's). Routes
+// data connections per pair of agents, whatever the number of processes,
+// half each way (hostagent.RouteConns): on TCP one route each way, of
+// half of them each; on ibverbs, where a route is one RC queue pair, half
+// of them routes each way (each process pair pinned to one).
 type HostAgent struct {
 	// Socket is the attach socket's path (mode 0660, removed by Close);
 	// "" runs no agent.
 	Socket string
-	// Routes is the number of TCP connections between two agents, both
-	// ways (at least hostagent.MinRoutes, 2; default
-	// hostagent.DefaultRoutes, 4, as rv): each agent's route to the other
-	// gets half, the lower manager id's the extra one of an odd number.
-	// The TCP backend's ConnsPerRoute is the larger half; a route this
-	// node sets up to a manager that is not an agent gets the half its
-	// manager id gives too.
+	// Routes is the number of TCP connections, or ibverbs queue pairs,
+	// between two agents, both ways (at least hostagent.MinRoutes, 2;
+	// default hostagent.DefaultRoutes, 4, as rv): each agent's share of
+	// them to the other is half, the lower manager id's the extra one of
+	// an odd number. The TCP backend's ConnsPerRoute is the larger half;
+	// a route this node sets up to a manager that is not an agent gets the
+	// half its manager id gives too. On ibverbs each of the agent's half
+	// is a route (the manager's MaxRoutes counts them).
 	Routes int
 	// AllowUIDs are the users, besides ours, whose processes may attach
 	// (default: SHM.AllowUIDs).
@@ -80,7 +80,7 @@ func (n *Node) startHostAgent(ctx context.Context, cfg Config) error {
 		return nil
 	}
 	acfg := hostagent.Config{Socket: h.Socket, Secret: cfg.Manager.Secret, AllowUIDs: h.AllowUIDs, HostName: cfg.SHM.HostID,
-		Serving: n.served, Logger: cfg.Logger}
+		Serving: n.served, Routes: h.Routes, Logger: cfg.Logger}
 	if h.HostID != "" {
 		acfg.HostID = sha256.Sum256([]byte(h.HostID))
 	}

@@ -65,7 +65,14 @@ type Backend struct {
 	coarse  atomic.Int64 // unix nanoseconds, never ahead: the poller's and the watchdog's last clock read
 	ringSeq atomic.Uint32
 	served  struct{ ops, bytesIn, rejected atomic.Uint64 }
-	inbox   atomic.Pointer[inboxRef] // SetInbox's
+	// invalidations counts proxies invalidated on routes that resolved
+	// them, invalGiveUps the routes whose ack did not come in time
+	// (via_inval.go).
+	invalidations, invalGiveUps atomic.Uint64
+	// invalHeld counts invalidates an initiator acked only after
+	// operations on the proxy's rkey ended (tests).
+	invalHeld atomic.Uint64
+	inbox     atomic.Pointer[inboxRef] // SetInbox's
 	// resolver: a host agent's (wiring.SetResolver, via.go).
 	resolver atomic.Pointer[resolverRef]
 	// ctx ends when Close begins: the resolves the backend serves.

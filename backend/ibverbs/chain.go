@@ -110,6 +110,7 @@ func (r *route) submit(ch *chain) (int, error) {
 		r.postMu.Unlock()
 		for _, o := range ch.ops {
 			r.unpost(o, ch.idsOf(o))
+			r.viaRelease(o.ve)
 		}
 		return 0, r.Err()
 	}
@@ -201,6 +202,7 @@ func (r *route) chainFailed(ch *chain, posted int, perr error) (int, error) {
 	}
 	r.fail(fmt.Errorf("ibverbs: route failed: %w: %w", perr, rdmamgr.ErrClosed))
 	for _, o := range ch.ops[n:] { // posted none of their work requests
+		r.viaRelease(o.ve)
 		r.table.remove(o)
 		r.Unbegin()
 		r.wrDone(int64(len(o.chunks)))

@@ -129,6 +129,10 @@ func (r *route) finish(o *op) {
 	if err == nil && o.wr.Op.Atomic() {
 		o.wr.Result = o.result
 	}
+	if o.ve != nil { // its work requests are done: the proxy's rkey is not in use by it
+		r.viaRelease(o.ve)
+		o.ve = nil
+	}
 	r.End(o.wr, err)
 	o.wr.Done.Complete(o.wr, err)
 }

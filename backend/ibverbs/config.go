@@ -58,8 +58,9 @@ type Config struct {
 	// messages (PutWithImm notices, Sends and their acks): a route carries
 	// at most this many of them unanswered (fewer if the peer's ring is
 	// smaller), a PutWithImm or Send beyond waits (back-pressure). Each
-	// ring takes RecvSlots completion-queue entries, twice that on the
-	// owner's side (its acks).
+	// ring has 4 more slots (host agents' invalidates, acks and goodbye)
+	// and takes RecvSlots+8 completion-queue entries, twice RecvSlots+4 on
+	// the owner's side (its acks).
 	RecvSlots int
 	// MaxSend is the largest Send message the backend receives (bytes, up
 	// to 1 MiB; 0 takes the default, 4096): each slot of an accepted queue pair's ring holds one, so

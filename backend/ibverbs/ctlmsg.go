@@ -17,7 +17,8 @@ import (
 // message starts with a 16-byte header, big-endian:
 //
 //	off size field
-//	  0    1 kind: ctlNotice, ctlSend, ctlAck, ctlResolve or ctlResolved
+//	  0    1 kind: ctlNotice, ctlSend, ctlAck, ctlResolve, ctlResolved,
+//	         ctlInvalidate, ctlInvalAck or ctlGoodbye
 //	  1    1 flags: ctlHasImm (a Send with immediate data), ctlVia (a
 //	         notice or Send for a process attached to the owner, a host
 //	         agent); else 0
@@ -61,13 +62,29 @@ import (
 //	40    8 the proxy's region id in the owner's registry (not 0)
 //	48   16 the proxy's key
 //
+// An invalidate (owner to initiator, ctlInvalidate) tells an initiator
+// that resolved a proxy that the proxy is about to go (its remote memory
+// region is deregistered once the initiator acks, or at the owner's
+// give-up); the initiator's invalidate ack (ctlInvalAck) answers it once
+// its operations on the proxy's rkey have completed. Both are 24 bytes:
+//
+//	16    8 the proxy's region id in the owner's registry (not 0)
+//
+// with the owner's own count of invalidates as the sequence number (the
+// ack repeats it) and, in an invalidate, why as a wire code (REVOKED or
+// RELEASED; 0 in an ack). A goodbye (ctlGoodbye, owner to initiator) is
+// the header alone: the owner's backend is closing, the route ends.
+//
 // A decoder treats every field as hostile (rdmamgr.ErrProtocol).
 const (
-	ctlNotice   = 1
-	ctlSend     = 2
-	ctlAck      = 3
-	ctlResolve  = 4
-	ctlResolved = 5
+	ctlNotice     = 1
+	ctlSend       = 2
+	ctlAck        = 3
+	ctlResolve    = 4
+	ctlResolved   = 5
+	ctlInvalidate = 6
+	ctlInvalAck   = 7
+	ctlGoodbye    = 8
 
 	ctlHasImm = 1
 	ctlVia    = 2
@@ -78,6 +95,7 @@ const (
 	ctlSendViaHeader = ctlHeader + 16
 	ctlResolveSize   = ctlHeader + 32
 	ctlResolvedSize  = ctlHeader + 48
+	ctlInvalSize     = ctlHeader + 8
 )
 
 // ctlMsg is a decoded control message (payload not included).
@@ -139,6 +157,9 @@ func (m *ctlMsg) put(p []byte) int {
 		clear(p[42:44])
 		binary.BigEndian.PutUint32(p[44:], uint32(m.access))
 		return ctlResolveSize
+	case ctlInvalidate, ctlInvalAck:
+		binary.BigEndian.PutUint64(p[16:], m.region)
+		return ctlInvalSize
 	case ctlResolved:
 		if rdmapb.Code(m.imm) != rdmapb.Code_OK {
 			return ctlHeader
@@ -224,6 +245,13 @@ func decodeCtl(p []byte) (ctlMsg, error) {
 		return m, m.decodeResolve(p)
 	case ctlResolved:
 		return m, m.decodeResolved(p)
+	case ctlInvalidate, ctlInvalAck:
+		return m, m.decodeInval(p)
+	case ctlGoodbye:
+		if len(p) != ctlHeader || m.imm != 0 {
+			return m, fmt.Errorf("ibverbs: goodbye of %d bytes, code %d: %w", len(p), m.imm, rdmamgr.ErrProtocol)
+		}
+		return m, nil
 	}
 	return m, fmt.Errorf("ibverbs: control message kind %d: %w", m.kind, rdmamgr.ErrProtocol)
 }
@@ -303,6 +331,23 @@ func (m *ctlMsg) decodeResolved(p []byte) error {
 		return fmt.Errorf("ibverbs: resolve answer of [%#x,+%d): %w", m.addr, m.length, rdmamgr.ErrProtocol)
 	case m.region == 0:
 		return fmt.Errorf("ibverbs: resolve answer naming region 0: %w", rdmamgr.ErrProtocol)
+	}
+	return nil
+}
+
+// decodeInval decodes an invalidate or its ack.
+func (m *ctlMsg) decodeInval(p []byte) error {
+	if len(p) != ctlInvalSize {
+		return fmt.Errorf("ibverbs: invalidate (kind %d) of %d bytes: %w", m.kind, len(p), rdmamgr.ErrProtocol)
+	}
+	m.region = binary.BigEndian.Uint64(p[16:])
+	switch {
+	case m.region == 0:
+		return fmt.Errorf("ibverbs: invalidate (kind %d) naming region 0: %w", m.kind, rdmamgr.ErrProtocol)
+	case m.kind == ctlInvalAck && m.imm != 0:
+		return fmt.Errorf("ibverbs: invalidate ack with code %d: %w", m.imm, rdmamgr.ErrProtocol)
+	case m.kind == ctlInvalidate && rdmapb.Code(m.imm) != rdmapb.Code_REVOKED && rdmapb.Code(m.imm) != rdmapb.Code_RELEASED:
+		return fmt.Errorf("ibverbs: invalidate with code %d: %w", m.imm, rdmamgr.ErrProtocol)
 	}
 	return nil
 }

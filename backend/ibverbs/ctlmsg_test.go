@@ -57,6 +57,7 @@ func TestCtlHostile(t *testing.T) {
 		"short header":     make([]byte, ctlHeader-1),
 		"kind 0":           mod(func(p []byte) []byte { p[0] = 0; return p }),
 		"kind 4":           mod(func(p []byte) []byte { p[0] = 4; return p }),
+		"kind 9":           mod(func(p []byte) []byte { p[0] = 9; return p[:ctlHeader] }),
 		"flags on notice":  mod(func(p []byte) []byte { p[1] = 1; return p }),
 		"reserved":         mod(func(p []byte) []byte { p[3] = 1; return p }),
 		"reserved 2":       mod(func(p []byte) []byte { p[12] = 1; return p }),
@@ -119,6 +120,10 @@ func viaMsgs() []ctlMsg {
 		{kind: ctlResolve, seq: 3, region: 11, key: key, slot: 7, access: buffer.AccessRead | buffer.AccessWrite},
 		{kind: ctlResolved, seq: 3, addr: 0x7f0000001000, rkey: 0xabcd, access: buffer.AccessReadWrite, length: 4096, region: 12, key: key},
 		{kind: ctlResolved, seq: 4, imm: uint32(rdmapb.Code_REVOKED)},
+		{kind: ctlInvalidate, seq: 5, imm: uint32(rdmapb.Code_REVOKED), region: 12},
+		{kind: ctlInvalAck, seq: 5, region: 12},
+		{kind: ctlGoodbye},
+		{kind: ctlInvalidate, seq: 0xffffffff, imm: uint32(rdmapb.Code_RELEASED), region: 1 << 63},
 	}
 }
 
@@ -169,6 +174,18 @@ func TestCtlViaRoundTrip(t *testing.T) {
 		"answer bad access":         enc(4, func(p []byte) []byte { p[28] = 0x80; return p }),
 		"answer unknown code":       enc(5, func(p []byte) []byte { p[10] = 0x7f; return p }),
 		"refusal with a body":       enc(5, func(p []byte) []byte { return append(p, make([]byte, 48)...) }),
+		"invalidate region 0":       enc(6, func(p []byte) []byte { clear(p[16:24]); return p }),
+		"invalidate code OK":        enc(6, func(p []byte) []byte { clear(p[8:12]); return p }),
+		"invalidate code BAD_KEY":   enc(6, func(p []byte) []byte { p[11] = byte(rdmapb.Code_BAD_KEY); return p }),
+		"invalidate short":          enc(6, func(p []byte) []byte { return p[:ctlInvalSize-1] }),
+		"invalidate long":           enc(6, func(p []byte) []byte { return append(p, 0) }),
+		"invalidate flags":          enc(6, func(p []byte) []byte { p[1] = ctlVia; return p }),
+		"invalidate ack code":       enc(7, func(p []byte) []byte { p[11] = 1; return p }),
+		"invalidate ack region 0":   enc(7, func(p []byte) []byte { clear(p[16:24]); return p }),
+		"invalidate ack reserved":   enc(7, func(p []byte) []byte { p[13] = 1; return p }),
+		"goodbye with a body":       enc(8, func(p []byte) []byte { return append(p, 0) }),
+		"goodbye code":              enc(8, func(p []byte) []byte { p[11] = 1; return p }),
+		"goodbye flags":             enc(8, func(p []byte) []byte { p[1] = ctlHasImm; return p }),
 	} {
 		if _, err := decodeCtl(p); !errors.Is(err, rdmamgr.ErrProtocol) {
 			t.Errorf("%s: %v, want ErrProtocol", name, err)

@@ -147,10 +147,11 @@
 // its ops by order (and checks their sequence numbers). Acks use cells of
 // the owner's ring (as many as slots); an ack without a free cell waits in
 // order for one. Completion-queue entries are reserved per queue pair: a
-// slot each, and a cell each for the owner's acks (so with the defaults a
-// backend has room for about CQSize/48 routes both ways before
+// slot each (RecvSlots + 4: see "Host agents"), a cell each for the
+// owner's acks, 4 for the initiator's invalidate acks (so with the defaults a
+// backend has room for about CQSize/64 routes both ways before
 // PrepareRoute and AcceptRoute fail with rdmamgr.ErrLimit); an accepted
-// queue pair's ring holds RecvSlots × (MaxSend+16) bytes. A malformed control
+// queue pair's ring holds (RecvSlots+4) × (MaxSend+32) bytes. A malformed control
 // message fails the route with rdmamgr.ErrProtocol. When a route fails,
 // its ops awaiting acks fail with the route's error after the queue pair is
 // gone.
@@ -185,13 +186,49 @@
 // checks every rkey, so a forged answer names at worst memory the far
 // agent itself registered for peers.
 //
-// A proxy revoked or released at the far end (the process's cut, its
-// death) has its remote memory region deregistered, so a cached rkey
-// meets a remote access error: the operation fails with
-// agentapi.ErrStaleProxy (wrapping rdmamgr.ErrAccess) and, RC being
-// what it is, the route fails with it; posted again on a new route the
-// operation resolves again and gets the far Resolver's answer
-// (rdmamgr.ErrRevoked, ErrReleased, ErrPeerGone).
+// An agent route is shared by every process of both hosts, so a proxy
+// revoked or released at the far end (the process's cut, its death)
+// must not meet a cached rkey: under RC a remote access error would end
+// the route and every neighbour's operation on it. So the far agent
+// invalidates first (via_inval.go; the shm state table's cut notice and
+// drain, carried over the route). It records, per proxy, the routes
+// whose resolves it answered (at most 1024; dead ones pruned, a resolve
+// beyond refused with ErrLimit). Before RevokeRegion or DeregisterRegion
+// deregisters the proxy's remote memory region it sends each of them an
+// invalidate (ctlmsg.go: the proxy's id, REVOKED or RELEASED) and waits
+// for every initiator's invalidate ack, at most 2 s (shm's drain
+// give-up) or until Close. An initiator that gets one drops every
+// resolution naming the proxy (a later post resolves again and gets the
+// far Resolver's answer: rdmamgr.ErrRevoked, ErrReleased), fails a post
+// that took the resolution before with the same sentinel, lets the
+// operations that hold it (posted on its rkey, or being posted) end, and
+// only then acks. Only then is the memory region deregistered, so no
+// work request meets the dead rkey and the route goes on. A resolve
+// answered for the proxy is recorded under the route's post lock, so
+// the answer precedes any invalidate of its proxy on that route, and a
+// resolve the far agent answers once the invalidation began is refused.
+// Invalidates, their acks and goodbyes take no credit: each queue pair
+// has 4 receive slots (and the initiator 4 cells) beyond the credits; at
+// most 3 invalidates per route are unacked (the owner waits for room
+// within its give-up; an initiator that gets more fails the route with
+// ErrProtocol). An ack of nothing asked is ignored; an invalidate naming
+// a proxy the initiator never resolved changes nothing and is acked at
+// once.
+//
+// Give-up: an initiator that does not ack within 2 s (its route is
+// gone, or an operation holding the rkey waits on the far agent that
+// waits on it: a Resolver must not revoke proxies synchronously) and a
+// route that had no room for an invalidate in that time may still meet
+// the dead rkey. That operation fails with agentapi.ErrStaleProxy
+// (wrapping rdmamgr.ErrAccess) and, RC being what it is, the route with
+// it; posted again on a new route the operation resolves again and gets
+// the far Resolver's answer. Give-ups are counted and logged.
+//
+// A closing backend says goodbye (ctlmsg.go) on each of its host
+// agent's accepted routes before it fails them, and waits until each
+// was sent (at most 1 s), so initiators fail the route at once
+// (rdmamgr.ErrPeerGone) and their pending resolves end with it, rather
+// than at the end of their wait for an answer.
 //
 // A PutWithImm's notice with a Via names the proxy (its id and key from
 // the answer) and the origin; a Send with a Via carries the via and the
@@ -243,8 +280,9 @@
 // Plain Go: backend.go (the Backend, Close), caps.go (Supports, SetInbox),
 // device.go (device, port and GID selection, Devices), mr.go (memory
 // registration and revocation), setup.go (route setup: PrepareRoute,
-// AcceptRoute, Complete), route.go (route state and teardown), via.go and via_serve.go (host
-// agents: the initiator's resolves, the owner's worker), ring.go (a
+// AcceptRoute, Complete), route.go (route state and teardown), via.go,
+// via_serve.go and via_inval.go (host agents: the initiator's resolves,
+// the owner's worker, invalidates and goodbyes), ring.go (a
 // queue pair's own registered memory), post.go (the post paths of Put, Get
 // and PutWithImm), ops.go (Send and the atomics), recv.go (control messages
 // received and acked), ctlmsg.go (their layout), complete.go (completions

@@ -9,6 +9,7 @@ import (
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
+	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
 // regData is what the backend keeps in Region.BackendData. A region has
@@ -44,6 +45,11 @@ type regData struct {
 
 	via        uint16 // guarded by mrMu
 	procRegion uint64 // guarded by mrMu
+
+	// A proxy's initiators (via_inval.go): the routes that resolved it,
+	// and, once its invalidation began, why (no route records it after).
+	resolvers map[*route]struct{} // guarded by mrMu
+	invalWhy  rdmapb.Code         // guarded by mrMu
 }
 
 // RegisterRegion registers r with the device: LOCAL_WRITE always,
@@ -162,8 +168,13 @@ func (rd *regData) dereg() error {
 // RevokeRegion cuts peers' access to r: its remote memory region is
 // deregistered, so the rkey in every handle of r stops working (peers'
 // work fails with a remote access error) before RevokeRegion returns. The
-// owner's own use of r goes on through its local memory region.
+// owner's own use of r goes on through its local memory region. A proxy
+// that host agents' routes resolved is invalidated on them first
+// (via_inval.go: bounded by invalidateWait).
 func (b *Backend) RevokeRegion(r *memreg.Region) error {
+	if !b.closed.Load() {
+		b.invalidate(r.ID(), rdmapb.Code_REVOKED)
+	}
 	b.life.RLock()
 	defer b.life.RUnlock()
 	b.mrMu.Lock()
@@ -192,8 +203,12 @@ func (rd *regData) dropRemote() error {
 
 // DeregisterRegion deregisters r's memory region. The registry calls it
 // once no local work references the region; remote peers' work on it fails
-// with a remote access error from then on.
+// with a remote access error from then on. A proxy that host agents'
+// routes resolved is invalidated on them first (as RevokeRegion does).
 func (b *Backend) DeregisterRegion(r *memreg.Region) error {
+	if !b.closed.Load() {
+		b.invalidate(r.ID(), rdmapb.Code_RELEASED)
+	}
 	b.life.RLock()
 	defer b.life.RUnlock()
 	b.mrMu.Lock()

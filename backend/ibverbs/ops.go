@@ -60,14 +60,17 @@ func (r *route) prepAtomic(wr *backend.WorkRequest, ch *chain, wait bool) error 
 		}
 		return fmt.Errorf("ibverbs: %s: %s: %w", wr.Op, why, rdmamgr.ErrNotSupported)
 	}
-	var raddr uint64
+	var (
+		raddr uint64
+		ve    *viaEntry // the far agent's proxy (wr.Via), held
+	)
 	rkey := wr.Remote.RDMA.RKey
 	if wr.Via != 0 {
-		via, a, err := r.viaTarget(wr, buffer.AccessAtomic, 8, wait)
+		e, a, err := r.viaTarget(wr, buffer.AccessAtomic, 8, wait)
 		if err != nil {
 			return err
 		}
-		raddr, rkey = a, via.rkey
+		raddr, rkey, ve = a, e.res.rkey, e
 	} else {
 		a, err := r.remoteAddr(wr, 8)
 		if err != nil {
@@ -76,15 +79,19 @@ func (r *route) prepAtomic(wr *backend.WorkRequest, ch *chain, wait bool) error 
 		raddr = a
 	}
 	if raddr%8 != 0 {
+		r.viaRelease(ve)
 		return fmt.Errorf("ibverbs: %s on remote address %#x: %w", wr.Op, raddr, rdmamgr.ErrMisaligned)
 	}
 	if err := r.ready(wr, ch); err != nil {
+		r.viaRelease(ve)
 		return err
 	}
 	if err := r.reserve(1, false, wr, wait); err != nil {
+		r.viaRelease(ve)
 		return err
 	}
 	o := r.newOp(wr, 1, false)
+	o.ve = ve
 	ch.addOp(o)
 	cell := r.takeCell()
 	o.chunks[0].cell = cell + 1

@@ -68,7 +68,7 @@ func (r *route) prepRW(wr *backend.WorkRequest, ch *chain, wait bool) error {
 	var (
 		raddr uint64
 		rkey  = wr.Remote.RDMA.RKey
-		via   viaRes // the far agent's proxy (wr.Via)
+		ve    *viaEntry // the far agent's proxy (wr.Via), held
 	)
 	if wr.Via != 0 {
 		need := buffer.AccessRead
@@ -78,10 +78,10 @@ func (r *route) prepRW(wr *backend.WorkRequest, ch *chain, wait bool) error {
 		case backend.OpWriteImm:
 			need = buffer.AccessWrite | buffer.AccessNotify
 		}
-		if via, raddr, err = r.viaTarget(wr, need, n, wait); err != nil {
+		if ve, raddr, err = r.viaTarget(wr, need, n, wait); err != nil {
 			return err
 		}
-		rkey = via.rkey
+		rkey = ve.res.rkey
 	} else if raddr, err = r.remoteAddr(wr, n); err != nil {
 		return err
 	}
@@ -90,13 +90,16 @@ func (r *route) prepRW(wr *backend.WorkRequest, ch *chain, wait bool) error {
 		wrs++
 	}
 	if wrs > b.inflight {
+		r.viaRelease(ve)
 		return fmt.Errorf("ibverbs: %d-byte operation needs %d work requests of at most %d bytes, limit %d: %w",
 			n, wrs, b.maxMsg, b.inflight, rdmamgr.ErrLimit)
 	}
 	if err := r.ready(wr, ch); err != nil {
+		r.viaRelease(ve)
 		return err
 	}
 	if err := r.reserve(wrs, notice, wr, wait); err != nil {
+		r.viaRelease(ve)
 		return err
 	}
 	opcode := wrRDMARead
@@ -104,6 +107,7 @@ func (r *route) prepRW(wr *backend.WorkRequest, ch *chain, wait bool) error {
 		opcode = wrRDMAWrite
 	}
 	o := r.newOp(wr, wrs, notice)
+	o.ve = ve
 	ch.addOp(o)
 	for i := range count {
 		off := uint64(i) * b.maxMsg
@@ -115,7 +119,7 @@ func (r *route) prepRW(wr *backend.WorkRequest, ch *chain, wait bool) error {
 		o.chunks[count].cell, o.ctlCell = cell+1, cell
 		m := ctlMsg{kind: ctlNotice, imm: wr.Imm, region: wr.Remote.Region, offset: wr.Remote.Offset, length: n, key: wr.Remote.Key}
 		if wr.Via != 0 { // the far agent's proxy, and who it is for
-			m.via, m.region, m.key, m.origin = true, via.proxy, via.proxyKey, wr.Origin
+			m.via, m.region, m.key, m.origin = true, ve.res.proxy, ve.res.proxyKey, wr.Origin
 		}
 		size := m.put(r.ring.cell(cell))
 		ch.batch.addSend(ch.addID(b.slots.alloc(&o.chunks[count])), r.ring.cellAddr(cell), uint32(size), r.ring.mr.lkey, 0, 0, 0)

@@ -73,7 +73,10 @@ func (r *route) received(i int, w wc) {
 // holds postMu.
 func (r *route) ackedLocked(i int, p []byte) (o *op, opErr, routeErr error) {
 	m, err := decodeCtl(p)
-	if err == nil && m.kind != ctlAck && m.kind != ctlResolved {
+	switch {
+	case err != nil:
+	case m.kind == ctlAck, m.kind == ctlResolved, m.kind == ctlInvalidate, m.kind == ctlGoodbye:
+	default:
 		err = fmt.Errorf("ibverbs: control message kind %d sent to the initiator: %w", m.kind, rdmamgr.ErrProtocol)
 	}
 	if err != nil {
@@ -82,8 +85,13 @@ func (r *route) ackedLocked(i int, p []byte) (o *op, opErr, routeErr error) {
 	if err := r.ring.postRecv(r.qp, i); err != nil {
 		return nil, nil, err
 	}
-	if m.kind == ctlResolved {
+	switch m.kind {
+	case ctlResolved:
 		return nil, nil, r.answered(m)
+	case ctlInvalidate:
+		return nil, nil, r.invalidatedLocked(m)
+	case ctlGoodbye:
+		return nil, nil, errGoodbye
 	}
 	r.ackMu.Lock()
 	if len(r.acks) > 0 && r.acks[0].seq == m.seq {
@@ -105,11 +113,20 @@ func (r *route) ackedLocked(i int, p []byte) (o *op, opErr, routeErr error) {
 // (via_serve.go), which acks it. The caller holds postMu.
 func (r *route) serveLocked(i int, p []byte) error {
 	m, err := decodeCtl(p)
-	if err == nil && (m.kind == ctlAck || m.kind == ctlResolved) {
-		err = fmt.Errorf("ibverbs: ack sent to the owner: %w", rdmamgr.ErrProtocol)
+	switch {
+	case err != nil:
+	case m.kind == ctlAck, m.kind == ctlResolved, m.kind == ctlInvalidate, m.kind == ctlGoodbye:
+		err = fmt.Errorf("ibverbs: control message kind %d sent to the owner: %w", m.kind, rdmamgr.ErrProtocol)
 	}
 	if err != nil {
 		return err
+	}
+	if m.kind == ctlInvalAck { // takes no credit, needs no ack: served here
+		if err := r.ring.postRecv(r.qp, i); err != nil {
+			return err
+		}
+		r.invalAckedLocked(m)
+		return nil
 	}
 	if r.agentServe {
 		if err := r.queueLocked(m, p); err != nil {
@@ -182,9 +199,11 @@ func (r *route) deliver(m ctlMsg, msg []byte) error {
 }
 
 // ackLocked sends a, in order: at once if a cell is free and no ack
-// waits, else after those waiting (ackSent). The caller holds postMu.
+// waits, else after those waiting (ackSent). On the initiator (its
+// invalidate acks) at most ctlReserve cells serve acks: the others are
+// its operations'. The caller holds postMu.
 func (r *route) ackLocked(a ackMsg) error {
-	if len(r.backlog) == 0 {
+	if len(r.backlog) == 0 && (r.accepted || r.ackBusy < ctlReserve) {
 		if cell, ok := r.ring.allocCell(); ok {
 			return r.postAckLocked(cell, a)
 		}
@@ -195,10 +214,15 @@ func (r *route) ackLocked(a ackMsg) error {
 
 func (r *route) postAckLocked(cell int, a ackMsg) error {
 	size := a.put(r.ring.cell(cell))
+	if a.kind == ctlGoodbye {
+		r.byeCell = cell + 1
+	}
 	batch := make(wrBuf, 0, 1)
 	batch.addSend(r.ring.ackID(cell), r.ring.cellAddr(cell), uint32(size), r.ring.mr.lkey, 0, 0, 0)
 	r.outstanding.Add(1)
+	r.ackBusy++
 	if _, err := r.qp.post(batch); err != nil {
+		r.ackBusy--
 		r.ring.freeCell(cell)
 		r.wrDone(1)
 		return fmt.Errorf("ack %d: %w: %w", a.seq, err, rdmamgr.ErrClosed)
@@ -212,6 +236,11 @@ func (r *route) ackSent(cell int, status uint32) {
 	var err error
 	r.postMu.Lock()
 	r.ring.freeCell(cell)
+	r.ackBusy--
+	if r.byeCell == cell+1 { // the goodbye is out
+		r.byeCell = 0
+		close(r.bye)
+	}
 	if status == wcSuccess && !r.failing && len(r.backlog) > 0 {
 		a := r.backlog[0]
 		r.backlog = r.backlog[1:]

@@ -44,7 +44,8 @@ type route struct {
 	postMu  sync.Mutex
 	failing bool
 	seq     uint32   // under postMu: the next control message's number
-	backlog []ackMsg // under postMu: the owner's acks waiting for a cell
+	backlog []ackMsg // under postMu: acks waiting for a cell (ackLocked)
+	ackBusy int      // under postMu: cells in use by acks
 
 	ackMu sync.Mutex
 	acks  []*op // under ackMu: the initiator's ops awaiting their ack, in order
@@ -67,8 +68,20 @@ type route struct {
 	agentServe bool
 	work       chan ctlWork
 	viaMu      sync.Mutex
-	viaCache   map[viaKey]viaRes          // under viaMu: the initiator's resolutions
+	viaCache   map[viaKey]*viaEntry       // under viaMu: the initiator's resolutions
+	viaLive    map[*viaEntry]struct{}     // under viaMu: those cached or in use (via_inval.go)
+	invalPend  int                        // under viaMu: invalidates waiting for ops to end
 	resolving  map[uint32]*pendingResolve // under viaMu: resolves sent, by sequence number
+
+	// The owner's invalidates (via_inval.go): invalTok bounds those not
+	// yet acked; invals (under viaMu) are they, by invalSeq (under
+	// postMu); bye is closed once the goodbye was sent (its cell: byeCell
+	// + 1, under postMu).
+	invalTok chan struct{}
+	invalSeq uint32
+	invals   map[uint32]*invalWait
+	bye      chan struct{}
+	byeCell  int
 
 	drained chan struct{} // closed by teardown once the queue pair is gone
 }
@@ -94,6 +107,7 @@ type op struct {
 	flushed   atomic.Bool           // a chunk was flushed (the route failed)
 	expired   atomic.Bool           // the watchdog found it past its deadline
 	canceled  atomic.Pointer[error] // why the poster cancelled it
+	ve        *viaEntry             // the far agent's proxy it uses (Via), held until it ends
 }
 
 // chunk is one work request; op is nil for a keep-alive probe and for a
@@ -106,12 +120,14 @@ type chunk struct {
 }
 
 // ackMsg is an ack the owner has yet to send: of a notice or Send
-// (ctlAck, kind 0), or the answer to a resolve (ctlResolved, with res
-// when code is OK).
+// (ctlAck, kind 0), the answer to a resolve (ctlResolved, with res
+// when code is OK), an invalidate or a goodbye; or the initiator's
+// invalidate ack (ctlInvalAck). They go out in order, each in a cell.
 type ackMsg struct {
 	seq, code uint32
 	kind      uint8
 	res       *viaRes
+	proxy     uint64 // ctlInvalidate, ctlInvalAck
 }
 
 // newRoute returns the route of qp and g, connected to the peer that sent
@@ -132,8 +148,12 @@ func newRoute(b *Backend, peer uint64, qp *queuePair, g *ring, accepted bool, in
 		peerAgent: info.flags&infoAgent != 0,
 	}
 	if !accepted {
-		r.viaCache = make(map[viaKey]viaRes)
+		r.viaCache = make(map[viaKey]*viaEntry)
+		r.viaLive = make(map[*viaEntry]struct{})
 		r.resolving = make(map[uint32]*pendingResolve)
+	} else {
+		r.invalTok = make(chan struct{}, maxInvalidates)
+		r.invals = make(map[uint32]*invalWait)
 	}
 	r.Init()
 	r.lastActive.Store(time.Now().UnixNano())

@@ -42,8 +42,12 @@ func (b *Backend) newQP(accepted bool) (*queuePair, *ring, error) {
 }
 
 func (b *Backend) makeQP(accepted bool) (qp *queuePair, g *ring, err error) {
-	slots := b.cfg.RecvSlots
-	slotSize, cells, cqRes := cellSize, b.inflight, slots
+	// ctlReserve more slots than credits (RecvSlots): the owner's
+	// invalidates and goodbye and the initiator's invalidate acks, which
+	// take no credit (via_inval.go); the initiator's acks need cells (and
+	// completion-queue entries) of their own too.
+	slots := b.cfg.RecvSlots + ctlReserve
+	slotSize, cells, cqRes := cellSize, b.inflight+ctlReserve, slots+ctlReserve
 	if accepted {
 		slotSize, cells, cqRes = ctlSendViaHeader+max(b.cfg.MaxSend, ctlNoticeViaSize), slots, 2*slots
 	}

@@ -72,7 +72,7 @@ type viaRes struct {
 type pendingResolve struct {
 	k    viaKey
 	done chan struct{} // closed with the answer
-	res  viaRes
+	e    *viaEntry     // the resolution (code OK)
 	code rdmapb.Code
 }
 
@@ -84,46 +84,55 @@ var (
 	errNoticeNotProxy = fmt.Errorf("ibverbs: a notice for an attached process names no proxy resolved for one: %w", rdmamgr.ErrBadKey)
 )
 
-// viaTarget returns the remote address and rkey of the n bytes wr names
-// at the far agent's proxy (wr.Via != 0), resolving them over the route
-// when the route has no resolution that admits need. Resolving waits for
-// the far agent's answer: without wait it fails with errWouldWait.
-func (r *route) viaTarget(wr *backend.WorkRequest, need buffer.Access, n uint64, wait bool) (viaRes, uint64, error) {
+// viaTarget returns the resolution of the far agent's proxy that wr
+// names (wr.Via != 0), held for wr's operation (r.viaRelease gives it
+// back; the operation's end does once it has one: op.ve), and the remote
+// address of its n bytes, resolving them over the route when the route
+// has no resolution that admits need. Resolving waits for the far
+// agent's answer: without wait it fails with errWouldWait.
+func (r *route) viaTarget(wr *backend.WorkRequest, need buffer.Access, n uint64, wait bool) (*viaEntry, uint64, error) {
 	if !r.peerAgent {
-		return viaRes{}, 0, errViaNotAgent
+		return nil, 0, errViaNotAgent
 	}
 	k := viaKey{via: wr.Via, region: wr.Remote.Region, key: wr.Remote.Key}
 	r.viaMu.Lock()
-	res, ok := r.viaCache[k]
+	e := r.viaCache[k]
+	if e != nil && e.res.access.Allows(need) {
+		e.users++ // cached entries are live
+	} else {
+		e = nil
+	}
 	r.viaMu.Unlock()
-	if !ok || !res.access.Allows(need) {
+	if e == nil {
 		if !wait {
-			return viaRes{}, 0, errWouldWait
+			return nil, 0, errWouldWait
 		}
 		var err error
-		if res, err = r.resolve(wr, k, need); err != nil {
-			return viaRes{}, 0, err
+		if e, err = r.resolve(wr, k, need); err != nil {
+			return nil, 0, err
 		}
-		if !res.access.Allows(need) {
-			return viaRes{}, 0, fmt.Errorf("ibverbs: %s via %d: the far agent's proxy of region %d admits %s: %w",
-				wr.Op, wr.Via, k.region, res.access, rdmamgr.ErrAccess)
+		if !e.res.access.Allows(need) {
+			r.viaRelease(e)
+			return nil, 0, fmt.Errorf("ibverbs: %s via %d: the far agent's proxy of region %d admits %s: %w",
+				wr.Op, wr.Via, k.region, e.res.access, rdmamgr.ErrAccess)
 		}
 	}
 	off := wr.Remote.Offset
-	if off > res.length || n > res.length-off {
-		return viaRes{}, 0, fmt.Errorf("ibverbs: %s via %d of [%d,+%d) in a region of %d bytes: %w",
-			wr.Op, wr.Via, off, n, res.length, rdmamgr.ErrOutOfRange)
+	if off > e.res.length || n > e.res.length-off {
+		r.viaRelease(e)
+		return nil, 0, fmt.Errorf("ibverbs: %s via %d of [%d,+%d) in a region of %d bytes: %w",
+			wr.Op, wr.Via, off, n, e.res.length, rdmamgr.ErrOutOfRange)
 	}
-	return res, res.addr + off, nil
+	return e, e.res.addr + off, nil
 }
 
 // resolve asks the far agent for the proxy of k (a control message that
 // takes a credit, a cell and room in flight, as a Send's) and waits for
 // its answer: until wr's deadline, its cancel, the route's end or
 // resolveWait. The answer is cached (also when the wait gave up first).
-func (r *route) resolve(wr *backend.WorkRequest, k viaKey, need buffer.Access) (viaRes, error) {
+func (r *route) resolve(wr *backend.WorkRequest, k viaKey, need buffer.Access) (*viaEntry, error) {
 	if err := r.reserve(1, true, wr, true); err != nil {
-		return viaRes{}, err
+		return nil, err
 	}
 	cell := r.takeCell()
 	pr := &pendingResolve{k: k, done: make(chan struct{})}
@@ -134,7 +143,7 @@ func (r *route) resolve(wr *backend.WorkRequest, k viaKey, need buffer.Access) (
 		r.postMu.Unlock()
 		r.ring.freeCell(cell)
 		r.unreserve(1, true)
-		return viaRes{}, r.Err()
+		return nil, r.Err()
 	}
 	m.seq = r.seq
 	r.seq++
@@ -158,13 +167,13 @@ func (r *route) resolve(wr *backend.WorkRequest, k viaKey, need buffer.Access) (
 		r.wrDone(1)
 		err := fmt.Errorf("ibverbs: resolve: %w: %w", perr, rdmamgr.ErrClosed)
 		r.fail(err)
-		return viaRes{}, err
+		return nil, err
 	}
 	return r.awaitResolve(wr, pr)
 }
 
-// awaitResolve waits for the answer to pr.
-func (r *route) awaitResolve(wr *backend.WorkRequest, pr *pendingResolve) (viaRes, error) {
+// awaitResolve waits for the answer to pr and holds its resolution.
+func (r *route) awaitResolve(wr *backend.WorkRequest, pr *pendingResolve) (*viaEntry, error) {
 	limit := time.Now().Add(resolveWait)
 	if !wr.Deadline.IsZero() && wr.Deadline.Before(limit) {
 		limit = wr.Deadline
@@ -174,16 +183,22 @@ func (r *route) awaitResolve(wr *backend.WorkRequest, pr *pendingResolve) (viaRe
 	select {
 	case <-pr.done:
 	case <-r.Done():
-		return viaRes{}, r.Err()
+		return nil, r.Err()
 	case <-wr.Cancel:
-		return viaRes{}, fmt.Errorf("ibverbs: waiting for the far agent's proxy: %w", context.Canceled)
+		return nil, fmt.Errorf("ibverbs: waiting for the far agent's proxy: %w", context.Canceled)
 	case <-t.C:
-		return viaRes{}, fmt.Errorf("ibverbs: waiting for the far agent's proxy of region %d via %d: %w", pr.k.region, pr.k.via, rdmamgr.ErrDeadline)
+		return nil, fmt.Errorf("ibverbs: waiting for the far agent's proxy of region %d via %d: %w", pr.k.region, pr.k.via, rdmamgr.ErrDeadline)
 	}
 	if pr.code != rdmapb.Code_OK {
-		return viaRes{}, fmt.Errorf("ibverbs: %s via %d: the far agent: %w", wr.Op, pr.k.via, &backend.RemoteError{Code: pr.code, Op: wr.Op})
+		return nil, fmt.Errorf("ibverbs: %s via %d: the far agent: %w", wr.Op, pr.k.via, &backend.RemoteError{Code: pr.code, Op: wr.Op})
 	}
-	return pr.res, nil
+	r.viaMu.Lock()
+	err := r.holdLocked(pr.e) // the answer may have been invalidated since
+	r.viaMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return pr.e, nil
 }
 
 // answered handles the far agent's answer m to a resolve: it wakes the
@@ -197,17 +212,20 @@ func (r *route) answered(m ctlMsg) error {
 	}
 	delete(r.resolving, m.seq)
 	pr.code = rdmapb.Code(m.imm)
+	if old := r.viaCache[pr.k]; old != nil {
+		r.uncacheLocked(old)
+	}
 	if pr.code == rdmapb.Code_OK {
-		pr.res = viaRes{addr: m.addr, rkey: m.rkey, access: m.access, length: m.length, proxy: m.region, proxyKey: m.key}
-		if _, ok := r.viaCache[pr.k]; !ok && len(r.viaCache) >= maxViaCache {
-			for k := range r.viaCache {
-				delete(r.viaCache, k)
+		res := viaRes{addr: m.addr, rkey: m.rkey, access: m.access, length: m.length, proxy: m.region, proxyKey: m.key}
+		if len(r.viaCache) >= maxViaCache {
+			for _, e := range r.viaCache {
+				r.uncacheLocked(e) // its holders keep it (viaLive)
 				break
 			}
 		}
-		r.viaCache[pr.k] = pr.res
-	} else {
-		delete(r.viaCache, pr.k)
+		pr.e = &viaEntry{k: pr.k, res: res, cached: true}
+		r.viaCache[pr.k] = pr.e
+		r.viaLive[pr.e] = struct{}{}
 	}
 	close(pr.done)
 	r.credits.release(1) // the owner reposted its slot when it took the resolve
@@ -217,7 +235,9 @@ func (r *route) answered(m ctlMsg) error {
 // forget drops the route's resolution of k (its rkey failed).
 func (r *route) forget(k viaKey) {
 	r.viaMu.Lock()
-	delete(r.viaCache, k)
+	if e := r.viaCache[k]; e != nil {
+		r.uncacheLocked(e)
+	}
 	r.viaMu.Unlock()
 }
 

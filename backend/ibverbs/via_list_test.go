@@ -32,12 +32,13 @@ func TestViaProxyExactAccess(t *testing.T) {
 	backendtest.AssertSame(t, "get via", la, memR)
 	k := viaKey{via: testVia, region: hR.Region, key: hR.Key}
 	p.rt.viaMu.Lock()
-	res, ok := p.rt.viaCache[k]
-	res.access |= buffer.AccessWrite
-	p.rt.viaCache[k] = res
+	e, ok := p.rt.viaCache[k]
+	if ok {
+		e.res.access |= buffer.AccessWrite
+	}
 	p.rt.viaMu.Unlock()
-	if !ok || res.access&buffer.AccessAtomic != 0 {
-		t.Fatalf("cached resolution %+v (%v)", res, ok)
+	if !ok || e.res.access&buffer.AccessAtomic != 0 {
+		t.Fatalf("cached resolution %+v (%v)", e, ok)
 	}
 	before := append([]byte(nil), memR...)
 	backendtest.Random(t, la)
@@ -115,7 +116,9 @@ func bytesEqual(a, b []byte) bool { return backendtest.FirstDiff(a, b) < 0 }
 
 // TestViaCloseDuringResolve: a far agent whose resolver waits (the
 // process does not answer) does not hold up its backend's Close: Close
-// ends the resolve and the route, and the initiator's operation fails.
+// ends the resolve and the route, and says goodbye, so the initiator's
+// operation fails with the route (ErrPeerGone), not at the end of its
+// wait for the answer (ErrDeadline, on the old code: 7 s later).
 func TestViaCloseDuringResolve(t *testing.T) {
 	p := newAgentPair(t, DefaultConfig())
 	hP, _ := p.fake.region(t, 4096, accessAll)
@@ -140,8 +143,13 @@ func TestViaCloseDuringResolve(t *testing.T) {
 	}
 	select {
 	case err := <-errc:
-		if err == nil {
-			t.Fatal("a put via a closed agent succeeded")
+		if !errors.Is(err, rdmamgr.ErrPeerGone) || errors.Is(err, rdmamgr.ErrDeadline) {
+			t.Fatalf("a put via a closed agent: %v, want ErrPeerGone (its goodbye)", err)
+		}
+		select {
+		case <-p.rt.Done():
+		default:
+			t.Fatal("the initiator's route outlived the far backend's goodbye")
 		}
 	case <-time.After(waitTimeout):
 		t.Fatal("the put via a closed agent never ended")

@@ -57,12 +57,14 @@ func (b *Backend) startWorker(r *route) bool {
 	return true
 }
 
-// stopWorkers ends the resolves served and the routes (so their workers
-// end) and waits for the workers; Close calls it before it takes life.
+// stopWorkers says goodbye on the host agent's routes (via_inval.go),
+// ends the resolves served and the routes (so their workers end) and
+// waits for the workers; Close calls it before it takes life.
 // No worker starts once closed is set: startWorker checks it under mu,
 // and taking mu here orders a startWorker that did not see it before
 // the wait.
 func (b *Backend) stopWorkers() {
+	b.sayGoodbye()
 	b.cancelCtx()
 	b.failAll(fmt.Errorf("ibverbs: backend closed: %w", rdmamgr.ErrClosed)) // takes mu
 	b.workers.Wait()
@@ -97,6 +99,13 @@ func (r *route) serveWork() {
 			a.code = uint32(backend.RemoteCode(res))
 			var err error
 			r.postMu.Lock()
+			if !r.failing && a.res != nil {
+				// Recorded under postMu: the answer goes out before
+				// any invalidate of its proxy on this route.
+				if e := r.b.addResolver(a.res.proxy, r); e != nil {
+					a.res, a.code = nil, uint32(backend.RemoteCode(e))
+				}
+			}
 			if !r.failing {
 				err = r.ackLocked(a)
 			}
@@ -241,6 +250,11 @@ func land(in backend.Inbox, peer uint64, m ctlMsg, msg []byte) error {
 // and returns its length.
 func (a *ackMsg) put(p []byte) int {
 	m := ctlMsg{kind: ctlAck, seq: a.seq, imm: a.code}
+	switch a.kind {
+	case ctlInvalidate, ctlInvalAck, ctlGoodbye:
+		m.kind, m.region = a.kind, a.proxy
+		return m.put(p)
+	}
 	if a.kind == ctlResolved {
 		m.kind = ctlResolved
 		if a.res != nil && rdmapb.Code(a.code) == rdmapb.Code_OK {

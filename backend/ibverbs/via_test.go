@@ -163,10 +163,13 @@ func TestViaVerbs(t *testing.T) {
 }
 
 // TestViaRevokeMidUse: the far agent revokes its proxy (the process cut
-// its region) while the initiator holds its rkey: the next operation
-// fails with ErrStaleProxy (wrapping ErrAccess) and takes the route with
-// it (RC); on a new route the same operation resolves again and gets the
-// far Resolver's answer (ErrRevoked), and that route goes on.
+// its region) while the initiator holds its rkey and no invalidate
+// reaches the initiator (the route is not among the proxy's resolvers,
+// as for one the far agent gave up on): the next operation fails with
+// ErrStaleProxy (wrapping ErrAccess) and takes the route with it (RC);
+// on a new route the same operation resolves again and gets the far
+// Resolver's answer (ErrRevoked), and that route goes on. With the
+// invalidate, see TestViaRevokeSharedRoute.
 func TestViaRevokeMidUse(t *testing.T) {
 	p := newAgentPair(t, DefaultConfig())
 	hP, memP := p.fake.region(t, 8192, accessAll)
@@ -178,6 +181,11 @@ func TestViaRevokeMidUse(t *testing.T) {
 	}
 	backendtest.AssertSame(t, "process memory after put", memP, la)
 
+	p.b.mrMu.Lock()
+	for _, rd := range p.b.mrs {
+		rd.resolvers = nil
+	}
+	p.b.mrMu.Unlock()
 	p.fake.cut(t, hP.Region, rdmamgr.ErrRevoked)
 	before := append([]byte(nil), memP...)
 	backendtest.Random(t, la)
@@ -256,8 +264,10 @@ func TestViaRefusals(t *testing.T) {
 	hB, _ := backendtest.Alloc(t, p.regB, 4096, accessAll)
 	fake := buffer.Buffer{Region: 424242, Key: hP.Key, Length: 4096, Access: accessAll}
 	p.rt.viaMu.Lock()
-	p.rt.viaCache[viaKey{via: testVia, region: fake.Region, key: fake.Key}] = viaRes{
-		addr: hB.RDMA.Addr, rkey: hB.RDMA.RKey, access: accessAll, length: 4096, proxy: hB.Region, proxyKey: hB.Key}
+	fe := &viaEntry{k: viaKey{via: testVia, region: fake.Region, key: fake.Key}, cached: true, res: viaRes{
+		addr: hB.RDMA.Addr, rkey: hB.RDMA.RKey, access: accessAll, length: 4096, proxy: hB.Region, proxyKey: hB.Key}}
+	p.rt.viaCache[fe.k] = fe
+	p.rt.viaLive[fe] = struct{}{}
 	p.rt.viaMu.Unlock()
 	if err := p.viaDo(t, p.rt, backend.OpWriteImm, hA, fake, nil); !errors.Is(err, rdmamgr.ErrReleased) {
 		t.Fatalf("put-with-imm naming no proxy: %v, want ErrReleased (BAD_KEY)", err)

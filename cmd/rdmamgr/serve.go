@@ -44,7 +44,7 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 	var c common
 	fs.BoolVar(&c.cuda, "cuda", false, "serve GPU buffers (RequestBuffer in a CUDA device's memory) through the CUDA driver, libcuda.so.1, loaded at start: without one serve refuses to start (exit 1); without --cuda GPU buffers are refused with ErrNotSupported")
 	fs.StringVar(&c.hostAgent.Socket, "agent-socket", "", "run as this host's agent: processes attach on this unix socket `path` (mode 0660) and reach other hosts' processes through it, over ibverbs where both agents have a device (--backend auto or ibverbs), else TCP; users: ours and --shm-allow-uid")
-	fs.IntVar(&c.hostAgent.Routes, "agent-routes", 4, "with --agent-socket: TCP connections between two agents' hosts, both ways (at least 2: half on each agent's route to the other; overrides --conns)")
+	fs.IntVar(&c.hostAgent.Routes, "agent-routes", 4, "with --agent-socket: TCP connections, or ibverbs queue pairs, between two agents' hosts, both ways (at least 2: half from each agent; on TCP one route of that many connections, overrides --conns; on ibverbs that many routes)")
 	c.registerLog(fs, "info")
 	c.registerManager(fs)
 	c.net.registerLease(fs)

@@ -22,9 +22,16 @@
 // for the (address, rkey) of the proxy that Resolve gives, and caches
 // the answer per (via, region, key) on that route (see package
 // backend/ibverbs, "Host agents"). The device checks rkey, bounds and
-// access; a proxy revoked or released at the far end kills its rkey: an
-// operation that meets a dead rkey fails with ErrStaleProxy (and the route
-// with it: an RC queue pair does not survive a remote access error).
+// access. Before a proxy revoked or released at the far end loses its
+// rkey, the far agent's backend invalidates it on every route that
+// resolved it and waits (bounded, 2 s) for each initiator to drop it and
+// drain its operations on it, so the shared route goes on; only after
+// that give-up can an operation meet the dead rkey: it fails with
+// ErrStaleProxy (and the route with it: an RC queue pair does not
+// survive a remote access error). So the agent's revoke or release of a
+// proxy may wait up to that long; a Resolve must not revoke or release
+// a proxy itself and wait for it (the route's worker serving it is what
+// the initiators' in-flight PutWithImm and Sends wait on).
 //
 // Contract for the agent:
 //   - A backend may reuse a resolution for later frames of the same (via,
@@ -65,7 +72,8 @@ import (
 // route, whose cached resolution had gone stale at the far agent: the
 // device refused the proxy's rkey (a remote access error) after every
 // local check passed, so the proxy was revoked or released there (a cut,
-// the process's death, a re-mapping). The error wraps rdmamgr.ErrAccess
+// the process's death, a re-mapping) without the initiator's ack of its
+// invalidate (the far agent gave up waiting). The error wraps rdmamgr.ErrAccess
 // too. The route failed with it (RC); posting the operation once more, on
 // a fresh route, resolves again and answers what the far agent's Resolver
 // says (rdmamgr.ErrRevoked, ErrReleased, ErrPeerGone, ...), or succeeds on

@@ -59,7 +59,7 @@ type Agent struct {
 	// next is the slot handed out next: slots are never handed out twice
 	// in the agent's life (takeSlot), so past maxSlot attaching fails.
 	next uint32
-	far  map[string]*farRoute
+	far  map[string]*farSet // routes to far agents by address
 	// notAgents: addresses found no host agent, when (far.go).
 	notAgents map[string]time.Time
 	// farSetups counts far-route setups started (tests).
@@ -74,6 +74,12 @@ func New(cfg Config, m *actor.Manager, tcp backend.Backend) (*Agent, error) {
 	}
 	if m == nil || m.PID() == nil || tcp == nil {
 		return nil, fmt.Errorf("hostagent: a started manager and its TCP backend are needed: %w", rdmamgr.ErrInvalid)
+	}
+	if cfg.Routes == 0 {
+		cfg.Routes = DefaultRoutes
+	}
+	if cfg.Routes < MinRoutes {
+		return nil, fmt.Errorf("hostagent: %d routes per pair of hosts, want at least %d: %w", cfg.Routes, MinRoutes, rdmamgr.ErrInvalid)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -94,7 +100,7 @@ func New(cfg Config, m *actor.Manager, tcp backend.Backend) (*Agent, error) {
 	life, end := context.WithCancel(context.Background())
 	return &Agent{cfg: cfg, mgr: m, reg: reg, tcp: tcp, shm: sb, log: log, uid: os.Getuid(), addr: addr,
 		life: life, endLife: end, procs: make(map[uint16]*proc),
-		next: 1, far: make(map[string]*farRoute), notAgents: make(map[string]time.Time)}, nil
+		next: 1, far: make(map[string]*farSet), notAgents: make(map[string]time.Time)}, nil
 }
 
 // Addr is the agent's actor address as processes name it to their peers:

@@ -60,7 +60,8 @@ func TestCancelWhilePosting(t *testing.T) {
 	fr := &raceRoute{wrs: map[*backend.WorkRequest]bool{}, done: make(chan struct{})}
 	ready := make(chan struct{})
 	close(ready)
-	a := &Agent{log: slog.New(slog.DiscardHandler), far: map[string]*farRoute{"far:1": {ready: ready, route: fr, peerID: 1}}}
+	a := &Agent{log: slog.New(slog.DiscardHandler), far: map[string]*farSet{"far:1": {ready: ready, peerID: 1,
+		routes: []*farRoute{{ready: ready, route: fr, peerID: 1}}}}}
 	p := &proc{a: a, posts: make(chan *op, 4), dead: make(chan struct{}), wake: make(chan struct{}, 1),
 		ops: make(map[uint64]*op)}
 	post := agentwire.Post{WRID: 9, Op: backend.OpFetchAdd, Via: 1, FarAgent: "far:1", FarAgentID: 1, Swap: 1,

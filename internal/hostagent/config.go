@@ -57,6 +57,17 @@ type Config struct {
 	// our processes through our resolver too (wiring.SetResolver); one
 	// that takes none fails Start with ErrNotSupported.
 	Serving []backend.Backend
+	// Routes is N, the data connections between this agent's host and
+	// each other agent's (0: DefaultRoutes; at least MinRoutes): on TCP
+	// the manager's TCP backend holds them (node sets its ConnsFor to
+	// RouteConns); on ibverbs the agent keeps RouteConns routes to each
+	// far agent, one RC queue pair each.
+	Routes int
 	// Logger receives the agent's logs; nil discards them.
 	Logger *slog.Logger
+
+	// spreadTCP makes the agent keep RouteConns routes to a far agent on
+	// TCP too, as on ibverbs (tests: with one connection per TCP route
+	// they stand in for queue pairs).
+	spreadTCP bool
 }

@@ -2,13 +2,21 @@
 // --agent-socket): one agent per host joins the processes of the host to
 // the other hosts' agents over a fixed number of data connections per pair
 // of hosts, whatever the number of processes: N (node.HostAgent.Routes, at
-// least MinRoutes), half on each agent's route to the other (a TCP route
+// least MinRoutes), half on each agent's routes to the other (a route
 // carries requests one way: its dialer posts, the far end serves; the
-// lower manager id's route takes the extra one of an odd N: RouteConns).
-// The N are there once both agents have posted to each other. The route
-// to a far agent is the manager's, so it takes the manager's first backend
-// both agents run: ibverbs when both have a device (one RC queue pair per
-// route, two per pair of hosts: a route is one queue pair), else TCP.
+// lower manager id's routes take the extra one of an odd N: RouteConns).
+// The N are there once both agents have posted to each other. The routes
+// to a far agent are the manager's (wiring.SharedRoute: route 0, the one
+// its queue pairs share, and routes 1, 2, ... kept apart, "addr/name#k"
+// in its status and logs), so they take the manager's first backend both
+// agents run: ibverbs when both have a device, else TCP. On TCP the agent
+// keeps one route to each far agent (its connections are its half of N:
+// RouteConns, through the TCP backend's ConnsFor); on ibverbs a route is
+// one RC queue pair, so it keeps RouteConns(N) routes to each (route 0's
+// backend decides; Config.Routes is N), and the pair of hosts holds N
+// queue pairs once both agents posted. Every route counts against the
+// manager's MaxRoutes: a route k > 0 it refuses is left out (the
+// operations pinned to it take route 0, for the set's life).
 //
 // An Agent runs beside a node's manager (its registry, its TCP backend,
 // and Config.Serving: its ibverbs backend, which serves far agents'
@@ -37,8 +45,13 @@
 //     flight into sinks and waits for their references, so the process's
 //     own Revoke returns at once.
 //   - The executor: a process's posts (package agentwire) run in posting
-//     order on the manager's shared route to the far agent (one route to
-//     each far agent, refcounted in the manager: wiring.SharedRoute), as
+//     order on the manager's routes to the far agent (its set, above:
+//     each refcounted in the manager, all dropped together when the far
+//     agent restarted, one that went down replaced alone; every operation
+//     from one process to one far process, its (slot, via) pair, takes
+//     the one route a hash of the pair pins, so RC's order holds between
+//     them: a PutWithImm or a Send follows every Put its process posted
+//     to that far process before it; other pairs spread over the set), as
 //     WorkRequests whose Local is the proxy of the process's own region
 //     (held by a local reference for the operation's life), whose Via
 //     names the target process at the far agent and whose Origin is the
@@ -52,7 +65,8 @@
 //     connection); else the process's poster does, in order. One that
 //     meets a stale proxy at the far agent (ibverbs: its rkey died with a
 //     cut, and the RC route with it; agentapi.ErrStaleProxy) is posted
-//     once more, on a fresh route, for the far agent's own answer.
+//     once more, on a fresh route in place of the one that died (the
+//     set's others serve on), for the far agent's own answer.
 //   - Events and messages for an attached process (the TCP server's
 //     Inbox(via)): a PutWithImm's event goes over the process's shm route
 //     as a notice (no copy: the bytes are in place) naming the far process
@@ -88,7 +102,7 @@
 // A slot means something only at the agent incarnation that gave it: a
 // post names the far agent's manager id too (random per agent start; the
 // process-side route answer carries it), and the executor refuses with
-// PEER_GONE a post whose id is not the peer id of its shared route to that
+// PEER_GONE a post whose id is not the peer id of its route to that
 // address (the far agent restarted there and hands its slots out afresh):
 // the process's route ends, and the next one asks the target for its new
 // slot. Within one agent's life a slot is never handed out twice: a frame
@@ -103,11 +117,11 @@
 // The agent dials only far agents. A post names its far agent by address,
 // and the process may be hostile: so, when the agent has a cluster
 // (SetFarCheck; a serve --etcd daemon sets its members), an address that
-// is no member's is refused before any dial; and a route whose handshake
-// says the far end is no host agent (a TCP responder with a resolver says
-// it is, answering another agent: agentapi.FarAgent) is dropped, and the
-// address is refused without a new dial for a minute. Either
-// refusal answers the post ErrNotAgent (UNAUTHENTICATED to the process).
+// is no member's is refused before any dial (each route of a set's); and
+// a route whose handshake says the far end is no host agent (a TCP
+// responder with a resolver says it is, answering another agent:
+// agentapi.FarAgent) is dropped with its set, and the address is refused
+// without a new dial for a minute. Either refusal answers the post ErrNotAgent (UNAUTHENTICATED to the process).
 // A process whose far-route setups failed 8 times within a minute (the
 // refusals above, unreachable addresses) has its posts that need a new far
 // route refused with ErrDialBudget (LIMIT) until the minute ends; routes
@@ -117,9 +131,9 @@
 //
 // A far agent whose host leaves the cluster (its etcd membership record
 // goes: membership.Follow calls the manager's DropPeer, as a serve
-// --etcd daemon does) has the shared route to it ended: it is the
-// manager's own route, so DropPeer fails it with ErrPeerGone, the
-// operations in flight through it are answered PEER_GONE, and the next
+// --etcd daemon does) has the routes to it ended: they are the
+// manager's own routes, so DropPeer fails them all with ErrPeerGone, the
+// operations in flight through them are answered PEER_GONE, and the next
 // post sets up a new route (which fails PEER_GONE while the host is away).
 //
 // A process that goes (its socket or its shm route ends) loses its slot at

@@ -201,7 +201,7 @@ func (o *op) prepare(slow bool) (backend.Route, bool) {
 		h, err = p.cachedProxy(post.Local.Region, post.Local.Key, o.need())
 	}
 	if err == nil {
-		fr, farID = p.a.cachedFar(post.FarAgent)
+		fr, farID = p.a.cachedFar(post.FarAgent, o.pin())
 	}
 	if !slow && (err != nil || fr == nil || (h.Region == 0 && !post.Op.Atomic())) {
 		return nil, false
@@ -234,7 +234,7 @@ func (o *op) prepare(slow bool) (backend.Route, bool) {
 		}
 		if fr == nil {
 			if err = p.farBudget(); err == nil {
-				if fr, farID, err = p.a.farRoute(ctx, post.FarAgent); err != nil && !errors.Is(err, rdmamgr.ErrClosed) {
+				if fr, farID, err = p.a.farRoute(ctx, post.FarAgent, o.pin()); err != nil && !errors.Is(err, rdmamgr.ErrClosed) {
 					p.farFailed()
 				}
 			}
@@ -278,6 +278,11 @@ func (o *op) prepare(slow bool) (backend.Route, bool) {
 	return fr, true
 }
 
+// pin is the operation's pin (pinOf): the route to its far agent it
+// takes among several (ibverbs), the one every operation from its
+// process to its far process takes.
+func (o *op) pin() uint32 { return pinOf(o.p.slot, o.post.Via) }
+
 // causeOr returns the cancel cause if one was set (an error that came
 // from the cancel's interruption), else err.
 func (o *op) causeOr(err error) error {
@@ -309,7 +314,7 @@ func (o *op) retry() {
 	p := o.p
 	ctx, cancel := context.WithTimeout(p.ctx, mapTimeout)
 	defer cancel()
-	fr, farID, err := p.a.farRoute(ctx, o.post.FarAgent)
+	fr, farID, err := p.a.farRoute(ctx, o.post.FarAgent, o.pin())
 	if err == nil && farID != o.post.FarAgentID {
 		err = fmt.Errorf("hostagent: post %d names agent %016x at %s, which is agent %016x now: %w",
 			o.post.WRID, o.post.FarAgentID, o.post.FarAgent, farID, rdmamgr.ErrPeerGone)

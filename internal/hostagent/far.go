@@ -4,6 +4,7 @@ package hostagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -14,96 +15,163 @@ import (
 	"github.com/rdmamgr/rdmamgr/internal/wiring"
 )
 
-// farRoute is our manager's shared route to a far agent, with the one
-// reference the agent holds on it (wiring.SharedRoute): every process's
-// operations to that agent go over it.
-type farRoute struct {
-	ready   chan struct{} // closed when the setup ended; then below is fixed
-	route   backend.Route
-	peerID  uint64 // the far agent's manager id (the route handshake's)
-	release func()
-	err     error
-	// notAgent: the route handshake said the far end is no host agent.
-	notAgent bool
-}
-
 // farRoute returns the route to the far agent at addr (Agent.Addr's form)
-// and the far agent's manager id, setting it up if there is none or it went down; callers for one agent
-// share one setup (bounded by ctx: a caller that gives up leaves it to
-// the others).
-func (a *Agent) farRoute(ctx context.Context, addr string) (backend.Route, uint64, error) {
+// that pin takes and the far agent's manager id, setting the set or that
+// route up if there is none or it went down (that route alone: the
+// others serve on); callers for one agent or one route share one setup
+// (bounded by ctx: a caller that gives up leaves it to the others).
+func (a *Agent) farRoute(ctx context.Context, addr string, pin uint32) (backend.Route, uint64, error) {
 	for {
+		s, err := a.farSetOf(ctx, addr)
+		if err != nil {
+			return nil, 0, err
+		}
 		a.mu.Lock()
 		if a.closed {
 			a.mu.Unlock()
 			return nil, 0, fmt.Errorf("hostagent: %w", rdmamgr.ErrClosed)
 		}
-		if at, ok := a.notAgents[addr]; ok {
-			if time.Since(at) < notAgentHold {
-				a.mu.Unlock()
-				return nil, 0, fmt.Errorf("hostagent: %s was found no host agent %v ago: %w", addr, time.Since(at).Round(time.Millisecond), ErrNotAgent)
-			}
-			delete(a.notAgents, addr)
+		if s.gone { // forgotten meanwhile: the next turn takes addr's new set
+			a.mu.Unlock()
+			continue
 		}
-		f := a.far[addr]
+		k := s.pick(pin)
+		f := s.routes[k]
+		var old *farRoute
+		if f != nil && f.setupEnded() && (f.err != nil || routeDown(f.route)) {
+			f, old = nil, f // down: replaced alone
+		}
 		if f == nil {
-			f = &farRoute{ready: make(chan struct{})}
-			a.far[addr] = f
+			f = &farRoute{ready: make(chan struct{}), k: k}
+			s.routes[k] = f
 			a.wg.Add(1)
-			go a.setupFar(f, addr)
+			go a.setupFarRoute(f, addr)
 		}
 		a.mu.Unlock()
+		if old != nil && old.release != nil {
+			old.release()
+		}
 		select {
 		case <-f.ready:
 		case <-ctx.Done():
 			return nil, 0, fmt.Errorf("hostagent: route to agent %s: %w: %w: %w", addr, rdmamgr.ErrPeerGone, rdmamgr.ErrUnknownPeer, ctx.Err())
 		}
-		if f.err != nil {
-			a.forgetFar(addr, f)
+		switch {
+		case f.limited():
+			continue // the next turn takes route 0
+		case f.err != nil:
+			a.forgetFarRoute(s, f)
 			if f.notAgent {
+				a.forgetFar(addr, s)
 				a.rememberNotAgent(addr)
 			}
 			return nil, 0, f.err
-		}
-		select {
-		case <-f.route.Done():
-			a.forgetFar(addr, f) // down: the next turn sets up another
+		case f.peerID != s.peerID || f.kind != s.kind:
+			// The far agent restarted since the set was set up (its
+			// other routes go to the agent that was), or the route took
+			// another backend (the set's width is route 0's backend's):
+			// all go together, and the next turn sets up a new set.
+			a.forgetFar(addr, s)
 			continue
-		default:
-			return f.route, f.peerID, nil
+		case routeDown(f.route):
+			continue // the next turn replaces it
 		}
+		return f.route, f.peerID, nil
 	}
 }
 
-// cachedFar is farRoute when the route is up already, else nil.
-func (a *Agent) cachedFar(addr string) (backend.Route, uint64) {
+// farSetOf returns the set of routes to the far agent at addr, setting it
+// up if there is none (route 0 first: its backend says how many the set
+// holds).
+func (a *Agent) farSetOf(ctx context.Context, addr string) (*farSet, error) {
 	a.mu.Lock()
-	f := a.far[addr]
+	if a.closed {
+		a.mu.Unlock()
+		return nil, fmt.Errorf("hostagent: %w", rdmamgr.ErrClosed)
+	}
+	if at, ok := a.notAgents[addr]; ok {
+		if time.Since(at) < notAgentHold {
+			a.mu.Unlock()
+			return nil, fmt.Errorf("hostagent: %s was found no host agent %v ago: %w", addr, time.Since(at).Round(time.Millisecond), ErrNotAgent)
+		}
+		delete(a.notAgents, addr)
+	}
+	s := a.far[addr]
+	if s == nil {
+		s = &farSet{ready: make(chan struct{})}
+		a.far[addr] = s
+		a.wg.Add(1)
+		go a.setupFar(s, addr)
+	}
 	a.mu.Unlock()
-	if f == nil {
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("hostagent: route to agent %s: %w: %w: %w", addr, rdmamgr.ErrPeerGone, rdmamgr.ErrUnknownPeer, ctx.Err())
+	}
+	if s.err != nil {
+		a.forgetFar(addr, s)
+		if s.notAgent {
+			a.rememberNotAgent(addr)
+		}
+		return nil, s.err
+	}
+	return s, nil
+}
+
+// cachedFar is farRoute when the route pin takes is up already, else nil.
+func (a *Agent) cachedFar(addr string, pin uint32) (backend.Route, uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.far[addr]
+	if s == nil {
 		return nil, 0
 	}
 	select {
-	case <-f.ready:
+	case <-s.ready:
 	default:
 		return nil, 0
 	}
+	if s.err != nil || s.gone {
+		return nil, 0
+	}
+	f := s.routes[s.pick(pin)]
+	if f == nil || !f.setupEnded() || f.err != nil || f.peerID != s.peerID || f.kind != s.kind || routeDown(f.route) {
+		return nil, 0
+	}
+	return f.route, f.peerID
+}
+
+// setupFar sets up s: its route 0, then its width's other routes (in the
+// background: an operation pinned to one waits for it).
+func (a *Agent) setupFar(s *farSet, addr string) {
+	defer a.wg.Done()
+	defer close(s.ready)
+	f := &farRoute{ready: make(chan struct{})}
+	a.wg.Add(1)
+	a.setupFarRoute(f, addr)
 	if f.err != nil {
-		return nil, 0
+		s.err, s.notAgent = f.err, f.notAgent
+		return
 	}
-	select {
-	case <-f.route.Done():
-		return nil, 0
-	default:
-		return f.route, f.peerID
+	s.peerID, s.kind = f.peerID, f.kind
+	s.routes = make([]*farRoute, a.farWidth(f.kind, f.peerID))
+	s.routes[0] = f
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k := 1; k < len(s.routes) && !a.closed && !s.gone; k++ {
+		s.routes[k] = &farRoute{ready: make(chan struct{}), k: k}
+		a.wg.Add(1)
+		go a.setupFarRoute(s.routes[k], addr)
 	}
 }
 
-// setupFar sets up f's route (within the manager's route timeout, and
-// our life), to a far agent only: with a membership check (SetFarCheck)
-// the address must pass it before we dial, and a route whose handshake
-// says the far end is no host agent (agentapi.FarAgent) is dropped.
-func (a *Agent) setupFar(f *farRoute, addr string) {
+// setupFarRoute sets up f, the manager's route f.k to the far agent
+// (within the manager's route timeout, and our life), to a far agent
+// only: with a membership check (SetFarCheck) the address must pass it
+// before we dial, and a route whose handshake says the far end is no host
+// agent (agentapi.FarAgent) is dropped.
+func (a *Agent) setupFarRoute(f *farRoute, addr string) {
 	defer a.wg.Done()
 	defer close(f.ready)
 	a.farSetups.Add(1)
@@ -117,7 +185,7 @@ func (a *Agent) setupFar(f *farRoute, addr string) {
 		}
 	}
 	host, name := splitAddr(addr)
-	r, peerID, release, err := wiring.SharedRoute(a.mgr, a.life, host, name)
+	r, peerID, kind, release, err := wiring.SharedRoute(a.mgr, a.life, host, name, f.k)
 	if err == nil {
 		if fa, ok := r.(agentapi.FarAgent); ok && !fa.FarIsAgent() {
 			release() // the manager closes it once it lingered unused
@@ -129,25 +197,28 @@ func (a *Agent) setupFar(f *farRoute, addr string) {
 	if err != nil {
 		// The process's operation answers PEER_GONE (not INTERNAL: an
 		// unreachable agent has no wire code of its own), which ends its
-		// route to the far process; the next one is set up afresh.
-		f.err = fmt.Errorf("hostagent: route to agent %s: %w: %w", addr, rdmamgr.ErrPeerGone, err)
+		// route to the far process; the next one is set up afresh. Past
+		// the manager's MaxRoutes it is a limit.
+		if !errors.Is(err, rdmamgr.ErrLimit) {
+			err = fmt.Errorf("%w: %w", rdmamgr.ErrPeerGone, err)
+		}
+		f.err = fmt.Errorf("hostagent: route %d to agent %s: %w", f.k, addr, err)
 		return
 	}
-	f.route, f.peerID, f.release = r, peerID, release
+	f.route, f.peerID, f.kind, f.release = r, peerID, kind, release
 }
 
-// forgetFar drops f, if it is still addr's, and its reference.
-func (a *Agent) forgetFar(addr string, f *farRoute) {
+// forgetFar drops s, if it is still addr's, and the references of its
+// routes.
+func (a *Agent) forgetFar(addr string, s *farSet) {
 	a.mu.Lock()
-	if a.far[addr] == f {
-		delete(a.far, addr)
-	} else {
-		f = nil
+	if a.far[addr] != s {
+		a.mu.Unlock()
+		return
 	}
+	delete(a.far, addr)
 	a.mu.Unlock()
-	if f != nil && f.release != nil {
-		f.release()
-	}
+	a.releaseSet(s)
 }
 
 // dropFarRoutes drops every far route's reference (Close, once nothing
@@ -155,13 +226,10 @@ func (a *Agent) forgetFar(addr string, f *farRoute) {
 func (a *Agent) dropFarRoutes() {
 	a.mu.Lock()
 	fs := a.far
-	a.far = make(map[string]*farRoute)
+	a.far = make(map[string]*farSet)
 	a.mu.Unlock()
-	for _, f := range fs {
-		<-f.ready
-		if f.release != nil {
-			f.release()
-		}
+	for _, s := range fs {
+		a.releaseSet(s)
 	}
 }
 

@@ -57,11 +57,21 @@ func newSystem(t testing.TB) *protoactor.ActorSystem {
 // conns connections per route, and returns it and the backend.
 func startManager(t testing.TB, sys *protoactor.ActorSystem, name string, secret backend.Secret) (*actor.Manager, *tcp.Backend) {
 	t.Helper()
-	m, err := actor.New(sys, actor.Config{Name: name, Secret: secret})
+	return startManagerWith(t, sys, name, secret, mgrOpts{conns: DefaultRoutes})
+}
+
+// mgrOpts change a test manager: its TCP routes' connections, its
+// MaxRoutes (0: the default).
+type mgrOpts struct{ conns, maxRoutes int }
+
+// startManagerWith is startManager as o says.
+func startManagerWith(t testing.TB, sys *protoactor.ActorSystem, name string, secret backend.Secret, o mgrOpts) (*actor.Manager, *tcp.Backend) {
+	t.Helper()
+	m, err := actor.New(sys, actor.Config{Name: name, Secret: secret, MaxRoutes: o.maxRoutes})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb, err := wiring.NewBackend[*tcp.Backend](tcp.Config{Secret: secret, ConnsPerRoute: DefaultRoutes}, wiring.ManagerRegistry(m), nil)
+	tb, err := wiring.NewBackend[*tcp.Backend](tcp.Config{Secret: secret, ConnsPerRoute: o.conns}, wiring.ManagerRegistry(m), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +94,13 @@ func startManager(t testing.TB, sys *protoactor.ActorSystem, name string, secret
 // config before New.
 func startAgent(t testing.TB, sys *protoactor.ActorSystem, name string, host byte, secret backend.Secret, mod ...func(*Config)) *Agent {
 	t.Helper()
-	m, tb := startManager(t, sys, name, secret)
+	return startAgentWith(t, sys, name, host, secret, mgrOpts{conns: DefaultRoutes}, mod...)
+}
+
+// startAgentWith is startAgent whose manager is as o says.
+func startAgentWith(t testing.TB, sys *protoactor.ActorSystem, name string, host byte, secret backend.Secret, o mgrOpts, mod ...func(*Config)) *Agent {
+	t.Helper()
+	m, tb := startManagerWith(t, sys, name, secret, o)
 	cfg := Config{Socket: filepath.Join(t.TempDir(), "agent.sock"), Secret: secret}
 	cfg.HostID[0] = host
 	for _, f := range mod {

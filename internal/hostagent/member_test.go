@@ -111,7 +111,7 @@ func TestMemberLeftEndsFarRoute(t *testing.T) {
 	if d := p1.dones(t, 1)[1]; d.Code != 0 {
 		t.Fatalf("put: %v", rdmapb.Code(d.Code))
 	}
-	route, _ := a.cachedFar(far)
+	route, _ := a.cachedFar(far, pinOf(p1.welcome.Slot, via))
 	if route == nil {
 		t.Fatal("no far route after a put")
 	}
@@ -139,7 +139,7 @@ func TestMemberLeftEndsFarRoute(t *testing.T) {
 	default:
 		t.Fatal("the far route is up after its host left")
 	}
-	if r, _ := a.cachedFar(far); r != nil {
+	if r, _ := a.cachedFar(far, pinOf(p1.welcome.Slot, via)); r != nil {
 		t.Fatal("the ended far route is still cached")
 	}
 }

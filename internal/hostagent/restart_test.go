@@ -51,7 +51,7 @@ func TestSlotOfARestartedAgent(t *testing.T) {
 	if got := <-in2.msgs; !bytes.Equal(got, srcMem[:100]) {
 		t.Fatal("send to P2: bytes differ")
 	}
-	old, _ := a.cachedFar(far)
+	old, _ := a.cachedFar(far, pinOf(p1.welcome.Slot, via))
 	if old == nil {
 		t.Fatal("no far route after a send")
 	}

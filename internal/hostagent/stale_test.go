@@ -31,7 +31,8 @@ func TestStaleProxyPostsAgain(t *testing.T) {
 	ready := make(chan struct{})
 	close(ready)
 	a.mu.Lock()
-	a.far[b.Addr()] = &farRoute{ready: ready, route: stale, peerID: b.mgr.ID(), release: func() {}}
+	a.far[b.Addr()] = &farSet{ready: ready, peerID: b.mgr.ID(),
+		routes: []*farRoute{{ready: ready, route: stale, peerID: b.mgr.ID(), release: func() {}}}}
 	a.mu.Unlock()
 	p1.post(t, agentwire.Post{WRID: 1, Op: backend.OpWrite, Via: p2.welcome.Slot, FarAgent: b.Addr(), FarAgentID: p2.welcome.AgentID, Local: localOf(src), Remote: dst})
 	if d := p1.dones(t, 1)[1]; d.Code != 0 {

@@ -34,12 +34,16 @@ var ManagerRegistry func(manager any) *memreg.Registry
 // and message limit (node.Node.ClientOf).
 var PeerClient func(manager any, addr, name string) any
 
-// SharedRoute returns an *actor.Manager's route to the manager name at
-// addr ("host:port"), set up if needed and shared with every other user of
-// that peer (its queue pairs too), the peer manager's id, and a release
-// that drops this reference once. A host agent (internal/hostagent) posts
-// its processes' operations on it: one route per pair of agents.
-var SharedRoute func(manager any, ctx context.Context, addr, name string) (route backend.Route, peerID uint64, release func(), err error)
+// SharedRoute returns an *actor.Manager's route k to the manager name at
+// addr ("host:port"), set up if needed, the peer manager's id, the
+// route's backend, and a release that drops this reference once. Route 0
+// is shared with every other user of that peer (its queue pairs too);
+// route k > 0 (k < 1024) is another route to that peer, shared only by
+// callers that ask for k, counted against the manager's MaxRoutes. A
+// host agent (internal/hostagent) posts its processes' operations on
+// them: route 0 to each far agent, and more on ibverbs (a route is one
+// queue pair there).
+var SharedRoute func(manager any, ctx context.Context, addr, name string, k int) (route backend.Route, peerID uint64, kind backend.Kind, release func(), err error)
 
 // NewQueuePair binds a *queuepair.QueuePair to route; it does no I/O.
 var NewQueuePair func(id, peerID uint64, route backend.Route, local qpbind.Resolver, opt qpbind.Options) any
