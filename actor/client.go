@@ -114,6 +114,10 @@ func (c *Client) Ping(ctx context.Context) (uint64, error) {
 // remote peers may use with access. WithLease gives it a lease; WithMemory
 // registers the caller's own memory instead of allocating; WithDevice
 // allocates it in a CUDA device's memory (the handle's Location says so).
+// A reply it refuses (a handle that does not decode, or at another
+// Location than asked: rdmamgr.ErrBadResponse) has the buffer it names
+// released at the owner first, best effort and bounded, so it does not
+// leak there.
 func (c *Client) RequestBuffer(ctx context.Context, size uint64, access buffer.Access, opts ...BufferOption) (buffer.Buffer, error) {
 	var o bufferOptions
 	for _, f := range opts {
@@ -141,12 +145,34 @@ func (c *Client) RequestBuffer(ctx context.Context, size uint64, access buffer.A
 	}
 	b, err := buffer.FromProto(r.Buffer)
 	if err != nil {
+		c.releaseRefused(ctx, r.Buffer, access)
 		return buffer.Buffer{}, fmt.Errorf("request buffer from %s: reply: %w: %w", pidString(c.pid), rdmamgr.ErrBadResponse, err)
 	}
 	if b.Location != o.loc {
+		c.releaseRefused(ctx, r.Buffer, access)
 		return buffer.Buffer{}, fmt.Errorf("request buffer at %v from %s: reply at %v: %w", o.loc, pidString(c.pid), b.Location, rdmamgr.ErrBadResponse)
 	}
 	return b, nil
+}
+
+// releaseRefusedTimeout bounds releaseRefused.
+const releaseRefusedTimeout = 2 * time.Second
+
+// releaseRefused releases at the owner, best effort, the buffer a
+// RequestBuffer reply this client refuses (ErrBadResponse) names, so it
+// does not leak there: the owner allocated it before answering. Release
+// reads only the owner, region and key, so the rest of the handle is made
+// valid (host, the requested access, no lease). Bounded by
+// releaseRefusedTimeout even if ctx is done; its outcome is not reported
+// (the caller gets the refusal).
+func (c *Client) releaseRefused(ctx context.Context, p *rdmapb.Buffer, access buffer.Access) {
+	if p == nil || p.OwnerId == 0 || p.Region == 0 || len(p.Key) != buffer.KeySize || !access.Valid() {
+		return // names nothing the owner could have allocated
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseRefusedTimeout)
+	defer cancel()
+	h := &rdmapb.Buffer{OwnerId: p.OwnerId, OwnerAddr: p.OwnerAddr, Region: p.Region, Key: p.Key, Access: uint32(access)}
+	_, _ = request[*rdmapb.ReleaseBufferResponse](rctx, c, &rdmapb.ReleaseBuffer{Buffer: h})
 }
 
 // A BufferOption refines RequestBuffer.

@@ -137,3 +137,28 @@ func TestDeviceBufferOverTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDeviceBufferOutOfMemory: a peer's device out of memory reaches a
+// RequestBuffer caller as ErrLimit (RESOURCE_EXHAUSTED on the wire), as
+// the owner's other memory caps, not as an internal error; the owner
+// keeps serving.
+func TestDeviceBufferOutOfMemory(t *testing.T) {
+	ctx := testCtx(t)
+	sys, _, b := newPair(t)
+	w := cudafake.NewWorld(cudafake.Config{DeviceMemory: 4 << 20})
+	db := w.Process()
+	t.Cleanup(func() { db.Close() })
+	b.SetCUDA(db, nil)
+	c := NewClient(sys, b.PID())
+	_, err := c.RequestBuffer(ctx, 8<<20, buffer.AccessReadWrite, WithDevice(buffer.CUDA(0)))
+	if !errors.Is(err, rdmamgr.ErrLimit) {
+		t.Fatalf("device out of memory: %v, want ErrLimit", err)
+	}
+	h, err := c.RequestBuffer(ctx, 1<<20, buffer.AccessReadWrite, WithDevice(buffer.CUDA(0)))
+	if err != nil {
+		t.Fatalf("a request that fits, after: %v", err)
+	}
+	if err := c.ReleaseBuffer(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -120,6 +120,7 @@ func (cq *CompletionQueue) Poll(out []*WorkRequest) int {
 // take is Poll under cq.mu.
 func (cq *CompletionQueue) take(out []*WorkRequest) int {
 	k := min(len(out), cq.n)
+	var fast int64 // the fast slots handed over: one atomic operation for them all
 	for j := range k {
 		w := cq.ring[cq.head]
 		cq.ring[cq.head] = nil
@@ -128,13 +129,16 @@ func (cq *CompletionQueue) take(out []*WorkRequest) int {
 		}
 		if w.fast {
 			w.fast = false
-			cq.fast.Add(-1)
+			fast++
 		}
 		w.state.Store(stateDone) // reported: the caller's to re-arm
 		out[j] = w
 	}
 	cq.n -= k
 	cq.queued.Store(int64(cq.n))
+	if fast > 0 {
+		cq.fast.Add(-fast)
+	}
 	if k > 0 {
 		cq.held.Add(int64(-k))
 	}

@@ -36,6 +36,10 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 	ch := chainPrep{cq: q.cq.Load()}
 	if ch.cq != nil {
 		ch.slots = ch.cq.reserveN(n)
+		if !q.slow && ch.slots > 0 { // one atomic operation for the chain's fast slots
+			ch.fast = ch.slots
+			ch.cq.fast.Add(ch.fast)
+		}
 	}
 	if q.ops.EnterN(n) {
 		ch.entries = n

@@ -169,6 +169,7 @@ func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote *buffer.Buf
 type chainPrep struct {
 	cq      *CompletionQueue
 	slots   int64 // reserved in cq, not yet given to an operation
+	fast    int64 // of slots, those counted in cq.fast already (q not slow)
 	entries int64 // entered into q.ops, not yet given to an operation
 	left    int64 // operations of the chain still to prepare, this one included
 	local   memreg.LocalRun
@@ -177,12 +178,15 @@ type chainPrep struct {
 // giveBack returns what ch took and no operation used.
 func (ch *chainPrep) giveBack(q *QueuePair) {
 	if ch.cq != nil {
+		if ch.fast > 0 {
+			ch.cq.fast.Add(-ch.fast)
+		}
 		ch.cq.unreserve(ch.slots)
 	}
 	if ch.entries > 0 {
 		q.ops.LeaveN(ch.entries)
 	}
-	ch.slots, ch.entries = 0, 0
+	ch.slots, ch.fast, ch.entries = 0, 0, 0
 	ch.local.Close()
 }
 
@@ -206,9 +210,13 @@ func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer
 			w.finish(fmt.Errorf("%s: completion queue of %d full: %w", op, len(cq.ring), rdmamgr.ErrLimit))
 			return false
 		}
-		w.cq = cq // a slot is w's until the cq's Poll hands it over
-		if w.fast = !q.slow; w.fast {
-			cq.fast.Add(1) // a Wait spins while such slots are held
+		w.cq = cq                     // a slot is w's until the cq's Poll hands it over
+		if w.fast = !q.slow; w.fast { // a Wait spins while such slots are held
+			if ch != nil && ch.fast > 0 {
+				ch.fast-- // counted with the chain's slots
+			} else {
+				cq.fast.Add(1)
+			}
 		}
 	}
 	if ch != nil && ch.entries > 0 {
@@ -235,34 +243,33 @@ func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer
 	if local.Location != buffer.Host && q.reg != nil {
 		return q.prepareDevice(w, op, local) // stage.go
 	}
-	var ref memreg.Ref
+	// The reference goes straight into w.ref (released by finish, once
+	// the outcome is reported): a Ref held in a local first was copied
+	// twice more per operation, through stack temporaries.
 	var err error
 	if q.reg != nil && ch != nil {
-		if ch.local.Next(local, &w.ref) { // the common case: a reference taken with the chain's
-			w.wr.LocalRegion = w.ref.Region()
-			w.wr.Local = w.ref.Bytes()
-			return true
+		if !ch.local.Next(local, &w.ref) { // the common case: a reference taken with the chain's
+			w.ref, err = ch.local.Acquire(local, ch.left)
 		}
-		ref, err = ch.local.Acquire(local, ch.left)
 	} else if q.reg != nil {
 		near := q.near.Load()
 		lr := q.reg.NewLocalRun(near)
-		if ref, err = lr.Acquire(local, 1); err == nil && ref.Region() != near {
-			q.near.Store(ref.Region())
+		if w.ref, err = lr.Acquire(local, 1); err == nil && w.ref.Region() != near {
+			q.near.Store(w.ref.Region())
 		}
 	} else {
-		ref, err = q.local.AcquireLocal(*local)
+		w.ref, err = q.local.AcquireLocal(*local)
 	}
 	if err != nil {
+		w.ref = memreg.Ref{} // none held: finish releases nothing
 		if errors.Is(err, rdmamgr.ErrInvalid) {
 			err = fmt.Errorf("%w: %w", rdmamgr.ErrNotLocal, err)
 		}
 		w.finish(fmt.Errorf("%s: %w", op, err))
 		return false
 	}
-	w.ref = ref // released by finish, once the outcome is reported
-	w.wr.LocalRegion = ref.Region()
-	w.wr.Local = ref.Bytes()
+	w.wr.LocalRegion = w.ref.Region()
+	w.wr.Local = w.ref.Bytes()
 	return true
 }
 

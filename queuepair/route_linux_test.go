@@ -124,12 +124,13 @@ func TestCQAllocsOnRoutes(t *testing.T) {
 
 // BenchmarkCQ drives 64 operations in flight through a completion queue
 // (PostOps of reaped requests, cq.Wait) beside the per-operation form
-// (PostPut, then Wait on each), in one run: compare their ns/op.
+// (PostPut, then Wait on each), in one run: compare their ns/op. cqget is
+// cq with Gets.
 func BenchmarkCQ(b *testing.B) {
 	const inFlight = 64
 	for _, rk := range routeKinds {
 		for _, size := range []int{8, 4 << 10} {
-			for _, mode := range []string{"cq", "wait"} {
+			for _, mode := range []string{"cq", "cqget", "wait"} {
 				b.Run(fmt.Sprintf("%s/%dB/%s", rk.name, size, mode), func(b *testing.B) {
 					e := newRouteEnv(b, rk.make, size*inFlight, inFlight)
 					wrs := make([]*queuepair.WorkRequest, inFlight)
@@ -139,12 +140,15 @@ func BenchmarkCQ(b *testing.B) {
 						l, _ := e.local.Slice(uint64(i*size), uint64(size))
 						r, _ := e.remote.Slice(uint64(i*size), uint64(size))
 						ops[i] = queuepair.PutOp(l, r)
+						if mode == "cqget" {
+							ops[i] = queuepair.GetOp(l, r)
+						}
 					}
 					ctx := context.Background()
 					b.SetBytes(int64(size))
 					b.ReportAllocs()
 					b.ResetTimer()
-					if mode == "cq" {
+					if mode != "wait" {
 						benchCQ(b, e, wrs, ops)
 					} else {
 						benchWait(b, e, wrs, ops, ctx)

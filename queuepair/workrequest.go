@@ -160,7 +160,11 @@ func (w *WorkRequest) reset(op backend.Op, remote *buffer.Buffer, deadline time.
 	// prepare's. TestResetWritesEveryField keeps this in step with the
 	// struct.
 	wr := &w.wr
-	wr.Op, wr.Local, wr.LocalRegion, wr.Remote = op, nil, nil, *remote
+	// Remote in a statement of its own: in a tuple assignment the compiler
+	// copies *remote through a temporary first (it might alias wr), and
+	// the second, overlapping copy of 104 bytes stalls on store forwarding.
+	wr.Remote = *remote
+	wr.Op, wr.Local, wr.LocalRegion = op, nil, nil
 	wr.Deadline, wr.Done, wr.Cancel, wr.Result = deadline, (*completer)(w), nil, 0
 	wr.Via, wr.Origin = 0, 0
 	if ctx != nil {

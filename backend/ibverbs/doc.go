@@ -16,8 +16,9 @@
 //
 // A Backend owns one device port, one protection domain and one completion
 // queue (with a completion channel) shared by all its RC queue pairs. Start
-// registers hooks on the buffer registry: every region is registered with
-// ibv_reg_mr with exactly the access it grants (LOCAL_WRITE always,
+// registers hooks on the buffer registry: every host region (device
+// regions, GPU buffers, never: neither the hooks nor Start's pass over the
+// existing regions) is registered with ibv_reg_mr with exactly the access it grants (LOCAL_WRITE always,
 // REMOTE_READ iff buffer.AccessRead, REMOTE_WRITE iff buffer.AccessWrite,
 // REMOTE_ATOMIC iff buffer.AccessAtomic and the device runs atomics),
 // and the region's BackendData and RDMA {Addr, RKey} are set, so handles carry

@@ -148,7 +148,11 @@
 // memory (no via, no origin) may name a device region (a GPU buffer,
 // memreg.AllocateAt: memreg.AcquireRemoteAny): the server stages its
 // payload through two pinned host buffers (cuda.Stager, 256 KiB each,
-// reused per device context: 0 allocations per operation) in a pipeline:
+// reused per device context: 0 allocations per operation; at most 32
+// pairs out over the backend, 16 MiB pinned, and 4 idle per context: a
+// device operation that finds none free within 100 ms (FrameTimeout if
+// shorter) is refused with RESOURCE_EXHAUSTED, ErrLimit, its payload
+// drained, the connection in step: TestStagingBounded) in a pipeline:
 // a WRITE's next chunk is read from the socket while the previous one is
 // copied to the device, a READ's next chunk is copied from the device
 // while the current one is written. A READ of device memory flushes the

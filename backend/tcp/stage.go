@@ -18,25 +18,46 @@ import (
 // No copy is in flight once the frame is answered, so the region's
 // reference is released only when nothing touches its memory.
 
-// stageState is the backend's staging buffers, made on first use.
+// stageState is the backend's staging buffers, made on first use. Pinned
+// memory is bounded over every connection of the backend (cuda.Stagers):
+// at most maxOut pairs of staging buffers are out at once (a device
+// WRITE or READ waits up to wait for one, then is refused with ErrLimit:
+// a WRITE's payload is drained, the connection stays in step), and at
+// most maxIdle per device context are kept idle, the rest freed as their
+// operation ends.
 type stageState struct {
 	mu      sync.Mutex
 	stagers *cuda.Stagers
 	closed  bool
+
+	// The bounds; zero: the defaults (tests set them before first use).
+	maxOut, maxIdle int
+	wait            time.Duration
 }
 
-// get returns a Stager for span's context.
-func (st *stageState) get(span memreg.DeviceSpan) (*cuda.Stager, error) {
+// stageWait is the longest a device operation waits for a staging
+// buffer pair when maxOut are out (FrameTimeout if shorter). The
+// region's reference is held meanwhile, so Revoke and Release wait at
+// most this long more.
+const stageWait = 100 * time.Millisecond
+
+// get returns a Stager for span's context, waiting up to the bounded wait
+// (at most frame) for one.
+func (st *stageState) get(span memreg.DeviceSpan, frame time.Duration) (*cuda.Stager, error) {
 	st.mu.Lock()
 	if st.stagers == nil && !st.closed {
-		st.stagers = cuda.NewStagers(cuda.StageChunk)
+		st.stagers = cuda.NewStagers(cuda.StageChunk, st.maxOut, st.maxIdle)
 	}
 	p := st.stagers
+	wait := st.wait
 	st.mu.Unlock()
 	if p == nil {
 		return nil, errStagingClosed
 	}
-	return p.Get(span.Driver, span.Ctx)
+	if wait == 0 {
+		wait = stageWait
+	}
+	return p.Get(span.Driver, span.Ctx, min(wait, frame))
 }
 
 func (st *stageState) put(s *cuda.Stager) {
@@ -89,7 +110,7 @@ func (s *serverConn) writeDevice(br *connReader, ref memreg.Ref, span memreg.Dev
 			return 0, err
 		}
 	}
-	stg, err := s.b.stage.get(span)
+	stg, err := s.b.stage.get(span, s.b.cfg.FrameTimeout)
 	if err != nil {
 		ref.Release() // before draining: a peer that stalls its payload holds no cut
 		s.rejected()
@@ -146,7 +167,7 @@ func (s *serverConn) readDevice(h *reqHeader, ref memreg.Ref, span memreg.Device
 			return err
 		}
 	}
-	stg, err := s.b.stage.get(span)
+	stg, err := s.b.stage.get(span, s.b.cfg.FrameTimeout)
 	if err != nil {
 		ref.Release()
 		s.rejected()

@@ -2,7 +2,9 @@
 // calls the GPU paths need, behind the Driver interface, with CUresults
 // mapped to Go errors (errors.go: an *Error per failed call, matching
 // ErrDriver and its code's sentinel; a missing driver or device, and a
-// call the machine cannot do, match rdmamgr.ErrNotSupported).
+// call the machine cannot do, match rdmamgr.ErrNotSupported; out of
+// memory, device or pinned, matches rdmamgr.ErrLimit, as the registry's
+// caps, so a remote RequestBuffer caller can branch on it).
 //
 // Open loads libcuda.so.1 at run time (dlopen/dlsym through cgo, the
 // functions declared in shim_linux.h: no CUDA headers, no toolkit; only
@@ -24,7 +26,12 @@
 // writes one chunk to a socket the next chunk's device-to-host copy runs,
 // and while it reads one chunk from a socket the previous chunk's copy to
 // the device runs; nothing is in flight when it returns, errors included.
-// Stagers reuses them per context: 0 allocations per operation.
+// Stagers reuses them per context: 0 allocations per operation; it bounds
+// the pinned memory (at most maxOut out, a Get past it waits a bounded
+// time then fails with rdmamgr.ErrLimit; at most maxIdle kept idle per
+// context, the rest freed when put back; a Stager whose copy or stream
+// failed, Broken, is freed too, never reused: its stream may hold a sticky
+// error).
 //
 // What is built (issue 27): the interface, the real driver, the stand-in,
 // the pool and the stager, all tested without a GPU: TestMockDriver runs

@@ -45,7 +45,8 @@ var (
 	// ErrInvalidValue: CUDA_ERROR_INVALID_VALUE (a bad pointer, length or
 	// flag); a copy out of an allocation's bounds is refused with it.
 	ErrInvalidValue = errors.New("cuda: invalid value")
-	// ErrOutOfMemory: CUDA_ERROR_OUT_OF_MEMORY, device or pinned host.
+	// ErrOutOfMemory: CUDA_ERROR_OUT_OF_MEMORY, device or pinned host;
+	// it also matches rdmamgr.ErrLimit.
 	ErrOutOfMemory = errors.New("cuda: out of memory")
 	// ErrNotInitialized: CUDA_ERROR_NOT_INITIALIZED or DEINITIALIZED.
 	ErrNotInitialized = errors.New("cuda: not initialized")
@@ -133,8 +134,10 @@ func (r Result) String() string {
 }
 
 // Error is a failed driver call: the call's name (cuMemAlloc) and its
-// code. It matches ErrDriver, the code's sentinel, and
-// rdmamgr.ErrNotSupported for the codes that mean the machine cannot.
+// code. It matches ErrDriver, the code's sentinel,
+// rdmamgr.ErrNotSupported for the codes that mean the machine cannot, and
+// rdmamgr.ErrLimit for out of memory (device or pinned host), the
+// sentinel of every memory cap of the registry.
 type Error struct {
 	Call string
 	Code Result
@@ -152,6 +155,9 @@ func (e *Error) Unwrap() []error {
 	}
 	if notSupported[e.Code] {
 		errs = append(errs, rdmamgr.ErrNotSupported)
+	}
+	if e.Code == ErrorOutOfMemory { // as the registry's own caps: callers branch on it
+		errs = append(errs, rdmamgr.ErrLimit)
 	}
 	return errs
 }

@@ -37,6 +37,11 @@ func TestCheck(t *testing.T) {
 		if c.code != cuda.ErrorOutOfMemory && errors.Is(err, cuda.ErrOutOfMemory) {
 			t.Errorf("%v matches ErrOutOfMemory", c.code)
 		}
+		// Out of memory is the registry's limit sentinel (a remote caller
+		// of RequestBuffer branches on it); nothing else is.
+		if got := errors.Is(err, rdmamgr.ErrLimit); got != (c.code == cuda.ErrorOutOfMemory) {
+			t.Errorf("%v: matches ErrLimit = %v", c.code, got)
+		}
 		var e *cuda.Error
 		if !errors.As(err, &e) || e.Code != c.code || !strings.Contains(err.Error(), "cuX") {
 			t.Errorf("%v: %v is not an *Error naming the call", c.code, err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/rdmamgr/rdmamgr"
 )
@@ -29,6 +30,7 @@ type Stager struct {
 	ctx     Context
 	bufs    [2][]byte
 	streams [2]Stream
+	broken  bool // a driver call failed: its streams may hold a sticky error
 }
 
 // NewStager makes a Stager in ctx with two pinned buffers of chunk bytes
@@ -63,7 +65,7 @@ func (s *Stager) Download(src DevicePtr, n uint64, emit func([]byte) error) erro
 	issue := func(k uint64) error {
 		off := k * chunk
 		m := min(chunk, n-off)
-		return s.d.CopyDtoH(s.ctx, s.bufs[k%2][:m], src+DevicePtr(off), s.streams[k%2])
+		return s.drv(s.d.CopyDtoH(s.ctx, s.bufs[k%2][:m], src+DevicePtr(off), s.streams[k%2]))
 	}
 	chunks := (n + chunk - 1) / chunk
 	var err error
@@ -71,7 +73,7 @@ func (s *Stager) Download(src DevicePtr, n uint64, emit func([]byte) error) erro
 		err = issue(k)
 	}
 	for k := uint64(0); k < chunks && err == nil; k++ {
-		if err = s.d.StreamSynchronize(s.ctx, s.streams[k%2]); err != nil {
+		if err = s.drv(s.d.StreamSynchronize(s.ctx, s.streams[k%2])); err != nil {
 			break
 		}
 		off := k * chunk
@@ -96,7 +98,7 @@ func (s *Stager) Upload(dst DevicePtr, n uint64, fill func([]byte) error) error 
 	var err error
 	for k := uint64(0); k < chunks; k++ {
 		if k >= 2 { // the buffer's previous copy (chunk k-2) must be done
-			if err = s.d.StreamSynchronize(s.ctx, s.streams[k%2]); err != nil {
+			if err = s.drv(s.d.StreamSynchronize(s.ctx, s.streams[k%2])); err != nil {
 				break
 			}
 		}
@@ -105,7 +107,7 @@ func (s *Stager) Upload(dst DevicePtr, n uint64, fill func([]byte) error) error 
 		if err = fill(b); err != nil {
 			break
 		}
-		if err = s.d.CopyHtoD(s.ctx, dst+DevicePtr(off), b, s.streams[k%2]); err != nil {
+		if err = s.drv(s.d.CopyHtoD(s.ctx, dst+DevicePtr(off), b, s.streams[k%2])); err != nil {
 			break
 		}
 	}
@@ -116,12 +118,26 @@ func (s *Stager) Upload(dst DevicePtr, n uint64, fill func([]byte) error) error 
 // the first stream's error.
 func (s *Stager) drain(err error) error {
 	for _, st := range s.streams {
-		if e := s.d.StreamSynchronize(s.ctx, st); e != nil && err == nil {
+		if e := s.drv(s.d.StreamSynchronize(s.ctx, st)); e != nil && err == nil {
 			err = e
 		}
 	}
 	return err
 }
+
+// drv notes a failed driver call (err non-nil): s is broken.
+func (s *Stager) drv(err error) error {
+	if err != nil {
+		s.broken = true
+	}
+	return err
+}
+
+// Broken reports whether a driver call of s failed (a copy, a stream's
+// synchronization): its streams may hold a sticky error, so it is not
+// reused (Stagers.Put frees it). An error of the caller's emit or fill
+// does not break it.
+func (s *Stager) Broken() bool { return s.broken }
 
 // Close frees the buffers and streams; idempotent.
 func (s *Stager) Close() error {
@@ -142,8 +158,16 @@ func (s *Stager) Close() error {
 // Stagers hands out Stagers per (driver, context), made on first need
 // and reused: a data path's operation takes one (Get) and gives it back
 // (Put), allocating nothing once enough exist. Safe for concurrent use.
+//
+// Pinned memory is bounded: at most maxOut Stagers are out at once (Get
+// waits up to its wait for one to come back, then fails with
+// rdmamgr.ErrLimit), and at most maxIdle per context are kept once Put
+// back (the rest are freed at once). So the pinned memory held is at most
+// (maxOut + maxIdle per context) x 2 x chunk.
 type Stagers struct {
-	chunk int
+	chunk   int
+	maxIdle int
+	sem     chan struct{} // one token per Stager out
 
 	mu     sync.Mutex
 	free   map[stagerKey][]*Stager
@@ -155,22 +179,54 @@ type stagerKey struct {
 	ctx Context
 }
 
+// Default bounds of NewStagers.
+const (
+	DefaultMaxStagersOut  = 32 // 16 MiB of pinned memory out, at 256 KiB chunks
+	DefaultMaxStagersIdle = 4  // per context
+)
+
 // NewStagers returns an empty set of Stagers of chunk-byte buffers
-// (StageChunk if chunk <= 0).
-func NewStagers(chunk int) *Stagers {
-	return &Stagers{chunk: chunk, free: make(map[stagerKey][]*Stager)}
+// (StageChunk if chunk <= 0), at most maxOut out at once and maxIdle idle
+// per context (DefaultMaxStagersOut, DefaultMaxStagersIdle where <= 0).
+func NewStagers(chunk, maxOut, maxIdle int) *Stagers {
+	if maxOut <= 0 {
+		maxOut = DefaultMaxStagersOut
+	}
+	if maxIdle <= 0 {
+		maxIdle = DefaultMaxStagersIdle
+	}
+	return &Stagers{chunk: chunk, maxIdle: maxIdle, sem: make(chan struct{}, maxOut),
+		free: make(map[stagerKey][]*Stager)}
 }
 
-// Get returns a free Stager of (d, ctx), or a new one.
-func (p *Stagers) Get(d Driver, ctx Context) (*Stager, error) {
+// Get returns a free Stager of (d, ctx), or a new one. When maxOut are
+// out it waits up to wait for one to be Put back, then fails with
+// rdmamgr.ErrLimit.
+func (p *Stagers) Get(d Driver, ctx Context, wait time.Duration) (*Stager, error) {
+	select {
+	case p.sem <- struct{}{}:
+	default:
+		if wait <= 0 {
+			return nil, p.limitErr()
+		}
+		t := time.NewTimer(wait)
+		select {
+		case p.sem <- struct{}{}:
+			t.Stop()
+		case <-t.C:
+			return nil, p.limitErr()
+		}
+	}
 	k := stagerKey{d, ctx}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
+		<-p.sem
 		return nil, fmt.Errorf("cuda: stagers: %w", rdmamgr.ErrClosed)
 	}
 	if f := p.free[k]; len(f) > 0 {
 		s := f[len(f)-1]
+		f[len(f)-1] = nil
 		p.free[k] = f[:len(f)-1]
 		p.mu.Unlock()
 		return s, nil
@@ -178,21 +234,31 @@ func (p *Stagers) Get(d Driver, ctx Context) (*Stager, error) {
 	p.mu.Unlock()
 	s, err := NewStager(d, ctx, p.chunk)
 	if err != nil {
+		<-p.sem
 		return nil, err
 	}
 	return s, nil
 }
 
-// Put gives s back for reuse (after Close: it is freed).
+func (p *Stagers) limitErr() error {
+	return fmt.Errorf("cuda: stagers: %d staging buffer pairs in use, the most allowed: %w", cap(p.sem), rdmamgr.ErrLimit)
+}
+
+// Put gives s, which Get returned, back: kept for reuse while fewer than
+// maxIdle of its context are idle, else (or after Close, or when s is
+// Broken) freed.
 func (p *Stagers) Put(s *Stager) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		s.Close()
-		return
-	}
 	k := stagerKey{s.d, s.ctx}
-	p.free[k] = append(p.free[k], s)
+	keep := !p.closed && !s.broken && len(p.free[k]) < p.maxIdle
+	if keep {
+		p.free[k] = append(p.free[k], s)
+	}
+	p.mu.Unlock()
+	if !keep {
+		s.Close()
+	}
+	<-p.sem
 }
 
 // Close frees the free Stagers; one still out is freed when Put back.

@@ -52,11 +52,11 @@ func TestNewStagerFailureFreesAll(t *testing.T) {
 			t.Fatalf("NewStager failing after %d left %d pinned ranges and %d streams (before: %d, %d)",
 				ok, st.LiveHost, st.Streams, before.LiveHost, before.Streams)
 		}
-		p := cuda.NewStagers(testChunk)
-		if _, err := p.Get(&failingDriver{Driver: e.d, ok: ok}, e.ctx); !errors.Is(err, errNoRoom) {
+		p := cuda.NewStagers(testChunk, 0, 0)
+		if _, err := p.Get(&failingDriver{Driver: e.d, ok: ok}, e.ctx, 0); !errors.Is(err, errNoRoom) {
 			t.Fatalf("Stagers.Get failing after %d: %v", ok, err)
 		}
-		s, err = p.Get(e.d, e.ctx)
+		s, err = p.Get(e.d, e.ctx, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -161,17 +161,17 @@ func TestStagerErrorLeavesNothingInFlight(t *testing.T) {
 // Get fails with ErrClosed and a Stager put back is freed.
 func TestStagers(t *testing.T) {
 	e := newFakeEnv(t, cudafake.Config{})
-	p := cuda.NewStagers(testChunk)
-	a, err := p.Get(e.d, e.ctx)
+	p := cuda.NewStagers(testChunk, 0, 0)
+	a, err := p.Get(e.d, e.ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := p.Get(e.d, e.ctx)
+	b, _ := p.Get(e.d, e.ctx, 0)
 	if a == b || a.Chunk() != testChunk {
 		t.Fatalf("two Gets, one Stager (or chunk %d)", a.Chunk())
 	}
 	p.Put(a)
-	if c, _ := p.Get(e.d, e.ctx); c != a {
+	if c, _ := p.Get(e.d, e.ctx, 0); c != a {
 		t.Fatalf("Get after Put made a new Stager")
 	}
 	p.Put(a)
@@ -183,7 +183,7 @@ func TestStagers(t *testing.T) {
 	if got := e.w.Stats().LiveHost; got != live-4 {
 		t.Fatalf("pinned buffers live %d after Close, want %d", got, live-4)
 	}
-	if _, err := p.Get(e.d, e.ctx); !errors.Is(err, rdmamgr.ErrClosed) {
+	if _, err := p.Get(e.d, e.ctx, 0); !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("Get after Close: %v", err)
 	}
 }
@@ -214,13 +214,13 @@ func (d *syncDriver) StreamDestroy(cuda.Context, cuda.Stream) error      { retur
 // nothing.
 func TestStagerAllocs(t *testing.T) {
 	d := &syncDriver{dev: make([]byte, 1<<20)}
-	p := cuda.NewStagers(64 << 10)
+	p := cuda.NewStagers(64<<10, 0, 0)
 	defer p.Close()
 	sink := 0
 	emit := func(b []byte) error { sink += len(b); return nil }
 	fill := func(b []byte) error { b[0] = 1; return nil }
 	allocs := testing.AllocsPerRun(50, func() {
-		s, err := p.Get(d, 1)
+		s, err := p.Get(d, 1, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -58,6 +58,9 @@
 // re-carved for whichever class needs a slab next, so allocating and
 // releasing in a loop maps nothing. (The fds kept open with no buffer are
 // thus two spare slabs per registry and two spare memfds per process.)
+// An allocation the host cannot back (memfd_create, ftruncate or mmap out
+// of memory or file descriptors) fails with ErrLimit, as a cap does; so
+// does a device out of memory (cuda.Error matches ErrLimit).
 //
 // # Exporting a region to another process
 //

@@ -1,7 +1,10 @@
 package memreg
 
 import (
+	"errors"
 	"fmt"
+
+	"github.com/rdmamgr/rdmamgr"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,7 +28,7 @@ func memfdMapOpen(name string, size int) (fd int, mem []byte, err error) {
 func memfdMapSeals(name string, size, seals int) (fd int, mem []byte, err error) {
 	fd, err = unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
-		return -1, nil, fmt.Errorf("memfd_create: %w", err)
+		return -1, nil, exhausted(fmt.Errorf("memfd_create: %w", err))
 	}
 	if err = unix.Ftruncate(fd, int64(size)); err != nil {
 		err = fmt.Errorf("ftruncate memfd to %d bytes: %w", size, err)
@@ -36,9 +39,20 @@ func memfdMapSeals(name string, size, seals int) (fd int, mem []byte, err error)
 	}
 	if err != nil {
 		_ = unix.Close(fd)
-		return -1, nil, err
+		return -1, nil, exhausted(err)
 	}
 	return fd, mem, nil
+}
+
+// exhausted makes err, a failed memfd_create, ftruncate or mmap, match
+// rdmamgr.ErrLimit when the host ran out (memory, address space, file
+// descriptors): the sentinel of the registry's own caps, so a remote
+// caller of RequestBuffer can branch on it.
+func exhausted(err error) error {
+	if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) || errors.Is(err, unix.ENOSPC) {
+		return fmt.Errorf("%w: %w", err, rdmamgr.ErrLimit)
+	}
+	return err
 }
 
 // memfdUnmap unmaps mem and closes fd, once nothing references either.
