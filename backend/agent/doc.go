@@ -37,7 +37,13 @@
 // agent, which keeps RC's ordering. The route completes each request on
 // the agent's done (a refusal carries its code's sentinel), cancels
 // through the agent (the outcome is the cause unless it completed first)
-// and says "via host agent" in its reason (status, "route up" log).
+// and says "via host agent" in its reason (status, "route up" log). A
+// cancelled operation is reported only on the agent's done, which the
+// agent sends once the operation is off its far route (never posted, or
+// reported there: the agent's read into its proxy of our pages has
+// ended, its write from them too): reported means
+// finished through the agent too (TestCancelStressThroughAgents, issue 9's
+// cancel stress through two real agents, counts the stale bytes: 0).
 //
 // The agent maps our memory as any peer does, through our shm owner side:
 // so only memfd-backed regions reach it (node sets memreg's SetUnpooled:
