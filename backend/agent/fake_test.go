@@ -71,7 +71,7 @@ type fakeAgent struct {
 	// answer); unset, asks are answered TCP.
 	answer func(q agentwire.Ask) []byte
 	asked  int // the asks received
-	wg          sync.WaitGroup
+	wg     sync.WaitGroup
 }
 
 func startFake(t testing.TB, w *world, path, addr string, host byte, secret backend.Secret) *fakeAgent {

@@ -87,7 +87,9 @@ func TestViaSaysBackend(t *testing.T) {
 func TestHostileAnswer(t *testing.T) {
 	x := newPair(t)
 	x.a.mu.Lock()
-	x.a.answer = func(q agentwire.Ask) []byte { return []byte{agentwire.TypeAnswer, byte(q.ID), byte(q.ID >> 8), byte(q.ID >> 16), byte(q.ID >> 24), 7} }
+	x.a.answer = func(q agentwire.Ask) []byte {
+		return []byte{agentwire.TypeAnswer, byte(q.ID), byte(q.ID >> 8), byte(q.ID >> 16), byte(q.ID >> 24), 7}
+	}
 	x.a.mu.Unlock()
 	if _, err := routeTo(t, x.p1, x.p2); !errors.Is(err, rdmamgr.ErrNotSupported) {
 		t.Fatalf("route over a hostile answer: %v", err)

@@ -23,15 +23,15 @@ const (
 
 // Message types: a packet's first byte.
 const (
-	TypeHello      = 1 // agent → P
-	TypeAuth       = 2 // P → agent
-	TypeShmPrepare = 3 // agent → P
-	TypeShmAccept  = 4 // P → agent
-	TypeWelcome    = 5 // agent → P
-	TypePost       = 6 // P → agent, a batch
-	TypeDone       = 7 // agent → P, a batch
-	TypeCancel     = 8 // P → agent, a batch
-	TypeGone       = 9 // either way, then close
+	TypeHello      = 1  // agent → P
+	TypeAuth       = 2  // P → agent
+	TypeShmPrepare = 3  // agent → P
+	TypeShmAccept  = 4  // P → agent
+	TypeWelcome    = 5  // agent → P
+	TypePost       = 6  // P → agent, a batch
+	TypeDone       = 7  // agent → P, a batch
+	TypeCancel     = 8  // P → agent, a batch
+	TypeGone       = 9  // either way, then close
 	TypeAsk        = 10 // P → agent, version 3
 	TypeAnswer     = 11 // agent → P, version 3
 )
