@@ -193,7 +193,7 @@ type attachment struct {
 	// closes it once it touches none of our memory), CloseTimeout at
 	// most from then. It is why it ended.
 	going error
-	// asks wait for the agent's answer, by id (askBackend); lastAsk is
+	// asks wait for the agent's answer, by id (overOf); lastAsk is
 	// the last id given.
 	asks    map[uint32]chan byte
 	lastAsk uint32
