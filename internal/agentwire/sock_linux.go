@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"syscall"
@@ -88,7 +89,10 @@ func ReadPacket(c *net.UnixConn, buf []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n == 0 {
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) == 0 && n == 0 {
+		return nil, errClosed
+	}
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
 		return nil, fmt.Errorf("agentwire: packet truncated or with fds (%d bytes, flags %#x): %w", n, flags, rdmamgr.ErrProtocol)
 	}
 	return buf[:n], nil
@@ -184,6 +188,11 @@ func NewReceiver(c *net.UnixConn, buf []byte) (*Receiver, error) {
 	return r, nil
 }
 
+// errClosed is a read of nothing: the peer closed its end (our protocol
+// sends no empty packet, so one is taken as the end too). It wraps io.EOF:
+// a peer that went is not a protocol error.
+var errClosed = fmt.Errorf("agentwire: the peer closed the socket: %w", io.EOF)
+
 // Read is ReadPacket: the next packet, valid until the next Read.
 func (r *Receiver) Read() ([]byte, error) {
 	r.iov.Base = &r.buf[0]
@@ -199,7 +208,10 @@ func (r *Receiver) Read() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || r.n == 0 {
+	if r.flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) == 0 && r.n == 0 {
+		return nil, errClosed
+	}
+	if r.flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
 		return nil, fmt.Errorf("agentwire: packet truncated or with fds (%d bytes, flags %#x): %w", r.n, r.flags, rdmamgr.ErrProtocol)
 	}
 	return r.buf[:r.n], nil

@@ -5,6 +5,7 @@ package agentwire
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -223,7 +224,8 @@ func TestHotPathAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per packet, want 0", allocs)
 	}
 	// A Receiver's read keeps ReadPacket's checks: a packet larger than
-	// its buffer (truncated) and EOF are refused.
+	// its buffer (truncated) is refused, EOF is io.EOF (the peer went:
+	// not a protocol error, as the log said before).
 	small, err := NewReceiver(s, make([]byte, 4))
 	if err != nil {
 		t.Fatal(err)
@@ -235,8 +237,8 @@ func TestHotPathAllocs(t *testing.T) {
 		t.Fatalf("Read of a truncated packet: %v", err)
 	}
 	c.Close()
-	if _, err := rcv.Read(); !errors.Is(err, rdmamgr.ErrProtocol) {
-		t.Fatalf("Read at EOF: %v", err)
+	if _, err := rcv.Read(); !errors.Is(err, io.EOF) || errors.Is(err, rdmamgr.ErrProtocol) {
+		t.Fatalf("Read at EOF: %v, want io.EOF", err)
 	}
 }
 
