@@ -242,7 +242,10 @@
 // owner honours an origin only from an initiator that said it, and one
 // without a resolver refuses resolves, and notices and Sends with a Via,
 // with ErrNotSupported (the route goes on). An origin without a Via is
-// refused at Post (ErrNotSupported), as on TCP.
+// refused at Post (ErrNotSupported), as on TCP. A route reports its
+// peer's infoAgent as FarIsAgent (agentapi.FarAgent; the initiator's: the
+// responder's answer), so a host agent drops a far route whose far end is
+// no host agent, as it does TCP's.
 //
 // On an agent's accepted queue pairs the poller does not serve control
 // messages itself: a Resolve, the attached process's Event and its

@@ -119,8 +119,8 @@
 // (SetFarCheck; a serve --etcd daemon sets its members), an address that
 // is no member's is refused before any dial (each route of a set's); and
 // a route whose handshake says the far end is no host agent (a TCP
-// responder with a resolver says it is, answering another agent:
-// agentapi.FarAgent) is dropped with its set, and the address is refused
+// responder with a resolver says it is, answering another agent; an
+// ibverbs one by its route info's agent flag: agentapi.FarAgent) is dropped with its set, and the address is refused
 // without a new dial for a minute. Either refusal answers the post ErrNotAgent (UNAUTHENTICATED to the process).
 // A process whose far-route setups failed 8 times within a minute (the
 // refusals above, unreachable addresses) has its posts that need a new far
