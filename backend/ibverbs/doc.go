@@ -256,6 +256,32 @@
 // fails the route with rdmamgr.ErrProtocol). Close cancels the resolves,
 // fails the routes and waits for the workers before it frees anything.
 //
+// Not done (TCP has it: backend/tcp/late.go): the worker calls the
+// inbox's Event and the landing's Deliver synchronously, even when they
+// are agentapi.AsyncInbox / AsyncLanding (the host agent's are), so one
+// attached process that does not answer holds the route's worker, and
+// every other process's events and messages on the route between the two
+// agents, for up to its answer timeout (5 s) per event. The plan: (1) the
+// worker hands a Via notice to EventAsync and a Send to DeliverAsync with
+// an answer func, and takes the next message at once; deliveries still
+// reach the inboxes in arrival order, only answers may overtake. (2) The
+// answer func (any goroutine, once) counts Served, takes postMu and, unless
+// the route is failing, acks with the process's code through ackLocked (a
+// free cell or the backlog, as now). The slot was reposted when the worker
+// took the message, so the credit the ack returns is sound whatever the
+// order; an unanswered message keeps its credit, so the initiator still
+// has at most min(both rings) unacked and the work channel cannot
+// overflow. (3) The initiator matches an ack to its op by seq, not order
+// (recv.go takes r.acks[0] only: search the at most credits entries), and
+// the doc's "acks in order" becomes "deliveries in order". (4) An answer
+// after the route failed or closed is dropped: fail sets failing under
+// postMu before teardown frees the ring, so the answer checks it under
+// postMu as the worker does (a test: answer after Backend.Close). Resolves stay
+// on the worker (bounded by agentapi.ResolveTimeout). Test: a fake
+// AsyncInbox that holds one via's answers; another via's event on the
+// same route is acked while the first waits, then the first is acked
+// with its code.
+//
 // # Failure semantics
 //
 // An RC queue pair cannot cancel one request, and any failed completion puts
