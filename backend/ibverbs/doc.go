@@ -142,9 +142,10 @@
 // info; the initiator keeps at most min(both rings) control messages
 // unacked, a Post beyond waits (back-pressure, bounded by the deadline).
 // The owner reposts a slot before it sends the ack that returns the credit,
-// and acks in the order the messages came, so events and messages of one
-// route are delivered in posting order, and the initiator matches acks to
-// its ops by order (and checks their sequence numbers). Acks use cells of
+// and acks in the order the messages came (a host agent's late answers
+// excepted: "Host agents"), so events and messages of one route are
+// delivered in posting order, and the initiator matches acks to its ops
+// by sequence number. Acks use cells of
 // the owner's ring (as many as slots); an ack without a free cell waits in
 // order for one. Completion-queue entries are reserved per queue pair: a
 // slot each (RecvSlots + 4: see "Host agents"), a cell each for the
@@ -252,35 +253,25 @@
 // landing's Deliver (agentapi.CheckedLanding) wait on the process. It
 // copies each out of its slot, reposts the slot and hands it to the
 // route's worker goroutine, which serves them in the order they came and
-// acks in order; the initiator's credits bound how many wait (one more
+// acks in order (late answers aside: below); the initiator's credits bound how many wait (one more
 // fails the route with rdmamgr.ErrProtocol). Close cancels the resolves,
 // fails the routes and waits for the workers before it frees anything.
 //
-// Not done (TCP has it: backend/tcp/late.go): the worker calls the
-// inbox's Event and the landing's Deliver synchronously, even when they
-// are agentapi.AsyncInbox / AsyncLanding (the host agent's are), so one
-// attached process that does not answer holds the route's worker, and
-// every other process's events and messages on the route between the two
-// agents, for up to its answer timeout (5 s) per event. The plan: (1) the
-// worker hands a Via notice to EventAsync and a Send to DeliverAsync with
-// an answer func, and takes the next message at once; deliveries still
-// reach the inboxes in arrival order, only answers may overtake. (2) The
-// answer func (any goroutine, once) counts Served, takes postMu and, unless
-// the route is failing, acks with the process's code through ackLocked (a
-// free cell or the backlog, as now). The slot was reposted when the worker
-// took the message, so the credit the ack returns is sound whatever the
-// order; an unanswered message keeps its credit, so the initiator still
-// has at most min(both rings) unacked and the work channel cannot
-// overflow. (3) The initiator matches an ack to its op by seq, not order
-// (recv.go takes r.acks[0] only: search the at most credits entries), and
-// the doc's "acks in order" becomes "deliveries in order". (4) An answer
-// after the route failed or closed is dropped: fail sets failing under
-// postMu before teardown frees the ring, so the answer checks it under
-// postMu as the worker does (a test: answer after Backend.Close). Resolves stay
-// on the worker (bounded by agentapi.ResolveTimeout). Test: a fake
-// AsyncInbox that holds one via's answers; another via's event on the
-// same route is acked while the first waits, then the first is acked
-// with its code.
+// An attached process's event or message (a notice or Send with a Via)
+// goes to an agentapi.AsyncInbox's EventAsync or an AsyncLanding's
+// DeliverAsync when the inbox is one (the host agent's are), as TCP's
+// (backend/tcp/late.go): the worker takes the next message at once, and
+// the answer, whenever the process gives it (from any goroutine), acks
+// the message with its code. So one process slow to answer (up to 5 s)
+// holds up only its own operations, not the route between two agents.
+// Deliveries reach the inboxes in arrival order; only acks may overtake
+// one another, and the initiator matches each to its op by sequence
+// number. The slot was reposted when the worker took the message, so the
+// credit an ack returns is sound in any order, and an unanswered message
+// keeps its credit (the work queue cannot overflow). An answer on a
+// failing route is dropped (fail marks it under the post lock before
+// teardown frees the ring). Resolves stay on the worker (bounded by
+// agentapi.ResolveTimeout).
 //
 // # Failure semantics
 //

@@ -80,10 +80,10 @@
 //     notices (at most 1024, and 64 MiB of staged messages) and a
 //     deliverer that hands them on one at a time, in order; each is
 //     answered within 5 s of its queueing (DEADLINE if the process has
-//     not taken it by then); the TCP server answers the write-imm or send once the process
-//     answered (agentapi.AsyncInbox, AsyncLanding) and serves the
-//     connection's next frames meanwhile (an ibverbs route's server calls
-//     Event and Deliver, which wait for the answer: it is held up still). One more for a full queue is
+//     not taken it by then); the TCP server (and an ibverbs route's worker)
+//     answers the write-imm or send once the process answered
+//     (agentapi.AsyncInbox, AsyncLanding) and serves the route's next
+//     frames (control messages) meanwhile. One more for a full queue is
 //     refused at once with ErrLimit (LIMIT: the direct path's overflow),
 //     so a process that never answers costs only its own notices. (The
 //     first use of a region still maps it on the connection: a process
