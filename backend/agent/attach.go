@@ -18,8 +18,20 @@ import (
 // attach runs the attach handshake with the agent at cfg.Socket (package
 // agentwire's doc) and returns the attachment, its loops not started. It
 // refuses an agent that fails any step: a bad packet is ErrProtocol, a
-// refusal the agent's gone (its code's sentinel).
-func attach(ctx context.Context, cfg *Config) (*net.UnixConn, agentwire.Welcome, error) {
+// refusal the agent's gone (its code's sentinel). It speaks
+// agentwire.Version, and agentwire.MinVersion to an agent that refuses
+// that version (an older one): the version it returns.
+func attach(ctx context.Context, cfg *Config) (*net.UnixConn, agentwire.Welcome, byte, error) {
+	conn, w, err := attachAs(ctx, cfg, agentwire.Version)
+	var r refusedError
+	if err != nil && errors.As(err, &r) && errors.Is(err, rdmamgr.ErrVersion) {
+		conn, w, err = attachAs(ctx, cfg, agentwire.MinVersion)
+		return conn, w, agentwire.MinVersion, err
+	}
+	return conn, w, agentwire.Version, err
+}
+
+func attachAs(ctx context.Context, cfg *Config, version byte) (*net.UnixConn, agentwire.Welcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.HandshakeTimeout)
 	defer cancel()
 	conn, err := agentwire.Dial(ctx, cfg.Socket)
@@ -30,7 +42,7 @@ func attach(ctx context.Context, cfg *Config) (*net.UnixConn, agentwire.Welcome,
 	conn.SetDeadline(dl)
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) }) // ctx cancelled early
 	defer stop()
-	w, err := handshake(ctx, conn, cfg)
+	w, err := handshake(ctx, conn, cfg, version)
 	if err != nil {
 		if g, gerr := goneOf(err); gerr == nil {
 			agentwire.WritePacket(conn, g) // best effort: say why
@@ -42,7 +54,7 @@ func attach(ctx context.Context, cfg *Config) (*net.UnixConn, agentwire.Welcome,
 	return conn, w, nil
 }
 
-func handshake(ctx context.Context, conn *net.UnixConn, cfg *Config) (agentwire.Welcome, error) {
+func handshake(ctx context.Context, conn *net.UnixConn, cfg *Config, version byte) (agentwire.Welcome, error) {
 	buf := make([]byte, agentwire.MaxPacket)
 	pkt, err := read(conn, buf, agentwire.TypeHello)
 	if err != nil {
@@ -53,7 +65,7 @@ func handshake(ctx context.Context, conn *net.UnixConn, cfg *Config) (agentwire.
 		return agentwire.Welcome{}, err
 	}
 	pid := uint32(os.Getpid())
-	a := agentwire.Auth{PID: pid, ManagerID: cfg.ManagerID, Addr: cfg.Addr,
+	a := agentwire.Auth{Version: version, PID: pid, ManagerID: cfg.ManagerID, Addr: cfg.Addr,
 		MAC: agentwire.AuthMAC(cfg.Secret, h.Nonce, pid, cfg.ManagerID, cfg.Addr)}
 	if pkt, err = a.Encode(); err != nil {
 		return agentwire.Welcome{}, err
@@ -156,6 +168,8 @@ type attachment struct {
 	b    *Backend
 	conn *net.UnixConn
 	w    agentwire.Welcome
+	// version is the agentwire version spoken: asks need 3.
+	version byte
 
 	mu sync.Mutex // guards the fields below; cond waits on it
 	// cond is signalled when a sender took the batches (room in them),
@@ -179,6 +193,10 @@ type attachment struct {
 	// closes it once it touches none of our memory), CloseTimeout at
 	// most from then. It is why it ended.
 	going error
+	// asks wait for the agent's answer, by id (overOf); lastAsk is
+	// the last id given.
+	asks    map[uint32]chan byte
+	lastAsk uint32
 
 	snd  *agentwire.Sender // the token holder's writes that never wait (nil: conn closed)
 	kick chan struct{}     // a.stuck: the writer takes over (capacity 1)
@@ -194,8 +212,8 @@ type inflight struct {
 	cancelled bool    // a cancel record was sent
 }
 
-func newAttachment(b *Backend, conn *net.UnixConn, w agentwire.Welcome) *attachment {
-	a := &attachment{b: b, conn: conn, w: w, ops: make(map[uint64]*inflight), routes: make(map[*route]struct{}),
+func newAttachment(b *Backend, conn *net.UnixConn, w agentwire.Welcome, version byte) *attachment {
+	a := &attachment{b: b, conn: conn, w: w, version: version, asks: make(map[uint32]chan byte), ops: make(map[uint64]*inflight), routes: make(map[*route]struct{}),
 		kick: make(chan struct{}, 1), done: make(chan struct{})}
 	a.snd, _ = agentwire.NewSender(conn) // fails only on a closed conn: then writes fail
 	a.cond = sync.NewCond(&a.mu)
@@ -236,6 +254,11 @@ func (a *attachment) reader() {
 		case typ == agentwire.TypeDone:
 			if dones, err = agentwire.DecodeDones(pkt, dones); err == nil {
 				err = a.complete(dones)
+			}
+		case typ == agentwire.TypeAnswer && a.version >= 3:
+			var ans agentwire.Answer
+			if ans, err = agentwire.DecodeAnswer(pkt); err == nil {
+				a.answered(ans)
 			}
 		case typ == agentwire.TypeGone:
 			g, gerr := agentwire.DecodeGone(pkt)

@@ -91,11 +91,11 @@ func (b *Backend) tryAttach(ctx context.Context) error {
 	defer cancel()
 	stop := context.AfterFunc(b.life, cancel)
 	defer stop()
-	conn, w, err := attach(ctx, &b.cfg)
+	conn, w, version, err := attach(ctx, &b.cfg)
 	if err != nil {
 		return err
 	}
-	a := newAttachment(b, conn, w)
+	a := newAttachment(b, conn, w, version)
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()

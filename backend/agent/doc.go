@@ -37,7 +37,14 @@
 // agent, which keeps RC's ordering. The route completes each request on
 // the agent's done (a refusal carries its code's sentinel), cancels
 // through the agent (the outcome is the cause unless it completed first)
-// and says "via host agent" in its reason (status, "route up" log). A
+// and says "via host agent (slot N at agent ADDR)" in its reason (status,
+// "route up" log), then the backend of the agents' route: " over tcp" or
+// " over ibverbs" as our agent answers its ask at setup (agentwire version
+// 3; the agent sets that route up if it has none), ", backend unknown
+// yet" when it does not within 4 s or the setup's context; nothing from
+// an agent that refuses version 3 (attach falls back to version 2 and
+// never asks). An answer naming no backend the protocol defines is a
+// protocol error (the attachment ends). A
 // cancelled operation is reported only on the agent's done, which the
 // agent sends once the operation is off its far route (never posted, or
 // reported there: the agent's read into its proxy of our pages has

@@ -64,7 +64,14 @@ type fakeAgent struct {
 	dead   bool        // killed: it touches no memory any more
 	// postPackets counts the post batches received.
 	postPackets int
-	wg          sync.WaitGroup
+	// old: it speaks agentwire version 2 only (an agent older than asks):
+	// it refuses an auth of version 3 as such an agent does.
+	old bool
+	// answer, when set, makes the packet answering an ask (nil packet: no
+	// answer); unset, asks are answered TCP.
+	answer func(q agentwire.Ask) []byte
+	asked  int // the asks received
+	wg     sync.WaitGroup
 }
 
 func startFake(t testing.TB, w *world, path, addr string, host byte, secret backend.Secret) *fakeAgent {
@@ -174,6 +181,12 @@ func (a *fakeAgent) serve(c *net.UnixConn) error {
 	auth, err := agentwire.DecodeAuth(pkt)
 	if err != nil {
 		return a.refuse(c, err)
+	}
+	a.mu.Lock()
+	old := a.old
+	a.mu.Unlock()
+	if old && auth.Version != 2 {
+		return a.refuse(c, fmt.Errorf("agentwire: version %d, ours 2: %w", auth.Version, rdmamgr.ErrVersion))
 	}
 	if err := auth.Verify(a.secret, h.Nonce); err != nil {
 		return a.refuse(c, err)
@@ -344,6 +357,27 @@ func (a *fakeAgent) run(c *net.UnixConn, me uint64, buf []byte) error {
 				}
 			}
 			cmu.Unlock()
+		case agentwire.TypeAsk:
+			q, err := agentwire.DecodeAsk(pkt)
+			if err != nil {
+				return a.refuse(c, err)
+			}
+			a.mu.Lock()
+			a.asked++
+			f, old := a.answer, a.old
+			a.mu.Unlock()
+			if old {
+				return a.refuse(c, fmt.Errorf("message type %d: %w", pkt[0], rdmamgr.ErrProtocol))
+			}
+			var p []byte
+			if f != nil {
+				p = f(q)
+			} else {
+				p, _ = (&agentwire.Answer{ID: q.ID, Backend: agentwire.AnswerTCP}).Encode()
+			}
+			if p != nil {
+				agentwire.WritePacket(c, p)
+			}
 		default:
 			return a.refuse(c, fmt.Errorf("message type %d: %w", pkt[0], rdmamgr.ErrProtocol))
 		}

@@ -25,7 +25,8 @@ func (p *pending) Complete(ctx context.Context, peerInfo []byte) (backend.Route,
 	if err != nil {
 		return nil, err
 	}
-	r := &route{a: p.a, via: ans.slot, far: ans.agent, farID: ans.agentID, ids: make(map[*backend.WorkRequest]uint64),
+	over := p.a.overOf(ctx, ans.agent)
+	r := &route{a: p.a, via: ans.slot, far: ans.agent, farID: ans.agentID, over: over, ids: make(map[*backend.WorkRequest]uint64),
 		room: make(chan struct{}, p.b.cfg.MaxInFlight), done: make(chan struct{}), idle: make(chan struct{}),
 		closeTimeout: p.b.cfg.CloseTimeout}
 	a := p.a
@@ -50,6 +51,8 @@ type route struct {
 	// farID is that agent's manager id: via is its slot, and the far
 	// route's peer must be it (a restarted agent's slots are new).
 	farID uint64
+	// over says the agents' route's backend (overOf), for Via.
+	over string
 
 	room         chan struct{} // a token per operation in flight
 	closeTimeout time.Duration
@@ -71,9 +74,11 @@ type route struct {
 }
 
 // Via says where the route goes, for its reason (status, the "route up"
-// log): the manager appends it.
+// log): the manager appends it. It ends with the agents' route's backend
+// (" over tcp", " over ibverbs") as our agent answered at setup, or
+// ", backend unknown yet"; nothing from an agent older than asks.
 func (r *route) Via() string {
-	return fmt.Sprintf("via host agent (slot %d at agent %s)", r.via, r.far)
+	return fmt.Sprintf("via host agent (slot %d at agent %s)%s", r.via, r.far, r.over)
 }
 
 func (r *route) Post(wr *backend.WorkRequest) error { return r.post(wr, true) }

@@ -30,9 +30,13 @@ func TestServeAgentsHostID(t *testing.T) {
 	defer cancel()
 	for _, op := range []string{"put", "get"} {
 		out, stderr, code := runBin(t, ctx, "bench", "--agent", sa, "--host-id", "A", "--peer", procB.addr,
-			"--op", op, "--size", "256KiB", "--count", "8", "--concurrency", "2", "--verify")
+			"--op", op, "--size", "256KiB", "--count", "8", "--concurrency", "2", "--verify", "--log-level", "info")
 		if code != 0 || !strings.Contains(out, "backend=agent") || !strings.Contains(out, "verify: ok") {
 			t.Fatalf("bench %s: exit %d, want backend=agent and verify: ok\n%s\n%s", op, code, out, stderr)
+		}
+		// Its route's reason names the agents' route's backend.
+		if !strings.Contains(out+stderr, "at agent "+agentB.addr+") over tcp") {
+			t.Fatalf("bench %s: its route's why does not end in 'via host agent (slot N at agent %s) over tcp'\n%s\n%s", op, agentB.addr, out, stderr)
 		}
 	}
 	waitLog(t, agentA, "route up backend=tcp")

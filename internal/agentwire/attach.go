@@ -26,7 +26,7 @@ func (h *Hello) Encode() ([]byte, error) {
 	if h.AgentID == 0 {
 		return nil, fmt.Errorf("agentwire: hello without agent id: %w", rdmamgr.ErrProtocol)
 	}
-	b := []byte{TypeHello, Version}
+	b := []byte{TypeHello, HelloVersion}
 	b = append(b, h.Nonce[:]...)
 	return binary.LittleEndian.AppendUint64(b, h.AgentID), nil
 }
@@ -36,7 +36,7 @@ func DecodeHello(pkt []byte) (Hello, error) {
 	var h Hello
 	d := newDecoder(pkt)
 	d.head(TypeHello)
-	d.version()
+	d.version(HelloVersion, HelloVersion)
 	copy(h.Nonce[:], d.Take(NonceSize))
 	h.AgentID = d.U64()
 	if err := d.end(); err != nil {
@@ -50,6 +50,9 @@ func DecodeHello(pkt []byte) (Hello, error) {
 
 // Auth answers hello (P → agent).
 type Auth struct {
+	// Version is the version the process speaks: MinVersion or Version
+	// (0 encodes as Version).
+	Version   byte
 	MAC       []byte // MACSize bytes, or none when the deployment has no secret
 	PID       uint32 // the process's pid, as SO_PEERCRED will say
 	ManagerID uint64 // its manager's id, not 0
@@ -102,7 +105,14 @@ func (a *Auth) Encode() ([]byte, error) {
 	if err := a.check(); err != nil {
 		return nil, err
 	}
-	b := []byte{TypeAuth, Version, byte(len(a.MAC))}
+	v := a.Version
+	if v == 0 {
+		v = Version
+	}
+	if v < MinVersion || v > Version {
+		return nil, fmt.Errorf("agentwire: auth of version %d: %w", v, rdmamgr.ErrInvalid)
+	}
+	b := []byte{TypeAuth, v, byte(len(a.MAC))}
 	b = append(b, a.MAC...)
 	b = binary.LittleEndian.AppendUint32(b, a.PID)
 	b = binary.LittleEndian.AppendUint64(b, a.ManagerID)
@@ -114,7 +124,7 @@ func DecodeAuth(pkt []byte) (Auth, error) {
 	var a Auth
 	d := newDecoder(pkt)
 	d.head(TypeAuth)
-	d.version()
+	a.Version = d.version(MinVersion, Version)
 	if mac := d.Take(int(d.U8())); len(mac) > 0 {
 		a.MAC = append([]byte(nil), mac...)
 	}

@@ -6,12 +6,24 @@
 // Every message is one packet, little endian, its type byte first.
 // Attaching, in order:
 //
-//	agent → P  hello(version, nonce, agent manager id)
+//	agent → P  hello(version 2, nonce, agent manager id)
 //	P → agent  auth(version, MAC, pid, manager id, actor address)
 //	           MAC = HMAC(secret, "rdmamgr-agent", nonce, pid, manager id, address)
 //	agent → P  shmPrepare(info)   the agent's shm PrepareRoute info
 //	P → agent  shmAccept(info)    P's shm AcceptRoute answer
 //	agent → P  welcome(slot, generation, agent address, agent manager id, host id)
+//
+// Hello's version stays 2 (a process of version 2 refuses any other);
+// auth carries the version the process speaks, 3 (Version) or 2
+// (MinVersion): an agent of version 2 refuses 3 with gone(VERSION_MISMATCH),
+// and the process attaches again speaking 2. Version 3 adds ask and
+// answer, which P sends only when it spoke 3:
+//
+//	P → agent  ask(id, far agent address)
+//	agent → P  answer(id, backend: unknown, tcp or ibverbs)
+//
+// the backend of the agent's route to that far agent (for P's route's
+// reason); an answer to no ask waiting is dropped.
 //
 // Either side may send gone(code, reason) before it closes, during the
 // handshake (a refusal) or after it (the agent stops). Then operations:

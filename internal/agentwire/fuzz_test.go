@@ -38,6 +38,10 @@ func FuzzDecode(f *testing.F) {
 	g := Gone{Code: 6, Reason: "bye"}
 	pkt, _ = g.Encode()
 	f.Add(pkt)
+	pkt, _ = (&Ask{ID: 1, Far: "z:3"}).Encode()
+	f.Add(pkt)
+	pkt, _ = (&Answer{ID: 1, Backend: AnswerIBVerbs}).Encode()
+	f.Add(pkt)
 
 	f.Fuzz(func(t *testing.T, pkt []byte) {
 		typ, err := Type(pkt)
@@ -69,6 +73,22 @@ func FuzzDecode(f *testing.F) {
 			}
 			if again, err = EncodeInfo(typ, info); err != nil {
 				t.Fatalf("decoded info does not encode: %v", err)
+			}
+		case TypeAsk:
+			q, err := DecodeAsk(pkt)
+			if err != nil {
+				return
+			}
+			if again, err = q.Encode(); err != nil {
+				t.Fatalf("decoded ask does not encode: %v", err)
+			}
+		case TypeAnswer:
+			a, err := DecodeAnswer(pkt)
+			if err != nil {
+				return
+			}
+			if again, err = a.Encode(); err != nil {
+				t.Fatalf("decoded answer does not encode: %v", err)
 			}
 		case TypeWelcome:
 			w, err := DecodeWelcome(pkt)

@@ -10,20 +10,30 @@ import (
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
-// Version is the protocol's version, carried by hello and auth.
-const Version = 2
+// Version is the protocol's version: hello carries HelloVersion (an
+// older process refuses any other), auth the version the process speaks,
+// Version or MinVersion (an older agent refuses any other than its own:
+// the process then attaches again with MinVersion). Version 3 added ask
+// and answer.
+const (
+	Version      = 3
+	MinVersion   = 2
+	HelloVersion = 2
+)
 
 // Message types: a packet's first byte.
 const (
-	TypeHello      = 1 // agent → P
-	TypeAuth       = 2 // P → agent
-	TypeShmPrepare = 3 // agent → P
-	TypeShmAccept  = 4 // P → agent
-	TypeWelcome    = 5 // agent → P
-	TypePost       = 6 // P → agent, a batch
-	TypeDone       = 7 // agent → P, a batch
-	TypeCancel     = 8 // P → agent, a batch
-	TypeGone       = 9 // either way, then close
+	TypeHello      = 1  // agent → P
+	TypeAuth       = 2  // P → agent
+	TypeShmPrepare = 3  // agent → P
+	TypeShmAccept  = 4  // P → agent
+	TypeWelcome    = 5  // agent → P
+	TypePost       = 6  // P → agent, a batch
+	TypeDone       = 7  // agent → P, a batch
+	TypeCancel     = 8  // P → agent, a batch
+	TypeGone       = 9  // either way, then close
+	TypeAsk        = 10 // P → agent, version 3
+	TypeAnswer     = 11 // agent → P, version 3
 )
 
 // Sizes and bounds.
@@ -54,7 +64,7 @@ func Type(pkt []byte) (byte, error) {
 	if len(pkt) == 0 {
 		return 0, fmt.Errorf("agentwire: empty packet: %w", rdmamgr.ErrProtocol)
 	}
-	if pkt[0] < TypeHello || pkt[0] > TypeGone {
+	if pkt[0] < TypeHello || pkt[0] > TypeAnswer {
 		return 0, fmt.Errorf("agentwire: message type %d: %w", pkt[0], rdmamgr.ErrProtocol)
 	}
 	return pkt[0], nil
@@ -99,11 +109,13 @@ func (d *decoder) head(typ byte) {
 	}
 }
 
-// version checks a version byte.
-func (d *decoder) version() {
-	if v := d.U8(); d.Err == nil && v != Version {
-		d.Err = fmt.Errorf("agentwire: version %d, ours %d: %w", v, Version, rdmamgr.ErrVersion)
+// version reads a version byte and checks it is within [lo, hi].
+func (d *decoder) version(lo, hi byte) byte {
+	v := d.U8()
+	if d.Err == nil && (v < lo || v > hi) {
+		d.Err = fmt.Errorf("agentwire: version %d, ours %d to %d: %w", v, lo, hi, rdmamgr.ErrVersion)
 	}
+	return v
 }
 
 // end fails unless every byte was read.

@@ -279,7 +279,7 @@ func TestAttachMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := Auth{PID: 42, ManagerID: 99, Addr: "127.0.0.1:1"}
+	a := Auth{Version: Version, PID: 42, ManagerID: 99, Addr: "127.0.0.1:1"}
 	a.MAC = AuthMAC(secret, h.Nonce, a.PID, a.ManagerID, a.Addr)
 	pkt, err := a.Encode()
 	if err != nil {
@@ -379,7 +379,7 @@ func TestAttachMessages(t *testing.T) {
 		}
 	}
 
-	for _, pkt := range [][]byte{nil, {0}, {TypeGone + 1}} {
+	for _, pkt := range [][]byte{nil, {0}, {TypeAnswer + 1}} {
 		if _, err := Type(pkt); !errors.Is(err, rdmamgr.ErrProtocol) {
 			t.Errorf("Type(%v): %v", pkt, err)
 		}

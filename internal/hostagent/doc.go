@@ -129,6 +129,15 @@
 // (Routes of backends that cannot tell an agent, none but TCP so far, are
 // taken as the handshake found them.)
 //
+// A process may ask (agentwire version 3) which backend our route to a
+// far agent runs on, as it sets up its route (its reason then ends in
+// "over tcp" or "over ibverbs"): the agent sets the far set up if it has
+// none, as a post would (same checks, same per-process budget), within
+// 3 s and the process's life, and answers its route 0's backend, or
+// unknown when that fails; at most 4 of a process's asks are worked on at
+// once (more are answered unknown at once), and an answer the process's
+// full socket does not take is dropped (never waited for).
+//
 // A far agent whose host leaves the cluster (its etcd membership record
 // goes: membership.Follow calls the manager's DropPeer, as a serve
 // --etcd daemon does) has the routes to it ended: they are the

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -147,6 +148,18 @@ func TestEndToEnd(t *testing.T) {
 	a.mu.Unlock()
 	if far != 1 {
 		t.Fatalf("agent A holds %d routes to far agents, want 1 for both processes", far)
+	}
+	// Each process's route says which backend the agents' route runs on
+	// (its agent answered its ask at setup): TCP here.
+	for _, p := range []*actor.Manager{p1, p3} {
+		st, err := p.Client().Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := regexp.MustCompile(`; via host agent \(slot [1-9][0-9]* at agent ` + regexp.QuoteMeta(b.Addr()) + `\) over tcp$`)
+		if len(st.Routes) != 1 || !want.MatchString(st.Routes[0].Why) {
+			t.Fatalf("routes %v: want one whose why ends in %q", st.Routes, want)
+		}
 	}
 }
 

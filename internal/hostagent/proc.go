@@ -70,6 +70,7 @@ type proc struct {
 	// farFailStart (far.go: farBudget).
 	farFails     int
 	farFailStart time.Time
+	asks         atomic.Int32 // asks being answered (ask.go)
 }
 
 func newProc(a *Agent, c *net.UnixConn, auth *agentwire.Auth, uid uint32, r backend.Route) *proc {
@@ -178,6 +179,12 @@ func (p *proc) read() error {
 			for _, wrid := range cancels {
 				p.cancel(wrid, context.Canceled)
 			}
+		case agentwire.TypeAsk:
+			q, err := agentwire.DecodeAsk(pkt)
+			if err != nil {
+				return err
+			}
+			p.ask(q)
 		case agentwire.TypeGone:
 			g, err := agentwire.DecodeGone(pkt)
 			if err != nil {

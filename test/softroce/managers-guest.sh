@@ -68,6 +68,7 @@ agents() {  # agents BACKEND: prints the failures' count last
       cat /tmp/bench.out
       grep -q 'backend=agent' /tmp/bench.out || { echo "bench's route did not go through the agents"; fails=$((fails+1)); }
       grep -q 'via host agent' /tmp/bench.out || { echo "bench's route does not say it goes via the agents"; fails=$((fails+1)); }
+      grep -q "via host agent (slot [0-9]* at agent [^)]*) over $ab" /tmp/bench.out || { echo "bench's route does not say the agents' route runs on $ab"; fails=$((fails+1)); }
       grep -q 'verify: ok' /tmp/bench.out || { echo "bytes not verified"; fails=$((fails+1)); }
     done
     # The other way: a process of host B puts to one of host A (agent B
