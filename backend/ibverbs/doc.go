@@ -142,9 +142,10 @@
 // info; the initiator keeps at most min(both rings) control messages
 // unacked, a Post beyond waits (back-pressure, bounded by the deadline).
 // The owner reposts a slot before it sends the ack that returns the credit,
-// and acks in the order the messages came, so events and messages of one
-// route are delivered in posting order, and the initiator matches acks to
-// its ops by order (and checks their sequence numbers). Acks use cells of
+// and acks in the order the messages came (a host agent's late answers
+// excepted: "Host agents"), so events and messages of one route are
+// delivered in posting order, and the initiator matches acks to its ops
+// by sequence number. Acks use cells of
 // the owner's ring (as many as slots); an ack without a free cell waits in
 // order for one. Completion-queue entries are reserved per queue pair: a
 // slot each (RecvSlots + 4: see "Host agents"), a cell each for the
@@ -242,16 +243,35 @@
 // owner honours an origin only from an initiator that said it, and one
 // without a resolver refuses resolves, and notices and Sends with a Via,
 // with ErrNotSupported (the route goes on). An origin without a Via is
-// refused at Post (ErrNotSupported), as on TCP.
+// refused at Post (ErrNotSupported), as on TCP. A route reports its
+// peer's infoAgent as FarIsAgent (agentapi.FarAgent; the initiator's: the
+// responder's answer), so a host agent drops a far route whose far end is
+// no host agent, as it does TCP's.
 //
 // On an agent's accepted queue pairs the poller does not serve control
 // messages itself: a Resolve, the attached process's Event and its
 // landing's Deliver (agentapi.CheckedLanding) wait on the process. It
 // copies each out of its slot, reposts the slot and hands it to the
 // route's worker goroutine, which serves them in the order they came and
-// acks in order; the initiator's credits bound how many wait (one more
+// acks in order (late answers aside: below); the initiator's credits bound how many wait (one more
 // fails the route with rdmamgr.ErrProtocol). Close cancels the resolves,
 // fails the routes and waits for the workers before it frees anything.
+//
+// An attached process's event or message (a notice or Send with a Via)
+// goes to an agentapi.AsyncInbox's EventAsync or an AsyncLanding's
+// DeliverAsync when the inbox is one (the host agent's are), as TCP's
+// (backend/tcp/late.go): the worker takes the next message at once, and
+// the answer, whenever the process gives it (from any goroutine), acks
+// the message with its code. So one process slow to answer (up to 5 s)
+// holds up only its own operations, not the route between two agents.
+// Deliveries reach the inboxes in arrival order; only acks may overtake
+// one another, and the initiator matches each to its op by sequence
+// number. The slot was reposted when the worker took the message, so the
+// credit an ack returns is sound in any order, and an unanswered message
+// keeps its credit (the work queue cannot overflow). An answer on a
+// failing route is dropped (fail marks it under the post lock before
+// teardown frees the ring). Resolves stay on the worker (bounded by
+// agentapi.ResolveTimeout).
 //
 // # Failure semantics
 //

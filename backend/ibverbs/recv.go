@@ -67,8 +67,9 @@ func (r *route) received(i int, w wc) {
 	}
 }
 
-// ackedLocked takes the initiator's op that the ack p answers (the oldest
-// awaiting one: the owner acks in order) and its outcome, and reposts the
+// ackedLocked takes the initiator's op that the ack p answers (by its
+// seq: the owner acks in order, except a host agent's late answers, which
+// may overtake: via_serve.go) and its outcome, and reposts the
 // slot; an answer to a resolve goes to its poster (via.go). The caller
 // holds postMu.
 func (r *route) ackedLocked(i int, p []byte) (o *op, opErr, routeErr error) {
@@ -94,10 +95,14 @@ func (r *route) ackedLocked(i int, p []byte) (o *op, opErr, routeErr error) {
 		return nil, nil, errGoodbye
 	}
 	r.ackMu.Lock()
-	if len(r.acks) > 0 && r.acks[0].seq == m.seq {
-		o = r.acks[0]
-		r.acks[0] = nil
-		r.acks = r.acks[1:]
+	for j, a := range r.acks { // the oldest, unless a late answer overtook it
+		if a.seq == m.seq {
+			o = a
+			copy(r.acks[j:], r.acks[j+1:])
+			r.acks[len(r.acks)-1] = nil
+			r.acks = r.acks[:len(r.acks)-1]
+			break
+		}
 	}
 	r.ackMu.Unlock()
 	if o == nil {
@@ -166,7 +171,8 @@ func (r *route) serveLocked(i int, p []byte) error {
 // for an attached process goes to its inbox (notifyVia).
 func (r *route) notify(m ctlMsg) error {
 	if m.via {
-		return r.notifyVia(m)
+		_, err := r.notifyVia(m)
+		return err
 	}
 	in := r.b.inboxOf()
 	if in == nil {
@@ -185,7 +191,8 @@ func (r *route) notify(m ctlMsg) error {
 // deliverVia).
 func (r *route) deliver(m ctlMsg, msg []byte) error {
 	if m.via {
-		return r.deliverVia(m, msg)
+		_, err := r.deliverVia(m, msg)
+		return err
 	}
 	in := r.b.inboxOf()
 	if in == nil {

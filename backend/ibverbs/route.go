@@ -48,7 +48,7 @@ type route struct {
 	ackBusy int      // under postMu: cells in use by acks
 
 	ackMu sync.Mutex
-	acks  []*op // under ackMu: the initiator's ops awaiting their ack, in order
+	acks  []*op // under ackMu: the initiator's ops awaiting their ack, in posting order
 	// outstanding counts work requests posted and not yet completed
 	// (probes included); teardown waits for it to reach zero.
 	outstanding atomic.Int64

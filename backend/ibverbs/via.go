@@ -20,6 +20,13 @@ import (
 // route and cached), and the resolver a host agent's backend serves them
 // with.
 
+var _ agentapi.FarAgent = (*route)(nil)
+
+// FarIsAgent implements agentapi.FarAgent: the peer's route info carries
+// infoAgent (the initiator's route: what the responder's answer said), so
+// a host agent drops a far route to a manager that is not one.
+func (r *route) FarIsAgent() bool { return r.peerAgent }
+
 // resolverRef boxes the resolver for an atomic pointer.
 type resolverRef struct{ r agentapi.Resolver }
 

@@ -47,7 +47,8 @@ type fakeAgent struct {
 	via   uint16
 	proc  *memreg.Registry
 	agent *memreg.Registry
-	inbox *backendtest.Inbox // the process's
+	inbox *backendtest.Inbox        // the process's
+	over  atomic.Pointer[lateInbox] // not nil: Inbox gives it instead
 
 	resolves atomic.Int64
 	// block makes Resolve wait for its ctx (entered tells it began).
@@ -147,6 +148,9 @@ func (f *fakeAgent) Resolve(ctx context.Context, via uint16, region uint64, key 
 func (f *fakeAgent) Inbox(via uint16) (backend.Inbox, error) {
 	if via != f.via {
 		return nil, fmt.Errorf("fake agent: no process at slot %d: %w", via, rdmamgr.ErrPeerGone)
+	}
+	if li := f.over.Load(); li != nil {
+		return li, nil
 	}
 	return f.inbox, nil
 }

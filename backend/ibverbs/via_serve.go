@@ -5,6 +5,7 @@ package ibverbs
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
@@ -80,14 +81,22 @@ func (r *route) serveWork() {
 		case w := <-r.work:
 			a := ackMsg{seq: w.m.seq}
 			var res error
-			switch w.m.kind {
-			case ctlNotice:
+			late := false
+			switch {
+			case w.m.kind == ctlNotice && w.m.via:
+				late, res = r.notifyVia(w.m)
+			case w.m.kind == ctlNotice:
 				res = r.notify(w.m)
-			case ctlSend:
+			case w.m.kind == ctlSend && w.m.via:
+				late, res = r.deliverVia(w.m, w.msg)
+			case w.m.kind == ctlSend:
 				res = r.deliver(w.m, w.msg)
-			case ctlResolve:
+			case w.m.kind == ctlResolve:
 				a.kind = ctlResolved
 				a.res, res = r.resolveFor(w.m)
+			}
+			if late { // answered by lateAck's func, when the process answers
+				continue
 			}
 			if w.m.kind != ctlResolve {
 				if res == nil {
@@ -161,14 +170,15 @@ func (r *route) resolveFor(m ctlMsg) (*viaRes, error) {
 
 // notifyVia delivers the event of a PutWithImm for an attached process:
 // the notice names the proxy (from a resolve answered on a route of this
-// backend), whose process and region the backend recorded then.
-func (r *route) notifyVia(m ctlMsg) error {
+// backend), whose process and region the backend recorded then. late: an
+// agentapi.AsyncInbox took it and acks it when the process answers.
+func (r *route) notifyVia(m ctlMsg) (late bool, err error) {
 	rr := r.b.resolver.Load()
 	if rr == nil || !r.agentServe {
-		return errServeNotAgent
+		return false, errServeNotAgent
 	}
 	if m.origin != 0 && !r.peerAgent {
-		return errOriginPeer
+		return false, errOriginPeer
 	}
 	r.b.mrMu.Lock()
 	rd := r.b.mrs[m.region]
@@ -179,42 +189,89 @@ func (r *route) notifyVia(m ctlMsg) error {
 	}
 	r.b.mrMu.Unlock()
 	if via == 0 {
-		return errNoticeNotProxy
+		return false, errNoticeNotProxy
 	}
 	ref, err := r.b.reg.AcquireRemote(m.region, m.key, m.offset, m.length, buffer.AccessWrite|buffer.AccessNotify)
 	if err != nil {
-		return err
+		return false, err
 	}
 	ref.Release()
 	in, err := inboxVia(rr, via)
 	if err != nil {
-		return err
+		return false, err
 	}
 	peer := r.peer
 	if m.origin != 0 {
 		peer = m.origin
 	}
-	return in.Event(backend.Event{Peer: peer, Region: region, Offset: m.offset, Length: m.length, Imm: m.imm})
+	ev := backend.Event{Peer: peer, Region: region, Offset: m.offset, Length: m.length, Imm: m.imm}
+	if ai, ok := in.(agentapi.AsyncInbox); ok {
+		if err := ai.EventAsync(ev, r.lateAck(m.seq)); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	return false, in.Event(ev)
 }
 
-// deliverVia hands a Send's message to the attached process at its via.
-func (r *route) deliverVia(m ctlMsg, msg []byte) error {
+// deliverVia hands a Send's message to the attached process at its via;
+// late as for notifyVia (agentapi.AsyncLanding).
+func (r *route) deliverVia(m ctlMsg, msg []byte) (late bool, err error) {
 	rr := r.b.resolver.Load()
 	if rr == nil || !r.agentServe {
-		return errServeNotAgent
+		return false, errServeNotAgent
 	}
 	if m.origin != 0 && !r.peerAgent {
-		return errOriginPeer
+		return false, errOriginPeer
 	}
 	in, err := inboxVia(rr, m.slot)
 	if err != nil {
-		return err
+		return false, err
 	}
 	peer := r.peer
 	if m.origin != 0 {
 		peer = m.origin
 	}
-	return land(in, peer, m, msg)
+	l, err := recvInto(in, peer, msg)
+	if err != nil {
+		return false, err
+	}
+	if al, ok := l.(agentapi.AsyncLanding); ok {
+		if err := al.DeliverAsync(len(msg), m.imm, m.hasImm, r.lateAck(m.seq)); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	return false, landed(l, m, msg)
+}
+
+// lateAck returns the answer func of the message seq handed to an async
+// inbox or landing: called once, from any goroutine, it counts the
+// outcome and acks it (ackLocked: a free cell or the backlog). Acks may
+// thus overtake one another (the initiator matches them by seq); the
+// message's slot was reposted when the worker took it, so the credit the
+// ack returns is sound in any order. On a failing route the answer is
+// dropped: fail sets failing under postMu before teardown frees the ring.
+func (r *route) lateAck(seq uint32) func(error) {
+	var once sync.Once
+	return func(res error) {
+		once.Do(func() {
+			if res == nil {
+				r.b.served.ops.Add(1)
+			} else {
+				r.b.served.rejected.Add(1)
+			}
+			var err error
+			r.postMu.Lock()
+			if !r.failing {
+				err = r.ackLocked(ackMsg{seq: seq, code: uint32(backend.RemoteCode(res))})
+			}
+			r.postMu.Unlock()
+			if err != nil {
+				r.fail(fmt.Errorf("ibverbs: queue pair %d: %w", r.qp.qpn, err))
+			}
+		})
+	}
 }
 
 func inboxVia(rr *resolverRef, via uint16) (backend.Inbox, error) {
@@ -228,17 +285,31 @@ func inboxVia(rr *resolverRef, via uint16) (backend.Inbox, error) {
 // land copies msg into the receive buffer in gives for it; a host agent's
 // landing (agentapi.CheckedLanding) may still refuse it.
 func land(in backend.Inbox, peer uint64, m ctlMsg, msg []byte) error {
-	l, err := in.Recv(peer, uint64(len(msg)))
+	l, err := recvInto(in, peer, msg)
 	if err != nil {
 		return err
+	}
+	return landed(l, m, msg)
+}
+
+// recvInto takes the receive buffer in gives for msg and copies msg in.
+func recvInto(in backend.Inbox, peer uint64, msg []byte) (backend.Landing, error) {
+	l, err := in.Recv(peer, uint64(len(msg)))
+	if err != nil {
+		return nil, err
 	}
 	mem := l.Mem()
 	if len(mem) < len(msg) {
 		err := fmt.Errorf("ibverbs: message of %d bytes, receive buffer of %d: %w", len(msg), len(mem), rdmamgr.ErrReceiveTooSmall)
 		l.Done(0, 0, false, err)
-		return err
+		return nil, err
 	}
 	copy(mem, msg)
+	return l, nil
+}
+
+// landed completes l, which holds msg.
+func landed(l backend.Landing, m ctlMsg, msg []byte) error {
 	if cl, ok := l.(agentapi.CheckedLanding); ok {
 		return cl.Deliver(len(msg), m.imm, m.hasImm)
 	}

@@ -44,7 +44,7 @@ func newAgentPair(t *testing.T, cfgA Config) *agentPair {
 	newFakeAgent(t, p.a, testVia)
 	p.fake = newFakeAgent(t, p.b, testVia)
 	p.rt = connect(t, p.a, p.b).(*route)
-	if !p.rt.peerAgent {
+	if !p.rt.peerAgent || !p.rt.FarIsAgent() {
 		t.Fatal("the route to an agent does not say so")
 	}
 	return p
@@ -297,7 +297,7 @@ func TestViaNotAgent(t *testing.T) {
 	a, regA := started(t, DefaultConfig(), backendtest.OwnerA)
 	b, regB := started(t, DefaultConfig(), backendtest.OwnerB)
 	rt := connect(t, a, b).(*route)
-	if rt.peerAgent {
+	if rt.peerAgent || rt.FarIsAgent() {
 		t.Fatal("a route to a backend without a resolver says host agent")
 	}
 	hA, _ := backendtest.Alloc(t, regA, 4096, buffer.AccessReadWrite)

@@ -80,10 +80,10 @@
 //     notices (at most 1024, and 64 MiB of staged messages) and a
 //     deliverer that hands them on one at a time, in order; each is
 //     answered within 5 s of its queueing (DEADLINE if the process has
-//     not taken it by then); the TCP server answers the write-imm or send once the process
-//     answered (agentapi.AsyncInbox, AsyncLanding) and serves the
-//     connection's next frames meanwhile (an ibverbs route's server calls
-//     Event and Deliver, which wait for the answer: it is held up still). One more for a full queue is
+//     not taken it by then); the TCP server (and an ibverbs route's worker)
+//     answers the write-imm or send once the process answered
+//     (agentapi.AsyncInbox, AsyncLanding) and serves the route's next
+//     frames (control messages) meanwhile. One more for a full queue is
 //     refused at once with ErrLimit (LIMIT: the direct path's overflow),
 //     so a process that never answers costs only its own notices. (The
 //     first use of a region still maps it on the connection: a process
@@ -119,8 +119,8 @@
 // (SetFarCheck; a serve --etcd daemon sets its members), an address that
 // is no member's is refused before any dial (each route of a set's); and
 // a route whose handshake says the far end is no host agent (a TCP
-// responder with a resolver says it is, answering another agent:
-// agentapi.FarAgent) is dropped with its set, and the address is refused
+// responder with a resolver says it is, answering another agent; an
+// ibverbs one by its route info's agent flag: agentapi.FarAgent) is dropped with its set, and the address is refused
 // without a new dial for a minute. Either refusal answers the post ErrNotAgent (UNAUTHENTICATED to the process).
 // A process whose far-route setups failed 8 times within a minute (the
 // refusals above, unreachable addresses) has its posts that need a new far
