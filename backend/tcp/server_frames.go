@@ -185,9 +185,7 @@ func (s *serverConn) flush() error {
 		_, err = s.iov.WriteTo(s.c)
 	}
 	if timed {
-		s.mu.Lock()
-		s.flushing = false
-		s.mu.Unlock()
+		err = s.endTimedWrite(err)
 	}
 	if err == nil {
 		for _, g := range s.segs {
@@ -197,6 +195,24 @@ func (s *serverConn) flush() error {
 		}
 	}
 	s.release()
+	return err
+}
+
+// endTimedWrite ends a write made under a deadline (a READ's answer):
+// flushing is cleared and so is the deadline, under mu, so that neither a
+// later cut (which shortens it only while flushing) nor the deadline
+// itself outlives the write. A batch of answers alone is written without
+// one; before, it inherited the last READ's (FrameTimeout, or cutGrace
+// after a cut) and, written after that passed, failed with "i/o timeout",
+// closing the connection and failing every operation on it
+// (TestNoStaleWriteDeadline). It returns err, or the deadline's error.
+func (s *serverConn) endTimedWrite(err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.flushing = false
+	if derr := s.c.SetWriteDeadline(time.Time{}); err == nil {
+		err = derr
+	}
 	return err
 }
 

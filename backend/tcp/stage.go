@@ -195,9 +195,7 @@ func (s *serverConn) readDevice(h *reqHeader, ref memreg.Ref, span memreg.Device
 			return werr
 		})
 	}
-	s.mu.Lock()
-	s.flushing = false
-	s.mu.Unlock()
+	err = s.endTimedWrite(err)
 	if err == nil {
 		s.servedOut(span.Len, h.first)
 	}
