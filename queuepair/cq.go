@@ -131,7 +131,7 @@ func (cq *CompletionQueue) take(out []*WorkRequest) int {
 			w.fast = false
 			fast++
 		}
-		w.state.Store(stateDone) // reported: the caller's to re-arm
+		w.queued = false // reported: the caller's to re-arm (WorkRequest.queued)
 		out[j] = w
 	}
 	cq.n -= k

@@ -58,7 +58,8 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 		o := &ops[i]
 		w := wrs[i]
 		ch.left = n - int64(i)
-		if !q.prepare(w, o.Op, &o.Local, &o.Remote, dl, c, o.operands(), &ch) {
+		opd := o.operands() // by pointer: a struct argument passed on the stack stalls on store forwarding
+		if !q.prepare(w, o.Op, &o.Local, &o.Remote, dl, c, &opd, &ch) {
 			continue
 		}
 		if w.staged.Load() { // a device local (stage.go)

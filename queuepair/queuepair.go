@@ -158,7 +158,7 @@ func postCtx(ctx context.Context) context.Context {
 // Post's wait for room in flight (Submit cancels posted work through it).
 // Every path ends in w.finish or in a Post that will complete w.
 func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote *buffer.Buffer, deadline time.Time, ctx context.Context, opd operands) {
-	if q.prepare(w, op, local, remote, deadline, ctx, opd, nil) {
+	if q.prepare(w, op, local, remote, deadline, ctx, &opd, nil) {
 		q.post(w, ctx)
 	}
 }
@@ -193,7 +193,7 @@ func (ch *chainPrep) giveBack(q *QueuePair) {
 // prepare arms w for op up to its post: it reports whether w is ready to
 // post, or was finished (refused) already. ch, when not nil, is the
 // chain's: w takes its slot and entry from it.
-func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer.Buffer, deadline time.Time, ctx context.Context, opd operands, ch *chainPrep) bool {
+func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer.Buffer, deadline time.Time, ctx context.Context, opd *operands, ch *chainPrep) bool {
 	w.reset(op, remote, deadline, ctx)
 	w.wr.Imm, w.wr.HasImm, w.wr.Compare, w.wr.Swap = opd.imm, opd.hasImm, opd.compare, opd.swap
 	w.id = opd.id
@@ -248,7 +248,16 @@ func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer
 	// twice more per operation, through stack temporaries.
 	var err error
 	if q.reg != nil && ch != nil {
-		if !ch.local.Next(local, &w.ref) { // the common case: a reference taken with the chain's
+		if ch.local.Next(local, &w.ref) { // the common case: a reference taken with the chain's
+			// The region and bytes from the run, not from w.ref: Ref's
+			// methods copy the Ref just written, which stalls on store
+			// forwarding. Next's Ref is span's: mem[off:off+n:off+n].
+			if r := ch.local.Last(); r.Mem() != nil {
+				w.wr.LocalRegion = r
+				w.wr.Local = r.Mem()[local.Offset : local.Offset+local.Length : local.Offset+local.Length]
+				return true
+			}
+		} else {
 			w.ref, err = ch.local.Acquire(local, ch.left)
 		}
 	} else if q.reg != nil {

@@ -54,8 +54,12 @@ func completeRun(wrs []*backend.WorkRequest, errs []error) {
 			w.qp.observe(w, errs[i])
 			w.start = time.Time{}
 		}
-		ws[k], refs[k], qs[k], cqs[k] = w, w.ref, w.qp, w.cq
-		w.ref, w.qp, w.cq = memreg.Ref{}, nil, nil
+		// One statement each: a tuple assignment copies the Ref through a
+		// temporary, whose overlapping re-read stalls on store forwarding.
+		refs[k] = w.ref
+		w.ref = memreg.Ref{}
+		ws[k], qs[k], cqs[k] = w, w.qp, w.cq
+		w.qp, w.cq = nil, nil
 		w.err = errs[i]
 		if w.want.Load() != 0 { // after the CAS above: see "The signal handshake"
 			w.signal()
@@ -70,7 +74,8 @@ func completeRun(wrs []*backend.WorkRequest, errs []error) {
 	}
 	memreg.ReleaseAll(refs[:k]) // reported means finished: let go first
 	for _, w := range ws[:k] {
-		w.state.Store(stateQueued)
+		w.queued = true
+		w.state.Store(stateDone)
 	}
 	for i := 0; i < k; { // the last touch of each w: its reaper may re-arm it at once
 		j := i + 1

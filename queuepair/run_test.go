@@ -205,7 +205,7 @@ func TestResetWritesEveryField(t *testing.T) {
 	w := new(WorkRequest)
 	w.wr.Result, w.wr.Via, w.wr.Origin = 7, 3, 9
 	w.wr.RequestCancel(errors.New("old"))
-	if !e.qp.prepare(w, backend.OpRead, &local, &remote, time.Time{}, nil, operands{}, nil) {
+	if !e.qp.prepare(w, backend.OpRead, &local, &remote, time.Time{}, nil, &operands{}, nil) {
 		t.Fatal("prepare refused the request")
 	}
 	if w.wr.Result != 0 || w.wr.Via != 0 || w.wr.Origin != 0 || w.wr.CancelCause() != nil || w.wr.Remote != remote || w.wr.Op != backend.OpRead {

@@ -34,9 +34,15 @@ type WorkRequest struct {
 	state atomic.Uint32
 	start time.Time // when it was posted, for the queue pair's Observer
 	// cq is the completion queue w reports into (a slot reserved for it);
-	// from its finish until that queue's Poll hands it over, w is
-	// stateQueued: re-arming w before is a caller bug (reset panics).
+	// from its finish until that queue's Poll hands it over, w is queued:
+	// re-arming w before is a caller bug (reset panics).
 	cq *CompletionQueue
+	// queued: w is done and in its completion queue, not yet handed over.
+	// A plain field, not a state: the finisher sets it before w's state
+	// becomes done (so whoever sees done sees it), the queue's take clears
+	// it under the queue's lock before it hands w over (so its reaper sees
+	// it clear); an atomic store per operation less.
+	queued bool
 	// fast: w holds a slot of a completion queue and its route is not
 	// slow (the queue's fast count has it until a Poll hands w over).
 	fast bool
@@ -71,14 +77,13 @@ const (
 	// done before its signal was sent: a signal sent after a re-arm would
 	// end the next Wait early.
 	stateReporting
-	// stateQueued is stateDone for an operation in its completion queue,
-	// not yet handed over by a Poll or Wait of it (which makes it
-	// stateDone): re-arming it is a caller bug (reset panics).
-	stateQueued
+	// An operation done and in its completion queue, not yet handed over
+	// by a Poll or Wait of it, is stateDone with WorkRequest.queued set:
+	// re-arming it is a caller bug (reset panics).
 )
 
-// finished reports whether state s is an outcome's (done, queued or not).
-func finished(s uint32) bool { return s == stateDone || s == stateQueued }
+// finished reports whether state s is an outcome's (queued or not).
+func finished(s uint32) bool { return s == stateDone }
 
 // Bits of WorkRequest.want.
 const (
@@ -125,7 +130,7 @@ func (c *completer) Complete(_ *backend.WorkRequest, err error) { (*WorkRequest)
 // reset makes w pending for a new operation; it panics if w is pending.
 func (w *WorkRequest) reset(op backend.Op, remote *buffer.Buffer, deadline time.Time, ctx context.Context) {
 	s := w.settled()
-	if s == stateQueued {
+	if s == stateDone && w.queued { // read after the state: see WorkRequest.queued
 		panic("queuepair: WorkRequest reused before its completion queue reported it")
 	}
 	if w.batch != nil && s != stateIdle {
@@ -200,10 +205,11 @@ func (w *WorkRequest) report(err error) {
 	if cq != nil {
 		// Reported through cq: the memory is let go and w is done before
 		// cq can hand it over (reported means finished). Until a Poll of
-		// cq takes it, nobody may re-arm w (stateQueued), so pushing it
+		// cq takes it, nobody may re-arm w (queued), so pushing it
 		// after it is done cannot report a later use.
 		ref.Release()
-		w.state.Store(stateQueued)
+		w.queued = true
+		w.state.Store(stateDone)
 		if b != nil && b.left.Add(-1) == 0 {
 			b.unwatch()
 		}
