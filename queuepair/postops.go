@@ -47,6 +47,7 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 	if q.reg != nil {
 		ch.local = q.reg.NewLocalRun(q.near.Load())
 	}
+	var opd operands
 	i := 0
 	defer func() {
 		if i < len(ops) { // a prepare panicked (a pending request): post the ones before it, as a loop of posts would have
@@ -58,7 +59,11 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 		o := &ops[i]
 		w := wrs[i]
 		ch.left = n - int64(i)
-		opd := o.operands() // by pointer: a struct argument passed on the stack stalls on store forwarding
+		// Field by field, and by pointer: a struct built and then copied
+		// (an argument on the stack, a value returned) is re-read with
+		// wider loads than it was written with, which stalls on store
+		// forwarding.
+		opd.imm, opd.hasImm, opd.compare, opd.swap, opd.id = o.Imm, o.HasImm, o.Compare, o.Swap, o.ID
 		if !q.prepare(w, o.Op, &o.Local, &o.Remote, dl, c, &opd, &ch) {
 			continue
 		}

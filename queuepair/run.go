@@ -19,6 +19,17 @@ const runChunk = 64
 // references dropped with one atomic operation per region, pushed to
 // their queue under one lock, and left from their queue pair's count at
 // once. Any other is finished on its own.
+//
+// A run's operation goes from pending to done with one atomic operation,
+// not finish's two (pending to reporting, which decides who reports, and
+// then to done): the route completes each request exactly once
+// (backend.Completer), so nobody else reports it, and what the
+// reporting state kept from a waiter's sight (the outcome, the memory let
+// go) is written before the state says done. Its signal comes after
+// (see "The signal handshake": the state changes before want is read);
+// the token cannot reach a later use, because w cannot be re-armed
+// before its queue hands it over, after the push that follows the
+// signal, and reset drains a token nobody took.
 func (c *completer) CompleteRun(wrs []*backend.WorkRequest, errs []error) {
 	for len(wrs) > 0 {
 		n := min(len(wrs), runChunk)
@@ -43,12 +54,12 @@ func completeRun(wrs []*backend.WorkRequest, errs []error) {
 			continue
 		}
 		w := (*WorkRequest)(c)
-		if !w.state.CompareAndSwap(statePending, stateReporting) {
-			continue // finished already (a cancel)
-		}
 		if w.cq == nil || w.batch != nil {
-			w.report(errs[i])
+			w.finish(errs[i])
 			continue
+		}
+		if w.state.Load() != statePending {
+			continue // finished already: ignored, as finish ignores it
 		}
 		if !w.start.IsZero() { // an observer's
 			w.qp.observe(w, errs[i])
@@ -61,12 +72,6 @@ func completeRun(wrs []*backend.WorkRequest, errs []error) {
 		ws[k], qs[k], cqs[k] = w, w.qp, w.cq
 		w.qp, w.cq = nil, nil
 		w.err = errs[i]
-		if w.want.Load() != 0 { // after the CAS above: see "The signal handshake"
-			w.signal()
-		}
-		if testHookFinishing != nil {
-			testHookFinishing()
-		}
 		k++
 	}
 	if k == 0 {
@@ -74,8 +79,18 @@ func completeRun(wrs []*backend.WorkRequest, errs []error) {
 	}
 	memreg.ReleaseAll(refs[:k]) // reported means finished: let go first
 	for _, w := range ws[:k] {
+		if testHookFinishing != nil {
+			testHookFinishing()
+		}
 		w.queued = true
-		w.state.Store(stateDone)
+		if !w.state.CompareAndSwap(statePending, stateDone) {
+			// Only a second completer racing this one (a route breaking
+			// backend.Completer's exactly once) gets here.
+			panic("queuepair: a request of a run completed twice at once")
+		}
+		if w.want.Load() != 0 { // after the state: see "The signal handshake"
+			w.signal()
+		}
 	}
 	for i := 0; i < k; { // the last touch of each w: its reaper may re-arm it at once
 		j := i + 1
