@@ -100,8 +100,17 @@ const (
 // (which first waits reporting out) drains it, so a token never outlives
 // the use it reports into the next one.
 
-// settled returns w's state once no outcome is being reported.
+// settled returns w's state once no outcome is being reported. Small
+// enough to inline: the data path (a re-arm, Poll, Err) pays no call.
 func (w *WorkRequest) settled() uint32 {
+	if s := w.state.Load(); s != stateReporting {
+		return s
+	}
+	return w.settleSlow()
+}
+
+// settleSlow is settled's wait for a report in progress.
+func (w *WorkRequest) settleSlow() uint32 {
 	for {
 		if s := w.state.Load(); s != stateReporting {
 			return s
