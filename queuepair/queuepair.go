@@ -194,6 +194,10 @@ func (ch *chainPrep) giveBack(q *QueuePair) {
 // post, or was finished (refused) already. ch, when not nil, is the
 // chain's: w takes its slot and entry from it.
 func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer.Buffer, deadline time.Time, ctx context.Context, opd *operands, ch *chainPrep) bool {
+	// Checked before w is touched (reported below, in its turn): the
+	// handles are read while nothing waits on them, and are in cache when
+	// reset copies the remote one after its atomic operation.
+	checkErr := q.check(op, local, remote)
 	w.reset(op, remote, deadline, ctx)
 	w.wr.Imm, w.wr.HasImm, w.wr.Compare, w.wr.Swap = opd.imm, opd.hasImm, opd.compare, opd.swap
 	w.id = opd.id
@@ -229,8 +233,8 @@ func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer
 	if q.obs != nil {
 		w.start = time.Now()
 	}
-	if err := q.check(op, local, remote); err != nil {
-		w.finish(err)
+	if checkErr != nil {
+		w.finish(checkErr)
 		return false
 	}
 	if ctx != nil && ctx.Err() != nil { // ended before it was posted
