@@ -69,7 +69,7 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 		}
 		if w.staged.Load() { // a device local (stage.go)
 			q.stagePost(w, c)
-		} else if q.ready(w) {
+		} else if (w.owner.Load() == q && w.wr.CancelCause() == nil) || q.ready(w) { // ready's common case first, inline
 			ready = append(ready, &w.wr)
 		}
 	}

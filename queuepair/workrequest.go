@@ -162,7 +162,8 @@ func (w *WorkRequest) reset(op backend.Op, remote *buffer.Buffer, deadline time.
 			w.want.And(^wantWaiter) // nobody waits on the new use yet
 		}
 	}
-	w.err = nil
+	// w.err is left: it is read only once w is done, and every way to
+	// done writes it first.
 	if w.staged.Load() {
 		w.staged.Store(false)
 	}
