@@ -55,7 +55,8 @@
 // slots, its count in the queue pair and its local references with one
 // atomic operation each, not one per operation, and a run of it that the
 // route completes together (shm's inline copies) is reported under one
-// lock of the queue.
+// lock of the queue, each of its operations made done with one atomic
+// operation (the route completes each exactly once: backend.Completer).
 //
 // Everything above holds for an operation reported through a queue: the
 // queue hands it over only once its local memory is let go and its
