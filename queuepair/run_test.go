@@ -213,3 +213,32 @@ func TestResetWritesEveryField(t *testing.T) {
 	}
 	w.finish(nil)
 }
+
+// A chain's request from a region the chain resolved already gets its
+// bytes from the run's region (prepare's fast path, which does not read
+// the Ref it just wrote): exactly the bytes of its reference, which the
+// backend copies to or from.
+func TestChainLocalIsItsReference(t *testing.T) {
+	e := newEnv(t, qpbind.Options{})
+	r := &listRoute{fakeRoute: *newFakeRoute(), failAt: -1}
+	qp := newQueuePair(9, peerID, r, e.local, qpbind.Options{})
+	local := alloc(t, e.local, 64, buffer.AccessReadWrite)
+	remote := alloc(t, e.remote, 64, buffer.AccessReadWrite)
+	wrs := make([]*WorkRequest, 4)
+	ops := make([]Op, 4)
+	for i := range wrs {
+		wrs[i] = new(WorkRequest)
+		l, _ := local.Slice(uint64(8*i+3), 5)
+		rm, _ := remote.Slice(uint64(8*i), 5)
+		ops[i] = PutOp(l, rm)
+	}
+	qp.PostOps(context.Background(), wrs, ops)
+	for i, w := range wrs {
+		got, want := w.wr.Local, w.ref.Bytes()
+		if len(got) != 5 || len(got) != len(want) || cap(got) != cap(want) || &got[0] != &want[0] || w.wr.LocalRegion != w.ref.Region() {
+			t.Fatalf("request %d: Local %p len %d cap %d, its reference %p len %d cap %d", i, got, len(got), cap(got), want, len(want), cap(want))
+		}
+		complete(&w.wr, nil)
+	}
+	qp.Release()
+}
