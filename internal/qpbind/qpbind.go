@@ -51,7 +51,10 @@ var _ Resolver = (*memreg.Registry)(nil)
 // then the run is reported to its completion queue under one lock and its
 // references are dropped together. CompleteRun(wrs, errs) completes
 // wrs[i] with errs[i] (len(errs) == len(wrs)) exactly as
-// wrs[i].Done.Complete(wrs[i], errs[i]) would, whatever each Done is.
+// wrs[i].Done.Complete(wrs[i], errs[i]) would, whatever each Done is;
+// as with Complete, each request exactly once (backend.Completer): a
+// queue pair makes a run's request done with one atomic operation,
+// trusting that no other completion of it runs at the same time.
 type RunCompleter interface {
 	CompleteRun(wrs []*backend.WorkRequest, errs []error)
 }
