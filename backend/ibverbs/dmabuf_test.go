@@ -31,10 +31,13 @@ import (
 // TestConformanceDevice runs the conformance suite's device variant on
 // ibverbs with a device without dma-buf (cudafake's default): every
 // operation on a peer's device buffer is refused with ErrNotSupported
-// before anything is posted, and the route keeps serving host memory.
+// before anything is posted, so the RC route is not failed by it (the
+// suite asserts it survives) and keeps serving host memory.
 func TestConformanceDevice(t *testing.T) {
 	requireDevices(t)
-	backendtest.RunDevice(t, factory(DefaultConfig()))
+	f := factory(DefaultConfig())
+	f.RouteSurvivesRemoteError = true // refused at Post: nothing reaches the peer
+	backendtest.RunDevice(t, f)
 }
 
 // udmabufCreate is UDMABUF_CREATE, _IOW('u', 0x42, struct udmabuf_create).
@@ -74,8 +77,9 @@ func realDmaBuf(size uint64) (int, string, error) {
 
 // TestDmaBufOnNIC hands the machine's NIC a dma-buf fd through
 // ibv_reg_dmabuf_mr for a device region (the driver's export played by
-// cudafake with a udmabuf where the kernel has one). rdma_rxe registers no
-// dma-buf (EOPNOTSUPP): the region then has no RDMA key and says why, a
+// cudafake with a udmabuf where the kernel has one, else a memfd).
+// rdma_rxe registers no dma-buf (EOPNOTSUPP, whatever the fd): the
+// region then has no RDMA key and says why (the NIC's verdict), a
 // peer's Put and Get to it are refused with ErrNotSupported before
 // anything is posted, and the same route goes on moving host memory. A
 // NIC that takes it gives the handle an rkey.
@@ -114,7 +118,7 @@ func TestDmaBufOnNIC(t *testing.T) {
 	if !errors.Is(why, ErrNoDmaBuf) || exports != 0 {
 		t.Fatalf("no rkey: why %v (want ErrNoDmaBuf), %d exports left open", why, exports)
 	}
-	if kind == "udmabuf" && nicWhy == nil {
+	if nicWhy == nil && kind == "udmabuf" {
 		t.Fatalf("a real dma-buf refused, but not as the NIC's verdict: %v", why)
 	}
 	rt := connect(t, a, o)

@@ -318,10 +318,11 @@
 // allocation, a memory region per buffer over its bytes, verdicts,
 // revocation, the fd closed before the memory is freed) by unit tests
 // against cudafake and a stand-in of the NIC (dmabuf_unit_test.go, run
-// with -tags ibverbs and no device); on rxe in the Soft-RoCE VM the
-// NIC's verdict on a real dma-buf fd (a udmabuf where the kernel has one:
-// EOPNOTSUPP), the clean refusal and the staging of a local device
-// buffer (dmabuf_test.go, TestConformanceDevice). No machine here has an
+// with -tags ibverbs and no device); on rxe in the Soft-RoCE VM
+// ibv_reg_dmabuf_mr called for real (rxe refuses it with EOPNOTSUPP
+// before looking at the fd: it registers no dma-buf; the VM's kernel has
+// no /dev/udmabuf, so the fd is a memfd), the clean refusal and the
+// staging of a local device buffer (dmabuf_test.go, TestConformanceDevice). No machine here has an
 // RDMA NIC beside a GPU: ibv_reg_dmabuf_mr accepting a GPU's dma-buf and
 // RDMA into device memory have not run.
 //
