@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
+	"syscall"
 	"testing"
 	"unsafe"
 
@@ -120,6 +122,9 @@ func TestDmaBufOnNIC(t *testing.T) {
 	}
 	if nicWhy == nil && kind == "udmabuf" {
 		t.Fatalf("a real dma-buf refused, but not as the NIC's verdict: %v", why)
+	}
+	if strings.HasPrefix(o.dev.name, "rxe") && !errors.Is(nicWhy, syscall.EOPNOTSUPP) {
+		t.Fatalf("rxe's verdict %v, want EOPNOTSUPP (rxe registers no dma-buf)", nicWhy)
 	}
 	rt := connect(t, a, o)
 	ha, la := backendtest.Alloc(t, regA, 4096, buffer.AccessReadWrite)
