@@ -76,6 +76,9 @@ func DefaultConfig() Config {
 	if n := maxMapCount(); n > 0 && n/4 < regions {
 		regions = max(n/4, 64)
 	}
+	if n := fdLimit(); n > 0 && n/2 < regions {
+		regions = max(n/2, 64)
+	}
 	return Config{
 		Name:                    DefaultName,
 		Limits:                  buffer.Limits{MaxBytes: mib(mem / 100 * registeredShare), MaxRegions: regions, MaxRegion: mib(mem / 4)},

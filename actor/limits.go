@@ -16,7 +16,9 @@ import (
 //
 //   - registered bytes: half of physical memory;
 //   - one region: a quarter of physical memory;
-//   - regions: 16384, or a quarter of vm.max_map_count if that is lower;
+//   - regions: 16384, or a quarter of vm.max_map_count, or half the
+//     process's limit on open files (RLIMIT_NOFILE: a manager that runs
+//     shm gives each buffer a memfd of its own), if either is lower;
 //   - bytes held by remote peers (RequestBuffer over the network): a
 //     quarter of physical memory;
 //   - buffers per remote peer: 1024;

@@ -11,3 +11,14 @@ func physicalMemory() uint64 {
 	}
 	return uint64(si.Totalram) * uint64(si.Unit)
 }
+
+// fdLimit returns the process's limit on open files (RLIMIT_NOFILE's soft
+// limit, which the Go runtime raises to the hard one at start), or 0 when
+// it cannot be read.
+func fdLimit() int {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil || l.Cur > 1<<30 {
+		return 0
+	}
+	return int(l.Cur)
+}

@@ -86,6 +86,7 @@ func newSHM(cfg Config, reg *memreg.Registry, log *slog.Logger) (*Backend, error
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	reg.SetExporting() // its regions are exported as they lie (memreg)
 	return &Backend{cfg: cfg.withDefaults(), reg: reg, log: log.With("backend", "shm"), uid: os.Getuid(),
 		tokens: make(map[[tokenSize]byte]token), conns: make(map[*serverConn]struct{}),
 		routes: make(map[*route]struct{}), preAuthUID: make(map[uint32]int), authedPeer: make(map[uint64]int)}, nil

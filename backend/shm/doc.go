@@ -33,12 +33,13 @@
 //
 // # Exported means only that region
 //
-// The memfd a peer gets holds the region's pages and nothing else: a
-// pooled region (a page-granular slot of a slab) is moved out of its
-// slab into a memfd of its own at its first export (its bytes copied,
-// its pages remapped at the same address in the owner; requests on it
-// wait the few microseconds this takes), an unpooled one has its own
-// already. A read-only region's fd is opened read-only and its memfd
+// The memfd a peer gets holds the region's pages and nothing else: the
+// backend makes its registry one that exports (memreg's SetExporting), so
+// every region allocated with read access has a memfd of its own from the
+// start, and is exported as it lies. (Its pages are never moved under
+// the owner to export it: a store the owner made meanwhile would be
+// lost.) A slot of a slab (a region without read access) is never
+// exported. A read-only region's fd is opened read-only and its memfd
 // sealed against writing (F_SEAL_FUTURE_WRITE: no reopening through
 // /proc gives more), so the peer maps it read-only; the owner's own
 // mapping still writes it. A write-only region is not exported. Revoke
@@ -46,8 +47,9 @@
 // (or given up, below), the region's bytes move to a fresh memfd mapped
 // at the same address, so the memfd the peer kept no longer holds the
 // region's memory; writes through it land nowhere the owner reads.
-// Release does the same by freeing: an exported memfd is never reused
-// (a slot is mapped back onto its slab's zeroed pages first). Lease
+// Release does the same by freeing: an exported memfd is never reused.
+// A store the owner makes into the region while its own Revoke runs may
+// be lost (the move copies the pages). Lease
 // expiry takes effect through the kernel when the manager's reaper
 // releases the region (within its interval, 1 s by default); until then
 // the state table stops honest peers. Caller memory registered in place

@@ -130,7 +130,7 @@
 // alone. Resolve runs on the connection's goroutine, so a slow one (first
 // use of a region maps it from the process) stalls that connection and
 // everything queued behind it on that connection: each call is bounded
-// by a context that ends within agentapi.ResolveTimeout (5 s) or when the
+// by a context that ends within agentapi.ResolveTimeout (7 s) or when the
 // backend closes, and the batch of answers is flushed first, so no READ
 // reference waits on it. The fence holds unchanged: it is route-wide on
 // the initiator and a WRITE is answered only once its bytes are in the

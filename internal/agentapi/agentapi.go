@@ -83,8 +83,13 @@ var ErrStaleProxy = errors.New("agentapi: the far agent's proxy is gone (resolve
 
 // ResolveTimeout bounds one Resolve: the backend calls it with a context
 // that ends at most this long after the call (and when the backend or the
-// connection closes).
-const ResolveTimeout = 5 * time.Second
+// connection closes). It exceeds shm's bound on an owner's answer to a map
+// request (5 s) by more than the TCP backend's reuse of a resolve context
+// (up to 1 s older), so a process that leaves its agent's map request
+// unanswered is found silent (its shm route fails and the agent ends it)
+// before the resolve gives up; with equal bounds the two raced, and a
+// resolve that ended first left the stuck process attached.
+const ResolveTimeout = 7 * time.Second
 
 // Resolver is an agent's view of the processes attached to it. Its methods
 // run on a backend's data path, on the goroutine that serves one

@@ -4,6 +4,7 @@ package hostagent
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -138,14 +139,15 @@ func TestStuckProcessIsEnded(t *testing.T) {
 	p1.post(t, agentwire.Post{WRID: 1, Op: backend.OpSend, Via: p2.welcome.Slot, FarAgent: b.Addr(), FarAgentID: p2.welcome.AgentID, Local: msg})
 	<-in.entered // p2's owner code is stuck in Recv: it answers nothing
 	p1.post(t, agentwire.Post{WRID: 2, Op: backend.OpWrite, Via: p2.welcome.Slot, FarAgent: b.Addr(), FarAgentID: p2.welcome.AgentID, Local: localOf(src), Remote: r1})
-	if ds := p1.dones(t, 2); ds[2].Code == 0 {
+	ds := p1.dones(t, 2)
+	if ds[2].Code == 0 {
 		t.Fatal("put needing a mapping of a stuck process succeeded")
 	}
-	waitFor(t, "the stuck process to be ended", func() bool { _, err := b.procAt(p2.welcome.Slot); return err != nil })
+	waitFor(t, fmt.Sprintf("the stuck process to be ended (the put failed with %v)", rdmapb.Code(ds[2].Code)), func() bool { _, err := b.procAt(p2.welcome.Slot); return err != nil })
 	p1.post(t,
 		agentwire.Post{WRID: 3, Op: backend.OpWrite, Via: p2.welcome.Slot, FarAgent: b.Addr(), FarAgentID: p2.welcome.AgentID, Local: localOf(src), Remote: r2},
 		agentwire.Post{WRID: 4, Op: backend.OpWrite, Via: p4.welcome.Slot, FarAgent: b.Addr(), FarAgentID: p4.welcome.AgentID, Local: localOf(src), Remote: r4})
-	ds := p1.dones(t, 2)
+	ds = p1.dones(t, 2)
 	if ds[3].Code != uint32(rdmapb.Code_PEER_GONE) || ds[4].Code != 0 {
 		t.Fatalf("put to the ended process: %v (want PEER_GONE); to another: %v", rdmapb.Code(ds[3].Code), rdmapb.Code(ds[4].Code))
 	}

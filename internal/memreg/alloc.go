@@ -28,7 +28,7 @@ func (g *Registry) Allocate(size uint64, access buffer.Access) (buffer.Buffer, e
 	}
 	var r *Region
 	err := errPoolFull
-	if !g.unpooled.Load() {
+	if g.pooledFor(access) {
 		r, err = g.allocPooled(size, access)
 	}
 	if errors.Is(err, errPoolFull) {
@@ -48,6 +48,29 @@ func (g *Registry) Allocate(size uint64, access buffer.Access) (buffer.Buffer, e
 // else holds it (ExportFD), while the process holds its local region for
 // the operation the agent is to run on it: the export would fail.
 func (g *Registry) SetUnpooled() { g.unpooled.Store(true) }
+
+// SetExporting says that the registry's regions may be exported to other
+// processes of the host (Ref.ExportFD: the shm backend sets it). Allocate
+// then gives every later region that grants read access a memfd of its
+// own, never a slot of a slab, unless a hook pins memory (such a registry
+// exports nothing): a region is exported as it was allocated, its pages
+// never moved while the owner may be writing them (a move copies the
+// pages, and a store the owner makes between the copy and the remap would
+// be lost). Regions without read access, which are never exported, stay
+// pooled.
+func (g *Registry) SetExporting() { g.exporting.Store(true) }
+
+// pooledFor reports whether Allocate may give a region with access a slot
+// of a slab.
+func (g *Registry) pooledFor(access buffer.Access) bool {
+	switch {
+	case g.unpooled.Load():
+		return false
+	case g.exporting.Load() && access.Allows(buffer.AccessRead):
+		return g.pinsMemory()
+	}
+	return true
+}
 
 // allocPooled registers a slot of a slab; errPoolFull when size is not
 // pooled or the slab cap is reached.

@@ -42,8 +42,31 @@ func BenchmarkAllocateTouchRelease(b *testing.B) {
 	}
 }
 
-func benchAlloc(b *testing.B, size int, touch bool) {
+// BenchmarkAllocateReleaseExporting is BenchmarkAllocateRelease and
+// BenchmarkAllocateTouchRelease in a registry that exports (the shm
+// backend's, SetExporting): a readable buffer has a memfd of its own
+// whatever its size.
+func BenchmarkAllocateReleaseExporting(b *testing.B) {
+	for _, touch := range []bool{false, true} {
+		for _, size := range benchSizes {
+			name := sizeName(size)
+			if touch {
+				name += "/touch"
+			}
+			b.Run(name, func(b *testing.B) {
+				benchAllocIn(b, size, touch, true)
+			})
+		}
+	}
+}
+
+func benchAlloc(b *testing.B, size int, touch bool) { benchAllocIn(b, size, touch, false) }
+
+func benchAllocIn(b *testing.B, size int, touch, exporting bool) {
 	g := NewRegistry(testOwner, buffer.Limits{})
+	if exporting {
+		g.SetExporting()
+	}
 	defer g.Close(context.Background())
 	page := os.Getpagesize()
 	ctx := context.Background()

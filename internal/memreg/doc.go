@@ -42,8 +42,9 @@
 // it, and it is zeroed then, so a new buffer never shows a previous
 // owner's bytes. Larger allocations get a memfd of their own. When such a
 // region is freed its pages are punched out (they read as zeros and cost
-// no memory) and the memfd is kept for the next allocation of the same
-// page-rounded size, at most 2 in the process (shared by its registries),
+// no memory; up to MaxPooled bytes they are zeroed instead, as a slot's
+// are) and the memfd is kept for the next allocation of the same
+// page-rounded size, at most 16 in the process (shared by its registries),
 // of up to 16 MiB each (owned.go); but a memfd that
 // was exported (Region.Memfd or Ref.ExportFD called) is unmapped and
 // closed, never reused, as another process may hold it. (A slice from Bytes kept past Release
@@ -57,7 +58,7 @@
 // MaxBytes. An empty slab is unmapped at once, except two spares (2 MiB),
 // re-carved for whichever class needs a slab next, so allocating and
 // releasing in a loop maps nothing. (The fds kept open with no buffer are
-// thus two spare slabs per registry and two spare memfds per process.)
+// thus two spare slabs per registry and 16 spare memfds per process.)
 // An allocation the host cannot back (memfd_create, ftruncate or mmap out
 // of memory or file descriptors) fails with ErrLimit, as a cap does; so
 // does a device out of memory (cuda.Error matches ErrLimit).
@@ -65,21 +66,21 @@
 // # Exporting a region to another process
 //
 // Ref.ExportFD hands out a new fd of a memfd that holds the region's
-// pages and nothing else: an unpooled region's own memfd; a pooled one's
-// slot moved out of its slab into a fresh memfd (the bytes copied, the
-// fresh memfd mapped over the slot at the same address, so every slice of
-// the region stays valid; references taken meanwhile wait, and the move
-// waits up to 100 ms for those already held, else the export fails). A
-// read-only region's fd is read-only and its memfd sealed against writing
+// pages and nothing else: the region's own memfd, sealed. A slot of a
+// slab is never exported (its memfd holds other regions), and the pages
+// of a live region are never moved to export it, since a store the owner
+// made between the copy and the remap would be lost; so a registry whose
+// regions may be exported (SetExporting: the shm backend sets it) gives
+// every region that grants read access a memfd of its own at Allocate,
+// whatever its size (the spare memfds above serve a loop that allocates
+// and releases them). A read-only region's fd is read-only and its memfd sealed against writing
 // (F_SEAL_FUTURE_WRITE); a write-only one is not exported. Revoke of an
 // exported region, once its remote references drained, moves its bytes
-// again, to a fresh memfd that never left the process, waiting (ctx) for
-// the local references: whatever another process kept of the old one no
-// longer reaches the region. The owner must not write the region through
-// Bytes while it is exported for the first time or revoked (the rule that
-// Bytes is for between transfers). When an exported pooled region is
-// freed its slot is mapped back onto the slab's (punched, zero) pages and
-// the private memfd closed. A registry whose hooks pin memory (an RDMA
+// to a fresh memfd that never left the process, waiting (ctx) for the
+// local references: whatever another process kept of the old one no
+// longer reaches the region. A store the owner makes into the region
+// through Bytes while its own Revoke runs may be lost (the rule that
+// Bytes is for between transfers). A registry whose hooks pin memory (an RDMA
 // device) exports nothing (ErrNotSupported). Region.Quarantine marks a
 // region another process may still write after its release: its memory
 // is never reused.

@@ -9,14 +9,15 @@ import (
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
-// BenchmarkExportRevoke measures the owner's side of exporting a region
-// (Ref.ExportFD: a pooled slot moves into a memfd of its own) and of
-// revoking it (its pages move again), without any peer: go test -run '^$'
-// -bench ExportRevoke ./internal/memreg.
+// BenchmarkExportRevoke measures the owner's side of allocating a region
+// in a registry that exports, exporting it (Ref.ExportFD: its own memfd,
+// sealed) and revoking it (its pages move), without any peer: go test
+// -run '^$' -bench ExportRevoke ./internal/memreg.
 func BenchmarkExportRevoke(b *testing.B) {
 	for _, n := range []int{4096, 65536, 1 << 20} {
 		b.Run(sizeName(n), func(b *testing.B) {
 			g := NewRegistry(1, buffer.Limits{})
+			g.SetExporting()
 			defer g.Close(context.Background())
 			ctx := context.Background()
 			for range b.N {

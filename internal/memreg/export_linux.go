@@ -17,26 +17,25 @@ import (
 // region's pages and nothing else, with no more access than the region
 // grants, and loses the region's memory when it is revoked or freed.
 
-// moveQuiesce bounds how long promoting a pooled region waits for the
-// requests in it to finish (new ones wait while it moves).
-const moveQuiesce = 100 * time.Millisecond
-
 // ExportFD returns a new fd (the caller closes it once passed) of a memfd
 // that holds exactly the pages of the region f references, the region at
 // offset off in it. The fd is read-write when the region allows remote
 // writes, else read-only, and a read-only region's memfd is sealed
-// against writing (F_SEAL_FUTURE_WRITE), so no reopening gives more. A
-// pooled region is moved out of its slab into a memfd of its own first
-// (its bytes are copied and its pages remapped at the same address; new
-// requests on it wait while it moves). It fails with ErrNotSupported for
-// caller memory, a region without read access, a registry whose hooks
-// pin memory (an RDMA device holds the pages a move would replace), or
-// when the requests in a pooled region do not finish within 100 ms. The
+// against writing (F_SEAL_FUTURE_WRITE), so no reopening gives more. The
+// region is exported as it lies: its pages are never moved (a move would
+// lose the owner's stores made during it). It fails with ErrNotSupported
+// for caller memory, a region without read access, a registry whose hooks
+// pin memory (an RDMA device holds the pages a revocation would replace),
+// or a slot of a slab (its memfd holds other regions: a registry that
+// exports allocates readable regions on their own, SetExporting). The
 // caller holds f.
 func (f Ref) ExportFD(g *Registry) (fd int, off uint64, err error) {
 	r := f.r
 	if r == nil || r.kind != KindAllocated || !r.access.Allows(buffer.AccessRead) || g.pinsMemory() {
 		return -1, 0, errNotExportable
+	}
+	if r.slab != nil {
+		return -1, 0, fmt.Errorf("region %d is a slot of a slab shared with other regions (its registry does not export: SetExporting): %w", r.id, errNotExportable)
 	}
 	e := &r.exp
 	e.mu.Lock()
@@ -62,58 +61,30 @@ func (f Ref) ExportFD(g *Registry) (fd int, off uint64, err error) {
 	return fd, e.off, nil
 }
 
-// pinsMemory reports whether a hook registers memory with a device (an
-// RDMA backend): such pages must not be replaced under it.
-func (g *Registry) pinsMemory() bool {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	return len(g.hooks) > 0
-}
-
-// promote gives r a private memfd: an unpooled region's own, sealed; a
-// pooled one's slot moved into a fresh one. r.exp.mu is held.
+// promote seals r's own memfd for export and makes it r's private one.
+// r.exp.mu is held; r is not pooled.
 func (g *Registry) promote(r *Region) error {
-	e := &r.exp
-	if r.slab == nil {
-		if err := sealExport(r.fd, r.access); err != nil {
-			return err
-		}
-		e.fd, e.mem, e.off = r.fd, r.mapping, r.fdOff
-		return nil
-	}
-	slot := r.slab.mem[r.fdOff : r.fdOff+r.slab.slot : r.fdOff+r.slab.slot]
-	if len(slot)%g.pageSize != 0 || uintptr(unsafe.Pointer(&slot[0]))%uintptr(g.pageSize) != 0 {
-		return errNotExportable // a slot that shares a page with another
-	}
-	fd, err := g.move(r, slot, moveQuiesce, nil, 1)
-	if err != nil {
+	if err := sealExport(r.fd, r.access); err != nil {
 		return err
 	}
-	// The slab's pages of the slot are no longer anyone's: free them.
-	_ = unix.Fallocate(r.slab.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(r.fdOff), int64(len(slot)))
-	if err := sealExport(fd, r.access); err != nil {
-		unix.Close(fd)
-		return err // the slot now lives in fd: give it back at free
-	}
-	e.fd, e.mem, e.off = fd, slot, 0
+	e := &r.exp
+	e.fd, e.mem, e.off = r.fd, r.mapping, r.fdOff
 	return nil
 }
 
 // move copies mem (page aligned, the pages of r) into a fresh memfd and
 // maps that memfd over mem, at the same address, so every slice of r
 // stays valid and now reaches the new pages. While it runs, new
-// references to r wait; it first waits (up to bound, or ctx) until only
-// held references remain. It returns the new memfd.
-func (g *Registry) move(r *Region, mem []byte, bound time.Duration, ctx context.Context, held int64) (int, error) {
+// references to r wait; it first waits (ctx) until none is held. Only
+// Revoke moves a region (unexport), on the owner's word: a store the
+// owner makes into the region meanwhile may be lost. It returns the new
+// memfd.
+func (g *Registry) move(ctx context.Context, r *Region, mem []byte) (int, error) {
 	r.moving.Store(true)
 	defer r.moving.Store(false)
-	deadline := time.Now().Add(bound)
-	for d := 20 * time.Microsecond; r.refs.Users() > held; d = min(2*d, time.Millisecond) {
-		if ctx != nil && ctx.Err() != nil {
+	for d := 20 * time.Microsecond; r.refs.Users() > 0; d = min(2*d, time.Millisecond) {
+		if ctx.Err() != nil {
 			return -1, fmt.Errorf("move region %d: requests still in flight: %w", r.id, ctx.Err())
-		}
-		if ctx == nil && time.Now().After(deadline) {
-			return -1, fmt.Errorf("move region %d: requests still in flight: %w", r.id, errNotExportable)
 		}
 		time.Sleep(d)
 	}
@@ -168,7 +139,7 @@ func (g *Registry) unexport(ctx context.Context, r *Region) error {
 	if !e.passed {
 		return nil
 	}
-	fd, err := g.move(r, e.mem, 0, ctx, 0)
+	fd, err := g.move(ctx, r, e.mem)
 	if err != nil {
 		return err
 	}
@@ -178,19 +149,4 @@ func (g *Registry) unexport(ctx context.Context, r *Region) error {
 	}
 	e.fd, e.passed = fd, false
 	return nil
-}
-
-// freeExported undoes a pooled region's move out of its slab before its
-// slot goes back: the slab's (punched, zero) pages are mapped at the slot
-// again and the private memfd closed. It reports false if that failed
-// (the slot must not be reused).
-func (g *Registry) freeExported(r *Region) bool {
-	e := &r.exp
-	if r.slab == nil || e.mem == nil {
-		return true
-	}
-	_, err := unix.MmapPtr(r.slab.fd, int64(r.fdOff), unsafe.Pointer(&e.mem[0]), uintptr(len(e.mem)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED)
-	unix.Close(e.fd)
-	e.fd, e.mem = -1, nil
-	return err == nil
 }

@@ -14,6 +14,3 @@ func (f Ref) ExportFD(*Registry) (fd int, off uint64, err error) {
 
 // unexport has nothing to end: no fd was handed out.
 func (g *Registry) unexport(context.Context, *Region) error { return nil }
-
-// freeExported has nothing to undo.
-func (g *Registry) freeExported(*Region) bool { return true }

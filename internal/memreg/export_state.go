@@ -12,8 +12,8 @@ import (
 var errNotExportable = fmt.Errorf("region cannot be exported to another process: %w", rdmamgr.ErrNotSupported)
 
 // exportState is a region's private memfd: the memfd its pages live in
-// once it was exported (a pooled region's slot is moved out of its slab
-// into one of its own; an unpooled region's is its own memfd).
+// once it was exported (its own memfd, sealed; after a Revoke, the fresh
+// one its pages moved to).
 type exportState struct {
 	mu     sync.Mutex // serialises ExportFD and unexport of the region
 	fd     int        // the private memfd (-1: none yet)

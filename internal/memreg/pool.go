@@ -11,11 +11,11 @@ import (
 
 // Size classes of pooled allocation: powers of two from 4 KiB to 64 KiB.
 //
-//   - A page at least: a slot never shares a page with another, so a
-//     region exported to another process (export.go) can move into a memfd
-//     of its own without taking a neighbour along; it is also a whole
-//     number of cache lines (no false sharing between owners) and 8-byte
-//     atomics are always aligned. A buffer smaller than a page costs a page
+//   - A page at least: a slot never shares a page with another; it is
+//     also a whole number of cache lines (no false sharing between
+//     owners) and 8-byte atomics are always aligned. (A slot is never
+//     exported to another process: a registry that exports gives readable
+//     regions a memfd of their own, SetExporting.) A buffer smaller than a page costs a page
 //     of slab memory, never more of the caller's limits.
 //   - Powers of two: a slot wastes less than half of itself (a quarter on
 //     average); the waste costs slab memory only, never the caller's limits.

@@ -126,9 +126,8 @@ func (r *Region) Memfd() (fd int, off uint64, ok bool) {
 // after its release (a peer stopped or hostile mid-copy, that a backend
 // gave up waiting for): when the region is freed, its memory is never
 // given to another region. A region exported with Ref.ExportFD needs no
-// more (its pages left the slab, and its memfd is never reused); any
-// other pooled region's slot stays taken (its slab stays mapped) for the
-// life of the process.
+// more (its memfd is never reused); a pooled region's slot stays taken
+// (its slab stays mapped) for the life of the process.
 func (r *Region) Quarantine() { r.quarantined.Store(true) }
 
 // enter takes a reference unless the region's release started; while the

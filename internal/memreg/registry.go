@@ -61,6 +61,9 @@ type Registry struct {
 	// unpooled: Allocate gives every region a memfd of its own
 	// (SetUnpooled).
 	unpooled atomic.Bool
+	// exporting: readable regions get a memfd of their own unless a hook
+	// pins memory (SetExporting).
+	exporting atomic.Bool
 }
 
 // NewRegistry returns an empty registry for the manager ownerID. It does no I/O.
@@ -263,12 +266,10 @@ func (g *Registry) free(r *Region) {
 	switch {
 	case r.kind == KindDevice:
 		g.freeDevice(r)
-	case r.slab != nil && r.exp.mem != nil && !g.freeExported(r):
-		// The slot could not be mapped back onto its slab: it stays taken.
-	case r.slab != nil && r.quarantined.Load() && !r.exported.Load():
-		// Another process may still write the slot (it was never moved to
-		// a memfd of its own): it stays taken, and the slab mapped.
-	case r.slab != nil: // an exported slot was mapped back onto fresh pages
+	case r.slab != nil && r.quarantined.Load():
+		// Another process may still write the slot: it stays taken, and
+		// the slab mapped.
+	case r.slab != nil:
 		clear(r.mem) // no previous owner's byte in a reused slot
 		if s := g.pool.put(r.slab, r.fdOff); s != nil {
 			g.freeSlab(s)
@@ -346,4 +347,12 @@ func (g *Registry) Close(ctx context.Context) error {
 	}
 	g.dev.close() // the device pools go once the last device region is freed
 	return first
+}
+
+// pinsMemory reports whether a hook registers memory with a device (an
+// RDMA backend): such pages must not be replaced under it.
+func (g *Registry) pinsMemory() bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return len(g.hooks) > 0
 }
