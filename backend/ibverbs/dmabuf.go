@@ -76,7 +76,7 @@ type dmabufExport struct {
 
 // ErrNoDmaBuf is the reason a device region has no RDMA key: it matches
 // rdmamgr.ErrNotSupported.
-var ErrNoDmaBuf = fmt.Errorf("ibverbs: device memory not registered with the NIC: %w", rdmamgr.ErrNotSupported)
+var ErrNoDmaBuf = fmt.Errorf("no dma-buf registration: %w", rdmamgr.ErrNotSupported)
 
 // RegistersDevice implements memreg.DeviceHooks: device regions come to
 // RegisterRegion (registered through dma-buf where the GPU, its driver
@@ -91,7 +91,7 @@ func (b *Backend) registerDeviceLocked(r *memreg.Region) error {
 	rd := &regData{b: b, access: granted, length: uint64(r.Len())}
 	mr, exp, err := b.dmabuf.register(b, ext, rd.length, access)
 	if err != nil {
-		rd.why = fmt.Errorf("%w: %v: %w", ErrNoDmaBuf, r.Location(), err)
+		rd.why = fmt.Errorf("ibverbs: %v: %w: %w", r.Location(), err, ErrNoDmaBuf)
 		b.dmabuf.logOnce(b, r, err)
 	} else {
 		rd.remote, rd.export = mr, exp
@@ -250,8 +250,8 @@ func (rd *regData) dropExport() {
 // handle has no RDMA key: its owner could not register it with its NIC
 // (its log says which of GPU, driver or NIC has no dma-buf).
 func noDeviceKey(wr *backend.WorkRequest) error {
-	return fmt.Errorf("ibverbs: %s on %v: device memory (%v) its owner did not register with its NIC (no dma-buf on its GPU, CUDA driver or NIC; its log says which): %w",
-		wr.Op, wr.Remote, wr.Remote.Location, ErrNoDmaBuf)
+	return fmt.Errorf("ibverbs: %s on %v: its owner did not register this device memory with its NIC (no dma-buf on its GPU, CUDA driver or NIC; its log says which): %w",
+		wr.Op, wr.Remote, ErrNoDmaBuf)
 }
 
 // errDeviceNotice refuses a PutWithImm to device memory before any byte
