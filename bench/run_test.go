@@ -8,6 +8,8 @@ import (
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/tcp"
+	"github.com/rdmamgr/rdmamgr/internal/testscale"
 	"github.com/rdmamgr/rdmamgr/node"
 )
 
@@ -17,7 +19,9 @@ func twoNodes(t *testing.T, ctx context.Context, kind backend.Kind) (*node.Node,
 	t.Helper()
 	var ns [2]*node.Node
 	for i := range ns {
-		n, err := node.Start(ctx, node.Config{Backend: kind})
+		// A peer silent for 4 s fails a TCP route: under -race on a loaded
+		// machine a process can stall that long, so scale it.
+		n, err := node.Start(ctx, node.Config{Backend: kind, TCP: tcp.Config{PeerTimeout: testscale.Timeout(4 * time.Second)}})
 		if err != nil {
 			t.Fatal(err)
 		}

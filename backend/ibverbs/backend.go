@@ -59,6 +59,9 @@ type Backend struct {
 	mrMu  sync.Mutex
 	mrs   map[uint64]*regData // region id -> its memory regions
 	slabs map[uint64]*memReg  // slab id -> the slab's local memory region
+	// dmabuf: device regions' dma-buf exports and verdicts (dmabuf.go);
+	// guarded by mrMu.
+	dmabuf dmabufState
 
 	slots   slotTable
 	batch   []done       // the poller's: completions of one poll
@@ -87,10 +90,11 @@ type Backend struct {
 }
 
 var (
-	_ backend.Backend  = (*Backend)(nil)
-	_ memreg.Hooks     = (*Backend)(nil)
-	_ memreg.Revoker   = (*Backend)(nil)
-	_ memreg.SlabHooks = (*Backend)(nil)
+	_ backend.Backend    = (*Backend)(nil)
+	_ memreg.Hooks       = (*Backend)(nil)
+	_ memreg.Revoker     = (*Backend)(nil)
+	_ memreg.SlabHooks   = (*Backend)(nil)
+	_ memreg.DeviceHooks = (*Backend)(nil)
 
 	_ backend.InboxUser    = (*Backend)(nil)
 	_ backend.Capabilities = (*Backend)(nil)

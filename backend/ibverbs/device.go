@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
-	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // Opening the device: port and GID selection, the protection domain and
@@ -92,9 +91,6 @@ func (b *Backend) Start(ctx context.Context) error {
 	b.reg.AddHooks(b)
 	var errs []error
 	for _, r := range b.reg.Regions() {
-		if r.Kind() == memreg.KindDevice {
-			continue // device memory is never registered with the NIC (no Hooks call either)
-		}
 		if err := b.registerLocked(r); err != nil {
 			errs = append(errs, fmt.Errorf("region %d: %w", r.ID(), err))
 		}

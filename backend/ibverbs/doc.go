@@ -16,9 +16,9 @@
 //
 // A Backend owns one device port, one protection domain and one completion
 // queue (with a completion channel) shared by all its RC queue pairs. Start
-// registers hooks on the buffer registry: every host region (device
-// regions, GPU buffers, never: neither the hooks nor Start's pass over the
-// existing regions) is registered with ibv_reg_mr with exactly the access it grants (LOCAL_WRITE always,
+// registers hooks on the buffer registry: every host region is registered
+// with ibv_reg_mr (device regions, GPU buffers, through dma-buf where they
+// can be: "Device memory" below) with exactly the access it grants (LOCAL_WRITE always,
 // REMOTE_READ iff buffer.AccessRead, REMOTE_WRITE iff buffer.AccessWrite,
 // REMOTE_ATOMIC iff buffer.AccessAtomic and the device runs atomics),
 // and the region's BackendData and RDMA {Addr, RKey} are set, so handles carry
@@ -273,6 +273,59 @@
 // teardown frees the ring). Resolves stay on the worker (bounded by
 // agentapi.ResolveTimeout).
 //
+// # Device memory
+//
+// The backend is a memreg.DeviceHooks: device regions (GPU buffers,
+// memreg.AllocateAt with a CUDA location) come to RegisterRegion too
+// (dmabuf.go). Where the device says it exports dma-buf
+// (cuda.AttrDmaBufSupported) the region's allocation (its pool's 2 MiB
+// slab, or its own allocation, rounded up to the page) is exported once as
+// a dma-buf fd (cuda.Driver.DmaBufFD: cuMemGetHandleForAddressRange), and
+// the region gets a remote memory region of its own, ibv_reg_dmabuf_mr
+// over exactly its bytes at its offset in the fd, addressed at its device
+// address, with the access it grants (REMOTE_ATOMIC as for host memory);
+// the handle carries that rkey, so a peer's Put, Get and atomics on it are
+// plain RDMA on device memory, and revocation, Release's wait and the
+// rkey's death work as for host memory (RevokeRegion and DeregisterRegion
+// deregister it; the fd is closed after the allocation's last memory
+// region is gone, before its memory goes back to the pool). There is no
+// local memory region: the owner's own device memory never goes through
+// the NIC, and an initiator's local device buffer is staged by its queue
+// pair (queuepair/stage.go: ibverbs routes are not
+// queuepair.DeviceLocalRoute). A PutWithImm to device memory is refused
+// at Post with ErrNotSupported (the owner's notice check takes host
+// memory only). ibv_reg_dmabuf_mr needs rdma-core 34 or later at build and
+// run time (Debian bookworm ships 44).
+//
+// Where the GPU, its driver or the NIC has no dma-buf (the device
+// attribute 0; DmaBufFD failing with ErrNotSupported, as before CUDA 11.7;
+// ibv_reg_dmabuf_mr failing with EOPNOTSUPP, as rdma_rxe does) the region
+// is still allocated, without an RDMA key, and the reason (ErrNoDmaBuf,
+// matching rdmamgr.ErrNotSupported) is kept and logged once; those
+// verdicts are remembered per device and per backend, any other failure
+// is that region's alone. A peer's ibverbs route refuses an operation on a
+// device buffer without an rkey with ErrNoDmaBuf before anything is
+// posted (the route goes on). There is no TCP fallback inside an ibverbs
+// route (shm has one: Config.Fallback, a TCP route set up in the same
+// handshake): giving ibverbs one means carrying TCP's route info in this
+// backend's route info and answer (a new version of info.go's codec),
+// tying the two routes' lifetimes (Close, failure, Stats) and dispatching
+// per operation in Post and PostList, plus node's wiring; not built. Such
+// a buffer is reached over TCP (staged) or shm only, that is from
+// managers whose route to its owner is not ibverbs.
+//
+// What is proven where: the choice and the bookkeeping (one export per
+// allocation, a memory region per buffer over its bytes, verdicts,
+// revocation, the fd closed before the memory is freed) by unit tests
+// against cudafake and a stand-in of the NIC (dmabuf_unit_test.go, run
+// with -tags ibverbs and no device); on rxe in the Soft-RoCE VM
+// ibv_reg_dmabuf_mr called for real (rxe refuses it with EOPNOTSUPP
+// before looking at the fd: it registers no dma-buf; the VM's kernel has
+// no /dev/udmabuf, so the fd is a memfd), the clean refusal and the
+// staging of a local device buffer (dmabuf_test.go, TestConformanceDevice). No machine here has an
+// RDMA NIC beside a GPU: ibv_reg_dmabuf_mr accepting a GPU's dma-buf and
+// RDMA into device memory have not run.
+//
 // # Failure semantics
 //
 // An RC queue pair cannot cancel one request, and any failed completion puts
@@ -299,7 +352,8 @@
 //
 // Plain Go: backend.go (the Backend, Close), caps.go (Supports, SetInbox),
 // device.go (device, port and GID selection, Devices), mr.go (memory
-// registration and revocation), setup.go (route setup: PrepareRoute,
+// registration and revocation), dmabuf.go (device memory through dma-buf),
+// setup.go (route setup: PrepareRoute,
 // AcceptRoute, Complete), route.go (route state and teardown), via.go,
 // via_serve.go and via_inval.go (host agents: the initiator's resolves,
 // the owner's worker, invalidates and goodbyes), ring.go (a
@@ -310,7 +364,7 @@
 // work requests), poller.go (completion-queue poller and async events),
 // watchdog.go (deadlines and keep-alive probes), slots.go (work-request
 // ids and the table of posted operations), sem.go (back-pressure). The cgo fence: verbs.go, verbs_device.go,
-// verbs_cq.go and verbs_qp.go wrap libibverbs and shim.c / shim_post.c;
+// verbs_cq.go, verbs_qp.go and verbs_dmabuf.go wrap libibverbs and shim.c / shim_post.c;
 // nothing else imports "C". Every file that needs libibverbs carries the
 // ibverbs build tag; stub.go stands in for them without it. Done, Err,
 // Stats and work-request validation are shared with the other backends

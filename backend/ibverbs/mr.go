@@ -50,12 +50,19 @@ type regData struct {
 	// and, once its invalidation began, why (no route records it after).
 	resolvers map[*route]struct{} // guarded by mrMu
 	invalWhy  rdmapb.Code         // guarded by mrMu
+
+	// A device region (dmabuf.go) has no local memory region: remote is
+	// over export's dma-buf fd (guarded by mrMu), or, never registered,
+	// why says why not (ErrNoDmaBuf).
+	export *dmabufExport
+	why    error
 }
 
 // RegisterRegion registers r with the device: LOCAL_WRITE always,
 // REMOTE_READ iff the region allows reads, REMOTE_WRITE iff it allows
 // writes, REMOTE_ATOMIC iff it allows atomics (and the device runs them).
-// It sets r.BackendData and r.RDMA.
+// It sets r.BackendData and r.RDMA. A device region is registered through
+// dma-buf where it can be, else left without an RDMA key (dmabuf.go).
 func (b *Backend) RegisterRegion(r *memreg.Region) error {
 	b.life.RLock()
 	defer b.life.RUnlock()
@@ -74,22 +81,14 @@ func (b *Backend) registerLocked(r *memreg.Region) error {
 	if r.BackendData != nil {
 		return fmt.Errorf("ibverbs: region %d already registered by another backend", r.ID())
 	}
+	if r.Kind() == memreg.KindDevice {
+		return b.registerDeviceLocked(r) // dmabuf.go
+	}
 	mem := r.Mem()
 	if len(mem) == 0 {
 		return fmt.Errorf("ibverbs: empty region %d: %w", r.ID(), rdmamgr.ErrInvalid)
 	}
-	access := accessLocalWrite
-	granted := r.Access() &^ buffer.AccessAtomic
-	if r.Access().Allows(buffer.AccessRead) {
-		access |= accessRemoteRead
-	}
-	if r.Access().Allows(buffer.AccessWrite) {
-		access |= accessRemoteWrite
-	}
-	if r.Access().Allows(buffer.AccessAtomic) && b.atomics {
-		access |= accessRemoteAtomic
-		granted |= buffer.AccessAtomic
-	}
+	access, granted := b.mrAccess(r.Access())
 	gate := r.ProxyGate()
 	if gate != nil {
 		if err := gate.Enter(); err != nil {
@@ -159,7 +158,7 @@ func (b *Backend) DeregisterSlab(s *memreg.Slab) error {
 func (rd *regData) dereg() error {
 	var errs []error
 	errs = append(errs, rd.dropRemote())
-	if !rd.shared {
+	if !rd.shared && rd.local != nil { // a device region has none
 		errs = append(errs, rd.local.dereg())
 	}
 	return errors.Join(errs...)
@@ -194,6 +193,7 @@ func (rd *regData) dropRemote() error {
 	}
 	err := rd.remote.dereg()
 	rd.remote = nil
+	rd.dropExport() // a device region's dma-buf, closed after its last memory region
 	if rd.gate != nil {
 		rd.gate.Leave()
 		rd.gate = nil

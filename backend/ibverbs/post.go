@@ -65,6 +65,9 @@ func (r *route) prepRW(wr *backend.WorkRequest, ch *chain, wait bool) error {
 		// refused by the owner, after: it could Put them anyway).
 		return fmt.Errorf("ibverbs: %s to a %s buffer: %w", wr.Op, wr.Remote.Access, rdmamgr.ErrAccess)
 	}
+	if notice && wr.Remote.Location != buffer.Host {
+		return errDeviceNotice(wr) // dmabuf.go
+	}
 	var (
 		raddr uint64
 		rkey  = wr.Remote.RDMA.RKey
@@ -169,6 +172,9 @@ func (r *route) ready(wr *backend.WorkRequest, ch *chain) error {
 // remoteAddr returns the remote address of the first of n bytes of wr.
 func (r *route) remoteAddr(wr *backend.WorkRequest, n uint64) (raddr uint64, err error) {
 	if wr.Remote.RDMA == (buffer.RDMAKey{}) {
+		if wr.Remote.Location != buffer.Host {
+			return 0, noDeviceKey(wr) // dmabuf.go
+		}
 		return 0, fmt.Errorf("ibverbs: %v has no RDMA key (its owner has no RDMA backend): %w", wr.Remote, rdmamgr.ErrNotSupported)
 	}
 	raddr = wr.Remote.RDMA.Addr + wr.Remote.Offset

@@ -23,7 +23,9 @@ func TestThousandIdleRoutes(t *testing.T) {
 	// not fail a route whose peer answers.
 	cfg := Config{HeartbeatInterval: 200 * time.Millisecond, PeerTimeout: testscale.Timeout(2 * time.Second)}
 	a, regA := newBackend(t, cfg, backendtest.OwnerA)
-	b, regB := newBackend(t, Config{MaxConnsPerPeer: 2 * n * DefaultConfig().ConnsPerRoute}, backendtest.OwnerB)
+	// HelloTimeout scaled too: under -race and load 1,000 handshakes
+	// beside 5,000 pings a second can take a hello past its 3 s.
+	b, regB := newBackend(t, Config{MaxConnsPerPeer: 2 * n * DefaultConfig().ConnsPerRoute, HelloTimeout: testscale.Timeout(3 * time.Second)}, backendtest.OwnerB)
 	before := memInUse()
 	routes := make([]backend.Route, 0, n)
 	for range n {

@@ -49,9 +49,14 @@
 // source, a Get's destination) through pinned buffers of its own
 // (queuepair/stage.go) on routes that move host memory only.
 //
-// What is next: ibverbs registering device
-// memory through DmaBufFD and ibv_reg_dmabuf_mr, else staging; device
-// memory a program already has (register in place); figures on a GPU.
+// backend/ibverbs registers device memory with the NIC through DmaBufFD
+// (one export per pool slab or own allocation: Block.Extent) and
+// ibv_reg_dmabuf_mr where the device, the driver and the NIC can
+// (backend/ibverbs dmabuf.go); cudafake's Config.DmaBuf plays a device
+// that exports dma-buf. Not run on a GPU beside an RDMA NIC.
+//
+// What is next: device memory a program already has (register in place);
+// figures on a GPU.
 // Open questions for a GPU: whether the legacy IPC mapping of a peer
 // outlives the owner's cuMemFree (the pool frees exported blocks rather
 // than reuse them either way), and the cost of Free's synchronous zeroing.

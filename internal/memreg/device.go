@@ -68,9 +68,10 @@ func (g *Registry) SetCUDA(d cuda.Driver, why error) {
 // (id, key, access, bounds, lease, revocation, Release waiting for its
 // Refs, Limits) but has no host bytes: AcquireRemote, AcquireLocal and
 // Bytes refuse it with ErrNotSupported, and only a data path that moves
-// device memory reaches it (AcquireRemoteAny, AcquireLocalAny). Backend
-// Hooks are not called for it (no backend registers device memory with
-// hardware yet) and its handle has no RDMA key. Without a driver
+// device memory reaches it (AcquireRemoteAny, AcquireLocalAny). Of the
+// backend Hooks only DeviceHooks see it (device_hooks.go: ibverbs through
+// dma-buf); its handle has an RDMA key only if one of them registered it.
+// Without a driver
 // (SetCUDA) it fails with ErrNotSupported saying why.
 func (g *Registry) AllocateAt(loc buffer.Location, size uint64, access buffer.Access) (buffer.Buffer, error) {
 	dev, ok := loc.Device()

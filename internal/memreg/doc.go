@@ -109,9 +109,14 @@
 // ErrNotSupported after their other checks, so no path that moves host
 // memory ever gets a device pointer; AcquireRemoteAny and AcquireLocalAny
 // (a path that moves device memory: TCP's staging) hand out Refs whose
-// Device says where it is (Bytes nil). No Hooks, Revoker or SlabHooks see
-// it, it is never exported as a memfd (Memfd, ExportFD) and its handle
-// has no RDMA key. Ref.ExportIPC (device_ipc.go) gives a CUDA IPC handle
+// Device says where it is (Bytes nil). Only DeviceHooks (device_hooks.go:
+// a backend that registers device memory with hardware, ibverbs through
+// dma-buf) see it, in the same order as host memory (RegisterRegion
+// before it is visible, RevokeRegion at Revoke, DeregisterRegion once it
+// drained and before its memory goes back to the pool; Region.DeviceExtent
+// names the slab or allocation it lies in); SlabHooks never do. It is
+// never exported as a memfd (Memfd, ExportFD) and its handle has an RDMA
+// key only if such a hook registered it. Ref.ExportIPC (device_ipc.go) gives a CUDA IPC handle
 // of a device region that is an allocation of its own and grants read and
 // write (shm's map reply); Registry.CUDA returns SetCUDA's driver. Freed, its memory goes back to the pool (a slot is zeroed before
 // reuse); the pools and the primary contexts go once the registry is

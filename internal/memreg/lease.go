@@ -66,10 +66,7 @@ func (g *Registry) Revoke(ctx context.Context, b buffer.Buffer) error {
 	r.revoked.Store(true)
 	g.uncache(r) // revoked for every holder; later Registers get their own
 	g.cut(r)
-	for _, h := range g.hooksSnapshot() {
-		if r.dev != nil {
-			break // no hook registered it
-		}
+	for _, h := range hooksFor(r, g.hooksSnapshot()) {
 		if rv, ok := h.(Revoker); ok {
 			if err := rv.RevokeRegion(r); err != nil {
 				return fmt.Errorf("revoke region %d: %w", r.id, err)

@@ -138,10 +138,8 @@ func (g *Registry) add(r *Region) (*Region, error) {
 		r.pinner.Pin(&r.mem[0])
 	}
 	g.mu.Lock()
-	hooks := g.hooks
-	if r.dev != nil {
-		hooks = nil // no backend registers device memory with hardware (yet)
-	}
+	// Device memory: DeviceHooks only (device_hooks.go).
+	hooks := hooksFor(r, g.hooks)
 	r.id = g.nextID // ids are never reused, so hooks may key by it
 	g.nextID++
 	g.mu.Unlock()
@@ -260,11 +258,8 @@ func (g *Registry) finish(ctx context.Context, r *Region) error {
 
 func (g *Registry) free(r *Region) {
 	g.mu.RLock()
-	hooks := g.hooks
+	hooks := hooksFor(r, g.hooks)
 	g.mu.RUnlock()
-	if r.dev != nil {
-		hooks = nil // never registered with them
-	}
 	for _, h := range hooks {
 		_ = h.DeregisterRegion(r)
 	}

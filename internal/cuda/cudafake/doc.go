@@ -25,7 +25,15 @@
 // host memory that was not pinned, IPC opens live, memory freed while
 // another process still had it open.
 //
+// dma-buf: by default the devices have none (AttrDmaBufSupported 0,
+// DmaBufFD fails with ErrNotSupported, as on most devices). With
+// Config.DmaBuf they say they have it and DmaBufFD checks the range as the
+// driver does (page aligned, inside one allocation of the process) and
+// returns the descriptor Config.DmaBuf gives: the stand-in's device memory
+// is Go memory, so no real dma-buf of it exists; a test that hands the fd
+// to a real NIC gets the NIC's verdict on the descriptor, not on this
+// memory.
+//
 // What it does not model: timing, contexts beyond one primary context per
-// device, peer access, dma-buf (DmaBufFD fails with ErrNotSupported, as on
-// a device without it), and the sticky context errors of the real driver.
+// device, peer access, and the sticky context errors of the real driver.
 package cudafake

@@ -71,7 +71,7 @@ func (d *Driver) lock(call string, ctx cuda.Context) (unlock func(), err error) 
 func (d *Driver) DeviceCount() (int, error) { return d.w.cfg.Devices, nil }
 
 // DeviceAttribute implements cuda.Driver: unified addressing yes, dma-buf
-// no.
+// only with Config.DmaBuf.
 func (d *Driver) DeviceAttribute(dev int, a cuda.Attribute) (int, error) {
 	if dev < 0 || dev >= d.w.cfg.Devices {
 		return 0, fail("cuDeviceGetAttribute", cuda.ErrorInvalidDevice)
@@ -80,6 +80,9 @@ func (d *Driver) DeviceAttribute(dev int, a cuda.Attribute) (int, error) {
 	case cuda.AttrUnifiedAddressing:
 		return 1, nil
 	case cuda.AttrDmaBufSupported:
+		if d.w.cfg.DmaBuf != nil {
+			return 1, nil
+		}
 		return 0, nil
 	}
 	return 0, fail("cuDeviceGetAttribute", cuda.ErrorInvalidValue)
@@ -293,11 +296,6 @@ func (d *Driver) MemAddressRange(ctx cuda.Context, p cuda.DevicePtr) (cuda.Devic
 		return 0, 0, err
 	}
 	return p - cuda.DevicePtr(off), uint64(len(a.mem)), nil
-}
-
-// DmaBufFD implements cuda.Driver: the stand-in has no dma-buf.
-func (d *Driver) DmaBufFD(ctx cuda.Context, p cuda.DevicePtr, size uint64) (int, error) {
-	return -1, fail("cuMemGetHandleForAddressRange", cuda.ErrorNotSupported)
 }
 
 // Close plays the process's exit: streams drain and stop, IPC mappings

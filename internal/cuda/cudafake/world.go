@@ -14,6 +14,15 @@ type Config struct {
 	// DeviceMemory is each device's capacity in bytes (default 1 GiB);
 	// allocations past it fail with cuda.ErrOutOfMemory.
 	DeviceMemory uint64
+	// DmaBuf, when set, makes every device say it exports dma-buf
+	// (AttrDmaBufSupported 1) and DmaBufFD return what DmaBuf returns
+	// for a valid range (page aligned, inside one allocation of the
+	// process, rounded up to the page). The stand-in has no dma-buf of its
+	// own: the test gives the descriptor (any fd its stand-in of the NIC
+	// takes; a memfd, or a udmabuf where the kernel has one), and the
+	// caller closes it. Nil: no dma-buf (AttrDmaBufSupported 0, DmaBufFD
+	// fails with cuda.ErrNotSupported), as on most devices.
+	DmaBuf func(dev int, size uint64) (fd int, err error)
 }
 
 // Stats are the World's counters. Live* are current values; the others
@@ -31,6 +40,7 @@ type Stats struct {
 	LiveIPC                            int
 	FreedWhileOpen                     int // MemFree of memory another process had open
 	FailedCopies                       int // copies that failed on their stream
+	DmaBufExports                      int // fds DmaBufFD handed out
 }
 
 // World is one host of fake processes sharing its devices.
