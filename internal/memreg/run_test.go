@@ -43,14 +43,29 @@ func TestLocalRun(t *testing.T) {
 		t.Fatalf("a holds %d references after the first of a chain of 4, want 4 (taken at once)", got)
 	}
 	var next Ref
-	if !lr.Next(slice(a, 8, 8), &next) || next.Region() != ra || len(next.Bytes()) != 8 || &next.Bytes()[0] != &ra.mem[8] {
-		t.Fatal("Next on the last region with references spare did not resolve it")
+	if mem, ok := lr.Next(slice(a, 8, 8), &next); !ok || next.Region() != ra || len(next.Bytes()) != 8 || &next.Bytes()[0] != &ra.mem[8] ||
+		len(mem) != 8 || cap(mem) != 8 || &mem[0] != &ra.mem[8] {
+		t.Fatal("Next on the last region with references spare did not resolve it, or returned other bytes than its Ref's")
 	}
 	refs = append(refs, next)
 	wrongKey := *slice(a, 16, 8)
 	wrongKey.Key[1] ^= 1
-	if lr.Next(&wrongKey, &next) || lr.Next(slice(b, 0, 8), &next) {
-		t.Fatal("Next resolved a handle with a wrong key, or of another region")
+	wrongKeyHigh := *slice(a, 16, 8)
+	wrongKeyHigh.Key[buffer.KeySize-1] ^= 0x80
+	pastEnd := *slice(a, 4088, 8)
+	pastEnd.Offset += 8
+	tooLong := *slice(a, 4088, 8)
+	tooLong.Length = 1<<64 - 1 // off+n wraps: refused without overflowing
+	otherOwner := *slice(a, 16, 8)
+	otherOwner.OwnerID ^= 1
+	for _, h := range []*buffer.Buffer{&wrongKey, &wrongKeyHigh, slice(b, 0, 8), &pastEnd, &tooLong, &otherOwner} {
+		var miss Ref
+		if _, ok := lr.Next(h, &miss); ok || miss.Held() {
+			t.Fatalf("Next resolved %v (a wrong key, another region, out of range or another owner's)", *h)
+		}
+	}
+	if got := ra.Refs(); got != 4 {
+		t.Fatalf("a holds %d references after Next's refusals, want 4 (none taken or dropped)", got)
 	}
 	badKey := *slice(a, 16, 8)
 	badKey.Key[0] ^= 1
@@ -67,7 +82,7 @@ func TestLocalRun(t *testing.T) {
 	if _, err := lr.Acquire(&other, 2); !errors.Is(err, rdmamgr.ErrInvalid) {
 		t.Fatalf("Acquire of another owner's handle: %v, want ErrInvalid", err)
 	}
-	if lr.Next(slice(a, 16, 8), &next) {
+	if _, ok := lr.Next(slice(a, 16, 8), &next); ok {
 		t.Fatal("Next with no reference spare resolved a handle")
 	}
 	if got := ra.Refs(); got != 2 {
