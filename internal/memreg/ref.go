@@ -53,6 +53,26 @@ func (f *Ref) Release() {
 	}
 }
 
+// Detach takes the reference out of f and zeroes f, for a caller that
+// drops many at once: a local reference to a region that is not a proxy
+// (RegisterProxy) comes back as its region, and the caller owes that
+// region the reference: LeaveAll drops it. Any other (a remote one, a
+// proxy's) is released here, as Release would, and Detach returns nil,
+// as it does for a zero or released f. Unlike ReleaseAll's, the caller's
+// copy is a pointer, not the whole Ref.
+func (f *Ref) Detach() *Region {
+	r := f.r
+	if r == nil {
+		return nil
+	}
+	if f.remote || r.gate != nil {
+		f.Release()
+		return nil
+	}
+	*f = Ref{}
+	return r
+}
+
 // AcquireRemote admits a remote peer's request on [off, off+n) of region id
 // under key, needing access need (buffer.AccessRead for a Get, AccessWrite
 // for a Put), and returns a Ref that keeps the memory registered until its

@@ -141,3 +141,21 @@ func ReleaseAll(refs []Ref) {
 		i = j
 	}
 }
+
+// LeaveAll drops one reference to each region of rs that is not nil (the
+// references Detach took out of their Refs): neighbours in rs that are
+// the same region are dropped with one atomic operation. rs is left as
+// it is (the references are gone: do not drop them again).
+func LeaveAll(rs []*Region) {
+	for i := 0; i < len(rs); {
+		r := rs[i]
+		j := i + 1
+		for j < len(rs) && rs[j] == r {
+			j++
+		}
+		if r != nil {
+			r.refs.LeaveN(int64(j - i))
+		}
+		i = j
+	}
+}

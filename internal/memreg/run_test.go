@@ -117,3 +117,48 @@ func TestLocalRun(t *testing.T) {
 	}
 	lr.Close()
 }
+
+// Detach hands a local reference over as its region, still held until
+// LeaveAll drops it (so the region's Release still waits for it);
+// a remote one, and a proxy's, it releases as Release does. Every Ref
+// comes back zero.
+func TestDetachLeaveAll(t *testing.T) {
+	g := newReg(t, buffer.Limits{})
+	a := mustAlloc(t, g, 4096, buffer.AccessReadWrite)
+	b := mustAlloc(t, g, 4096, buffer.AccessReadWrite)
+	ra, rb := g.regionOf(t, a), g.regionOf(t, b)
+	gate := &fakeGate{}
+	p := mustProxy(t, g, make([]byte, 4096), buffer.AccessReadWrite, gate)
+	rp := g.regionOf(t, p)
+	var refs []Ref
+	for _, h := range []buffer.Buffer{a, a, b, p} {
+		ref, err := g.AcquireLocal(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, ref)
+	}
+	remote, err := g.AcquireRemote(ra.id, ra.key, 0, 8, buffer.AccessRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs = append(refs, remote, Ref{})
+	var rs []*Region
+	for i := range refs {
+		rs = append(rs, refs[i].Detach())
+		if refs[i].Held() || refs[i].Bytes() != nil {
+			t.Fatalf("ref %d not zero after Detach", i)
+		}
+	}
+	if rs[0] != ra || rs[1] != ra || rs[2] != rb || rs[3] != nil || rs[4] != nil || rs[5] != nil {
+		t.Fatalf("Detach gave %v, want a, a, b and nil for the proxy's, the remote one and the zero one", rs)
+	}
+	if ra.Refs() != 2 || rb.Refs() != 1 || ra.remote.Load() != 0 || rp.Refs() != 0 || gate.in.Load() != 0 {
+		t.Fatalf("after Detach: a %d (remote %d), b %d, proxy %d references, gate %d users; want 2 (0), 1, 0, 0",
+			ra.Refs(), ra.remote.Load(), rb.Refs(), rp.Refs(), gate.in.Load())
+	}
+	LeaveAll(rs)
+	if ra.Refs() != 0 || rb.Refs() != 0 {
+		t.Fatalf("after LeaveAll a holds %d, b %d references, want 0", ra.Refs(), rb.Refs())
+	}
+}
