@@ -67,7 +67,9 @@ func completeRun(wrs []*backend.WorkRequest, errs []error) {
 		}
 		// The reference's region, not the whole Ref (a pointer copied,
 		// not seven words copied and cleared twice).
-		regs[k] = w.ref.Detach()
+		if regs[k] = w.ref.Detach(); regs[k] == nil {
+			w.ref.Release() // none, a remote one or a proxy's: on its own
+		}
 		ws[k], qs[k], cqs[k] = w, w.qp, w.cq
 		w.qp, w.cq = nil, nil
 		w.err = errs[i]

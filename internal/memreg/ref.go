@@ -54,19 +54,14 @@ func (f *Ref) Release() {
 }
 
 // Detach takes the reference out of f and zeroes f, for a caller that
-// drops many at once: a local reference to a region that is not a proxy
-// (RegisterProxy) comes back as its region, and the caller owes that
-// region the reference: LeaveAll drops it. Any other (a remote one, a
-// proxy's) is released here, as Release would, and Detach returns nil,
-// as it does for a zero or released f. Unlike ReleaseAll's, the caller's
-// copy is a pointer, not the whole Ref.
+// drops many at once: when f is a local reference to a region that is not
+// a proxy (RegisterProxy), it returns that region, and the caller owes it
+// the reference: LeaveAll drops it. Otherwise (f zero, remote, a proxy's)
+// it returns nil and changes nothing: release f as usual. Unlike
+// ReleaseAll's, the caller's copy is a pointer, not the whole Ref.
 func (f *Ref) Detach() *Region {
 	r := f.r
-	if r == nil {
-		return nil
-	}
-	if f.remote || r.gate != nil {
-		f.Release()
+	if r == nil || f.remote || r.gate != nil {
 		return nil
 	}
 	*f = Ref{}

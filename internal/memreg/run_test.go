@@ -119,9 +119,8 @@ func TestLocalRun(t *testing.T) {
 }
 
 // Detach hands a local reference over as its region, still held until
-// LeaveAll drops it (so the region's Release still waits for it);
-// a remote one, and a proxy's, it releases as Release does. Every Ref
-// comes back zero.
+// LeaveAll drops it (so the region's Release still waits for it), and
+// zeroes the Ref; a remote one and a proxy's it leaves for Release.
 func TestDetachLeaveAll(t *testing.T) {
 	g := newReg(t, buffer.Limits{})
 	a := mustAlloc(t, g, 4096, buffer.AccessReadWrite)
@@ -145,16 +144,20 @@ func TestDetachLeaveAll(t *testing.T) {
 	refs = append(refs, remote, Ref{})
 	var rs []*Region
 	for i := range refs {
-		rs = append(rs, refs[i].Detach())
+		held := refs[i].Held()
+		if rs = append(rs, refs[i].Detach()); rs[i] == nil && refs[i].Held() != held {
+			t.Fatalf("Detach of ref %d changed it, returning nil", i)
+		}
+		refs[i].Release() // what Detach did not take
 		if refs[i].Held() || refs[i].Bytes() != nil {
-			t.Fatalf("ref %d not zero after Detach", i)
+			t.Fatalf("ref %d not zero after Detach and Release", i)
 		}
 	}
 	if rs[0] != ra || rs[1] != ra || rs[2] != rb || rs[3] != nil || rs[4] != nil || rs[5] != nil {
 		t.Fatalf("Detach gave %v, want a, a, b and nil for the proxy's, the remote one and the zero one", rs)
 	}
 	if ra.Refs() != 2 || rb.Refs() != 1 || ra.remote.Load() != 0 || rp.Refs() != 0 || gate.in.Load() != 0 {
-		t.Fatalf("after Detach: a %d (remote %d), b %d, proxy %d references, gate %d users; want 2 (0), 1, 0, 0",
+		t.Fatalf("after Detach and Release: a %d (remote %d), b %d, proxy %d references, gate %d users; want 2 (0), 1, 0, 0",
 			ra.Refs(), ra.remote.Load(), rb.Refs(), rp.Refs(), gate.in.Load())
 	}
 	LeaveAll(rs)
