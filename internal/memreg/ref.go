@@ -16,7 +16,9 @@ import (
 // in one variable or field and release it through that one: Release zeroes
 // the Ref it is called on, so releasing the same variable again does
 // nothing, but releasing two copies of one Ref drops two references (and
-// panics if that is more than were taken).
+// panics if that is more than were taken). A data path that drops many
+// at once takes each out with Detach (the region keeps the reference,
+// and its Release waits, until LeaveAll drops it).
 type Ref struct {
 	r      *Region
 	mem    []byte // nil for device memory
