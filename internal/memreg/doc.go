@@ -46,8 +46,9 @@
 // are) and the memfd is kept for the next allocation of the same
 // page-rounded size, at most 16 in the process (shared by its registries),
 // of up to 16 MiB each (owned.go); but a memfd that
-// was exported (Region.Memfd or Ref.ExportFD called) is unmapped and
-// closed, never reused, as another process may hold it. (A slice from Bytes kept past Release
+// was exported (Region.Memfd called, or sealed by Ref.ExportFD even when
+// no fd of it was opened) is unmapped and closed, never reused, as
+// another process may hold it (and a sealed one refuses a later export). (A slice from Bytes kept past Release
 // now points into another buffer's slot, where it used to fault: the rule
 // that it is invalid after Release matters more.)
 //

@@ -47,6 +47,11 @@ func (f Ref) ExportFD(g *Registry) (fd int, off uint64, err error) {
 		if err := g.promote(r); err != nil {
 			return -1, 0, err
 		}
+		// Sealed now (F_SEAL_SEAL): even if no fd of it leaves (the
+		// reopen below fails, as when the process is out of fds), the
+		// memfd is never a spare: its seals would refuse the export of
+		// the region that reused it.
+		r.exported.Store(true)
 	}
 	mode := unix.O_RDONLY
 	if r.access.Allows(buffer.AccessWrite) {

@@ -39,7 +39,7 @@ type Region struct {
 	fdOff    uint64
 	slab     *Slab
 	mapping  []byte
-	exported atomic.Bool // Memfd was called: the fd may have left the process
+	exported atomic.Bool // Memfd was called or ExportFD sealed it: the fd may have left the process; never a spare
 	// quarantined: a peer may still write the memory after the region is
 	// freed (Quarantine); it is never handed to another region.
 	quarantined atomic.Bool
