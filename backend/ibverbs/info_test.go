@@ -68,7 +68,10 @@ func TestRouteInfoHostile(t *testing.T) {
 		{"version 3 without its fallback part", mod(func(b []byte) []byte { b[0] = 3; return b }), rdmamgr.ErrProtocol},
 		{"version 3 short", mod(func(b []byte) []byte { b[0] = 3; return b[:infoSize-1] }), rdmamgr.ErrProtocol},
 		{"version 3 truncated length", mod(func(b []byte) []byte { b[0] = 3; return append(b, 0, 0) }), rdmamgr.ErrProtocol},
-		{"version 3 kind too long", mod(func(b []byte) []byte { b[0] = 3; return append(append(append(b, 17), bytes.Repeat([]byte("a"), 17)...), 0, 0) }), rdmamgr.ErrProtocol},
+		{"version 3 kind too long", mod(func(b []byte) []byte {
+			b[0] = 3
+			return append(append(append(b, 17), bytes.Repeat([]byte("a"), 17)...), 0, 0)
+		}), rdmamgr.ErrProtocol},
 		{"version 3 kind not a name", mod(func(b []byte) []byte { b[0] = 3; return append(b, 3, 't', 0, 'p', 0, 0) }), rdmamgr.ErrProtocol},
 		{"version 3 kind truncated", mod(func(b []byte) []byte { b[0] = 3; return append(b, 3, 't', 'c') }), rdmamgr.ErrProtocol},
 		{"version 3 info too long", mod(func(b []byte) []byte {
