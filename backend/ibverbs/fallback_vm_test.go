@@ -81,7 +81,7 @@ func TestDmaBufFallback(t *testing.T) {
 	t.Cleanup(func() { d.Close() })
 	regB.SetCUDA(d, nil)
 	const n = 1<<20 + 9
-	hd, err := regB.AllocateAt(buffer.CUDA(0), n, buffer.AccessReadWrite)
+	hd, err := regB.AllocateAt(buffer.CUDA(0), n, buffer.AccessReadWrite|buffer.AccessNotify|buffer.AccessAtomic)
 	if err != nil {
 		t.Fatal(err)
 	}
