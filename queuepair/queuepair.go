@@ -255,15 +255,13 @@ func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer
 	// twice more per operation, through stack temporaries.
 	var err error
 	if q.reg != nil && ch != nil {
-		if ch.local.Next(local, &w.ref) { // the common case: a reference taken with the chain's
+		if mem, ok := ch.local.Next(local, &w.ref); ok { // the common case: a reference taken with the chain's
 			// The region and bytes from the run, not from w.ref: Ref's
 			// methods copy the Ref just written, which stalls on store
-			// forwarding. Next's Ref is span's: mem[off:off+n:off+n].
-			if r := ch.local.Last(); r.Mem() != nil {
-				w.wr.LocalRegion = r
-				w.wr.Local = r.Mem()[local.Offset : local.Offset+local.Length : local.Offset+local.Length]
-				return true
-			}
+			// forwarding.
+			w.wr.LocalRegion = ch.local.Last()
+			w.wr.Local = mem
+			return true
 		} else {
 			w.ref, err = ch.local.Acquire(local, ch.left)
 		}

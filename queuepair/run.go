@@ -16,9 +16,9 @@ const runChunk = 64
 // CompleteRun implements qpbind.RunCompleter: the operations of the run
 // bound to a completion queue are reported as finish reports each (the
 // memory let go, then done, then pushed), but together: their local
-// references dropped with one atomic operation per region, pushed to
-// their queue under one lock, and left from their queue pair's count at
-// once. Any other is finished on its own.
+// references dropped with one atomic operation per region (Ref.Detach,
+// memreg.LeaveAll), pushed to their queue under one lock, and left from
+// their queue pair's count at once. Any other is finished on its own.
 //
 // A run's operation goes from pending to done with one atomic operation,
 // not finish's two (pending to reporting, which decides who reports, and
@@ -42,7 +42,7 @@ func (c *completer) CompleteRun(wrs []*backend.WorkRequest, errs []error) {
 func completeRun(wrs []*backend.WorkRequest, errs []error) {
 	var (
 		ws   [runChunk]*WorkRequest
-		refs [runChunk]memreg.Ref
+		regs [runChunk]*memreg.Region
 		qs   [runChunk]*QueuePair
 		cqs  [runChunk]*CompletionQueue
 	)
@@ -65,10 +65,11 @@ func completeRun(wrs []*backend.WorkRequest, errs []error) {
 			w.qp.observe(w, errs[i])
 			w.start = time.Time{}
 		}
-		// One statement each: a tuple assignment copies the Ref through a
-		// temporary, whose overlapping re-read stalls on store forwarding.
-		refs[k] = w.ref
-		w.ref = memreg.Ref{}
+		// The reference's region, not the whole Ref (a pointer copied,
+		// not seven words copied and cleared twice).
+		if regs[k] = w.ref.Detach(); regs[k] == nil {
+			w.ref.Release() // none, a remote one or a proxy's: on its own
+		}
 		ws[k], qs[k], cqs[k] = w, w.qp, w.cq
 		w.qp, w.cq = nil, nil
 		w.err = errs[i]
@@ -77,7 +78,7 @@ func completeRun(wrs []*backend.WorkRequest, errs []error) {
 	if k == 0 {
 		return
 	}
-	memreg.ReleaseAll(refs[:k]) // reported means finished: let go first
+	memreg.LeaveAll(regs[:k]) // reported means finished: let go first
 	for _, w := range ws[:k] {
 		if testHookFinishing != nil {
 			testHookFinishing()

@@ -16,7 +16,9 @@ import (
 // in one variable or field and release it through that one: Release zeroes
 // the Ref it is called on, so releasing the same variable again does
 // nothing, but releasing two copies of one Ref drops two references (and
-// panics if that is more than were taken).
+// panics if that is more than were taken). A data path that drops many
+// at once takes each out with Detach (the region keeps the reference,
+// and its Release waits, until LeaveAll drops it).
 type Ref struct {
 	r      *Region
 	mem    []byte // nil for device memory
@@ -51,6 +53,21 @@ func (f *Ref) Release() {
 	if remote {
 		r.remote.Add(-1)
 	}
+}
+
+// Detach takes the reference out of f and zeroes f, for a caller that
+// drops many at once: when f is a local reference to a region that is not
+// a proxy (RegisterProxy), it returns that region, and the caller owes it
+// the reference: LeaveAll drops it. Otherwise (f zero, remote, a proxy's)
+// it returns nil and changes nothing: release f as usual. Unlike
+// ReleaseAll's, the caller's copy is a pointer, not the whole Ref.
+func (f *Ref) Detach() *Region {
+	r := f.r
+	if r == nil || f.remote || r.gate != nil {
+		return nil
+	}
+	*f = Ref{}
+	return r
 }
 
 // AcquireRemote admits a remote peer's request on [off, off+n) of region id

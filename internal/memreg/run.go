@@ -1,6 +1,8 @@
 package memreg
 
 import (
+	"crypto/subtle"
+	"encoding/binary"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr/buffer"
@@ -16,6 +18,12 @@ type LocalRun struct {
 	g     *Registry
 	r     *Region // last resolved
 	spare int64   // references to r taken and not handed out
+	// r's identity and memory, copied when references to it are taken
+	// (they never change while it is registered), so that Next reads
+	// the run alone: no load through r or g, no Key copied to the stack.
+	id, owner uint64
+	key       buffer.Key
+	mem       []byte
 }
 
 // NewLocalRun returns a LocalRun on g; near, when not nil, is a region of
@@ -29,17 +37,35 @@ func (lr *LocalRun) Last() *Region { return lr.r }
 
 // Next is Acquire's common case, writing the Ref into *dst (a data path's
 // field) rather than returning it: when b is in the last region and a
-// reference to it is spare. It reports false, changing nothing, otherwise:
-// then call Acquire.
-func (lr *LocalRun) Next(b *buffer.Buffer, dst *Ref) bool {
-	r := lr.r
-	if lr.spare == 0 || b.Region != r.id || b.OwnerID != lr.g.ownerID || !r.key.Equal(b.Key) ||
-		buffer.CheckRange(r.size, b.Offset, b.Length) != nil {
-		return false
+// reference to it is spare. It returns the Ref's bytes (dst's Bytes, read
+// without reading *dst back) and true; it reports false, changing
+// nothing, otherwise: then call Acquire.
+func (lr *LocalRun) Next(b *buffer.Buffer, dst *Ref) ([]byte, bool) {
+	off, n, size := b.Offset, b.Length, uint64(len(lr.mem))
+	if lr.spare == 0 || b.Region != lr.id || b.OwnerID != lr.owner || !keyEqual(&lr.key, &b.Key) ||
+		off > size || n > size-off { // buffer.CheckRange, inlined
+		return nil, false
 	}
 	lr.spare--
-	dst.r, dst.mem, dst.remote, dst.off, dst.n = r, r.span(b.Offset, b.Length), false, b.Offset, b.Length
-	return true
+	mem := lr.mem[off : off+n : off+n]
+	dst.r, dst.mem, dst.remote, dst.off, dst.n = lr.r, mem, false, off, n
+	return mem, true
+}
+
+// keyEqual is buffer.Key.Equal of *a and *b, read where they are: Equal
+// takes its keys by value, which copies both through the stack.
+func keyEqual(a, b *buffer.Key) bool {
+	d := (binary.LittleEndian.Uint64(a[0:8]) ^ binary.LittleEndian.Uint64(b[0:8])) |
+		(binary.LittleEndian.Uint64(a[8:16]) ^ binary.LittleEndian.Uint64(b[8:16]))
+	return subtle.ConstantTimeEq(int32(uint32(d)|uint32(d>>32)), 0) == 1
+}
+
+// held records that lr holds spare references to its region r (host
+// memory, not a proxy): Next may hand them out.
+func (lr *LocalRun) held(spare int64) {
+	r := lr.r
+	lr.spare = spare
+	lr.id, lr.owner, lr.key, lr.mem = r.id, lr.g.ownerID, r.key, r.mem
 }
 
 // Acquire is AcquireLocalOf(b); want is how many handles the chain may
@@ -52,7 +78,7 @@ func (lr *LocalRun) Acquire(b *buffer.Buffer, want int64) (Ref, error) {
 		buffer.CheckRange(r.size, b.Offset, b.Length) == nil {
 		if lr.spare > 0 || r.enterN(max(want, 1)) {
 			if lr.spare == 0 {
-				lr.spare = max(want, 1)
+				lr.held(max(want, 1))
 			}
 			lr.spare--
 			return Ref{r: r, mem: r.span(b.Offset, b.Length), off: b.Offset, n: b.Length}, nil
@@ -65,7 +91,7 @@ func (lr *LocalRun) Acquire(b *buffer.Buffer, want int64) (Ref, error) {
 	}
 	lr.r = ref.r
 	if want > 1 && lr.r.gate == nil && lr.r.enterN(want-1) {
-		lr.spare = want - 1
+		lr.held(want - 1)
 	}
 	return ref, nil
 }
@@ -112,6 +138,24 @@ func ReleaseAll(refs []Ref) {
 		}
 		clear(refs[i:j])
 		r.refs.LeaveN(int64(j - i))
+		i = j
+	}
+}
+
+// LeaveAll drops one reference to each region of rs that is not nil (the
+// references Detach took out of their Refs): neighbours in rs that are
+// the same region are dropped with one atomic operation. rs is left as
+// it is (the references are gone: do not drop them again).
+func LeaveAll(rs []*Region) {
+	for i := 0; i < len(rs); {
+		r := rs[i]
+		j := i + 1
+		for j < len(rs) && rs[j] == r {
+			j++
+		}
+		if r != nil {
+			r.refs.LeaveN(int64(j - i))
+		}
 		i = j
 	}
 }

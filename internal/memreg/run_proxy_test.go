@@ -30,7 +30,7 @@ func TestLocalRunProxyGate(t *testing.T) {
 	if refs[0], err = lr.Acquire(s(0), 3); err != nil {
 		t.Fatal(err)
 	}
-	if !lr.Next(s(8), &refs[1]) {
+	if _, ok := lr.Next(s(8), &refs[1]); !ok {
 		if refs[1], err = lr.Acquire(s(8), 2); err != nil {
 			t.Fatal(err)
 		}

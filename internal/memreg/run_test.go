@@ -43,14 +43,29 @@ func TestLocalRun(t *testing.T) {
 		t.Fatalf("a holds %d references after the first of a chain of 4, want 4 (taken at once)", got)
 	}
 	var next Ref
-	if !lr.Next(slice(a, 8, 8), &next) || next.Region() != ra || len(next.Bytes()) != 8 || &next.Bytes()[0] != &ra.mem[8] {
-		t.Fatal("Next on the last region with references spare did not resolve it")
+	if mem, ok := lr.Next(slice(a, 8, 8), &next); !ok || next.Region() != ra || len(next.Bytes()) != 8 || &next.Bytes()[0] != &ra.mem[8] ||
+		len(mem) != 8 || cap(mem) != 8 || &mem[0] != &ra.mem[8] {
+		t.Fatal("Next on the last region with references spare did not resolve it, or returned other bytes than its Ref's")
 	}
 	refs = append(refs, next)
 	wrongKey := *slice(a, 16, 8)
 	wrongKey.Key[1] ^= 1
-	if lr.Next(&wrongKey, &next) || lr.Next(slice(b, 0, 8), &next) {
-		t.Fatal("Next resolved a handle with a wrong key, or of another region")
+	wrongKeyHigh := *slice(a, 16, 8)
+	wrongKeyHigh.Key[buffer.KeySize-1] ^= 0x80
+	pastEnd := *slice(a, 4088, 8)
+	pastEnd.Offset += 8
+	tooLong := *slice(a, 4088, 8)
+	tooLong.Length = 1<<64 - 1 // off+n wraps: refused without overflowing
+	otherOwner := *slice(a, 16, 8)
+	otherOwner.OwnerID ^= 1
+	for _, h := range []*buffer.Buffer{&wrongKey, &wrongKeyHigh, slice(b, 0, 8), &pastEnd, &tooLong, &otherOwner} {
+		var miss Ref
+		if _, ok := lr.Next(h, &miss); ok || miss.Held() {
+			t.Fatalf("Next resolved %v (a wrong key, another region, out of range or another owner's)", *h)
+		}
+	}
+	if got := ra.Refs(); got != 4 {
+		t.Fatalf("a holds %d references after Next's refusals, want 4 (none taken or dropped)", got)
 	}
 	badKey := *slice(a, 16, 8)
 	badKey.Key[0] ^= 1
@@ -67,7 +82,7 @@ func TestLocalRun(t *testing.T) {
 	if _, err := lr.Acquire(&other, 2); !errors.Is(err, rdmamgr.ErrInvalid) {
 		t.Fatalf("Acquire of another owner's handle: %v, want ErrInvalid", err)
 	}
-	if lr.Next(slice(a, 16, 8), &next) {
+	if _, ok := lr.Next(slice(a, 16, 8), &next); ok {
 		t.Fatal("Next with no reference spare resolved a handle")
 	}
 	if got := ra.Refs(); got != 2 {
@@ -101,4 +116,52 @@ func TestLocalRun(t *testing.T) {
 		t.Fatalf("Acquire on a released region: %v, want ErrReleased", err)
 	}
 	lr.Close()
+}
+
+// Detach hands a local reference over as its region, still held until
+// LeaveAll drops it (so the region's Release still waits for it), and
+// zeroes the Ref; a remote one and a proxy's it leaves for Release.
+func TestDetachLeaveAll(t *testing.T) {
+	g := newReg(t, buffer.Limits{})
+	a := mustAlloc(t, g, 4096, buffer.AccessReadWrite)
+	b := mustAlloc(t, g, 4096, buffer.AccessReadWrite)
+	ra, rb := g.regionOf(t, a), g.regionOf(t, b)
+	gate := &fakeGate{}
+	p := mustProxy(t, g, make([]byte, 4096), buffer.AccessReadWrite, gate)
+	rp := g.regionOf(t, p)
+	var refs []Ref
+	for _, h := range []buffer.Buffer{a, a, b, p} {
+		ref, err := g.AcquireLocal(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, ref)
+	}
+	remote, err := g.AcquireRemote(ra.id, ra.key, 0, 8, buffer.AccessRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs = append(refs, remote, Ref{})
+	var rs []*Region
+	for i := range refs {
+		held := refs[i].Held()
+		if rs = append(rs, refs[i].Detach()); rs[i] == nil && refs[i].Held() != held {
+			t.Fatalf("Detach of ref %d changed it, returning nil", i)
+		}
+		refs[i].Release() // what Detach did not take
+		if refs[i].Held() || refs[i].Bytes() != nil {
+			t.Fatalf("ref %d not zero after Detach and Release", i)
+		}
+	}
+	if rs[0] != ra || rs[1] != ra || rs[2] != rb || rs[3] != nil || rs[4] != nil || rs[5] != nil {
+		t.Fatalf("Detach gave %v, want a, a, b and nil for the proxy's, the remote one and the zero one", rs)
+	}
+	if ra.Refs() != 2 || rb.Refs() != 1 || ra.remote.Load() != 0 || rp.Refs() != 0 || gate.in.Load() != 0 {
+		t.Fatalf("after Detach and Release: a %d (remote %d), b %d, proxy %d references, gate %d users; want 2 (0), 1, 0, 0",
+			ra.Refs(), ra.remote.Load(), rb.Refs(), rp.Refs(), gate.in.Load())
+	}
+	LeaveAll(rs)
+	if ra.Refs() != 0 || rb.Refs() != 0 {
+		t.Fatalf("after LeaveAll a holds %d, b %d references, want 0", ra.Refs(), rb.Refs())
+	}
 }
