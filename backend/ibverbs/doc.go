@@ -320,9 +320,9 @@
 // and gets no fallback; a responder answers in the version it was sent,
 // so a version 2 initiator (an older manager) still gets its route, without
 // a fallback; an older responder refuses version 3 with
-// rdmamgr.ErrVersion, which package actor does not take as a reason to
-// try its next backend (only ErrNotSupported is): a route from a manager
-// with a fallback to an older one is not set up. Post and PostList send exactly the Puts and Gets on a
+// rdmamgr.ErrVersion, and package actor then tries its next backend (as
+// for ErrNotSupported): a route from a manager with a fallback to an
+// older one takes TCP. Post and PostList send exactly the Puts and Gets on a
 // peer's device memory whose handle has no RDMA key (and no Via) to the
 // fallback route, which the owner stages (backend/tcp/stage.go); in a
 // list, what was prepared before one is posted first, so each is posted

@@ -37,7 +37,8 @@ import (
 // 3; one without sends version 2, as before. A responder answers in the
 // version it was sent, so an older initiator (version 2) still gets its
 // route, without a fallback. An older responder refuses version 3 with
-// rdmamgr.ErrVersion (no route: see doc.go, "The TCP fallback").
+// rdmamgr.ErrVersion (the initiating manager takes its next backend: see
+// doc.go, "The TCP fallback").
 //
 // Version 1 (32 bytes, no flags, no receive slots) carried Put and Get
 // only. infoAgent came later within version 2: only host agents set it
