@@ -73,6 +73,7 @@ func benchOpsVia(b *testing.B, op backend.Op, size int, via bool) {
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := processCPU()
 	posted := 0
 	for _, wr := range wrs {
 		if posted == b.N {
@@ -92,9 +93,10 @@ func benchOpsVia(b *testing.B, op backend.Op, size int, via bool) {
 		}
 	}
 	b.StopTimer()
+	b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
 }
 
-var benchSizes = []int{64, 4 << 10, 1 << 20}
+var benchSizes = []int{64, 4 << 10, 64 << 10, 1 << 20}
 
 func BenchmarkPut(b *testing.B) {
 	for _, size := range benchSizes {

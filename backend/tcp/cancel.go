@@ -111,8 +111,15 @@ func (cc *clientConn) endChunks(why func(*chunk) error) {
 // error is the connection's (c is then left receiving, for drain).
 func (cc *clientConn) readPayload(br *connReader, c *chunk) error {
 	got := 0
+	bulk := len(c.local) >= bulkMin
 	for got < len(c.local) && !c.stop.Load() {
-		n, err := br.Read(c.local[got:])
+		var n int
+		var err error
+		if bulk {
+			n, err = br.ReadBulk(c.local[got:])
+		} else {
+			n, err = br.Read(c.local[got:])
+		}
 		got += n
 		if err != nil && !(isTimeout(err) && c.stop.Load()) {
 			return err

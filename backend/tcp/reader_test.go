@@ -127,3 +127,45 @@ func TestConnReaderBypass(t *testing.T) {
 		t.Fatalf("read past the end: %v, want EOF", err)
 	}
 }
+
+// TestConnReaderBulk: frames of a 16-byte header and a bulkMin payload (a
+// stream of Get answers), headers read with io.ReadFull and payloads with
+// ReadBulk. After the first frame, at most smallReadBuf of a payload comes
+// through the buffer (is copied twice); the rest lands straight in its
+// memory, also when the source hands each frame over in 64 KiB reads, the
+// last short (loopback's MSS). Before ReadBulk the payloads came through
+// Read and a header's fill took up to 64 KiB of the payload behind it
+// (this test then fails: ReadBulk as Read).
+func TestConnReaderBulk(t *testing.T) {
+	const frames, hdr, size = 8, 16, bulkMin
+	for _, max := range []int{1 << 30, 65483} {
+		want := pattern(frames * (hdr + size))
+		src := &chunkSource{data: want, max: max}
+		cr := newConnReader(src)
+		cr.quiet = 0 // busy: the large buffer
+		var got bytes.Buffer
+		h := make([]byte, hdr)
+		p := make([]byte, size)
+		for f := range frames {
+			if _, err := io.ReadFull(cr, h); err != nil {
+				t.Fatal(err)
+			}
+			if b := cr.Buffered(); f > 0 && b > smallReadBuf-hdr {
+				t.Fatalf("source hands over %d: %d bytes of frame %d's payload buffered behind its header, want at most %d", max, b, f, smallReadBuf-hdr)
+			}
+			for n := 0; n < size; {
+				k, err := cr.ReadBulk(p[n:])
+				n += k
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			got.Write(h)
+			got.Write(p)
+		}
+		if !bytes.Equal(got.Bytes(), want) {
+			t.Fatalf("source hands over %d: bytes out differ from bytes in", max)
+		}
+		cr.close()
+	}
+}
