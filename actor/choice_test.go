@@ -173,6 +173,21 @@ func TestRouteSaysWhyItsBackend(t *testing.T) {
 	}
 }
 
+// A peer whose backend speaks another version of its route info (an
+// older ibverbs: no TCP fallback in its info) is passed over for the
+// next backend, as one without the backend is, not left without a route.
+func TestRoutePassesOverAnOlderVersion(t *testing.T) {
+	sys := newSystem(t)
+	ctx := testCtx(t)
+	a, _ := startChoices(t, sys, "a", Choice{Backend: &fakeBackend{kind: "x"}})
+	b, _ := startChoices(t, sys, "b", Choice{Backend: &fakeBackend{kind: "x", acceptErr: fmt.Errorf("x: route info version 3, want 2: %w", rdmamgr.ErrVersion)}})
+	requestQP(t, ctx, a, b.PID())
+	rs := routes(t, ctx, a)
+	if len(rs) != 1 || rs[0].Backend != "tcp" || rs[0].State != "up" || !strings.Contains(rs[0].Why, "x: refused by the peer: ") || !strings.Contains(rs[0].Why, "version mismatch") {
+		t.Fatalf("a's routes: %v", rs)
+	}
+}
+
 // A route on the first backend says so; a manager with one backend says
 // that, and so does its peer's side.
 func TestRouteFirstChoice(t *testing.T) {

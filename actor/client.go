@@ -66,20 +66,16 @@ func request[T proto.Message](ctx context.Context, c *Client, msg proto.Message)
 		default:
 		}
 	}
-	f := c.sys.Root.RequestFuture(c.pid, msg, timeout)
-	type result struct {
+	var res struct {
 		v   any
 		err error
 	}
-	ch := make(chan result, 1)
-	go func() { v, err := f.Result(); ch <- result{v, err} }()
-	var res result
-	select {
-	case res = <-ch:
-	case <-ctx.Done():
-		return zero, fmt.Errorf("%s %s: %w", verb(msg), pidString(c.pid), ctx.Err())
-	case <-closed:
+	res.v, res.err = askReply(ctx, c.sys, c.pid, msg, timeout, closed)
+	switch {
+	case errors.Is(res.err, errAskStopped):
 		return zero, fmt.Errorf("%s %s: %w", verb(msg), pidString(c.pid), rdmamgr.ErrClosed)
+	case res.err != nil && ctx.Err() != nil:
+		return zero, fmt.Errorf("%s %s: %w", verb(msg), pidString(c.pid), ctx.Err())
 	}
 	if errors.Is(res.err, protoactor.ErrDeadLetter) {
 		if why := control.UnreachableOf(c.sys).Why(c.pid.Address); why != nil {

@@ -10,6 +10,10 @@ import (
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
+// errAskStopped: askReply's stop channel closed (the local manager closed)
+// before a reply came.
+var errAskStopped = errors.New("actor: manager closed while asking")
+
 // toError turns a wire Error into a Go error wrapping the matching sentinel
 // (the same one the peer's error wrapped: backend.Sentinel for the data
 // path's codes). Codes that stand for several sentinels wrap all of them,

@@ -121,7 +121,7 @@ func (m *Manager) askHandshake(ctx context.Context, e *routeEntry, kind backend.
 		if attempt <= 0 {
 			return nil, nil, fmt.Errorf("handshake with %s: %w: %w", e.key, rdmamgr.ErrUnknownPeer, context.DeadlineExceeded)
 		}
-		res, err := m.sys.Root.RequestFuture(e.peer, hs, attempt).Result()
+		res, err := askReply(ctx, m.sys, e.peer, hs, attempt, nil)
 		if err == nil {
 			resp, err := handshakeReply(e, res)
 			return resp, hs.Nonce, err

@@ -158,8 +158,8 @@ func (m *Manager) setupRoute(e *routeEntry) {
 			return
 		}
 		errs = append(errs, err)
-		if !errors.Is(err, rdmamgr.ErrNotSupported) {
-			break // only a peer without this backend makes us try the next
+		if !errors.Is(err, rdmamgr.ErrNotSupported) && !errors.Is(err, rdmamgr.ErrVersion) {
+			break // only a peer without this backend, or with another version of it, makes us try the next
 		}
 		passed = append(passed, reasonOf(b.Kind(), err))
 	}

@@ -97,7 +97,9 @@ func startBackends(ctx context.Context, cfg Config, m *actor.Manager, advertised
 				err = errAttachedIBVerbs
 				break
 			}
-			b, err = startIBVerbs(ctx, cfg.IBVerbs, reg, log)
+			icfg := cfg.IBVerbs
+			icfg.Fallback = t // device buffers without dma-buf at the peer
+			b, err = startIBVerbs(ctx, icfg, reg, log)
 			if err == nil && cfg.HostAgent.Socket != "" {
 				b, err = agentIBVerbs(b)
 			}

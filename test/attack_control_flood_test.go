@@ -56,13 +56,14 @@ func TestAttackControlBufferFlood(t *testing.T) {
 		}
 		return granted, fmt.Errorf("%d requests of %d bytes all granted", most, size)
 	}
+	floodStart := time.Now()
 	big, err := grant(1<<30, 1<<10)
 	expectIs(t, "1 GiB requests", err, rdmamgr.ErrLimit)
 	_, err = c.RequestBuffer(ctx, 1<<46, buffer.AccessReadWrite)
 	expectIs(t, "a 64 TiB request", err, rdmamgr.ErrLimit)
 	small, err := grant(4096, 4<<10)
 	expectIs(t, "4 KiB requests", err, rdmamgr.ErrLimit)
-	expectIs(t, "4 KiB requests", err, rdmamgr.ErrLimit)
+	flood := time.Since(floodStart)
 
 	st, err := victimStatus(d, 10*time.Second)
 	if err != nil {
@@ -73,8 +74,15 @@ func TestAttackControlBufferFlood(t *testing.T) {
 	if st.RemoteBytes > st.MaxRemoteBytes || st.RegisteredBytes > st.MaxRegisteredBytes {
 		t.Errorf("past the caps: remote %d of %d, registered %d of %d", st.RemoteBytes, st.MaxRemoteBytes, st.RegisteredBytes, st.MaxRegisteredBytes)
 	}
-	if uint64(big) > st.MaxRemoteBytes>>30 || big+small > actor.DefaultConfig().MaxRemoteBuffersPerPeer {
+	// Every grant counts against the caps while held; on a machine slow
+	// enough that the flood outlasts the 3 s lease, the lease reaps some
+	// meanwhile and frees room for more: then what is held is checked.
+	perPeer := actor.DefaultConfig().MaxRemoteBuffersPerPeer
+	switch {
+	case flood < 3*time.Second && (uint64(big) > st.MaxRemoteBytes>>30 || big+small > perPeer):
 		t.Errorf("granted %d big and %d small buffers to one peer", big, small)
+	case int(st.BuffersTotal-st0.BuffersTotal) > perPeer:
+		t.Errorf("%d buffers held for one peer after a flood of %v, cap %d", st.BuffersTotal-st0.BuffersTotal, flood, perPeer)
 	}
 	// The lease reaps them all.
 	deadline := time.Now().Add(30 * time.Second)

@@ -67,12 +67,28 @@ func (ch *chain) idsOf(o *op) []uint64 { return ch.ids[o.first : o.first+len(o.c
 // device as one chain, one ibv_post_send. When the room in flight (the
 // queue pair's, the completion queue's, the peer ring's credits) runs out
 // part way, what was prepared is posted first and the rest waits for room
-// as Post does, so a list longer than MaxInFlight takes several posts.
+// as Post does, so a list longer than MaxInFlight takes several posts. An
+// operation for the fallback route (toFallback) is posted there in its
+// place in the list, after the ones before it went to the device.
 func (r *route) PostList(wrs []*backend.WorkRequest) (int, error) {
 	ch := getChain()
 	defer putChain(ch)
 	base := 0 // wrs[:base] are posted; ch holds wrs[base:i]
 	for i, wr := range wrs {
+		if r.fb != nil && toFallback(wr) {
+			// What is prepared goes first (posting order), then wr to
+			// the fallback route.
+			n, serr := r.submit(ch)
+			ch.reset()
+			if serr != nil {
+				return base + n, serr
+			}
+			if err := r.postFallback(wr); err != nil {
+				return i, err
+			}
+			base = i + 1
+			continue
+		}
 		err := r.prepare(wr, ch, false)
 		if err == errWouldWait {
 			n, serr := r.submit(ch)

@@ -3,6 +3,8 @@ package ibverbs
 import (
 	"fmt"
 	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
 )
 
 // Config selects the RDMA device and port of the backend and tunes it.
@@ -72,6 +74,13 @@ type Config struct {
 	// as a device without atomics does (Supports reports false and routes
 	// do not offer them to peers).
 	DisableAtomics bool
+	// Fallback moves the bytes of a peer's device buffers that its owner
+	// could not register with its NIC (no dma-buf: the handle has no RDMA
+	// key): it is set up alongside every route to a peer that has one of
+	// the same kind (the node's TCP backend, which stages device memory),
+	// and routes post Puts and Gets on such buffers on it (fallback.go).
+	// Nil: those are refused with ErrNoDmaBuf.
+	Fallback backend.Backend
 }
 
 // DefaultConfig returns the defaults.

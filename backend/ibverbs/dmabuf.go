@@ -230,7 +230,7 @@ func (s *dmabufState) logOnce(b *Backend, r *memreg.Region, why error) {
 		s.logged = make(map[string]bool)
 	}
 	s.logged[msg] = true
-	b.log.Warn("device memory not registered with the NIC: peers reach it over other backends only (TCP stages it)",
+	b.log.Warn("device memory not registered with the NIC: peers reach it over TCP only (staged; inside ibverbs routes through their TCP fallback)",
 		"region", r.ID(), "location", r.Location(), "why", why)
 }
 

@@ -305,14 +305,36 @@
 // verdicts are remembered per device and per backend, any other failure
 // is that region's alone. A peer's ibverbs route refuses an operation on a
 // device buffer without an rkey with ErrNoDmaBuf before anything is
-// posted (the route goes on). There is no TCP fallback inside an ibverbs
-// route (shm has one: Config.Fallback, a TCP route set up in the same
-// handshake): giving ibverbs one means carrying TCP's route info in this
-// backend's route info and answer (a new version of info.go's codec),
-// tying the two routes' lifetimes (Close, failure, Stats) and dispatching
-// per operation in Post and PostList, plus node's wiring; not built. Such
-// a buffer is reached over TCP (staged) or shm only, that is from
-// managers whose route to its owner is not ibverbs.
+// posted (the route goes on), unless the route has a fallback.
+//
+// # The TCP fallback
+//
+// With Config.Fallback (node sets the node's TCP backend), every route is
+// set up with a second route to the same peer, of the fallback backend,
+// in the same handshake (fallback.go): PrepareRoute prepares the
+// fallback's route too and carries its info in ours (route info version
+// 3, info.go), AcceptRoute has its own fallback accept it (where it has
+// one of the same kind) and carries the answer in its own, Complete
+// completes it before the queue pair (a failure of either undoes both),
+// and Abort aborts both. An initiator without a fallback sends version 2
+// and gets no fallback; a responder answers in the version it was sent,
+// so a version 2 initiator (an older manager) still gets its route, without
+// a fallback; an older responder refuses version 3 with
+// rdmamgr.ErrVersion, and package actor then tries its next backend (as
+// for ErrNotSupported): a route from a manager with a fallback to an
+// older one takes TCP. Post and PostList send exactly the Puts and Gets on a
+// peer's device memory whose handle has no RDMA key (and no Via) to the
+// fallback route, which the owner stages (backend/tcp/stage.go); in a
+// list, what was prepared before one is posted first, so each is posted
+// in its place. PutWithImm and the atomics on such a buffer are still
+// refused at Post with ErrNotSupported (as TCP would); a buffer with an
+// rkey (dma-buf) never goes to the fallback. The fallback route reports
+// its operations itself (its contracts are TCP's: deadline, cancel, one
+// operation's failure its own). The two routes are one to the manager:
+// the fallback's failure fails the route; the route's failure or Close
+// closes the fallback (teardown, after the queue pair drained; Close
+// returns once the fallback's operations are reported); Stats adds the
+// fallback's figures; Cancel of an operation on it goes to it.
 //
 // What is proven where: the choice and the bookkeeping (one export per
 // allocation, a memory region per buffer over its bytes, verdicts,
@@ -322,7 +344,11 @@
 // ibv_reg_dmabuf_mr called for real (rxe refuses it with EOPNOTSUPP
 // before looking at the fd: it registers no dma-buf; the VM's kernel has
 // no /dev/udmabuf, so the fd is a memfd), the clean refusal and the
-// staging of a local device buffer (dmabuf_test.go, TestConformanceDevice). No machine here has an
+// staging of a local device buffer (dmabuf_test.go, TestConformanceDevice);
+// there too, a peer's device buffer without an rkey reached through the
+// TCP fallback, every byte checked, host buffers still over the queue
+// pair (fallback_vm_test.go: TestConformanceDeviceFallback,
+// TestDmaBufFallback). No machine here has an
 // RDMA NIC beside a GPU: ibv_reg_dmabuf_mr accepting a GPU's dma-buf and
 // RDMA into device memory have not run.
 //
@@ -353,6 +379,7 @@
 // Plain Go: backend.go (the Backend, Close), caps.go (Supports, SetInbox),
 // device.go (device, port and GID selection, Devices), mr.go (memory
 // registration and revocation), dmabuf.go (device memory through dma-buf),
+// fallback.go (the TCP fallback's choice and handshake parts),
 // setup.go (route setup: PrepareRoute,
 // AcceptRoute, Complete), route.go (route state and teardown), via.go,
 // via_serve.go and via_inval.go (host agents: the initiator's resolves,

@@ -24,7 +24,7 @@ func TestRouteFarIsAgent(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, accepted := range []bool{false, true} {
-			var r any = newRoute(b, 1, nil, nil, accepted, info)
+			var r any = newRoute(b, 1, nil, nil, accepted, info, nil)
 			fa, ok := r.(agentapi.FarAgent)
 			if !ok {
 				t.Fatal("an ibverbs route does not implement agentapi.FarAgent")

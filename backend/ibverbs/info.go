@@ -12,7 +12,7 @@ import (
 // fixed binary layout, big-endian:
 //
 //	off size field
-//	  0    1 version (infoVersion)
+//	  0    1 version (infoVersion 2, or infoVersionFB 3: below)
 //	  1    1 path MTU the sender can do (enum ibv_mtu: 1=256 .. 5=4096)
 //	  2    1 responder resources: RDMA READs and atomics the sender
 //	         accepts in flight
@@ -29,16 +29,31 @@ import (
 //	 34    2 reserved (must be 0)
 //	 36    4 largest Send message the sender takes, bytes (0..maxSendLimit)
 //
+// Version 3 is version 2's 40 bytes followed by the sender's TCP
+// fallback (fallback.go): the fallback backend's kind (1 byte of length,
+// at most maxFallbackKind, then the kind) and its own route info (2 bytes
+// of length, at most maxFallbackInfo, then the info). An empty kind (and
+// no info) says "no fallback". An initiator with a fallback sends version
+// 3; one without sends version 2, as before. A responder answers in the
+// version it was sent, so an older initiator (version 2) still gets its
+// route, without a fallback. An older responder refuses version 3 with
+// rdmamgr.ErrVersion (the initiating manager takes its next backend: see
+// doc.go, "The TCP fallback").
+//
 // Version 1 (32 bytes, no flags, no receive slots) carried Put and Get
 // only. infoAgent came later within version 2: only host agents set it
 // (a backend with a resolver), and an older peer refuses their info with
 // rdmamgr.ErrProtocol, so a route between an agent and an older manager
 // is not set up (on either side), rather than set up without the agent's
-// verbs. A decoder treats every field as hostile: a version other than ours
+// verbs. A decoder treats every field as hostile: a version other than 2 or 3
 // is rdmamgr.ErrVersion, anything else malformed is rdmamgr.ErrProtocol.
 const (
-	infoVersion = 2
-	infoSize    = 40
+	infoVersion   = 2 // the base layout, without a fallback
+	infoVersionFB = 3 // the base layout and the fallback's
+	infoSize      = 40
+
+	maxFallbackKind = 16
+	maxFallbackInfo = 4096
 
 	infoAtomics = 1
 	infoAgent   = 2
@@ -58,12 +73,29 @@ type routeInfo struct {
 	gid       [16]byte
 	recvSlots uint16
 	maxSend   uint32
-	version   uint8 // set by decode; encode always writes infoVersion
+	version   uint8 // set by decode; encode writes infoVersionFB with fb, else infoVersion
+	// fb is the sender's fallback (version 3; nil in version 2). A
+	// pointer keeps routeInfo comparable.
+	fb *fallbackInfo
+}
+
+// fallbackInfo is the fallback part of a version 3 route info: the
+// fallback backend's kind ("" for none) and its own route info.
+type fallbackInfo struct {
+	kind string
+	info []byte
 }
 
 func (ri *routeInfo) encode() []byte {
-	b := make([]byte, infoSize)
+	n := infoSize
+	if ri.fb != nil {
+		n += 1 + len(ri.fb.kind) + 2 + len(ri.fb.info)
+	}
+	b := make([]byte, infoSize, n)
 	b[0] = infoVersion
+	if ri.fb != nil {
+		b[0] = infoVersionFB
+	}
 	b[1] = ri.mtu
 	b[2] = ri.rdAtom
 	b[3] = ri.flags
@@ -73,6 +105,12 @@ func (ri *routeInfo) encode() []byte {
 	copy(b[16:], ri.gid[:])
 	binary.BigEndian.PutUint16(b[32:], ri.recvSlots)
 	binary.BigEndian.PutUint32(b[36:], ri.maxSend)
+	if ri.fb != nil {
+		b = append(b, byte(len(ri.fb.kind)))
+		b = append(b, ri.fb.kind...)
+		b = binary.BigEndian.AppendUint16(b, uint16(len(ri.fb.info)))
+		b = append(b, ri.fb.info...)
+	}
 	return b
 }
 
@@ -81,13 +119,26 @@ func decodeRouteInfo(b []byte) (routeInfo, error) {
 	if len(b) == 0 {
 		return ri, fmt.Errorf("ibverbs: empty route info: %w", rdmamgr.ErrProtocol)
 	}
-	if b[0] != infoVersion {
-		return ri, fmt.Errorf("ibverbs: route info version %d, want %d: %w", b[0], infoVersion, rdmamgr.ErrVersion)
+	if b[0] != infoVersion && b[0] != infoVersionFB {
+		return ri, fmt.Errorf("ibverbs: route info version %d, want %d or %d: %w", b[0], infoVersion, infoVersionFB, rdmamgr.ErrVersion)
+	}
+	if b[0] == infoVersionFB {
+		if len(b) < infoSize {
+			return ri, fmt.Errorf("ibverbs: route info of %d bytes, want at least %d: %w", len(b), infoSize, rdmamgr.ErrProtocol)
+		}
+		fb, err := decodeFallbackInfo(b[infoSize:])
+		if err != nil {
+			return ri, err
+		}
+		ri.fb, b = fb, b[:infoSize]
 	}
 	if len(b) != infoSize {
 		return ri, fmt.Errorf("ibverbs: route info of %d bytes, want %d: %w", len(b), infoSize, rdmamgr.ErrProtocol)
 	}
-	ri.version = b[0]
+	ri.version = infoVersion
+	if ri.fb != nil {
+		ri.version = infoVersionFB
+	}
 	ri.mtu = b[1]
 	ri.rdAtom = b[2]
 	ri.flags = b[3]
@@ -116,6 +167,40 @@ func decodeRouteInfo(b []byte) (routeInfo, error) {
 		return ri, fmt.Errorf("ibverbs: route info with a largest message of %d bytes: %w", ri.maxSend, rdmamgr.ErrProtocol)
 	}
 	return ri, nil
+}
+
+// decodeFallbackInfo decodes the fallback part of a version 3 route
+// info: all of b, nothing left over.
+func decodeFallbackInfo(b []byte) (*fallbackInfo, error) {
+	bad := func(what string) (*fallbackInfo, error) {
+		return nil, fmt.Errorf("ibverbs: route info's fallback: %s: %w", what, rdmamgr.ErrProtocol)
+	}
+	if len(b) < 1 {
+		return bad("missing")
+	}
+	k := int(b[0])
+	if k > maxFallbackKind {
+		return bad(fmt.Sprintf("kind of %d bytes, limit %d", k, maxFallbackKind))
+	}
+	if len(b) < 1+k+2 {
+		return bad("truncated")
+	}
+	kind := b[1 : 1+k]
+	for _, c := range kind {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return bad(fmt.Sprintf("kind %q", kind))
+		}
+	}
+	n := int(binary.BigEndian.Uint16(b[1+k:]))
+	switch {
+	case n > maxFallbackInfo:
+		return bad(fmt.Sprintf("info of %d bytes, limit %d", n, maxFallbackInfo))
+	case len(b) != 1+k+2+n:
+		return bad(fmt.Sprintf("%d bytes, want %d", len(b), 1+k+2+n))
+	case k == 0 && n != 0:
+		return bad("info without a kind")
+	}
+	return &fallbackInfo{kind: string(kind), info: append([]byte(nil), b[3+k:]...)}, nil
 }
 
 // checkAddress validates the peer's address fields for our link layer:

@@ -63,8 +63,25 @@ func TestRouteInfoHostile(t *testing.T) {
 		{"empty", []byte{}, rdmamgr.ErrProtocol},
 		{"version 0", mod(func(b []byte) []byte { b[0] = 0; return b }), rdmamgr.ErrVersion},
 		{"version 1", mod(func(b []byte) []byte { b[0] = 1; return b[:32] }), rdmamgr.ErrVersion},
-		{"version 3", mod(func(b []byte) []byte { b[0] = 3; return b }), rdmamgr.ErrVersion},
-		{"version 3 longer", mod(func(b []byte) []byte { b[0] = 3; return append(b, 1, 2, 3) }), rdmamgr.ErrVersion},
+		{"version 4", mod(func(b []byte) []byte { b[0] = 4; return b }), rdmamgr.ErrVersion},
+		{"version 4 longer", mod(func(b []byte) []byte { b[0] = 4; return append(b, 1, 2, 3) }), rdmamgr.ErrVersion},
+		{"version 3 without its fallback part", mod(func(b []byte) []byte { b[0] = 3; return b }), rdmamgr.ErrProtocol},
+		{"version 3 short", mod(func(b []byte) []byte { b[0] = 3; return b[:infoSize-1] }), rdmamgr.ErrProtocol},
+		{"version 3 truncated length", mod(func(b []byte) []byte { b[0] = 3; return append(b, 0, 0) }), rdmamgr.ErrProtocol},
+		{"version 3 kind too long", mod(func(b []byte) []byte {
+			b[0] = 3
+			return append(append(append(b, 17), bytes.Repeat([]byte("a"), 17)...), 0, 0)
+		}), rdmamgr.ErrProtocol},
+		{"version 3 kind not a name", mod(func(b []byte) []byte { b[0] = 3; return append(b, 3, 't', 0, 'p', 0, 0) }), rdmamgr.ErrProtocol},
+		{"version 3 kind truncated", mod(func(b []byte) []byte { b[0] = 3; return append(b, 3, 't', 'c') }), rdmamgr.ErrProtocol},
+		{"version 3 info too long", mod(func(b []byte) []byte {
+			b[0] = 3
+			return append(append(append(b, 3, 't', 'c', 'p'), 0x10, 0x01), make([]byte, 0x1001)...)
+		}), rdmamgr.ErrProtocol},
+		{"version 3 info truncated", mod(func(b []byte) []byte { b[0] = 3; return append(b, 3, 't', 'c', 'p', 0, 4, 1, 2, 3) }), rdmamgr.ErrProtocol},
+		{"version 3 trailing byte", mod(func(b []byte) []byte { b[0] = 3; return append(b, 3, 't', 'c', 'p', 0, 1, 1, 9) }), rdmamgr.ErrProtocol},
+		{"version 3 info without kind", mod(func(b []byte) []byte { b[0] = 3; return append(b, 0, 0, 1, 7) }), rdmamgr.ErrProtocol},
+		{"version 3 base still checked", mod(func(b []byte) []byte { b[0], b[1] = 3, 0; return append(b, 0, 0, 0) }), rdmamgr.ErrProtocol},
 		{"short", mod(func(b []byte) []byte { return b[:infoSize-1] }), rdmamgr.ErrProtocol},
 		{"long", mod(func(b []byte) []byte { return append(b, 0) }), rdmamgr.ErrProtocol},
 		{"version only", []byte{infoVersion}, rdmamgr.ErrProtocol},
@@ -89,6 +106,52 @@ func TestRouteInfoHostile(t *testing.T) {
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestRouteInfoFallback: version 3 carries the fallback's kind and info
+// after version 2's bytes (an empty kind: no fallback), and decodes back;
+// an info without a fallback is version 2, byte for byte as before.
+func TestRouteInfoFallback(t *testing.T) {
+	ri := goodInfo()
+	v2 := ri.encode()
+	ri.fb = &fallbackInfo{kind: "tcp", info: []byte{9, 8, 7}}
+	b := ri.encode()
+	want := append(bytes.Clone(v2), 3, 't', 'c', 'p', 0, 3, 9, 8, 7)
+	want[0] = 3
+	if !bytes.Equal(b, want) {
+		t.Fatalf("layout\n got %x\nwant %x", b, want)
+	}
+	got, err := decodeRouteInfo(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.version != infoVersionFB || got.fb == nil || got.fb.kind != "tcp" || !bytes.Equal(got.fb.info, []byte{9, 8, 7}) {
+		t.Fatalf("decoded version %d fallback %+v", got.version, got.fb)
+	}
+	b[len(b)-1] = 0 // the decoded info is a copy
+	if got.fb.info[2] != 7 {
+		t.Fatal("decoded fallback info aliases the message")
+	}
+	got.fb, ri.fb = nil, nil
+	ri.version = infoVersionFB
+	if got != ri {
+		t.Fatalf("decoded %+v, want %+v", got, ri)
+	}
+
+	// No fallback at the sender, but version 3: an empty kind.
+	ri.fb = &fallbackInfo{}
+	b = ri.encode()
+	if len(b) != infoSize+3 || b[0] != 3 {
+		t.Fatalf("version 3 without a fallback: %x", b)
+	}
+	if got, err = decodeRouteInfo(b); err != nil || got.fb == nil || got.fb.kind != "" || len(got.fb.info) != 0 {
+		t.Fatalf("version 3 without a fallback decoded %+v, %v", got.fb, err)
+	}
+
+	// Version 2 decodes without a fallback.
+	if got, err = decodeRouteInfo(v2); err != nil || got.fb != nil || got.version != infoVersion {
+		t.Fatalf("version 2 decoded version %d fallback %+v, %v", got.version, got.fb, err)
 	}
 }
 
@@ -121,6 +184,10 @@ func FuzzDecodeRouteInfo(f *testing.F) {
 	f.Add([]byte{1})
 	f.Add([]byte{infoVersion})
 	ri.flags |= infoAgent
+	f.Add(ri.encode())
+	ri.fb = &fallbackInfo{kind: "tcp", info: []byte("127.0.0.1:1")}
+	f.Add(ri.encode())
+	ri.fb = &fallbackInfo{}
 	f.Add(ri.encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := decodeRouteInfo(b)

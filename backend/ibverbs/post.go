@@ -19,6 +19,9 @@ import (
 // READ work requests of at most the device's message size in one chain; a
 // Send or an atomic as one work request (ops.go).
 func (r *route) Post(wr *backend.WorkRequest) error {
+	if r.fb != nil && toFallback(wr) {
+		return r.postFallback(wr)
+	}
 	ch := getChain()
 	defer putChain(ch)
 	if err := r.prepare(wr, ch, true); err != nil {
@@ -26,6 +29,18 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 	}
 	_, err := r.submit(ch)
 	return err
+}
+
+// postFallback posts wr on the fallback route (toFallback), unless the
+// route has failed or wr is not for it; the fallback reports it.
+func (r *route) postFallback(wr *backend.WorkRequest) error {
+	if err := r.Err(); err != nil {
+		return err
+	}
+	if r.accepted {
+		return fmt.Errorf("ibverbs: post on an accepted queue pair: %w", rdmamgr.ErrProtocol)
+	}
+	return r.fb.Post(wr)
 }
 
 // prepare checks wr, takes its room (waiting for it with wait, else

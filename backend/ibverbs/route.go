@@ -84,6 +84,11 @@ type route struct {
 	byeCell  int
 
 	drained chan struct{} // closed by teardown once the queue pair is gone
+
+	// fb is the initiator's fallback route (fallback.go; nil without
+	// one): set up with the queue pair, failing it when it fails, closed
+	// by teardown.
+	fb backend.Route
 }
 
 var _ backend.Route = (*route)(nil)
@@ -131,8 +136,8 @@ type ackMsg struct {
 }
 
 // newRoute returns the route of qp and g, connected to the peer that sent
-// info.
-func newRoute(b *Backend, peer uint64, qp *queuePair, g *ring, accepted bool, info routeInfo) *route {
+// info, with the fallback route fb (nil: none), which it owns.
+func newRoute(b *Backend, peer uint64, qp *queuePair, g *ring, accepted bool, info routeInfo, fb backend.Route) *route {
 	r := &route{
 		b:         b,
 		peer:      peer,
@@ -146,6 +151,7 @@ func newRoute(b *Backend, peer uint64, qp *queuePair, g *ring, accepted bool, in
 		drainKick: make(chan struct{}, 1),
 		drained:   make(chan struct{}),
 		peerAgent: info.flags&infoAgent != 0,
+		fb:        fb,
 	}
 	if !accepted {
 		r.viaCache = make(map[viaKey]*viaEntry)
@@ -158,12 +164,38 @@ func newRoute(b *Backend, peer uint64, qp *queuePair, g *ring, accepted bool, in
 	r.Init()
 	r.lastActive.Store(time.Now().UnixNano())
 	r.table.init(b.inflight)
+	if fb != nil {
+		b.wg.Add(1)
+		go r.watchFallback()
+	}
 	return r
+}
+
+// watchFallback fails the route when its fallback route fails (and ends
+// when the route does).
+func (r *route) watchFallback() {
+	defer r.b.wg.Done()
+	select {
+	case <-r.fb.Done():
+		r.fail(fmt.Errorf("ibverbs: fallback route: %w", r.fb.Err()))
+	case <-r.Done():
+	}
+}
+
+// Stats implements backend.Route: the queue pair's and the fallback
+// route's.
+func (r *route) Stats() backend.RouteStats {
+	s := r.State.Stats()
+	if r.fb != nil {
+		s = addStats(s, r.fb.Stats())
+	}
+	return s
 }
 
 // Close moves the queue pair to the error state, waits until the device has
 // flushed every work request (they fail with ErrClosed), destroys the queue
-// pair and returns. Idempotent.
+// pair, closes the fallback route (its operations fail with ErrClosed,
+// reported before it returns) and returns. Idempotent.
 func (r *route) Close() error {
 	r.fail(fmt.Errorf("ibverbs: route closed: %w", rdmamgr.ErrClosed))
 	<-r.drained
@@ -222,6 +254,9 @@ wait:
 			r.finish(o)
 		}
 	}
+	if r.fb != nil {
+		r.fb.Close() // waits until its operations are reported
+	}
 	b.mu.Lock()
 	delete(b.routes, r)
 	b.mu.Unlock()
@@ -238,10 +273,15 @@ func (r *route) takeAcks() []*op {
 }
 
 // Cancel implements backend.Route: the operation completes with its cause
-// once the device has finished the work requests it was given (see expire).
+// once the device has finished the work requests it was given (see expire);
+// one on the fallback route is the fallback's to cancel.
 func (r *route) Cancel(wr *backend.WorkRequest) {
 	cause := wr.CancelCause()
 	if cause == nil {
+		return
+	}
+	if r.fb != nil && toFallback(wr) {
+		r.fb.Cancel(wr)
 		return
 	}
 	err := routestate.OpError("ibverbs", wr, cause)

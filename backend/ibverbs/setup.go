@@ -108,10 +108,10 @@ func randomPSN() (uint32, error) {
 }
 
 // localInfo is our info for qp; agent says host agent (infoAgent: the
-// backend has a resolver).
-func (b *Backend) localInfo(qp *queuePair, psn uint32, agent bool) []byte {
+// backend has a resolver); fb is our fallback part (nil: version 2).
+func (b *Backend) localInfo(qp *queuePair, psn uint32, agent bool, fb *fallbackInfo) []byte {
 	ri := routeInfo{mtu: uint8(b.mtu), rdAtom: uint8(b.rdAtom), qpn: qp.qpn, psn: psn, lid: b.lid, gid: b.gid,
-		recvSlots: uint16(b.cfg.RecvSlots), maxSend: uint32(b.cfg.MaxSend)}
+		recvSlots: uint16(b.cfg.RecvSlots), maxSend: uint32(b.cfg.MaxSend), fb: fb}
 	if b.atomics {
 		ri.flags |= infoAtomics
 	}
@@ -150,10 +150,19 @@ func (b *Backend) PrepareRoute(ctx context.Context, peerID uint64) (backend.Pend
 		return nil, nil, err
 	}
 	p := &pendingRoute{b: b, peer: peerID, qp: qp, ring: g, psn: psn}
+	var fb *fallbackInfo
+	if f := b.cfg.Fallback; f != nil {
+		fpr, fi, err := f.PrepareRoute(ctx, peerID)
+		if err != nil {
+			b.dropQP(qp, g, true)
+			return nil, nil, fmt.Errorf("ibverbs: fallback %s: %w", f.Kind(), err)
+		}
+		p.fb, fb = fpr, &fallbackInfo{kind: string(f.Kind()), info: fi}
+	}
 	b.mu.Lock()
 	b.pending[p] = struct{}{}
 	b.mu.Unlock()
-	return p, b.localInfo(qp, psn, b.resolver.Load() != nil), nil
+	return p, b.localInfo(qp, psn, b.resolver.Load() != nil, fb), nil
 }
 
 // AcceptRoute validates the initiator's info, creates our queue pair,
@@ -184,10 +193,21 @@ func (b *Backend) AcceptRoute(ctx context.Context, peerID uint64, info []byte) (
 		b.dropQP(qp, g, true)
 		return nil, err
 	}
-	r := newRoute(b, peerID, qp, g, true, peer)
+	kind := ""
+	if f := b.cfg.Fallback; f != nil {
+		kind = string(f.Kind())
+	}
+	fb, err := fallbackAnswer(peer, kind, func(info []byte) ([]byte, error) {
+		return b.cfg.Fallback.AcceptRoute(ctx, peerID, info)
+	})
+	if err != nil {
+		b.dropQP(qp, g, true)
+		return nil, fmt.Errorf("ibverbs: fallback %s: %w", kind, err)
+	}
+	r := newRoute(b, peerID, qp, g, true, peer, nil)
 	agent := b.resolver.Load() != nil && b.startWorker(r)
 	b.addRoute(r)
-	return b.localInfo(qp, psn, agent), nil
+	return b.localInfo(qp, psn, agent, fb), nil
 }
 
 func (b *Backend) addRoute(r *route) {
@@ -208,11 +228,44 @@ type pendingRoute struct {
 	mu   sync.Mutex
 	qp   *queuePair // nil once completed or aborted
 	ring *ring
+	fb   backend.PendingRoute // the fallback's half-made route; nil without one, or once taken
 }
 
-// Complete moves the queue pair RTR -> RTS towards the responder. On
-// failure the queue pair is destroyed (Abort is then a no-op).
+// Complete completes the fallback's route where the responder answered
+// one, then moves the queue pair RTR -> RTS towards the responder. On
+// failure the queue pair is destroyed and the fallback's route closed or
+// aborted (Abort is then a no-op).
 func (p *pendingRoute) Complete(ctx context.Context, peerInfo []byte) (backend.Route, error) {
+	peer, derr := decodeRouteInfo(peerInfo)
+	// The fallback first, outside life: completing it dials the peer.
+	p.mu.Lock()
+	fpr, done := p.fb, p.qp == nil
+	p.fb = nil
+	p.mu.Unlock()
+	var fb backend.Route
+	switch {
+	case fpr == nil:
+	case derr != nil || done || peer.fb == nil || peer.fb.kind == "":
+		fpr.Abort() // no fallback at the peer (or nothing to complete)
+	default:
+		var err error
+		if fb, err = fpr.Complete(ctx, peer.fb.info); err != nil {
+			fpr.Abort()
+			p.Abort()
+			return nil, fmt.Errorf("ibverbs: fallback route: %w", err)
+		}
+	}
+	r, err := p.complete(peer, derr, fb)
+	if err != nil && fb != nil {
+		fb.Close()
+	}
+	return r, err
+}
+
+// complete is Complete's queue pair: peer is the responder's info (derr
+// its decoding's error), fb the completed fallback route (nil: none),
+// which the route owns once it is returned.
+func (p *pendingRoute) complete(peer routeInfo, derr error, fb backend.Route) (backend.Route, error) {
 	b := p.b
 	b.life.RLock()
 	defer b.life.RUnlock()
@@ -229,7 +282,7 @@ func (p *pendingRoute) Complete(ctx context.Context, peerInfo []byte) (backend.R
 	b.mu.Lock()
 	delete(b.pending, p)
 	b.mu.Unlock()
-	peer, err := decodeRouteInfo(peerInfo)
+	err := derr
 	if err == nil {
 		err = b.connect(qp, p.psn, peer)
 	}
@@ -237,15 +290,20 @@ func (p *pendingRoute) Complete(ctx context.Context, peerInfo []byte) (backend.R
 		b.dropQP(qp, p.ring, true)
 		return nil, err
 	}
-	r := newRoute(b, p.peer, qp, p.ring, false, peer)
+	r := newRoute(b, p.peer, qp, p.ring, false, peer, fb)
 	b.addRoute(r)
 	return r, nil
 }
 
-// Abort destroys the queue pair. Idempotent.
+// Abort destroys the queue pair and aborts the fallback's route.
+// Idempotent.
 func (p *pendingRoute) Abort() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.fb != nil {
+		p.fb.Abort()
+		p.fb = nil
+	}
 	if p.qp == nil {
 		return
 	}
