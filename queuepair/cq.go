@@ -121,7 +121,7 @@ func (cq *CompletionQueue) Poll(out []*WorkRequest) int {
 // take is Poll under cq.mu.
 func (cq *CompletionQueue) take(out []*WorkRequest) int {
 	k := min(len(out), cq.n)
-	var fast int64 // the fast slots handed over: one atomic operation for them all
+	var fast int64                 // the fast slots handed over: one atomic operation for them all
 	ring, head := cq.ring, cq.head // in locals: a store into ring or out might alias cq's fields
 	for j, w := range out[:k] {
 		w = ring[head]
