@@ -122,9 +122,9 @@ func (cq *CompletionQueue) Poll(out []*WorkRequest) int {
 func (cq *CompletionQueue) take(out []*WorkRequest) int {
 	k := min(len(out), cq.n)
 	var fast int64                 // the fast slots handed over: one atomic operation for them all
-	ring, head := cq.ring, cq.head // in locals: a store into ring or out might alias cq's fields
-	for j, w := range out[:k] {
-		w = ring[head]
+	ring, head := cq.ring, cq.head // locals: a store into ring or out might alias cq's fields
+	for j := range k {
+		w := ring[head]
 		ring[head] = nil
 		if head++; head == len(ring) {
 			head = 0
