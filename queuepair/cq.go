@@ -88,14 +88,15 @@ func (cq *CompletionQueue) push(w *WorkRequest) {
 // pushAll is push of each of ws, in order, under one lock.
 func (cq *CompletionQueue) pushAll(ws []*WorkRequest) {
 	cq.mu.Lock()
+	ring, i := cq.ring, cq.head+cq.n // in locals: a store into ring might alias cq's fields
 	for _, w := range ws {
-		i := cq.head + cq.n
-		if i >= len(cq.ring) {
-			i -= len(cq.ring)
+		if i >= len(ring) {
+			i -= len(ring)
 		}
-		cq.ring[i] = w
-		cq.n++
+		ring[i] = w
+		i++
 	}
+	cq.n += len(ws)
 	cq.queued.Store(int64(cq.n))
 	if cq.sleepers > 0 {
 		select {
@@ -120,12 +121,13 @@ func (cq *CompletionQueue) Poll(out []*WorkRequest) int {
 // take is Poll under cq.mu.
 func (cq *CompletionQueue) take(out []*WorkRequest) int {
 	k := min(len(out), cq.n)
-	var fast int64 // the fast slots handed over: one atomic operation for them all
+	var fast int64                 // the fast slots handed over: one atomic operation for them all
+	ring, head := cq.ring, cq.head // locals: a store into ring or out might alias cq's fields
 	for j := range k {
-		w := cq.ring[cq.head]
-		cq.ring[cq.head] = nil
-		if cq.head++; cq.head == len(cq.ring) {
-			cq.head = 0
+		w := ring[head]
+		ring[head] = nil
+		if head++; head == len(ring) {
+			head = 0
 		}
 		if w.fast {
 			w.fast = false
@@ -134,6 +136,7 @@ func (cq *CompletionQueue) take(out []*WorkRequest) int {
 		w.queued = false // reported: the caller's to re-arm (WorkRequest.queued)
 		out[j] = w
 	}
+	cq.head = head
 	cq.n -= k
 	cq.queued.Store(int64(cq.n))
 	if fast > 0 {

@@ -3,8 +3,10 @@ package queuepair
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
 // PostOps posts a chain: wrs[i] carries ops[i] (any verb), in order, at
@@ -48,6 +50,9 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 		ch.local = q.reg.NewLocalRun(q.near.Load())
 	}
 	var opd operands
+	// The common case of a chain's operation is armed by armFast, with
+	// no call of prepare and reset: no ctx, no observer, a registry.
+	fastOK := c == nil && q.obs == nil && q.reg != nil
 	i := 0
 	defer func() {
 		if i < len(ops) { // a prepare panicked (a pending request): post the ones before it, as a loop of posts would have
@@ -59,6 +64,10 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 		o := &ops[i]
 		w := wrs[i]
 		ch.left = n - int64(i)
+		if fastOK && q.armFast(w, o, dl, &ch) {
+			ready = append(ready, &w.wr)
+			continue
+		}
 		// Field by field, and by pointer: a struct built and then copied
 		// (an argument on the stack, a value returned) is re-read with
 		// wider loads than it was written with, which stalls on store
@@ -101,3 +110,50 @@ var chains = sync.Pool{New: func() any { s := make([]*backend.WorkRequest, 0, 64
 
 // wrOf is the WorkRequest whose backend request bw is.
 func wrOf(bw *backend.WorkRequest) *WorkRequest { return (*WorkRequest)(bw.Done.(*completer)) }
+
+// armFast arms w for o as prepare (and ready) would, for the chain's
+// common case only: a Put or Get that passes the checks, host memory
+// resolved from the chain's run, a slot and an entry taken with the
+// chain's, w neither pending nor queued, no batch, no token to drain, no
+// cancel cause, last posted on q. It reports false, changing nothing,
+// when the case is not that one: then prepare arms w. The caller knows
+// there is no ctx and no observer and that q.reg is set.
+func (q *QueuePair) armFast(w *WorkRequest, o *Op, dl time.Time, ch *chainPrep) bool {
+	s := w.state.Load()
+	if !q.plainOK(o.Op, &o.Local, &o.Remote) || o.Local.Location != buffer.Host ||
+		(ch.cq != nil && ch.slots == 0) || ch.entries == 0 ||
+		(s != stateIdle && s != stateDone) || (s == stateDone && w.queued) || // read after the state: see WorkRequest.queued
+		w.batch != nil || w.sig == nil || w.want.Load() != 0 || w.staged.Load() ||
+		w.owner.Load() != q || w.wr.CancelCause() != nil {
+		return false
+	}
+	mem, ok := ch.local.Next(&o.Local, &w.ref)
+	if !ok {
+		return false
+	}
+	w.state.setOwned(statePending) // from idle or done: the owner's alone (reqState.setOwned)
+	wr := &w.wr
+	wr.Remote = o.Remote // a statement of its own: see reset
+	wr.Op, wr.Local, wr.LocalRegion = o.Op, mem, ch.local.Last()
+	wr.Deadline, wr.Done, wr.Cancel, wr.Result = dl, (*completer)(w), nil, 0
+	wr.Via, wr.Origin = 0, 0
+	wr.Imm, wr.HasImm, wr.Compare, wr.Swap = o.Imm, o.HasImm, o.Compare, o.Swap
+	w.id = o.ID
+	if cq := ch.cq; cq != nil {
+		ch.slots--
+		w.cq = cq
+		if w.fast = !q.slow; w.fast {
+			if ch.fast > 0 {
+				ch.fast--
+			} else {
+				cq.fast.Add(1)
+			}
+		}
+	}
+	ch.entries--
+	w.qp = q
+	if w.wr.CancelCause() != nil { // a Cancel from elsewhere since the check: ready reports it
+		return q.ready(w)
+	}
+	return true
+}

@@ -31,7 +31,7 @@ type WorkRequest struct {
 	// is set, so an operation nobody parks on costs no channel operation.
 	want  atomic.Uint32
 	err   error // written before state becomes done
-	state atomic.Uint32
+	state reqState
 	start time.Time // when it was posted, for the queue pair's Observer
 	// cq is the completion queue w reports into (a slot reserved for it);
 	// from its finish until that queue's Poll hands it over, w is queued:
@@ -81,6 +81,27 @@ const (
 	// by a Poll or Wait of it, is stateDone with WorkRequest.queued set:
 	// re-arming it is a caller bug (reset panics).
 )
+
+// reqState is a WorkRequest's state: atomic, as atomic.Uint32, except
+// for armFast's plain store (setOwned).
+type reqState struct{ v uint32 }
+
+func (s *reqState) Load() uint32   { return atomic.LoadUint32(&s.v) }
+func (s *reqState) Store(v uint32) { atomic.StoreUint32(&s.v, v) }
+func (s *reqState) CompareAndSwap(old, v uint32) bool {
+	return atomic.CompareAndSwapUint32(&s.v, old, v)
+}
+
+// setOwned stores v without an atomic operation (a locked instruction,
+// which waits for every store before it to drain: a fifth of the cost of
+// an 8-byte operation). Only for a re-arm from idle or done, which is the
+// owner's alone: no other goroutine may read the state then (the
+// completer's last touch of the request came before its done, which the
+// owner saw; a Wait, Poll or Cancel of the previous use racing the
+// re-post is a caller bug, as it is for the rest of the request, written
+// plainly by reset), and whoever reads it next learns of the post
+// through the route (a lock, a channel) or is the owner itself.
+func (s *reqState) setOwned(v uint32) { s.v = v }
 
 // finished reports whether state s is an outcome's (queued or not).
 func finished(s uint32) bool { return s == stateDone }

@@ -21,7 +21,7 @@ func TestThousandIdleRoutes(t *testing.T) {
 	// Heartbeats keep idle routes up: pings every 200 ms, and a peer
 	// timeout long enough that a machine slowed by -race and load does
 	// not fail a route whose peer answers.
-	cfg := Config{HeartbeatInterval: 200 * time.Millisecond, PeerTimeout: testscale.Timeout(2 * time.Second)}
+	cfg := Config{HeartbeatInterval: 200 * time.Millisecond, PeerTimeout: testscale.Timeout(6 * time.Second)}
 	a, regA := newBackend(t, cfg, backendtest.OwnerA)
 	// HelloTimeout scaled too: under -race and load 1,000 handshakes
 	// beside 5,000 pings a second can take a hello past its 3 s.
