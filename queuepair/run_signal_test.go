@@ -101,21 +101,7 @@ func TestRunSignalHammer(t *testing.T) {
 			errs <- runHammerOwner(qp, rt, local, remote, iters, chainLen, rand.New(rand.NewPCG(uint64(o), 5)))
 		}()
 	}
-	all := make(chan struct{})
-	go func() { owg.Wait(); close(all) }()
-	limit := time.NewTimer(30 * time.Second) // the test's bound; a pass takes well under a second
-	defer limit.Stop()
-	select {
-	case <-all:
-	case <-limit.C:
-		t.Fatal("an owner never returned: a lost wake-up (a Wait, Cancel, Done or queue Wait that never ended)")
-	}
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Error(err)
-		}
-	}
+	awaitOwners(t, &owg, errs, "an owner never returned: a lost wake-up (a Wait, Cancel, Done or queue Wait that never ended)")
 	close(rt.chains)
 	cwg.Wait()
 	for _, qp := range qps {

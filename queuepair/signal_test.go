@@ -107,21 +107,7 @@ func TestSignalHammer(t *testing.T) {
 			errs <- hammerOwner(qp, rt, local, remote, iters, rand.New(rand.NewPCG(uint64(o), 99)))
 		}()
 	}
-	all := make(chan struct{})
-	go func() { owg.Wait(); close(all) }()
-	limit := time.NewTimer(30 * time.Second) // the test's bound; a pass takes well under a second
-	defer limit.Stop()
-	select {
-	case <-all:
-	case <-limit.C:
-		t.Fatal("an owner never returned: a lost wake-up (a Wait, Cancel or Done that never ended)")
-	}
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Error(err)
-		}
-	}
+	awaitOwners(t, &owg, errs, "an owner never returned: a lost wake-up (a Wait, Cancel or Done that never ended)")
 	close(rt.q)
 	cwg.Wait()
 	qp.Release()
@@ -220,6 +206,28 @@ func TestSignalOnlyWhenWanted(t *testing.T) {
 		case <-w.Done():
 		case <-time.After(10 * time.Second):
 			t.Fatalf("use %d: Done never received", i)
+		}
+	}
+}
+
+// awaitOwners waits for the hammer's owners (30 s at most: a pass takes
+// well under a second; past it, fails with lost), then reports each
+// owner's error.
+func awaitOwners(t *testing.T, owg *sync.WaitGroup, errs chan error, lost string) {
+	t.Helper()
+	all := make(chan struct{})
+	go func() { owg.Wait(); close(all) }()
+	limit := time.NewTimer(30 * time.Second)
+	defer limit.Stop()
+	select {
+	case <-all:
+	case <-limit.C:
+		t.Fatal(lost)
+	}
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
 		}
 	}
 }
