@@ -222,16 +222,5 @@ func (r *route) copyDevice(e *entry, wr *backend.WorkRequest) error {
 		})
 	}
 	r.table.leave(e.slot) // after the streams finished: the owner may let the region go
-	switch {
-	case errors.Is(err, errCutMidCopy):
-		return r.refused(e, wr, cut)
-	case err != nil:
-		return err
-	}
-	if wr.Op == backend.OpWrite {
-		r.count(1, n, 0)
-	} else {
-		r.count(1, 0, n)
-	}
-	return r.st.Err()
+	return r.settle(e, wr, n, cut, err)
 }
