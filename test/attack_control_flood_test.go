@@ -77,12 +77,16 @@ func TestAttackControlBufferFlood(t *testing.T) {
 	// Every grant counts against the caps while held; on a machine slow
 	// enough that the flood outlasts the 3 s lease, the lease reaps some
 	// meanwhile and frees room for more: then what is held is checked.
+	// The status counts every buffer, and the legitimate client's control
+	// round trip holds one 4 KiB buffer of its own for a moment.
 	perPeer := actor.DefaultConfig().MaxRemoteBuffersPerPeer
+	const legitHeld = 1
 	switch {
 	case flood < 3*time.Second && (uint64(big) > st.MaxRemoteBytes>>30 || big+small > perPeer):
 		t.Errorf("granted %d big and %d small buffers to one peer", big, small)
-	case int(st.BuffersTotal-st0.BuffersTotal) > perPeer:
-		t.Errorf("%d buffers held for one peer after a flood of %v, cap %d", st.BuffersTotal-st0.BuffersTotal, flood, perPeer)
+	case int(st.BuffersTotal-st0.BuffersTotal) > perPeer+legitHeld:
+		t.Errorf("%d buffers held after a flood of %v, cap %d for the attacker and %d for the legitimate client",
+			st.BuffersTotal-st0.BuffersTotal, flood, perPeer, legitHeld)
 	}
 	// The lease reaps them all.
 	deadline := time.Now().Add(30 * time.Second)
