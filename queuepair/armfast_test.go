@@ -2,6 +2,7 @@ package queuepair
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/rdmamgr/rdmamgr/backend"
@@ -11,8 +12,18 @@ import (
 
 // A chain's request re-posted on the same queue pair takes armFast (no
 // prepare, no reset): it must arm the request exactly as prepare does, and
-// refuse to re-arm one its queue still holds, as reset does.
+// refuse to re-arm one its queue still holds, as reset does; with no ctx
+// and with one that may end (its Done channel given to the route), and a
+// ctx that ended before the chain posts nothing.
 func TestArmFastAsPrepare(t *testing.T) {
+	t.Run("background", func(t *testing.T) { testArmFastAsPrepare(t, context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Run("live ctx", func(t *testing.T) { testArmFastAsPrepare(t, ctx) })
+	cancel()
+	t.Run("ended ctx", func(t *testing.T) { testArmFastAsPrepare(t, ctx) })
+}
+
+func testArmFastAsPrepare(t *testing.T, ctx context.Context) {
 	e := newEnv(t, qpbind.Options{})
 	defer e.qp.Release()
 	r := &seeRoute{nullRoute: nullRoute{fakeRoute: *newFakeRoute()}}
@@ -28,15 +39,29 @@ func TestArmFastAsPrepare(t *testing.T) {
 	r1, _ := remote.Slice(8, 8)
 	wrs := []*WorkRequest{new(WorkRequest), new(WorkRequest)}
 	out := make([]*WorkRequest, 4)
-	post := func(ops []Op) {
+	post := func(ctx context.Context, ops []Op) {
 		t.Helper()
-		qp.PostOps(context.Background(), wrs, ops)
+		qp.PostOps(ctx, wrs, ops)
 		if n := cq.Poll(out); n != len(ops) {
 			t.Fatalf("reaped %d, want %d", n, len(ops))
 		}
 	}
-	post([]Op{PutOp(l0, r0), GetOp(l1, r1)}) // first use: prepare
+	post(context.Background(), []Op{PutOp(l0, r0), GetOp(l1, r1)}) // first use: prepare
 	ops := []Op{GetOp(l1, r1), PutOp(l0, r0)}
+	if ctx.Err() != nil {
+		r.seen = nil
+		post(ctx, ops)
+		for i, w := range wrs {
+			if !errors.Is(w.Err(), context.Canceled) {
+				t.Fatalf("request %d under an ended ctx: %v", i, w.Err())
+			}
+		}
+		if len(r.seen) != 0 {
+			t.Fatalf("the route saw %d requests of a chain whose ctx had ended", len(r.seen))
+		}
+		return
+	}
+	c := postCtx(ctx)
 	ops[0].ID, ops[1].ID, ops[1].Imm = 7, 8, 3
 	// What prepare makes of them, on requests of their own (on a queue
 	// pair of the same route without the queue).
@@ -47,7 +72,7 @@ func TestArmFastAsPrepare(t *testing.T) {
 		w := new(WorkRequest)
 		o := &ops[i]
 		opd := o.operands()
-		if !bare.prepare(w, o.Op, &o.Local, &o.Remote, wrs[i].wr.Deadline, nil, &opd, nil) {
+		if !bare.prepare(w, o.Op, &o.Local, &o.Remote, wrs[i].wr.Deadline, c, &opd, nil) {
 			t.Fatal("prepare refused")
 		}
 		want[i] = armedOf(&w.wr)
@@ -55,7 +80,15 @@ func TestArmFastAsPrepare(t *testing.T) {
 	}
 	// The chain's second use, through armFast, seen as the route gets it.
 	r.seen, r.done = nil, nil
-	post(ops)
+	fast := 0
+	testHookArmFast = func() { fast++ }
+	defer func() { testHookArmFast = nil }()
+	post(ctx, ops)
+	// All but the first: a chain's first request takes the references to
+	// its local region for the chain (prepare, LocalRun.Acquire).
+	if fast != len(ops)-1 {
+		t.Fatalf("armFast armed %d of the chain's %d requests, want all but the first", fast, len(ops))
+	}
 	if len(r.seen) != 2 {
 		t.Fatalf("route saw %d requests", len(r.seen))
 	}

@@ -16,7 +16,8 @@ import (
 // PostPut; each completes on its own, exactly as if posted alone: an
 // operation refused before posting (a check, a full completion queue, ctx
 // already ended) completes at once with its error and the others are
-// posted. ctx bounds the post as for Put (doc.go, "Posting"). It panics
+// posted. ctx bounds the post as for Put (doc.go, "Posting"); whether it
+// had ended is read once, as the chain begins. It panics
 // if len(wrs) != len(ops) or a work request is pending (or appears twice),
 // having posted the ones before it.
 func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
@@ -51,8 +52,15 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 	}
 	var opd operands
 	// The common case of a chain's operation is armed by armFast, with
-	// no call of prepare and reset: no ctx, no observer, a registry.
-	fastOK := c == nil && q.obs == nil && q.reg != nil
+	// no call of prepare and reset: no observer, a registry, and a ctx
+	// that had not ended when the chain began (checked once for the
+	// chain: one that ends while it is armed ends the operations posted
+	// as it ends any operation in flight, through their Cancel channel).
+	fastOK := q.obs == nil && q.reg != nil && (c == nil || c.Err() == nil)
+	var cancel <-chan struct{}
+	if c != nil {
+		cancel = c.Done()
+	}
 	i := 0
 	defer func() {
 		if i < len(ops) { // a prepare panicked (a pending request): post the ones before it, as a loop of posts would have
@@ -64,7 +72,7 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 		o := &ops[i]
 		w := wrs[i]
 		ch.left = n - int64(i)
-		if fastOK && q.armFast(w, o, dl, &ch) {
+		if fastOK && q.armFast(w, o, dl, cancel, &ch) {
 			ready = append(ready, &w.wr)
 			continue
 		}
@@ -117,8 +125,9 @@ func wrOf(bw *backend.WorkRequest) *WorkRequest { return (*WorkRequest)(bw.Done.
 // chain's, w neither pending nor queued, no batch, no token to drain, no
 // cancel cause, last posted on q. It reports false, changing nothing,
 // when the case is not that one: then prepare arms w. The caller knows
-// there is no ctx and no observer and that q.reg is set.
-func (q *QueuePair) armFast(w *WorkRequest, o *Op, dl time.Time, ch *chainPrep) bool {
+// there is no observer, that q.reg is set, and that the chain's ctx (its
+// Done channel: cancel, nil for none) had not ended when the chain began.
+func (q *QueuePair) armFast(w *WorkRequest, o *Op, dl time.Time, cancel <-chan struct{}, ch *chainPrep) bool {
 	s := w.state.Load()
 	if !q.plainOK(o.Op, &o.Local, &o.Remote) || o.Local.Location != buffer.Host ||
 		(ch.cq != nil && ch.slots == 0) || ch.entries == 0 ||
@@ -135,7 +144,7 @@ func (q *QueuePair) armFast(w *WorkRequest, o *Op, dl time.Time, ch *chainPrep) 
 	wr := &w.wr
 	wr.Remote = o.Remote // a statement of its own: see reset
 	wr.Op, wr.Local, wr.LocalRegion = o.Op, mem, ch.local.Last()
-	wr.Deadline, wr.Done, wr.Cancel, wr.Result = dl, (*completer)(w), nil, 0
+	wr.Deadline, wr.Done, wr.Cancel, wr.Result = dl, (*completer)(w), cancel, 0
 	wr.Via, wr.Origin = 0, 0
 	wr.Imm, wr.HasImm, wr.Compare, wr.Swap = o.Imm, o.HasImm, o.Compare, o.Swap
 	w.id = o.ID
@@ -155,5 +164,12 @@ func (q *QueuePair) armFast(w *WorkRequest, o *Op, dl time.Time, ch *chainPrep) 
 	if w.wr.CancelCause() != nil { // a Cancel from elsewhere since the check: ready reports it
 		return q.ready(w)
 	}
+	if testHookArmFast != nil {
+		testHookArmFast()
+	}
 	return true
 }
+
+// testHookArmFast, when set (tests only), is called for each request
+// armFast arms.
+var testHookArmFast func()
