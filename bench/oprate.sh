@@ -31,7 +31,7 @@
 #   -- FLAGS       passed to every `rdmamgr bench` (of all three tables)
 #
 # Environment: RDMAMGR (a binary instead of building one), UCX_OPRATE_ITERS
-# (UCX iterations, default 1000000), UCX_REPEAT (UCX best of N per run).
+# (UCX iterations and ours at shm, default 1000000), UCX_REPEAT (UCX best of N per run).
 # Needs jq and go (unless RDMAMGR is set).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -140,9 +140,11 @@ fi
 if [ "$do_shm" = 1 ]; then
   for i in $(seq "$runs"); do
     # --shared-slot: ours moves the same bytes with every operation in
-    # flight, as ucx_perftest does (one buffer of the message size).
+    # flight, as ucx_perftest does (one buffer of the message size); as
+    # many operations as UCX's iterations (50,000 at 8 B is 7 ms: its
+    # start-up costs would be measured too).
     bench --baseline --backend shm --placement "$placement" --sizes 8B,4KiB --inflight "$inflight" --shared-slot \
-      --json "$dir/shm-$i.json" ${quick[@]+"${quick[@]}"}
+      --count "${UCX_OPRATE_ITERS:-1000000}" --json "$dir/shm-$i.json" ${quick[@]+"${quick[@]}"}
     : >"$dir/ucx-$i.tsv"
     if [ "$ucx" = 1 ]; then
       UCX_ITERS=${UCX_OPRATE_ITERS:-1000000} "$here/ucx.sh" --tls sm --placement "$placement" --sizes 8B,4KiB \
@@ -153,7 +155,7 @@ if [ "$do_shm" = 1 ]; then
   echo
   echo "Both move one buffer of the operation's size with every operation in flight (ours: --shared-slot)."
   echo
-  echo "Reproduce: \`bench/oprate.sh --no-tcp --no-procs --inflight $inflight --placement $placement\` (one run of ours: \`rdmamgr bench --baseline --backend shm --sizes 8B,4KiB --inflight $inflight --shared-slot\`)"
+  echo "Reproduce: \`bench/oprate.sh --no-tcp --no-procs --inflight $inflight --placement $placement\` (one run of ours: \`rdmamgr bench --baseline --backend shm --sizes 8B,4KiB --inflight $inflight --shared-slot --count ${UCX_OPRATE_ITERS:-1000000}\`)"
   echo
   echo "| size | op | in flight | ours ops/s | UCX sm ops/s | ours/UCX sm |"
   echo "|---|---|---:|---:|---:|---:|"
