@@ -26,7 +26,8 @@ type Config struct {
 	// RequestBuffer at once (a quarter of physical memory).
 	MaxRemoteBytes uint64
 	// MaxRemoteBuffersPerPeer caps the buffers one remote peer holds
-	// (1024).
+	// (1024, at most half of Limits.MaxRegions: one peer never takes
+	// every region from the others).
 	MaxRemoteBuffersPerPeer int
 	// RemoteLease is the lease given to buffers remote peers request
 	// without asking for one (10 min; negative: none).
@@ -83,7 +84,7 @@ func DefaultConfig() Config {
 		Name:                    DefaultName,
 		Limits:                  buffer.Limits{MaxBytes: mib(mem / 100 * registeredShare), MaxRegions: regions, MaxRegion: mib(mem / 4)},
 		MaxRemoteBytes:          mib(mem / 4),
-		MaxRemoteBuffersPerPeer: 1024,
+		MaxRemoteBuffersPerPeer: remoteBuffersPerPeer(regions),
 		RemoteLease:             10 * time.Minute,
 		HandshakesPerPeer:       64,
 		MaxLease:                24 * time.Hour,
@@ -95,6 +96,12 @@ func DefaultConfig() Config {
 		RequestTimeout:          defaultRequestTimeout,
 		MaxMessageSize:          control.DefaultMaxMessageSize,
 	}
+}
+
+// remoteBuffersPerPeer is MaxRemoteBuffersPerPeer's default for a
+// registry of at most regions regions: 1024, or half of them if fewer.
+func remoteBuffersPerPeer(regions int) int {
+	return min(1024, max(regions/2, 1))
 }
 
 // defaultRequestTimeout is Config.RequestTimeout's default, and that of a
@@ -109,7 +116,7 @@ func (c Config) withDefaults() Config {
 	defaults.Set(&c.Limits.MaxRegions, d.Limits.MaxRegions)
 	defaults.Set(&c.Limits.MaxRegion, min(d.Limits.MaxRegion, c.Limits.MaxBytes))
 	defaults.Set(&c.MaxRemoteBytes, min(d.MaxRemoteBytes, c.Limits.MaxBytes))
-	defaults.Set(&c.MaxRemoteBuffersPerPeer, d.MaxRemoteBuffersPerPeer)
+	defaults.Set(&c.MaxRemoteBuffersPerPeer, remoteBuffersPerPeer(c.Limits.MaxRegions))
 	defaults.Set(&c.RemoteLease, d.RemoteLease)
 	c.RemoteLease = max(c.RemoteLease, 0)
 	defaults.Set(&c.HandshakesPerPeer, d.HandshakesPerPeer)

@@ -72,6 +72,12 @@ func atkStart(t *testing.T, nofile int, extra ...string) *atkVictim {
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--log-level", "warn"}, extra...)
 	bin := rdmamgrBin
 	if nofile > 0 {
+		// The victim's limit, and the attacker's (which holds about as
+		// many connections), come under this process's: a machine that
+		// allows fewer cannot show the attack.
+		if n := openFileLimit(); n < nofile {
+			t.Skipf("needs an open-file limit of %d for the victim and the attacker; this process may open %d (ulimit -Hn)", nofile, n)
+		}
 		args = append([]string{fmt.Sprintf("--nofile=%d:%d", nofile, nofile), "--", rdmamgrBin}, args...)
 		bin = "prlimit"
 	}

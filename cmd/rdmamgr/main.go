@@ -31,6 +31,7 @@ type limitFlags struct {
 	// default is not passed on, so that the library derives it (a smaller
 	// --max-registered clamps --max-region and --max-remote).
 	defRegion, defRemote, defRegistered string
+	defRemotePerPeer                    int
 }
 
 func (l *limitFlags) register(fs *flag.FlagSet) {
@@ -43,7 +44,8 @@ func (l *limitFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&l.maxRegions, "max-regions", d.MaxRegions, "most registered regions (16384, or a quarter of vm.max_map_count if lower)")
 	fs.StringVar(&l.maxRemote, "max-remote", l.defRemote,
 		"most bytes remote peers may hold through request_buffer at once (a quarter of physical memory, at most --max-registered)")
-	fs.IntVar(&l.maxRemotePerPeer, "max-remote-buffers", dc.MaxRemoteBuffersPerPeer, "most buffers one remote peer may hold")
+	l.defRemotePerPeer = dc.MaxRemoteBuffersPerPeer
+	fs.IntVar(&l.maxRemotePerPeer, "max-remote-buffers", dc.MaxRemoteBuffersPerPeer, "most buffers one remote peer may hold (1024, at most half of --max-regions)")
 	fs.DurationVar(&l.remoteLease, "remote-lease", dc.RemoteLease, "lease given to buffers remote peers request without one (0: none)")
 	fs.IntVar(&l.maxRoutes, "max-routes", dc.MaxRoutes, "most routes to peers")
 	fs.IntVar(&l.handshakesPerPeer, "handshakes-per-peer", dc.HandshakesPerPeer, "most route handshakes accepted from one peer per 30 s")
@@ -80,7 +82,9 @@ func (l *limitFlags) apply(cfg *actor.Config) error {
 		}
 	}
 	cfg.Limits.MaxRegions = l.maxRegions
-	cfg.MaxRemoteBuffersPerPeer = l.maxRemotePerPeer
+	if l.maxRemotePerPeer != l.defRemotePerPeer { // else the library's: at most half of --max-regions
+		cfg.MaxRemoteBuffersPerPeer = l.maxRemotePerPeer
+	}
 	cfg.RemoteLease = l.remoteLease
 	if l.remoteLease == 0 {
 		cfg.RemoteLease = -1 // asked for none
