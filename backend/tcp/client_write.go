@@ -105,9 +105,18 @@ func (cc *clientConn) sendGathered(nh int) ([]*chunk, bool) {
 	return cc.markSent(), true
 }
 
-// frameBytes bounds the bytes of c's frame: its payload and the largest
-// header (a ping's is a header).
-func frameBytes(c *chunk) int { return len(c.local) + reqMaxSize }
+// frameBytes bounds the bytes of c's request frame: the largest header,
+// and the payload of a frame that carries one (a Get's request is a
+// header: its bytes come back on the reader's side, which never waits
+// for a poster, so they neither fill the socket toward the peer nor
+// keep a poster from writing a chain of Gets itself; a ping's is a
+// header).
+func frameBytes(c *chunk) int {
+	if hasPayload(c.wop) {
+		return len(c.local) + reqMaxSize
+	}
+	return reqMaxSize
+}
 
 func finishAll(cs []*chunk) {
 	for _, c := range cs {
