@@ -54,8 +54,8 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 	// The common case of a chain's operation is armed by armFast, with
 	// no call of prepare and reset: no observer, a registry, and a ctx
 	// that had not ended when the chain began (checked once for the
-	// chain: one that ends while it is armed ends the operations posted
-	// as it ends any operation in flight, through their Cancel channel).
+	// chain: one that ends while it is armed bounds the posts that wait
+	// for room, through their Cancel channel, as prepare's do).
 	fastOK := q.obs == nil && q.reg != nil && (c == nil || c.Err() == nil)
 	var cancel <-chan struct{}
 	if c != nil {
