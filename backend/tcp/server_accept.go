@@ -167,9 +167,11 @@ func (b *Backend) admit(c net.Conn) {
 	if b.pending >= b.cfg.MaxPendingConns || b.pendingByIP[ip] >= b.cfg.MaxPendingPerIP {
 		n, nIP := b.pending, b.pendingByIP[ip]
 		b.mu.Unlock()
-		c.Close()
+		// Counted before the close: whoever sees the connection closed
+		// sees it counted.
 		b.lnStats.refusedPending.Add(1)
 		b.served.authFail.Add(1)
+		c.Close()
 		if ok, dropped := b.logs.refused.Allow(); ok {
 			b.log.Warn("data connection refused: too many before the hello",
 				"remote", ip.String(), "pending", n, "pending_from_addr", nIP, "suppressed", dropped)
