@@ -16,6 +16,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/rdmamgr/rdmamgr/actor"
+	"github.com/rdmamgr/rdmamgr/internal/testscale"
 	"github.com/rdmamgr/rdmamgr/remoteguard"
 )
 
@@ -55,7 +56,7 @@ func TestAttackControlConnFlood(t *testing.T) {
 	// many as this process may open (a machine whose open-file limit is
 	// 1024 gets 409 and 51: still far past the per-address cap).
 	silent, handshaken := 2000, 200
-	if n := openFileLimit(); n < 2*(silent+handshaken) {
+	if n := testscale.OpenFiles(); n < 2*(silent+handshaken) {
 		silent, handshaken = n*2/5, n/20
 	}
 	const dialBudget = 8000

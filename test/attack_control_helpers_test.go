@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -279,14 +278,4 @@ func (r *attackRun) end(t *testing.T) {
 	t.Logf("victim before: %v; legit %v", r.base, r.before)
 	t.Logf("victim during (peak): %v; legit %v", peak, during)
 	t.Logf("victim after: %v; legit %v", after, afterBench)
-}
-
-// openFileLimit is how many files this process may open (the soft limit,
-// which Go raises to the hard one at start; 1<<20 if unknown).
-func openFileLimit() int {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur > 1<<20 {
-		return 1 << 20
-	}
-	return int(lim.Cur)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/proc"
+	"github.com/rdmamgr/rdmamgr/internal/testscale"
 	"github.com/rdmamgr/rdmamgr/queuepair"
 )
 
@@ -75,7 +76,7 @@ func atkStart(t *testing.T, nofile int, extra ...string) *atkVictim {
 		// The victim's limit, and the attacker's (which holds about as
 		// many connections), come under this process's: a machine that
 		// allows fewer cannot show the attack.
-		if n := openFileLimit(); n < nofile {
+		if n := testscale.OpenFiles(); n < nofile {
 			t.Skipf("needs an open-file limit of %d for the victim and the attacker; this process may open %d (ulimit -Hn)", nofile, n)
 		}
 		args = append([]string{fmt.Sprintf("--nofile=%d:%d", nofile, nofile), "--", rdmamgrBin}, args...)

@@ -20,7 +20,7 @@ func TestThousandIdleRoutes(t *testing.T) {
 	// Each route is two connections, an fd at each end, all in this
 	// process: a machine that allows fewer open files gets fewer routes.
 	n := 1000
-	if limit := openFileLimit(); limit < 4*n+200 {
+	if limit := testscale.OpenFiles(); limit < 4*n+200 {
 		n = (limit - 200) / 4
 		t.Logf("%d open files allowed: %d routes", limit, n)
 	}
