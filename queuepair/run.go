@@ -112,3 +112,48 @@ func completeRun(wrs []*backend.WorkRequest, errs []error) {
 		i = j
 	}
 }
+
+var _ qpbind.InlineCompleter = (*completer)(nil)
+
+// CompleteInline implements qpbind.InlineCompleter: finish's report of an
+// operation its route completed inside the Post that posted it, with one
+// atomic operation from pending to done (finish takes two: pending to
+// reporting, which decides who reports, then done). Nobody else reports
+// it (backend.Completer's exactly once; the queue pair's own finishes
+// come only before or instead of the route's Post), and the token a
+// waiter wants is sent after done without reaching a later use: only the
+// poster may re-arm w, and it is still in the Post. One reported through
+// a completion queue, a batch's or an observed one is finished as usual.
+func (c *completer) CompleteInline(_ *backend.WorkRequest, err error) {
+	w := (*WorkRequest)(c)
+	if w.cq != nil || w.batch != nil || !w.start.IsZero() || w.state.Load() != statePending {
+		w.finish(err)
+		return
+	}
+	q := w.qp
+	w.qp = nil
+	w.err = err
+	var rs [1]*memreg.Region
+	var ref memreg.Ref
+	if rs[0] = w.ref.Detach(); rs[0] == nil { // none, a remote one or a proxy's: released on its own
+		ref = w.ref
+		w.ref = memreg.Ref{}
+	}
+	if testHookFinishing != nil {
+		testHookFinishing()
+	}
+	if !w.state.CompareAndSwap(statePending, stateDone) {
+		panic("queuepair: an inline completion raced another") // a route breaking backend.Completer's exactly once
+	}
+	if w.want.Load() != 0 { // after the state: see "The signal handshake"
+		w.signal()
+	}
+	// The local region is let go once the outcome is reported (as finish
+	// does): whoever waits for its references then finds the operation
+	// done.
+	memreg.LeaveAll(rs[:])
+	ref.Release()
+	if q != nil {
+		q.ops.Leave()
+	}
+}

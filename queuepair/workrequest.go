@@ -51,6 +51,12 @@ type WorkRequest struct {
 	// (stage.go); dev: the device local handed to a route that takes it.
 	staged atomic.Bool
 	dev    memreg.DeviceSpan
+	// dlMono, dlFor: wr.Deadline is armOne's, built at the coarse clock's
+	// reading dlMono for a timeout of dlFor (dlMono 0: it is not; every
+	// other writer of wr.Deadline clears it). armOne reuses it while the
+	// reading and the timeout are the same.
+	dlMono int64
+	dlFor  time.Duration
 }
 
 // ID returns the Op.ID w was last posted with (PostOps, Submit); 0 for
@@ -202,6 +208,7 @@ func (w *WorkRequest) reset(op backend.Op, remote *buffer.Buffer, deadline time.
 	wr.Remote = *remote
 	wr.Op, wr.Local, wr.LocalRegion = op, nil, nil
 	wr.Deadline, wr.Done, wr.Cancel, wr.Result = deadline, (*completer)(w), nil, 0
+	w.dlMono = 0
 	wr.Via, wr.Origin = 0, 0
 	if ctx != nil {
 		wr.Cancel = ctx.Done()

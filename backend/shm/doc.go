@@ -132,8 +132,9 @@
 //
 // A Put or Get of at most Config.InlineMax bytes (1 MiB) on a region already
 // mapped runs inside Post, in the caller's goroutine: it is complete when
-// Post returns (its Completer was called), and it is never counted in the
-// route's InFlight. It takes no lock and reads no clock: the region's
+// Post returns (its Completer was called: a queue pair's with one atomic
+// operation, internal/qpbind.InlineCompleter), and it is never counted in
+// the route's InFlight. It takes no lock and reads no clock: the region's
 // mapping is found lock-free and held by one reference (which also keeps
 // the state table mapped until Close's last copy ends). PostList
 // (backend.ListPoster) does the same for a chain, copying each run of small

@@ -10,6 +10,7 @@ import (
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
+	"github.com/rdmamgr/rdmamgr/internal/qpbind"
 )
 
 // Post runs a small operation on a region already mapped at once, in the
@@ -79,6 +80,10 @@ func (r *route) inline(wr *backend.WorkRequest) bool {
 // nothing of the copy touches memory after this.
 func (r *route) reportInline(wr *backend.WorkRequest, err error) {
 	r.st.Count(wr, err)
+	if ic, ok := wr.Done.(qpbind.InlineCompleter); ok { // a queue pair's: done with one atomic operation
+		ic.CompleteInline(wr, err)
+		return
+	}
 	wr.Done.Complete(wr, err)
 }
 

@@ -105,8 +105,14 @@ func Mono() int64 {
 
 // Deadline is Now plus d plus Resolution: d from the real now, give or
 // take a few milliseconds.
-func Deadline(d time.Duration) time.Time {
-	return base.Add(time.Duration(Mono()-baseMono) + d + Resolution) // one Add: it is per operation
+func Deadline(d time.Duration) time.Time { return DeadlineAt(Mono(), d) }
+
+// DeadlineAt is Deadline as of the reading mono of Mono: a caller that
+// posts many operations within one tick reads Mono, and builds the
+// deadline (a time.Time's Add, several times Mono's cost) only when the
+// reading changed.
+func DeadlineAt(mono int64, d time.Duration) time.Time {
+	return base.Add(time.Duration(mono-baseMono) + d + Resolution) // one Add: it is per operation
 }
 
 // slow reads the real clock and starts the ticker if a holder wants it.

@@ -97,3 +97,18 @@ func TestMonoFollowsNanotime(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// DeadlineAt of a reading is Deadline as of that reading: Now at it plus
+// the timeout and Resolution.
+func TestDeadlineAt(t *testing.T) {
+	m := Mono()
+	now := base.Add(time.Duration(m - baseMono))
+	for _, d := range []time.Duration{0, time.Millisecond, 30 * time.Second} {
+		if got, want := DeadlineAt(m, d), now.Add(d+Resolution); !got.Equal(want) || got.Sub(want) != 0 {
+			t.Fatalf("DeadlineAt(%d, %v) = %v, want %v", m, d, got, want)
+		}
+	}
+	if a, b := DeadlineAt(m, time.Second), DeadlineAt(m+int64(time.Millisecond), time.Second); b.Sub(a) != time.Millisecond {
+		t.Fatalf("a reading 1ms later moved the deadline by %v", b.Sub(a))
+	}
+}

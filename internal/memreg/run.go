@@ -159,3 +159,20 @@ func LeaveAll(rs []*Region) {
 		i = j
 	}
 }
+
+// AcquireNear is AcquireLocalOf(b)'s common case for a handle posted on
+// its own, writing the Ref into *dst (a data path's field) rather than
+// returning it: b is in near (a region of g's, held or not; host memory,
+// not a proxy) and near is still registered. It returns the Ref's bytes;
+// nil, changing nothing, when the case is not that one: then take the
+// registry's way (AcquireLocalOf, or a LocalRun).
+func (g *Registry) AcquireNear(near *Region, b *buffer.Buffer, dst *Ref) []byte {
+	if near == nil || near.gate != nil || near.dev != nil || near.mem == nil || b.Region != near.id || b.OwnerID != g.ownerID ||
+		!keyEqual(&near.key, &b.Key) || b.Length == 0 || b.Offset > near.size || b.Length > near.size-b.Offset || !near.enter() {
+		return nil
+	}
+	off, n := b.Offset, b.Length
+	mem := near.mem[off : off+n : off+n]
+	dst.r, dst.mem, dst.remote, dst.off, dst.n = near, mem, false, off, n
+	return mem
+}

@@ -165,3 +165,57 @@ func TestDetachLeaveAll(t *testing.T) {
 		t.Fatalf("after LeaveAll a holds %d, b %d references, want 0", ra.Refs(), rb.Refs())
 	}
 }
+
+// AcquireNear resolves a handle in the region given, taking one reference
+// written in place, and refuses (nil, nothing taken) every handle
+// AcquireLocalOf would refuse or resolve elsewhere: another region, a
+// wrong key, out of range, another owner's, a proxy's, a released region.
+func TestAcquireNear(t *testing.T) {
+	g := newReg(t, buffer.Limits{})
+	a := mustAlloc(t, g, 4096, buffer.AccessReadWrite)
+	b := mustAlloc(t, g, 4096, buffer.AccessReadWrite)
+	ra, rb := g.regionOf(t, a), g.regionOf(t, b)
+	slice := func(h buffer.Buffer, off, n uint64) *buffer.Buffer {
+		s, err := h.Slice(off, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &s
+	}
+	var ref Ref
+	mem := g.AcquireNear(ra, slice(a, 8, 8), &ref)
+	if len(mem) != 8 || cap(mem) != 8 || &mem[0] != &ra.mem[8] || ref.Region() != ra || &ref.Bytes()[0] != &mem[0] || ra.Refs() != 1 {
+		t.Fatalf("AcquireNear in its region: %d bytes, ref of %v, %d references", len(mem), ref.Region() == ra, ra.Refs())
+	}
+	ref.Release()
+	wrongKey := *slice(a, 16, 8)
+	wrongKey.Key[buffer.KeySize-1] ^= 0x80
+	pastEnd := *slice(a, 4088, 8)
+	pastEnd.Offset += 8
+	tooLong := *slice(a, 4088, 8)
+	tooLong.Length = 1<<64 - 1
+	otherOwner := *slice(a, 16, 8)
+	otherOwner.OwnerID ^= 1
+	empty := *slice(a, 0, 8)
+	empty.Length = 0
+	proxy := mustProxy(t, g, make([]byte, 4096), buffer.AccessReadWrite, &fakeGate{})
+	rp := g.regionOf(t, proxy)
+	for i, c := range []struct {
+		near *Region
+		h    *buffer.Buffer
+	}{{nil, slice(a, 0, 8)}, {rb, slice(a, 0, 8)}, {ra, &wrongKey}, {ra, &pastEnd}, {ra, &tooLong}, {ra, &otherOwner}, {ra, &empty}, {rp, slice(proxy, 0, 8)}} {
+		var miss Ref
+		if mem := g.AcquireNear(c.near, c.h, &miss); mem != nil || miss.Held() {
+			t.Fatalf("case %d: AcquireNear resolved %v", i, *c.h)
+		}
+	}
+	if ra.Refs() != 0 || rb.Refs() != 0 || rp.Refs() != 0 {
+		t.Fatalf("references left after the refusals: %d, %d, %d", ra.Refs(), rb.Refs(), rp.Refs())
+	}
+	if err := g.Release(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	if mem := g.AcquireNear(ra, slice(a, 0, 8), &ref); mem != nil || ref.Held() {
+		t.Fatal("AcquireNear resolved a handle of a released region")
+	}
+}

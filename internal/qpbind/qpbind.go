@@ -58,3 +58,16 @@ var _ Resolver = (*memreg.Registry)(nil)
 type RunCompleter interface {
 	CompleteRun(wrs []*backend.WorkRequest, errs []error)
 }
+
+// InlineCompleter is implemented by the backend.Completer of package
+// queuepair's work requests. A backend that completes a request inside
+// its Post, in the poster's goroutine, before that Post returns (shm's
+// inline copy of an operation posted on its own) may complete it with
+// CompleteInline(wr, err) instead of wr.Done.Complete(wr, err): the same
+// report, exactly once. The queue pair then makes the request done with
+// one atomic operation where Complete takes two: no other goroutine
+// completes it, and its poster, the only one who may re-arm it, is still
+// in the Post.
+type InlineCompleter interface {
+	CompleteInline(wr *backend.WorkRequest, err error)
+}
