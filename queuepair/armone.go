@@ -8,7 +8,8 @@ import (
 )
 
 // armOne arms and posts w for a Put or Get posted on its own (PostPut,
-// PostGet, Put, Get) as prepare and post would, for the common case
+// PostGet, and PostOps of one operation, with its id; Put and Get make a
+// new request, which prepare arms) as prepare and post would, for the common case
 // only: the operation passes the checks, its local handle is in the
 // region q resolved last (q.near), w was last posted on q and is neither
 // pending nor queued, no batch, no token to drain, no cancel cause, no
@@ -20,7 +21,7 @@ import (
 // armFast), the LocalRun and the Ref copied back through the stack
 // (memreg.Registry.AcquireNear writes it in place), and prepare's
 // branches for what this case has not.
-func (q *QueuePair) armOne(w *WorkRequest, op backend.Op, local, remote *buffer.Buffer, ctx context.Context) bool {
+func (q *QueuePair) armOne(w *WorkRequest, op backend.Op, local, remote *buffer.Buffer, ctx context.Context, id uint64) bool {
 	s := w.state.Load()
 	if q.obs != nil || q.reg == nil || !q.plainOK(op, local, remote) || local.Location != buffer.Host ||
 		(s != stateIdle && s != stateDone) || (s == stateDone && w.queued) || // read after the state: see WorkRequest.queued
@@ -60,7 +61,7 @@ func (q *QueuePair) armOne(w *WorkRequest, op backend.Op, local, remote *buffer.
 	wr.Done, wr.Cancel, wr.Result = (*completer)(w), cancel, 0
 	wr.Via, wr.Origin = 0, 0
 	wr.Imm, wr.HasImm, wr.Compare, wr.Swap = 0, false, 0, 0
-	w.id = 0
+	w.id = id
 	if cq != nil {
 		w.cq = cq
 		if w.fast = !q.slow; w.fast {

@@ -104,13 +104,24 @@ func testArmOneAsPrepare(t *testing.T, ctx context.Context, withCQ bool) {
 			t.Fatalf("re-post %d: deadline %v from now, want about %v", i, dl, DefaultTimeout)
 		}
 	}
+	// PostOps of one operation: the same, with its ID.
+	op := GetOp(l1, r0)
+	op.ID = 9
+	qp.PostOps(ctx, []*WorkRequest{&w}, []Op{op})
+	if err := w.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reap(&w)
+	if n != 4 || len(r.seen) != 4 || r.seen[3] != want || w.ID() != 9 {
+		t.Fatalf("PostOps of one: armOne armed %d, route saw %+v, ID %d", n, r.seen[len(r.seen)-1], w.ID())
+	}
 	if qp.ops.Users() != 0 {
 		t.Fatalf("%d operations still counted on the queue pair", qp.ops.Users())
 	}
 	// A failure is reported as such, through the same path.
 	r.err = rdmamgr.ErrAccess
 	qp.PostPut(ctx, &w, l1, r0)
-	if err := w.Wait(ctx); !errors.Is(err, rdmamgr.ErrAccess) || n != 4 {
+	if err := w.Wait(ctx); !errors.Is(err, rdmamgr.ErrAccess) || n != 5 {
 		t.Fatalf("failed re-post: %v, armOne armed %d", err, n)
 	}
 	reap(&w)
@@ -119,12 +130,12 @@ func testArmOneAsPrepare(t *testing.T, ctx context.Context, withCQ bool) {
 	// region), then armOne again.
 	other := alloc(t, e.local, 8, buffer.AccessReadWrite)
 	qp.PostPut(ctx, &w, other, r0)
-	if err := w.Wait(ctx); err != nil || n != 4 {
+	if err := w.Wait(ctx); err != nil || n != 5 {
 		t.Fatalf("post from another region: %v, armOne armed %d (want it left to prepare)", err, n)
 	}
 	reap(&w)
 	qp.PostPut(ctx, &w, other, r0)
-	if err := w.Wait(ctx); err != nil || n != 5 {
+	if err := w.Wait(ctx); err != nil || n != 6 {
 		t.Fatalf("re-post in that region: %v, armOne armed %d", err, n)
 	}
 	reap(&w)
@@ -132,7 +143,7 @@ func testArmOneAsPrepare(t *testing.T, ctx context.Context, withCQ bool) {
 	ro := r0
 	ro.Access = buffer.AccessRead
 	qp.PostPut(ctx, &w, l1, ro)
-	if err := w.Wait(ctx); !errors.Is(err, rdmamgr.ErrAccess) || n != 5 {
+	if err := w.Wait(ctx); !errors.Is(err, rdmamgr.ErrAccess) || n != 6 {
 		t.Fatalf("a Put to a read-only handle: %v, armOne armed %d", err, n)
 	}
 	reap(&w)

@@ -25,14 +25,22 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 		panic("queuepair: PostOps with len(wrs) != len(ops)")
 	}
 	c := postCtx(ctx)
-	dl := q.deadline()
 	if q.list == nil || len(wrs) == 1 {
+		var dl time.Time
 		for i := range ops {
 			o := &ops[i]
+			if (o.Op == backend.OpWrite || o.Op == backend.OpRead) && o.Imm == 0 && !o.HasImm && o.Compare == 0 && o.Swap == 0 &&
+				q.armOne(wrs[i], o.Op, &o.Local, &o.Remote, c, o.ID) {
+				continue
+			}
+			if dl.IsZero() {
+				dl = q.deadline()
+			}
 			q.arm(wrs[i], o.Op, &o.Local, &o.Remote, dl, c, o.operands())
 		}
 		return
 	}
+	dl := q.deadline()
 	chain := chains.Get().(*[]*backend.WorkRequest)
 	ready := (*chain)[:0]
 	n := int64(len(ops))

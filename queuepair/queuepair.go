@@ -126,14 +126,14 @@ func (q *QueuePair) Get(ctx context.Context, local, remote buffer.Buffer) *WorkR
 // it completed: the steady-state data path then allocates nothing. w must
 // not be pending (it panics if it is).
 func (q *QueuePair) PostPut(ctx context.Context, w *WorkRequest, local, remote buffer.Buffer) {
-	if c := postCtx(ctx); !q.armOne(w, backend.OpWrite, &local, &remote, c) {
+	if c := postCtx(ctx); !q.armOne(w, backend.OpWrite, &local, &remote, c, 0) {
 		q.arm(w, backend.OpWrite, &local, &remote, q.deadline(), c, operands{})
 	}
 }
 
 // PostGet is Get into a caller-owned, reusable WorkRequest (see PostPut).
 func (q *QueuePair) PostGet(ctx context.Context, w *WorkRequest, local, remote buffer.Buffer) {
-	if c := postCtx(ctx); !q.armOne(w, backend.OpRead, &local, &remote, c) {
+	if c := postCtx(ctx); !q.armOne(w, backend.OpRead, &local, &remote, c, 0) {
 		q.arm(w, backend.OpRead, &local, &remote, q.deadline(), c, operands{})
 	}
 }
