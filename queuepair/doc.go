@@ -73,9 +73,14 @@
 //
 // The steady state allocates nothing per operation: PostOps of reused
 // work requests and reaping through Poll or Wait (tested on shm and TCP
-// routes). Deadlines come from a coarse clock (internal/coarseclock,
-// refreshed every millisecond while queue pairs post), not a clock read
-// per operation: an operation's deadline may be a few milliseconds late.
+// routes), and PostPut and PostGet of a reused work request. A work
+// request re-posted on the queue pair it was last posted on, for a Put or
+// Get whose local memory is in the region of the queue pair's last one,
+// is armed without a compare-and-swap of its state (the request is its
+// poster's until it is posted). Deadlines come from a coarse clock
+// (internal/coarseclock, refreshed every millisecond while queue pairs
+// post), not a clock read per operation: an operation's deadline may be a
+// few milliseconds late.
 //
 // # Reported means finished
 //

@@ -104,8 +104,15 @@ func TestReusedWorkRequestAllocs(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("allocation count is not meaningful under -race")
 	}
+	// Complete, and CompleteInline (its record of each post preallocated).
+	for _, route := range []backend.Route{&syncRoute{}, &inlineRoute{fakeRoute: *newFakeRoute(), seen: make([]armed, 0, 1024)}} {
+		testReusedWorkRequestAllocs(t, route)
+	}
+}
+
+func testReusedWorkRequestAllocs(t *testing.T, route backend.Route) {
 	e := newEnv(t, qpbind.Options{})
-	qp := newQueuePair(1, peerID, &syncRoute{}, e.local, qpbind.Options{})
+	qp := newQueuePair(1, peerID, route, e.local, qpbind.Options{})
 	local := alloc(t, e.local, 4096, buffer.AccessReadWrite)
 	remote := alloc(t, e.remote, 4096, buffer.AccessReadWrite)
 	var w WorkRequest
