@@ -357,16 +357,44 @@ func (w *WorkRequest) Wait(ctx context.Context) error {
 		w.settled()
 		return w.err
 	}
-	select {
-	case <-w.sig:
-		w.settled()
-		return w.err
-	case <-ctx.Done():
+	for {
+		select {
+		case <-w.sig:
+			if w.tokenIsOutcome() {
+				return w.err
+			}
+			continue // an earlier use's token: wait on
+		case <-ctx.Done():
+		}
+		break
 	}
 	w.cancel(ctxCause(ctx))
-	<-w.sig
-	w.settled()
+	w.await()
 	return w.err
+}
+
+// tokenIsOutcome is what a waiter that received a token on sig does with
+// it: it reports true once the operation is done (every token a use's
+// completion sends comes at or before its done), and false, parked again,
+// when the operation is still pending: the token was an earlier use's (a
+// Wait or Cancel racing the re-post, a caller bug, can leave one that no
+// re-arm drained), and this use's is still to come.
+func (w *WorkRequest) tokenIsOutcome() bool {
+	if finished(w.settled()) || !w.park() {
+		w.settled()
+		return true
+	}
+	return false
+}
+
+// await waits for the outcome's token (see tokenIsOutcome).
+func (w *WorkRequest) await() {
+	for {
+		<-w.sig
+		if w.tokenIsOutcome() {
+			return
+		}
+	}
 }
 
 // Cancel ends the operation early with context.Canceled, waits until the
@@ -378,8 +406,7 @@ func (w *WorkRequest) Cancel() error {
 		return w.err
 	}
 	w.cancel(fmt.Errorf("queuepair: %w", context.Canceled))
-	<-w.sig
-	w.settled()
+	w.await()
 	return w.err
 }
 
