@@ -122,8 +122,11 @@ var _ qpbind.InlineCompleter = (*completer)(nil)
 // it (backend.Completer's exactly once; the queue pair's own finishes
 // come only before or instead of the route's Post), and the token a
 // waiter wants is sent after done without reaching a later use: only the
-// poster may re-arm w, and it is still in the Post. One reported through
-// a completion queue, a batch's or an observed one is finished as usual.
+// poster may re-arm w, and it is still in the Post. (A Wait, Cancel or
+// first Done racing the post is a caller bug, as for reqState.setOwned;
+// even so, a token it leaves never ends a later Wait or Cancel early:
+// tokenIsOutcome.) One reported through a completion queue, a batch's or
+// an observed one is finished as usual.
 func (c *completer) CompleteInline(_ *backend.WorkRequest, err error) {
 	w := (*WorkRequest)(c)
 	if w.cq != nil || w.batch != nil || !w.start.IsZero() || w.state.Load() != statePending {
