@@ -2,15 +2,16 @@ package queuepair
 
 import (
 	"context"
+
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/coarseclock"
 )
 
-// armOne arms and posts w for a Put or Get posted on its own (PostPut,
-// PostGet, and PostOps of one operation, with its id; Put and Get make a
-// new request, which prepare arms) as prepare and post would, for the common case
-// only: the operation passes the checks, its local handle is in the
+// armOne arms and posts w for a Put or Get posted on its own, as prepare
+// and post would: PostPut, PostGet, and PostOps of one operation (with its
+// id); Put and Get make a new request, which prepare arms. Only for the
+// common case: the operation passes the checks, its local handle is in the
 // region q resolved last (q.near), w was last posted on q and is neither
 // pending nor queued, no batch, no token to drain, no cancel cause, no
 // observer, and ctx (nil: none) has not ended. It reports false, changing
@@ -69,12 +70,12 @@ func (q *QueuePair) armOne(w *WorkRequest, op backend.Op, local, remote *buffer.
 		}
 	}
 	w.qp = q
-	if testHookArmOne != nil {
-		testHookArmOne()
-	}
 	if w.wr.CancelCause() != nil { // a Cancel from elsewhere since the check: ready reports it
 		q.ready(w)
 		return true
+	}
+	if testHookArmOne != nil {
+		testHookArmOne()
 	}
 	if err := q.route.Post(wr); err != nil {
 		q.postFailed(w, err, ctx)

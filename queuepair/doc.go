@@ -65,6 +65,12 @@
 // its queue before it is re-posted (re-posting one the queue still holds
 // panics, as re-posting a pending one does).
 //
+// A reused work request is its poster's from its re-post until that post
+// returns: a Wait, Poll, Cancel, Err or first Done of it on another
+// goroutine must not race the re-post (it cannot tell which use it sees).
+// Such a race is a caller bug that -race reports; it never makes a Wait
+// or Cancel return while an operation is still pending.
+//
 // Each operation holds one of its queue's slots from its post until a
 // Poll or Wait hands it over, so a queue never overflows: an operation
 // posted while every slot is held completes at once with rdmamgr.ErrLimit

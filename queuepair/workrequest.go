@@ -89,7 +89,7 @@ const (
 )
 
 // reqState is a WorkRequest's state: atomic, as atomic.Uint32, except
-// for armFast's plain store (setOwned).
+// for armFast's and armOne's plain store (setOwned).
 type reqState struct{ v uint32 }
 
 func (s *reqState) Load() uint32   { return atomic.LoadUint32(&s.v) }
@@ -122,10 +122,14 @@ const (
 // then reads want; a waiter sets want and then reads state. The atomics
 // are sequentially consistent, so one of the two sees the other: either
 // the waiter sees the operation no longer pending (and does not park), or
-// finish sees want set and sends the token the waiter parks for. A token
-// is sent only while reporting, before the state becomes done, and reset
-// (which first waits reporting out) drains it, so a token never outlives
-// the use it reports into the next one.
+// finish sees want set and sends the token the waiter parks for. finish
+// sends a token only while reporting, before the state becomes done, and
+// reset (which first waits reporting out) drains it. CompleteRun and
+// CompleteInline send theirs just after done, when nobody can re-arm the
+// request yet (its queue still holds it; its poster is still in the
+// Post). So a token never outlives the use it reports into the next one,
+// unless a waiter races the re-post (a caller bug); even then it does not
+// end a later Wait or Cancel early (tokenIsOutcome).
 
 // settled returns w's state once no outcome is being reported. Small
 // enough to inline: the data path (a re-arm, Poll, Err) pays no call.
@@ -374,13 +378,16 @@ func (w *WorkRequest) Wait(ctx context.Context) error {
 }
 
 // tokenIsOutcome is what a waiter that received a token on sig does with
-// it: it reports true once the operation is done (every token a use's
-// completion sends comes at or before its done), and false, parked again,
+// it: it reports true once the operation is done (a use's own token comes
+// while its outcome is being reported or once it is done), and false, parked again,
 // when the operation is still pending: the token was an earlier use's (a
 // Wait or Cancel racing the re-post, a caller bug, can leave one that no
 // re-arm drained), and this use's is still to come.
 func (w *WorkRequest) tokenIsOutcome() bool {
-	if finished(w.settled()) || !w.park() {
+	if finished(w.settled()) {
+		return true
+	}
+	if !w.park() {
 		w.settled()
 		return true
 	}
