@@ -47,16 +47,17 @@ type WorkRequest struct {
 	// slow (the queue's fast count has it until a Poll hands w over).
 	fast bool
 	id   uint64 // Op.ID of the operation last posted on w
+	// dlMono, dlFor: wr.Deadline is armOne's, built at the coarse clock's
+	// reading dlMono for a timeout of dlFor (dlMono 0: it is not; every
+	// other writer of wr.Deadline clears it). armOne reuses it while the
+	// reading and the timeout are the same. Next to id: on the cache line
+	// armFast writes anyway.
+	dlMono int64
+	dlFor  time.Duration
 	// staged: w's local is device memory the queue pair stages
 	// (stage.go); dev: the device local handed to a route that takes it.
 	staged atomic.Bool
 	dev    memreg.DeviceSpan
-	// dlMono, dlFor: wr.Deadline is armOne's, built at the coarse clock's
-	// reading dlMono for a timeout of dlFor (dlMono 0: it is not; every
-	// other writer of wr.Deadline clears it). armOne reuses it while the
-	// reading and the timeout are the same.
-	dlMono int64
-	dlFor  time.Duration
 }
 
 // ID returns the Op.ID w was last posted with (PostOps, Submit); 0 for
