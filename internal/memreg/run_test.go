@@ -18,13 +18,7 @@ func TestLocalRun(t *testing.T) {
 	a := mustAlloc(t, g, 4096, buffer.AccessReadWrite)
 	b := mustAlloc(t, g, 4096, buffer.AccessReadWrite)
 	ra, rb := g.regionOf(t, a), g.regionOf(t, b)
-	slice := func(h buffer.Buffer, off, n uint64) *buffer.Buffer {
-		s, err := h.Slice(off, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &s
-	}
+	slice := func(h buffer.Buffer, off, n uint64) *buffer.Buffer { return mustSlice(t, h, off, n) }
 	lr := g.NewLocalRun(nil)
 	var refs []Ref
 	take := func(h *buffer.Buffer, want int64) {
@@ -175,13 +169,7 @@ func TestAcquireNear(t *testing.T) {
 	a := mustAlloc(t, g, 4096, buffer.AccessReadWrite)
 	b := mustAlloc(t, g, 4096, buffer.AccessReadWrite)
 	ra, rb := g.regionOf(t, a), g.regionOf(t, b)
-	slice := func(h buffer.Buffer, off, n uint64) *buffer.Buffer {
-		s, err := h.Slice(off, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &s
-	}
+	slice := func(h buffer.Buffer, off, n uint64) *buffer.Buffer { return mustSlice(t, h, off, n) }
 	var ref Ref
 	mem := g.AcquireNear(ra, slice(a, 8, 8), &ref)
 	if len(mem) != 8 || cap(mem) != 8 || &mem[0] != &ra.mem[8] || ref.Region() != ra || &ref.Bytes()[0] != &mem[0] || ra.Refs() != 1 {
@@ -218,4 +206,14 @@ func TestAcquireNear(t *testing.T) {
 	if mem := g.AcquireNear(ra, slice(a, 0, 8), &ref); mem != nil || ref.Held() {
 		t.Fatal("AcquireNear resolved a handle of a released region")
 	}
+}
+
+// mustSlice is h.Slice(off, n), or fails the test.
+func mustSlice(t *testing.T, h buffer.Buffer, off, n uint64) *buffer.Buffer {
+	t.Helper()
+	s, err := h.Slice(off, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &s
 }
