@@ -367,23 +367,21 @@ func (w *WorkRequest) Wait(ctx context.Context) error {
 		case <-w.sig:
 			if w.tokenIsOutcome() {
 				return w.err
-			}
-			continue // an earlier use's token: wait on
+			} // else an earlier use's token: wait on
 		case <-ctx.Done():
+			w.cancel(ctxCause(ctx))
+			w.await()
+			return w.err
 		}
-		break
 	}
-	w.cancel(ctxCause(ctx))
-	w.await()
-	return w.err
 }
 
 // tokenIsOutcome is what a waiter that received a token on sig does with
 // it: it reports true once the operation is done (a use's own token comes
-// while its outcome is being reported or once it is done), and false, parked again,
-// when the operation is still pending: the token was an earlier use's (a
-// Wait or Cancel racing the re-post, a caller bug, can leave one that no
-// re-arm drained), and this use's is still to come.
+// while its outcome is being reported or once it is done), and false,
+// parked again, when the operation is still pending: the token was an
+// earlier use's (a Wait or Cancel racing the re-post, a caller bug, can
+// leave one that no re-arm drained), and this use's is still to come.
 func (w *WorkRequest) tokenIsOutcome() bool {
 	if finished(w.settled()) {
 		return true
