@@ -98,7 +98,10 @@
 // revocation, a release (memreg.Cutter) or the end of the lease wakes a
 // connection stalled mid-payload; the rest of the payload goes to a sink
 // and the requester hears REVOKED, RELEASED or LEASE_EXPIRED, so neither
-// waits out the frame timeout. A wrong key and an unknown region get one
+// waits out the frame timeout. A READ answer still waiting in a batch when
+// its region is cut goes out as the cut's code with no payload, beside its
+// neighbours (refuseCut); one whose payload is being written gets cutGrace
+// to leave before the connection closes. A wrong key and an unknown region get one
 // code (backend.RemoteCode).
 //
 // Host agents (via.go, issue 26). A request may name a process attached

@@ -1,12 +1,14 @@
 package tcp
 
 import (
+	"encoding/binary"
 	"io"
 	"net"
 	"sync"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
@@ -156,20 +158,13 @@ func (s *serverConn) appendResp(h respHeader, ref memreg.Ref) {
 
 // flush writes the batch with one writev and drops the regions' references.
 // A batch with READ payloads must leave within FrameTimeout, and sooner if
-// one of its regions is revoked or released meanwhile (cut).
+// one of its regions is revoked or released meanwhile (cut). A READ whose
+// region was cut before that (refuseCut) is answered with the cut's code
+// and no payload; the rest of the batch goes out as it is.
 func (s *serverConn) flush() error {
-	s.iov = s.iovBuf[:0]
-	start := 0
-	for _, g := range s.segs {
-		if mem := g.ref.Bytes(); mem != nil {
-			s.iov = append(s.iov, s.out[start:g.hdrEnd], mem)
-			start = g.hdrEnd
-		}
+	if testHookFlush != nil {
+		testHookFlush()
 	}
-	if start < len(s.out) {
-		s.iov = append(s.iov, s.out[start:])
-	}
-	s.iovBuf = s.iov[:0]
 	timed := s.payload > 0
 	var err error
 	if timed {
@@ -178,10 +173,22 @@ func (s *serverConn) flush() error {
 		err = s.c.SetWriteDeadline(time.Now().Add(s.b.cfg.FrameTimeout))
 		s.mu.Unlock()
 		if err == nil {
-			err = s.cutBeforeFlush()
+			s.refuseCut()
 		}
 	}
 	if err == nil {
+		s.iov = s.iovBuf[:0]
+		start := 0
+		for _, g := range s.segs {
+			if mem := g.ref.Bytes(); mem != nil {
+				s.iov = append(s.iov, s.out[start:g.hdrEnd], mem)
+				start = g.hdrEnd
+			}
+		}
+		if start < len(s.out) {
+			s.iov = append(s.iov, s.out[start:])
+		}
+		s.iovBuf = s.iov[:0]
 		_, err = s.iov.WriteTo(s.c)
 	}
 	if timed {
@@ -197,6 +204,9 @@ func (s *serverConn) flush() error {
 	s.release()
 	return err
 }
+
+// testHookFlush, when set by a test, runs as a batch's flush begins.
+var testHookFlush func()
 
 // endTimedWrite ends a write made under a deadline (a READ's answer):
 // flushing is cleared and so is the deadline, under mu, so that neither a
@@ -216,18 +226,37 @@ func (s *serverConn) endTimedWrite(err error) error {
 	return err
 }
 
-// cutBeforeFlush fails the batch if one of its regions was revoked or
-// released before flushing was set (a cut then found nothing to wake).
-func (s *serverConn) cutBeforeFlush() error {
-	for _, g := range s.segs {
+// refuseCut answers, in place, every READ of the batch whose region was
+// revoked or released (or whose proxy's owner went) before flushing was
+// set, when a cut found nothing to wake: its header says the cut's code
+// and no payload, and its reference goes. A cut from flushing on shortens
+// the write deadline instead (cut). Its neighbours in the batch are
+// answered as they were: one region's end fails no other operation, and
+// the connection serves on.
+func (s *serverConn) refuseCut() {
+	var drop []memreg.Ref
+	for i := range s.segs {
+		g := &s.segs[i]
 		if !g.ref.Held() {
 			continue
 		}
-		if e := s.b.reg.RemoteErr(g.ref.Region()); e != nil && e != rdmamgr.ErrExpired {
-			return e
+		e := s.b.reg.RemoteErr(g.ref.Region())
+		if e == nil || e == rdmamgr.ErrExpired {
+			continue
 		}
+		hdr := s.out[g.hdrEnd-respHeaderSize : g.hdrEnd]
+		hdr[1] = byte(backend.RemoteCode(e))
+		binary.LittleEndian.PutUint32(hdr[4:], 0) // no payload
+		s.payload -= len(g.ref.Bytes())
+		s.mu.Lock() // cut reads segs while flushing
+		drop = append(drop, g.ref)
+		g.ref = memreg.Ref{}
+		s.mu.Unlock()
+		s.rejected()
 	}
-	return nil
+	for _, ref := range drop {
+		ref.Release()
+	}
 }
 
 // release drops the references of the batch and empties it.

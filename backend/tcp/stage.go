@@ -157,7 +157,8 @@ func (s *serverConn) writeDevice(br *connReader, ref memreg.Ref, span memreg.Dev
 // readDevice answers a READ of device memory span, which ref admitted:
 // the batch so far goes out, then the answer's header and the payload
 // staged chunk by chunk, under FrameTimeout (shortened by a cut, as a
-// batch's). ref is released once the last copy finished. A device copy
+// batch's; one cut before the header leaves is answered with the cut's
+// code: refuseCut). ref is released once the last copy finished. A device copy
 // that fails after the header left ends the connection (the peer awaits
 // the whole payload): its operations fail, none reports success.
 func (s *serverConn) readDevice(h *reqHeader, ref memreg.Ref, span memreg.DeviceSpan) error {
@@ -179,24 +180,25 @@ func (s *serverConn) readDevice(h *reqHeader, ref memreg.Ref, span memreg.Device
 	s.out = append(s.out[:0], make([]byte, rh.size())...)
 	rh.encode(s.out)
 	s.mu.Lock()
-	s.segs = append(s.segs, respSeg{ref: ref}) // for cut: it shortens the deadline
+	s.segs = append(s.segs, respSeg{hdrEnd: len(s.out), ref: ref}) // for cut: it shortens the deadline
 	s.flushing = true
 	err = s.c.SetWriteDeadline(time.Now().Add(s.b.cfg.FrameTimeout))
 	s.mu.Unlock()
 	if err == nil {
-		err = s.cutBeforeFlush()
+		s.refuseCut() // cut before: the header says so, and no payload follows
 	}
 	if err == nil {
 		_, err = s.c.Write(s.out)
 	}
-	if err == nil {
+	served := s.segs[0].ref.Held()
+	if err == nil && served {
 		err = stg.Download(span.Ptr, span.Len, func(p []byte) error {
 			_, werr := s.c.Write(p)
 			return werr
 		})
 	}
 	err = s.endTimedWrite(err)
-	if err == nil {
+	if err == nil && served {
 		s.servedOut(span.Len, h.first)
 	}
 	s.release() // drops ref: Download left no copy running
