@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,12 +29,13 @@ func TestCutInBatchFailsOnlyItsRead(t *testing.T) {
 	c := authed(t, p.b)
 	_ = c.SetDeadline(time.Now().Add(time.Minute))
 
-	// The first flush revokes A and waits until the registry says so;
-	// Revoke itself waits for the batch's reference, so it runs aside.
+	// The flush of the batch of both READs revokes A and waits until the
+	// registry says so; Revoke itself waits for the batch's reference, so
+	// it runs aside.
 	revoked := make(chan error, 1)
 	var once atomic.Bool
-	testHookFlush = func() {
-		if !once.CompareAndSwap(false, true) {
+	hook := func(s *serverConn) {
+		if len(s.segs) != 2 || !once.CompareAndSwap(false, true) {
 			return
 		}
 		go func() {
@@ -45,7 +47,8 @@ func TestCutInBatchFailsOnlyItsRead(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	t.Cleanup(func() { testHookFlush = nil })
+	testHookFlush.Store(&hook)
+	t.Cleanup(func() { testHookFlush.Store(nil) })
 
 	// Both READs in one write: the server reads them in one burst and
 	// answers them in one batch.
@@ -81,5 +84,103 @@ func TestCutInBatchFailsOnlyItsRead(t *testing.T) {
 	}
 	if n := p.b.Served().Rejected; n == 0 {
 		t.Fatal("the refused READ is not counted as rejected")
+	}
+}
+
+// A READ whose bytes have all left before its region is revoked holds
+// neither the revocation nor the READ after it in the same batch: the
+// peer, reading that one steadily, gets all of it (a cut once shortened
+// the whole batch's write to cutGrace and closed the connection), and
+// Revoke returns while it is still being read.
+func TestCutAfterItsBytesLeftSparesNeighbour(t *testing.T) {
+	p := newPair(t, Config{}, Config{FrameTimeout: 10 * time.Minute, SocketBuffer: 16 << 10})
+	hA, _ := backendtest.Alloc(t, p.regB, 4096, buffer.AccessReadWrite)
+	const nB = 4 << 20
+	hB, memB := backendtest.Alloc(t, p.regB, nB, buffer.AccessReadWrite)
+	backendtest.Random(t, memB)
+	rA := regionOf(t, p.regB, hA)
+	c := authed(t, p.b)
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(16 << 10)
+	}
+	_ = c.SetDeadline(time.Now().Add(time.Minute))
+	writeRaw(t, c, append(reqBytes(reqHeader{op: opRead, length: 4096, wrid: 1, region: hA.Region, key: hA.Key}),
+		reqBytes(reqHeader{op: opRead, length: nB, wrid: 2, region: hB.Region, key: hB.Key})...))
+	if r := readResp(t, c); r.wrid != 1 || r.code != 0 || r.length != 4096 {
+		t.Fatalf("READ A: %+v", r)
+	}
+	if _, err := io.ReadFull(c, make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	revoked := make(chan error, 1)
+	go func() { revoked <- p.regB.Revoke(cutCtx(t), hA) }()
+	for p.regB.RemoteErr(rA) == nil {
+		time.Sleep(time.Millisecond)
+	}
+	if r := readResp(t, c); r.wrid != 2 || r.code != 0 || r.length != nB {
+		t.Fatalf("READ B: %+v", r)
+	}
+	got := make([]byte, nB)
+	var revokedBefore bool
+	for n := 0; n < nB; {
+		k, err := io.ReadFull(c, got[n:min(nB, n+64<<10)])
+		n += k
+		if err != nil {
+			t.Fatalf("READ B after A's revocation: cut after %d of %d bytes: %v", n, nB, err)
+		}
+		select {
+		case err := <-revoked:
+			if err != nil {
+				t.Fatalf("Revoke: %v", err)
+			}
+			revokedBefore, revoked = n < nB, nil
+		default:
+		}
+		time.Sleep(10 * time.Millisecond) // a peer that reads
+	}
+	if !bytes.Equal(got, memB) {
+		t.Fatalf("READ B: wrong bytes (first diff at %d)", backendtest.FirstDiff(got, memB))
+	}
+	if !revokedBefore {
+		t.Fatal("Revoke of A waited for the rest of the batch (B) to be read")
+	}
+}
+
+// A READ's answer does not wait in the batch while the server waits on
+// the peer for something else (here the payload of a refused WRITE): it
+// goes out first, so a revocation of its region is not held by the peer.
+func TestAnswerLeavesBeforeTheServerWaits(t *testing.T) {
+	p := newPair(t, Config{}, Config{FrameTimeout: 10 * time.Minute})
+	hA, memA := backendtest.Alloc(t, p.regB, 4096, buffer.AccessReadWrite)
+	hW, memW := backendtest.Alloc(t, p.regB, 4096, buffer.AccessReadWrite)
+	backendtest.Random(t, memA)
+	beforeW := bytes.Clone(memW)
+	c := authed(t, p.b)
+	_ = c.SetDeadline(time.Now().Add(time.Minute))
+	bad := hW.Key
+	bad[0] ^= 1
+	// The READ, then a WRITE with a wrong key whose payload the peer holds
+	// back: the server drains it (it must, to stay in step) once it comes.
+	writeRaw(t, c, append(reqBytes(reqHeader{op: opRead, length: 4096, wrid: 1, region: hA.Region, key: hA.Key}),
+		reqBytes(reqHeader{op: opWrite, length: 4096, wrid: 2, region: hW.Region, key: bad})...))
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second)) // the answer once waited for the WRITE's payload
+	if r := readResp(t, c); r.wrid != 1 || r.code != 0 || r.length != 4096 {
+		t.Fatalf("READ: %+v", r)
+	}
+	got := make([]byte, 4096)
+	if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, memA) {
+		t.Fatalf("READ's payload: %v", err)
+	}
+	if err := p.regB.Revoke(cutCtx(t), hA); err != nil {
+		t.Fatalf("Revoke of the READ's region while the server waits for another frame's payload: %v", err)
+	}
+	writeRaw(t, c, make([]byte, 4096))
+	if r := readResp(t, c); r.wrid != 2 || r.code == 0 {
+		t.Fatalf("WRITE with a wrong key: %+v", r)
+	}
+	backendtest.AssertSame(t, "the refused WRITE's region", memW, beforeW)
+	writeRaw(t, c, reqBytes(reqHeader{op: opRead, length: 4096, wrid: 3, region: hW.Region, key: hW.Key}))
+	if r := readResp(t, c); r.wrid != 3 || r.code != 0 || r.length != 4096 {
+		t.Fatalf("next READ on the connection: %+v", r)
 	}
 }

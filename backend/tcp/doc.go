@@ -98,11 +98,16 @@
 // revocation, a release (memreg.Cutter) or the end of the lease wakes a
 // connection stalled mid-payload; the rest of the payload goes to a sink
 // and the requester hears REVOKED, RELEASED or LEASE_EXPIRED, so neither
-// waits out the frame timeout. A READ answer still waiting in a batch when
-// its region is cut goes out as the cut's code with no payload, beside its
-// neighbours (refuseCut); one whose payload is being written gets cutGrace
-// to leave before the connection closes. A wrong key and an unknown region get one
-// code (backend.RemoteCode).
+// waits out the frame timeout. One region's cut ends that region's
+// operations alone (server_batch.go): a READ answer still waiting in a
+// batch when its region is cut goes out as the cut's code with no payload,
+// beside its neighbours (refuseCut); one whose payload is being written
+// gets cutGrace for the peer to take that payload, and once it is out the
+// rest of the batch goes on (cutLeft) and the reference goes; only a peer
+// that holds the cut bytes back past cutGrace has its connection closed. A
+// batch that holds READ references goes out before the server reads from
+// the socket (answerFirst), so none waits on the peer's next bytes. A
+// wrong key and an unknown region get one code (backend.RemoteCode).
 //
 // Host agents (via.go, issue 26). A request may name a process attached
 // to the server's host agent: its via (request bytes 2:4, the process's
@@ -180,7 +185,8 @@
 // setup (route info, hello); tokens.go hands out the route tokens; the
 // server side is server_accept.go (accept loop, pending caps),
 // server_conn.go (hello, one connection), server_frames.go (serving
-// frames, batched responses), server_write.go (WRITE and READ),
+// frames), server_batch.go (the batch of answers, and cuts of its
+// regions), server_write.go (WRITE and READ),
 // server_verbs.go (write-imm, send, atomics), stage.go (device memory),
 // verbs.go (the inbox), via.go (frames for a host agent's attached
 // processes) and late.go (the answers such a process gives later); the

@@ -1,14 +1,12 @@
 package tcp
 
 import (
-	"encoding/binary"
 	"io"
 	"net"
 	"sync"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
-	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
@@ -53,6 +51,9 @@ type serverConn struct {
 	// flushing: the batch is being written (the write deadline is set
 	// under mu while it is).
 	flushing bool
+	// cutEnd: while flushing, how many of the batch's bytes must leave
+	// before every READ cut meanwhile has its payload out (0: none cut).
+	cutEnd int
 	// evicted: closed to make room for another peer (guarded by
 	// Backend.mu; makeRoomLocked).
 	evicted bool
@@ -72,12 +73,18 @@ func (s *serverConn) cut(r *memreg.Region) {
 	// region was revoked or is being released may not wait long for a
 	// peer that stopped reading: a peer that reads gets the rest within
 	// cutGrace, else the write fails and the connection closes.
+	// (Once that READ's bytes are out the write goes on: cutLeft.)
 	if e := s.b.reg.RemoteErr(r); s.flushing && e != nil && e != rdmamgr.ErrExpired {
+		end, pay := 0, 0
 		for _, g := range s.segs {
+			pay += len(g.ref.Bytes())
 			if g.ref.Region() == r {
-				_ = s.c.SetWriteDeadline(time.Now().Add(cutGrace))
-				break
+				end = g.hdrEnd + pay // the batch's bytes up to the end of g's payload
 			}
+		}
+		if end > 0 {
+			s.cutEnd = max(s.cutEnd, end)
+			_ = s.c.SetWriteDeadline(time.Now().Add(cutGrace))
 		}
 	}
 }
@@ -99,7 +106,7 @@ func (s *serverConn) serve() error {
 	defer s.release()
 	defer s.endVia()
 	defer s.closeLate()
-	br := newConnReader(s.c)
+	br := newConnReader(answerFirst{s})
 	defer br.close()
 	var hdr [reqMaxSize]byte
 	var h reqHeader
@@ -156,58 +163,6 @@ func (s *serverConn) appendResp(h respHeader, ref memreg.Ref) {
 	s.payload += len(ref.Bytes())
 }
 
-// flush writes the batch with one writev and drops the regions' references.
-// A batch with READ payloads must leave within FrameTimeout, and sooner if
-// one of its regions is revoked or released meanwhile (cut). A READ whose
-// region was cut before that (refuseCut) is answered with the cut's code
-// and no payload; the rest of the batch goes out as it is.
-func (s *serverConn) flush() error {
-	if testHookFlush != nil {
-		testHookFlush()
-	}
-	timed := s.payload > 0
-	var err error
-	if timed {
-		s.mu.Lock()
-		s.flushing = true
-		err = s.c.SetWriteDeadline(time.Now().Add(s.b.cfg.FrameTimeout))
-		s.mu.Unlock()
-		if err == nil {
-			s.refuseCut()
-		}
-	}
-	if err == nil {
-		s.iov = s.iovBuf[:0]
-		start := 0
-		for _, g := range s.segs {
-			if mem := g.ref.Bytes(); mem != nil {
-				s.iov = append(s.iov, s.out[start:g.hdrEnd], mem)
-				start = g.hdrEnd
-			}
-		}
-		if start < len(s.out) {
-			s.iov = append(s.iov, s.out[start:])
-		}
-		s.iovBuf = s.iov[:0]
-		_, err = s.iov.WriteTo(s.c)
-	}
-	if timed {
-		err = s.endTimedWrite(err)
-	}
-	if err == nil {
-		for _, g := range s.segs {
-			if mem := g.ref.Bytes(); mem != nil {
-				s.servedOut(uint64(len(mem)), g.first)
-			}
-		}
-	}
-	s.release()
-	return err
-}
-
-// testHookFlush, when set by a test, runs as a batch's flush begins.
-var testHookFlush func()
-
 // endTimedWrite ends a write made under a deadline (a READ's answer):
 // flushing is cleared and so is the deadline, under mu, so that neither a
 // later cut (which shortens it only while flushing) nor the deadline
@@ -219,44 +174,11 @@ var testHookFlush func()
 func (s *serverConn) endTimedWrite(err error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.flushing = false
+	s.flushing, s.cutEnd = false, 0
 	if derr := s.c.SetWriteDeadline(time.Time{}); err == nil {
 		err = derr
 	}
 	return err
-}
-
-// refuseCut answers, in place, every READ of the batch whose region was
-// revoked or released (or whose proxy's owner went) before flushing was
-// set, when a cut found nothing to wake: its header says the cut's code
-// and no payload, and its reference goes. A cut from flushing on shortens
-// the write deadline instead (cut). Its neighbours in the batch are
-// answered as they were: one region's end fails no other operation, and
-// the connection serves on.
-func (s *serverConn) refuseCut() {
-	var drop []memreg.Ref
-	for i := range s.segs {
-		g := &s.segs[i]
-		if !g.ref.Held() {
-			continue
-		}
-		e := s.b.reg.RemoteErr(g.ref.Region())
-		if e == nil || e == rdmamgr.ErrExpired {
-			continue
-		}
-		hdr := s.out[g.hdrEnd-respHeaderSize : g.hdrEnd]
-		hdr[1] = byte(backend.RemoteCode(e))
-		binary.LittleEndian.PutUint32(hdr[4:], 0) // no payload
-		s.payload -= len(g.ref.Bytes())
-		s.mu.Lock() // cut reads segs while flushing
-		drop = append(drop, g.ref)
-		g.ref = memreg.Ref{}
-		s.mu.Unlock()
-		s.rejected()
-	}
-	for _, ref := range drop {
-		ref.Release()
-	}
 }
 
 // release drops the references of the batch and empties it.

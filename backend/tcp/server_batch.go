@@ -1,0 +1,179 @@
+package tcp
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
+)
+
+// A served connection's batch of answers and the cuts of its regions: one
+// region's end (revoked, released, a proxy's process gone) ends that
+// region's READs alone, never the batch or the connection, unless the
+// peer stops reading that READ's bytes.
+
+// flush writes the batch with one writev and drops the regions' references.
+// A batch with READ payloads must leave within FrameTimeout, and sooner if
+// one of its regions is revoked or released meanwhile (cut) while that
+// READ's bytes are still to go. A READ whose region was cut before the
+// write began (refuseCut) is answered with the cut's code and no payload;
+// the rest of the batch goes out as it is.
+func (s *serverConn) flush() error {
+	if h := testHookFlush.Load(); h != nil {
+		(*h)(s)
+	}
+	timed := s.payload > 0
+	var err error
+	var deadline time.Time
+	if timed {
+		deadline = time.Now().Add(s.b.cfg.FrameTimeout)
+		s.mu.Lock()
+		s.flushing = true
+		err = s.c.SetWriteDeadline(deadline)
+		s.mu.Unlock()
+		if err == nil {
+			s.refuseCut()
+		}
+	}
+	if err == nil {
+		s.iov = s.iovBuf[:0]
+		start := 0
+		for _, g := range s.segs {
+			if mem := g.ref.Bytes(); mem != nil {
+				s.iov = append(s.iov, s.out[start:g.hdrEnd], mem)
+				start = g.hdrEnd
+			}
+		}
+		if start < len(s.out) {
+			s.iov = append(s.iov, s.out[start:])
+		}
+		s.iovBuf = s.iov[:0]
+		err = s.writeBatch(deadline)
+	}
+	if timed {
+		err = s.endTimedWrite(err)
+	}
+	if err == nil {
+		for _, g := range s.segs {
+			if mem := g.ref.Bytes(); mem != nil {
+				s.servedOut(uint64(len(mem)), g.first)
+			}
+		}
+	}
+	s.release()
+	return err
+}
+
+// testHookFlush, when set by a test, runs as a batch's flush begins.
+var testHookFlush atomic.Pointer[func(*serverConn)]
+
+// writeBatch writes s.iov. A write cut short by a cut's grace goes on
+// while the peer took every cut READ's bytes (cutLeft).
+func (s *serverConn) writeBatch(deadline time.Time) error {
+	sent := 0
+	for {
+		n, err := s.iov.WriteTo(s.c)
+		sent += int(n)
+		if err == nil || !isTimeout(err) || !s.cutLeft(sent, deadline) {
+			return err
+		}
+	}
+}
+
+// cutLeft is called when the batch's write timed out with sent of its
+// bytes out. If a cut shortened the deadline and the bytes of every READ
+// cut meanwhile are out, the peer is reading: the write goes on under the
+// batch's own deadline (true), and those READs' references go now (a
+// revocation waits no longer for the rest of the batch). It reports false
+// when the peer still holds back a cut region's bytes, or the batch's own
+// deadline passed: the connection ends.
+func (s *serverConn) cutLeft(sent int, deadline time.Time) bool {
+	var drop []memreg.Ref
+	s.mu.Lock()
+	ok := s.cutEnd > 0 && sent >= s.cutEnd && time.Now().Before(deadline)
+	if ok {
+		s.cutEnd = 0
+		ok = s.c.SetWriteDeadline(deadline) == nil
+	}
+	if ok {
+		pay := 0
+		for i := range s.segs {
+			g := &s.segs[i]
+			n := len(g.ref.Bytes())
+			pay += n
+			if n == 0 {
+				continue
+			}
+			if g.hdrEnd+pay > sent {
+				break // still (partly) to go: the iov holds its memory
+			}
+			if e := s.b.reg.RemoteErr(g.ref.Region()); e != nil && e != rdmamgr.ErrExpired {
+				s.servedOut(uint64(n), g.first)
+				drop = append(drop, g.ref)
+				g.ref = memreg.Ref{}
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, ref := range drop {
+		ref.Release()
+	}
+	return ok
+}
+
+// refuseCut answers, in place, every READ of the batch whose region was
+// revoked or released (or whose proxy's owner went) before flushing was
+// set, when a cut found nothing to wake: its header says the cut's code
+// and no payload, and its reference goes. A cut from flushing on shortens
+// the write deadline instead (cut). Its neighbours in the batch are
+// answered as they were: one region's end fails no other operation, and
+// the connection serves on.
+func (s *serverConn) refuseCut() {
+	var drop []memreg.Ref
+	for i := range s.segs {
+		g := &s.segs[i]
+		if !g.ref.Held() {
+			continue
+		}
+		e := s.b.reg.RemoteErr(g.ref.Region())
+		if e == nil || e == rdmamgr.ErrExpired {
+			continue
+		}
+		hdr := s.out[g.hdrEnd-respHeaderSize : g.hdrEnd]
+		hdr[1] = byte(backend.RemoteCode(e))
+		binary.LittleEndian.PutUint32(hdr[4:], 0) // no payload
+		s.payload -= len(g.ref.Bytes())
+		s.mu.Lock() // cut reads segs while flushing
+		drop = append(drop, g.ref)
+		g.ref = memreg.Ref{}
+		s.mu.Unlock()
+		s.rejected()
+	}
+	for _, ref := range drop {
+		ref.Release()
+	}
+}
+
+// answerFirst is a served connection's source of bytes: before each read
+// from the socket, which may wait on the peer, a batch that holds READ
+// references goes out. So no READ's reference on its region (which a
+// revocation or release waits for) waits on the peer's next bytes: the
+// rest of a header, a payload, a trailer, a refused payload drained, as
+// write already had it for a WRITE's payload. Answers without a payload
+// may wait for bytes on their way (they go out together: a send saved).
+type answerFirst struct{ s *serverConn }
+
+func (a answerFirst) Read(p []byte) (int, error) {
+	if a.s.payload > 0 {
+		if err := a.s.flush(); err != nil {
+			// %v: the write's deadline is not the read's (readHeader
+			// takes a read deadline for a wake-up).
+			return 0, fmt.Errorf("tcp: answers before a read: %v", err)
+		}
+	}
+	return a.s.c.Read(p)
+}
