@@ -140,7 +140,10 @@
 // everything queued behind it on that connection: each call is bounded
 // by a context that ends within agentapi.ResolveTimeout (7 s) or when the
 // backend closes, and the batch of answers is flushed first, so no READ
-// reference waits on it. The fence holds unchanged: it is route-wide on
+// reference waits on it; while it waits, the connection answers the
+// initiator's heartbeat with a ping answer every HeartbeatInterval
+// (via_keep.go), so one stuck process does not fail the route, and every
+// other process's operations on it, past the initiator's PeerTimeout. The fence holds unchanged: it is route-wide on
 // the initiator and a WRITE is answered only once its bytes are in the
 // process's memory, so a notice for a process comes after every WRITE
 // posted before it on the route (to any process at that agent). An
@@ -188,8 +191,8 @@
 // frames), server_batch.go (the batch of answers, and cuts of its
 // regions), server_write.go (WRITE and READ),
 // server_verbs.go (write-imm, send, atomics), stage.go (device memory),
-// verbs.go (the inbox), via.go (frames for a host agent's attached
-// processes) and late.go (the answers such a process gives later); the
+// verbs.go (the inbox), via.go and via_keep.go (frames for a host agent's
+// attached processes) and late.go (the answers such a process gives later); the
 // client side is client_handshake.go (dial and hello), route.go (route
 // state, striping, the lane, watchdog), fence.go (notices after earlier
 // WRITEs and atomics), op.go (the op/chunk state machine), client.go,

@@ -37,7 +37,8 @@ type serverConn struct {
 	iov     net.Buffers   // the batch for writev; WriteTo consumes it
 	iovBuf  net.Buffers   // iov's backing array, kept across batches
 
-	via viaState // frames for an attached process (via.go)
+	via  viaState  // frames for an attached process (via.go)
+	keep keepAlive // ping answers while a Resolve waits (via_keep.go)
 	// peerAgent: the connection is of a host agent's route, whose frames
 	// may name an origin (via.go).
 	peerAgent bool

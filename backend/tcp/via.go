@@ -120,7 +120,12 @@ func (s *serverConn) acquireVia(h *reqHeader, off, n uint64, need buffer.Access)
 			return memreg.Ref{}, err
 		}
 	}
+	s.resolveStart() // via_keep.go: pings answered while it waits
 	local, localKey, err := rr.r.Resolve(s.resolveCtx(), h.via, h.region, h.key, need)
+	if kerr := s.resolveEnd(); kerr != nil {
+		s.via.err = kerr
+		return memreg.Ref{}, kerr
+	}
 	if err != nil {
 		return memreg.Ref{}, err
 	}
@@ -149,6 +154,7 @@ func (s *serverConn) resolveCtx() context.Context {
 
 // endVia releases the connection's resolve context.
 func (s *serverConn) endVia() {
+	s.endKeep()
 	if s.via.cancel != nil {
 		s.via.cancel()
 	}

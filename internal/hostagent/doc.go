@@ -89,7 +89,8 @@
 //     first use of a region still maps it on the connection: a process
 //     that leaves a map request unanswered holds the connection once, up
 //     to the resolve's bound, and is then ended: its shm route fails on
-//     the silence, shm's 5 s rule.)
+//     the silence, shm's 5 s rule. The route between the agents stays up
+//     meanwhile: the held connection answers the heartbeat.)
 //
 // The process's own (local) memory is mapped through the same owner
 // checks as a far process's: its region must grant what the agent does
