@@ -147,7 +147,12 @@
 // route is ordered only among the fallback route's operations); a queued
 // operation is cancelled at once, a running copy between chunks, and
 // deadlines are checked at start and between chunks. A map request the
-// owner does not answer within 5 s fails the route. Bounds and access are
+// owner does not answer within 5 s fails the route. A Send's message goes
+// in packets of up to 60 KiB; its deadline and a cancel are checked
+// between them, and one that ends it mid-way sends msgSendAbort: the owner
+// gives the receive buffer back and delivers nothing, the operation fails
+// alone and the route serves on (only an owner that does not take the
+// abort within 5 s fails the route). Bounds and access are
 // checked by the initiator against what the owner's map reply said.
 // Copies of up to 4 MiB are made in 256 KiB pieces: Go's copy bypasses
 // the cache from 1 MiB on, right only for copies larger than the cache.

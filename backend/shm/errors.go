@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/rdmamgr/rdmamgr"
@@ -28,6 +29,9 @@ var (
 	errOwnerSilent  = fmt.Errorf("shm: owner did not answer a map request: %w", rdmamgr.ErrPeerGone)
 	errOwnerGone    = fmt.Errorf("shm: owner closed the connection: %w", rdmamgr.ErrPeerGone)
 	errCopyFault    = fmt.Errorf("shm: fault while copying shared memory: %w", rdmamgr.ErrPeerGone)
+	// errSendAborted gives back the landing of a message its sender cut
+	// short (msgSendAbort).
+	errSendAborted = errors.New("shm: message cut short by its sender")
 )
 
 // uidRefused: the peer is on this host but runs as a uid we do not serve

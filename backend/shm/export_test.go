@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 )
 
@@ -17,6 +18,13 @@ func SetHandshakeTimeout(d time.Duration) func() {
 	return func() { handshakeTimeout = old }
 }
 
+// SetTestHookSendPacket sets the hook run after each packet of a Send's
+// message and returns a func that clears it.
+func SetTestHookSendPacket(h func(wr *backend.WorkRequest)) func() {
+	testHookSendPacket = h
+	return func() { testHookSendPacket = nil }
+}
+
 // Wire exposes the socket protocol to the hostile tests.
 const (
 	MsgHello   = msgHello
@@ -26,6 +34,7 @@ const (
 	MsgMapped  = msgMapped
 	MsgGone    = msgGone
 	MsgCut     = msgCut
+	MsgAbort   = msgSendAbort
 	TokenSize  = tokenSize
 )
 

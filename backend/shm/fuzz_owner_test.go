@@ -44,6 +44,11 @@ func FuzzOwnerMessages(f *testing.F) {
 	f.Add(pkt([]byte{shm.MsgSendMore, 3, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3}))
 	f.Add(pkt([]byte{6, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0})) // unmap slot 1
 	f.Add(pkt([]byte{shm.MsgAck}))
+	// A message cut short by its sender; an abort of none, of another.
+	abort := func(req byte) []byte { return []byte{shm.MsgAbort, req, 0, 0, 0, 0, 0, 0, 0} }
+	f.Add(append(pkt(shm.EncodeSend(3, 100, []byte("hello"))), pkt(abort(3))...))
+	f.Add(pkt(abort(3)))
+	f.Add(append(pkt(shm.EncodeSend(3, 100, []byte("hello"))), pkt(abort(4))...))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, packets []byte) {
 		r := authed(t, p.b)

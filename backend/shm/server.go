@@ -205,6 +205,8 @@ func (c *serverConn) handle(p []byte) error {
 		return c.sendStart(&d)
 	case msgSendMore:
 		return c.sendMore(&d)
+	case msgSendAbort:
+		return c.sendAbort(&d)
 	default:
 		return fmt.Errorf("shm: message type %d: %w", typ, rdmamgr.ErrProtocol)
 	}

@@ -3,12 +3,15 @@
 package shm
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"runtime/debug"
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/word"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
@@ -69,9 +72,13 @@ func (r *route) notify(e *entry, wr *backend.WorkRequest) error {
 }
 
 // sendMessage moves a Send's bytes to the owner in packets; the owner
-// lands them in its next posted receive buffer and answers. A message is
-// not cut short once started (the owner would be left mid-message): a
-// stalled owner fails the route at wr's deadline.
+// lands them in its next posted receive buffer and answers. wr's deadline
+// bounds each packet's wait for room (a packet goes whole or not at all:
+// SOCK_SEQPACKET), and it and a cancel are checked between packets: a
+// message they end mid-way is aborted (msgSendAbort: the owner gives its
+// landing back and delivers nothing), so the operation fails alone and the
+// route serves on. Only an owner that does not take even the abort within
+// abortBound (stalled) fails the route.
 func (r *route) sendMessage(wr *backend.WorkRequest) error {
 	if len(wr.Local) > maxSend {
 		return fmt.Errorf("shm: send of %d bytes, at most %d: %w", len(wr.Local), maxSend, rdmamgr.ErrLimit)
@@ -84,21 +91,56 @@ func (r *route) sendMessage(wr *backend.WorkRequest) error {
 	pkt := make([]byte, 0, 32+fragMax)
 	data := wr.Local
 	for first := true; first || len(data) > 0; first = false {
-		if first {
-			pkt = sendHeader(pkt, req, uint64(len(data)), wr.Imm, wr.HasImm, originOf(wr))
-		} else {
+		if !first {
+			if err := r.ended(wr); err != nil {
+				r.forget(req, ch)
+				return r.abortSend(req, err)
+			}
 			pkt = sendMoreHeader(pkt, req)
+		} else {
+			pkt = sendHeader(pkt, req, uint64(len(data)), wr.Imm, wr.HasImm, originOf(wr))
 		}
 		n := min(len(data), fragMax)
 		pkt = append(pkt, data[:n]...)
 		data = data[n:]
-		if err := writePacket(r.conn, pkt, -1); err != nil {
+		err := writePacket(r.conn, pkt, -1)
+		if h := testHookSendPacket; h != nil && err == nil {
+			h(wr)
+		}
+		if err != nil {
 			r.forget(req, ch)
-			r.fail(fmt.Errorf("shm: send stalled or owner gone: %v: %w", err, rdmamgr.ErrPeerGone))
-			return r.st.Err()
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				r.fail(fmt.Errorf("shm: send: owner gone: %v: %w", err, rdmamgr.ErrPeerGone))
+				return r.st.Err()
+			}
+			dl := routestate.OpError("shm", wr, rdmamgr.ErrDeadline)
+			if first {
+				return dl // nothing of it went
+			}
+			return r.abortSend(req, dl)
 		}
 	}
 	return r.ackOf(wr, req, ch)
+}
+
+// testHookSendPacket, when set by a test before the route's first Send,
+// runs after each packet of a message is written.
+var testHookSendPacket func(wr *backend.WorkRequest)
+
+// abortBound is how long an owner may take to make room for a message's
+// abort: shm's rule for a silent owner.
+const abortBound = mapTimeout
+
+// abortSend ends the message req mid-way (msgSendAbort) and returns why,
+// the operation's error; an owner that does not take the abort within
+// abortBound fails the route.
+func (r *route) abortSend(req uint64, why error) error {
+	r.conn.SetWriteDeadline(time.Now().Add(abortBound))
+	if err := writePacket(r.conn, sendAbortMsg(req), -1); err != nil {
+		r.fail(fmt.Errorf("shm: send stalled or owner gone: %v: %w", err, rdmamgr.ErrPeerGone))
+		return r.st.Err()
+	}
+	return why
 }
 
 // newRequest registers a request awaiting the owner's answer.

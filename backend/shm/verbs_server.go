@@ -122,6 +122,25 @@ func (c *serverConn) sendMore(d *decoder) error {
 	return c.sendData(d.B)
 }
 
+// sendAbort ends the message in progress undelivered: its sender's
+// deadline passed or it was cancelled between two of its packets. The
+// landing is given back; no answer (the sender has reported already).
+func (c *serverConn) sendAbort(d *decoder) error {
+	req := d.U64()
+	if err := d.end(); err != nil {
+		return err
+	}
+	if c.send == nil || req != c.send.req {
+		return fmt.Errorf("shm: abort of a message not in progress: %w", rdmamgr.ErrProtocol)
+	}
+	s := c.send
+	c.send = nil
+	if s.landing != nil {
+		s.landing.Done(0, 0, false, errSendAborted)
+	}
+	return nil
+}
+
 // sendData lands data and, once the message is whole, delivers it and
 // answers.
 func (c *serverConn) sendData(data []byte) error {

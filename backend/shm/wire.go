@@ -29,6 +29,11 @@ const (
 	msgSendMore = 10 // initiator → owner: req; the message's next bytes
 	msgAck      = 11 // owner → initiator: req, code (of an event or a message)
 	msgCut      = 12 // owner → its agent only: slot, region (cut: its users are being drained)
+	// msgSendAbort: initiator → owner: req; the message in progress ends
+	// undelivered (its sender's deadline passed or it was cancelled
+	// between two packets), with no answer. An owner that predates it
+	// ends the connection on it, as the sender did itself before.
+	msgSendAbort = 13
 )
 
 // fragMax is how many bytes of a message one packet carries; maxSend
@@ -258,6 +263,14 @@ func sendHeader(b []byte, req, n uint64, imm uint32, hasImm bool, origin uint64)
 		return binary.LittleEndian.AppendUint64(b, origin)
 	}
 	return append(b, h)
+}
+
+// sendAbortMsg is a msgSendAbort packet for the message req.
+func sendAbortMsg(req uint64) []byte {
+	b := make([]byte, 9)
+	b[0] = msgSendAbort
+	binary.LittleEndian.PutUint64(b[1:], req)
+	return b
 }
 
 // sendMoreHeader starts a msgSendMore packet.

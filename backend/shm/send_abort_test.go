@@ -1,0 +1,91 @@
+//go:build linux
+
+package shm_test
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/shm"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/backendtest"
+)
+
+// A Send that its deadline or a cancel ends between two packets of its
+// message fails alone: the owner delivers nothing of it and gives the
+// receive buffer back, the route serves on, and the next Send on it is
+// delivered whole. (Its deadline once failed the route, and every
+// operation on it with it; through a host agent, the process's route.)
+func TestSendEndedMidMessageFailsAlone(t *testing.T) {
+	for _, how := range []string{"deadline", "cancel"} {
+		t.Run(how, func(t *testing.T) {
+			p := newPair(t, shmConfig())
+			in := &testInbox{events: make(chan backend.Event, 4), got: make(chan []byte, 2)}
+			p.b.SetInbox(in)
+			const n = 1 << 20 // many packets
+			ha, _ := backendtest.Alloc(t, p.regA, n, buffer.AccessReadWrite)
+			hb, _ := backendtest.Alloc(t, p.regB, 4096, buffer.AccessReadWrite)
+			in.mu.Lock()
+			in.posted = make([]byte, n)
+			in.mu.Unlock()
+
+			deadline := time.Now().Add(time.Hour)
+			if how == "deadline" {
+				deadline = time.Now().Add(200 * time.Millisecond)
+			}
+			wr, release := backendtest.NewWR(t, p.regA, backend.OpSend, ha, buffer.Buffer{}, deadline, nil)
+			packets := 0
+			t.Cleanup(shm.SetTestHookSendPacket(func(w *backend.WorkRequest) {
+				if w != wr {
+					return
+				}
+				if packets++; packets == 1 { // after the message's first packet
+					if how == "deadline" {
+						time.Sleep(time.Until(deadline) + 10*time.Millisecond)
+					} else {
+						w.RequestCancel(errors.New("test: cancelled mid-message"))
+					}
+				}
+			}))
+			err := backendtest.DoWR(t, timeout, p.route, wr)
+			release()
+			want := rdmamgr.ErrDeadline
+			if how == "cancel" {
+				want = nil
+			}
+			if err == nil || (want != nil && !errors.Is(err, want)) {
+				t.Fatalf("send %s mid-message: %v", how, err)
+			}
+			if packets != 1 {
+				t.Fatalf("%d packets went, want 1", packets)
+			}
+			if e := p.route.Err(); e != nil {
+				t.Fatalf("the route failed with one send's %s: %v", how, e)
+			}
+			// Nothing delivered; the owner is ready for the next message.
+			select {
+			case m := <-in.got:
+				t.Fatalf("%d bytes of the ended send delivered", len(m))
+			default:
+			}
+			small, mem := backendtest.Alloc(t, p.regA, 4096, buffer.AccessReadWrite)
+			backendtest.Random(t, mem)
+			if err := backendtest.Do(t, timeout, p.route, p.regA, backend.OpWrite, small, hb); err != nil {
+				t.Fatalf("a put after it: %v", err)
+			}
+			in.mu.Lock()
+			in.posted = make([]byte, 4096)
+			in.mu.Unlock()
+			if err := backendtest.Do(t, timeout, p.route, p.regA, backend.OpSend, small, buffer.Buffer{}); err != nil {
+				t.Fatalf("the next send: %v", err)
+			}
+			if got := <-in.got; !bytes.Equal(got, mem) {
+				t.Fatal("the next send: wrong bytes")
+			}
+		})
+	}
+}
