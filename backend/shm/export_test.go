@@ -25,6 +25,14 @@ func SetTestHookSendPacket(h func(wr *backend.WorkRequest)) func() {
 	return func() { testHookSendPacket = nil }
 }
 
+// SetAbortBound sets the bound on a Send's abort and returns a func that
+// restores it.
+func SetAbortBound(d time.Duration) func() {
+	old := abortBound
+	abortBound = d
+	return func() { abortBound = old }
+}
+
 // Wire exposes the socket protocol to the hostile tests.
 const (
 	MsgHello   = msgHello

@@ -33,9 +33,13 @@ func TestSendEndedMidMessageFailsAlone(t *testing.T) {
 			in.posted = make([]byte, n)
 			in.mu.Unlock()
 
-			deadline := time.Now().Add(time.Hour)
+			// No deadline for the cancel: the abort must leave none behind
+			// on the socket either (the route's later writes would time
+			// out: SetAbortBound makes that quick to see).
+			t.Cleanup(shm.SetAbortBound(100 * time.Millisecond))
+			var deadline time.Time
 			if how == "deadline" {
-				deadline = time.Now().Add(200 * time.Millisecond)
+				deadline = time.Now().Add(time.Hour)
 			}
 			wr, release := backendtest.NewWR(t, p.regA, backend.OpSend, ha, buffer.Buffer{}, deadline, nil)
 			packets := 0
@@ -45,7 +49,7 @@ func TestSendEndedMidMessageFailsAlone(t *testing.T) {
 				}
 				if packets++; packets == 1 { // after the message's first packet
 					if how == "deadline" {
-						time.Sleep(time.Until(deadline) + 10*time.Millisecond)
+						w.Deadline = time.Now().Add(-time.Millisecond) // it passed (the copier owns w)
 					} else {
 						w.RequestCancel(errors.New("test: cancelled mid-message"))
 					}
@@ -72,6 +76,7 @@ func TestSendEndedMidMessageFailsAlone(t *testing.T) {
 				t.Fatalf("%d bytes of the ended send delivered", len(m))
 			default:
 			}
+			time.Sleep(200 * time.Millisecond) // past the abort's bound
 			small, mem := backendtest.Alloc(t, p.regA, 4096, buffer.AccessReadWrite)
 			backendtest.Random(t, mem)
 			if err := backendtest.Do(t, timeout, p.route, p.regA, backend.OpWrite, small, hb); err != nil {

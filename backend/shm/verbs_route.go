@@ -128,15 +128,17 @@ func (r *route) sendMessage(wr *backend.WorkRequest) error {
 var testHookSendPacket func(wr *backend.WorkRequest)
 
 // abortBound is how long an owner may take to make room for a message's
-// abort: shm's rule for a silent owner.
-const abortBound = mapTimeout
+// abort: shm's rule for a silent owner. (A variable for a test.)
+var abortBound = mapTimeout
 
 // abortSend ends the message req mid-way (msgSendAbort) and returns why,
 // the operation's error; an owner that does not take the abort within
 // abortBound fails the route.
 func (r *route) abortSend(req uint64, why error) error {
 	r.conn.SetWriteDeadline(time.Now().Add(abortBound))
-	if err := writePacket(r.conn, sendAbortMsg(req), -1); err != nil {
+	err := writePacket(r.conn, sendAbortMsg(req), -1)
+	r.conn.SetWriteDeadline(time.Time{}) // the socket's later writes are not this message's
+	if err != nil {
 		r.fail(fmt.Errorf("shm: send stalled or owner gone: %v: %w", err, rdmamgr.ErrPeerGone))
 		return r.st.Err()
 	}

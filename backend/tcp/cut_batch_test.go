@@ -184,3 +184,62 @@ func TestAnswerLeavesBeforeTheServerWaits(t *testing.T) {
 		t.Fatalf("next READ on the connection: %+v", r)
 	}
 }
+
+// After cutLeft let a READ's reference go (its bytes were out), a later
+// cut of the READ after it in the same batch still counts those bytes:
+// Revoke of the second returns only once none of its memory is still to
+// be written. (The offsets once left the first one's payload out, so the
+// second's reference went early and the writev went on reading memory its
+// owner had been told was free.)
+func TestCutLeftKeepsLaterOffsets(t *testing.T) {
+	p := newPair(t, Config{}, Config{FrameTimeout: 10 * time.Minute, SocketBuffer: 16 << 10})
+	const nA = 1<<20 - 8192
+	const nB = 4 << 20
+	hA, _ := backendtest.Alloc(t, p.regB, nA, buffer.AccessReadWrite)
+	hB, memB := backendtest.Alloc(t, p.regB, nB, buffer.AccessReadWrite)
+	backendtest.Random(t, memB)
+	orig := bytes.Clone(memB)
+	rB := regionOf(t, p.regB, hB)
+	c := authed(t, p.b)
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(16 << 10)
+	}
+	_ = c.SetDeadline(time.Now().Add(time.Minute))
+	writeRaw(t, c, append(reqBytes(reqHeader{op: opRead, length: nA, wrid: 1, region: hA.Region, key: hA.Key}),
+		reqBytes(reqHeader{op: opRead, length: nB, wrid: 2, region: hB.Region, key: hB.Key})...))
+	if r := readResp(t, c); r.wrid != 1 || r.code != 0 || r.length != nA {
+		t.Fatalf("READ A: %+v", r)
+	}
+	if _, err := io.ReadFull(c, make([]byte, nA)); err != nil {
+		t.Fatal(err)
+	}
+	// A's bytes are out: its revocation lets its reference go (cutLeft).
+	if err := p.regB.Revoke(cutCtx(t), hA); err != nil {
+		t.Fatal(err)
+	}
+	if r := readResp(t, c); r.wrid != 2 || r.code != 0 || r.length != nB {
+		t.Fatalf("READ B: %+v", r)
+	}
+	got := make([]byte, nB)
+	const stop = nB - 512<<10
+	if _, err := io.ReadFull(c, got[:stop]); err != nil {
+		t.Fatal(err)
+	}
+	// The peer stops reading B; B is revoked: the write may not go on
+	// from B's memory once Revoke returned (the connection closes).
+	revoked := make(chan error, 1)
+	go func() { revoked <- p.regB.Revoke(cutCtx(t), hB) }()
+	for p.regB.RemoteErr(rB) == nil {
+		time.Sleep(time.Millisecond)
+	}
+	if err := <-revoked; err != nil {
+		t.Fatal(err)
+	}
+	for i := range memB { // the owner reuses the memory
+		memB[i] = 0xAA
+	}
+	n, _ := io.ReadFull(c, got[stop:])
+	if d := backendtest.FirstDiff(got[stop:stop+n], orig[stop:stop+n]); d >= 0 {
+		t.Fatalf("the peer got bytes written into B's memory after Revoke(B) returned (first at B's offset %d)", stop+d)
+	}
+}

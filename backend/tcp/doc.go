@@ -101,10 +101,13 @@
 // waits out the frame timeout. One region's cut ends that region's
 // operations alone (server_batch.go): a READ answer still waiting in a
 // batch when its region is cut goes out as the cut's code with no payload,
-// beside its neighbours (refuseCut); one whose payload is being written
+// beside its neighbours (refuseCutLocked); one whose payload is being written
 // gets cutGrace for the peer to take that payload, and once it is out the
 // rest of the batch goes on (cutLeft) and the reference goes; only a peer
-// that holds the cut bytes back past cutGrace has its connection closed. A
+// that holds the cut bytes back past cutGrace has its connection closed
+// (and, over data-plane TLS, whose record layer a timed-out write breaks,
+// any connection whose write the grace interrupted: the server has no
+// buffered writer like the client's tls_writer.go). A
 // batch that holds READ references goes out before the server reads from
 // the socket (answerFirst), so none waits on the peer's next bytes. A
 // wrong key and an unknown region get one code (backend.RemoteCode).

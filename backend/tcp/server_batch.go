@@ -20,7 +20,7 @@ import (
 // A batch with READ payloads must leave within FrameTimeout, and sooner if
 // one of its regions is revoked or released meanwhile (cut) while that
 // READ's bytes are still to go. A READ whose region was cut before the
-// write began (refuseCut) is answered with the cut's code and no payload;
+// write began (refuseCutLocked) is answered with the cut's code and no payload;
 // the rest of the batch goes out as it is.
 func (s *serverConn) flush() error {
 	if h := testHookFlush.Load(); h != nil {
@@ -31,13 +31,15 @@ func (s *serverConn) flush() error {
 	var deadline time.Time
 	if timed {
 		deadline = time.Now().Add(s.b.cfg.FrameTimeout)
+		var drop []memreg.Ref
 		s.mu.Lock()
 		s.flushing = true
 		err = s.c.SetWriteDeadline(deadline)
-		s.mu.Unlock()
 		if err == nil {
-			s.refuseCut()
+			drop = s.refuseCutLocked()
 		}
+		s.mu.Unlock()
+		releaseAll(drop)
 	}
 	if err == nil {
 		s.iov = s.iovBuf[:0]
@@ -103,36 +105,42 @@ func (s *serverConn) cutLeft(sent int, deadline time.Time) bool {
 		pay := 0
 		for i := range s.segs {
 			g := &s.segs[i]
-			n := len(g.ref.Bytes())
-			pay += n
-			if n == 0 {
-				continue
-			}
+			pay += g.n
 			if g.hdrEnd+pay > sent {
 				break // still (partly) to go: the iov holds its memory
 			}
+			if !g.ref.Held() {
+				continue // no payload, or let go already
+			}
 			if e := s.b.reg.RemoteErr(g.ref.Region()); e != nil && e != rdmamgr.ErrExpired {
-				s.servedOut(uint64(n), g.first)
+				s.servedOut(uint64(g.n), g.first)
 				drop = append(drop, g.ref)
-				g.ref = memreg.Ref{}
+				g.ref = memreg.Ref{} // g.n stays: its bytes are in the stream
 			}
 		}
 	}
 	s.mu.Unlock()
-	for _, ref := range drop {
-		ref.Release()
-	}
+	releaseAll(drop)
 	return ok
 }
 
-// refuseCut answers, in place, every READ of the batch whose region was
-// revoked or released (or whose proxy's owner went) before flushing was
-// set, when a cut found nothing to wake: its header says the cut's code
-// and no payload, and its reference goes. A cut from flushing on shortens
-// the write deadline instead (cut). Its neighbours in the batch are
-// answered as they were: one region's end fails no other operation, and
-// the connection serves on.
-func (s *serverConn) refuseCut() {
+// releaseAll releases refs (outside mu: a release may wake a revocation).
+func releaseAll(refs []memreg.Ref) {
+	for _, ref := range refs {
+		ref.Release()
+	}
+}
+
+// refuseCutLocked answers, in place, every READ of the batch whose region
+// was revoked or released (or whose proxy's owner went) before the write
+// began: its header says the cut's code and no payload, and its
+// reference is returned, for the caller to release once it let go of mu.
+// It runs under mu with flushing just set, so every cut comes either
+// before it (answered here) or after it (cut shortens the write deadline
+// and counts the payload that is really in the stream). Its neighbours in
+// the batch are answered as they were: one region's end fails no other
+// operation, and the connection serves on.
+func (s *serverConn) refuseCutLocked() []memreg.Ref {
 	var drop []memreg.Ref
 	for i := range s.segs {
 		g := &s.segs[i]
@@ -146,16 +154,12 @@ func (s *serverConn) refuseCut() {
 		hdr := s.out[g.hdrEnd-respHeaderSize : g.hdrEnd]
 		hdr[1] = byte(backend.RemoteCode(e))
 		binary.LittleEndian.PutUint32(hdr[4:], 0) // no payload
-		s.payload -= len(g.ref.Bytes())
-		s.mu.Lock() // cut reads segs while flushing
+		s.payload -= g.n
 		drop = append(drop, g.ref)
-		g.ref = memreg.Ref{}
-		s.mu.Unlock()
+		g.ref, g.n = memreg.Ref{}, 0
 		s.rejected()
 	}
-	for _, ref := range drop {
-		ref.Release()
-	}
+	return drop
 }
 
 // answerFirst is a served connection's source of bytes: before each read

@@ -78,7 +78,7 @@ func (s *serverConn) cut(r *memreg.Region) {
 	if e := s.b.reg.RemoteErr(r); s.flushing && e != nil && e != rdmamgr.ErrExpired {
 		end, pay := 0, 0
 		for _, g := range s.segs {
-			pay += len(g.ref.Bytes())
+			pay += g.n
 			if g.ref.Region() == r {
 				end = g.hdrEnd + pay // the batch's bytes up to the end of g's payload
 			}
@@ -95,7 +95,11 @@ func (s *serverConn) cut(r *memreg.Region) {
 type respSeg struct {
 	hdrEnd int
 	ref    memreg.Ref
-	first  bool // the first frame of its READ (servedOut)
+	// n is the payload's length in the batch's stream: len(ref.Bytes())
+	// when added, 0 once refuseCutLocked answered it without one (not when
+	// cutLeft let ref go early: its bytes are in the stream).
+	n     int
+	first bool // the first frame of its READ (servedOut)
 }
 
 const (
@@ -157,11 +161,12 @@ func (s *serverConn) serve() error {
 // appendResp adds a response to the batch; ref, for a READ, holds its
 // payload and is released once the batch is written.
 func (s *serverConn) appendResp(h respHeader, ref memreg.Ref) {
-	n := len(s.out)
+	at := len(s.out)
 	s.out = append(s.out, make([]byte, h.size())...)
-	h.encode(s.out[n:])
-	s.segs = append(s.segs, respSeg{hdrEnd: len(s.out), ref: ref})
-	s.payload += len(ref.Bytes())
+	h.encode(s.out[at:])
+	n := len(ref.Bytes())
+	s.segs = append(s.segs, respSeg{hdrEnd: len(s.out), ref: ref, n: n})
+	s.payload += n
 }
 
 // endTimedWrite ends a write made under a deadline (a READ's answer):

@@ -158,7 +158,7 @@ func (s *serverConn) writeDevice(br *connReader, ref memreg.Ref, span memreg.Dev
 // the batch so far goes out, then the answer's header and the payload
 // staged chunk by chunk, under FrameTimeout (shortened by a cut, as a
 // batch's; one cut before the header leaves is answered with the cut's
-// code: refuseCut). ref is released once the last copy finished. A device copy
+// code: refuseCutLocked). ref is released once the last copy finished. A device copy
 // that fails after the header left ends the connection (the peer awaits
 // the whole payload): its operations fail, none reports success.
 func (s *serverConn) readDevice(h *reqHeader, ref memreg.Ref, span memreg.DeviceSpan) error {
@@ -180,13 +180,15 @@ func (s *serverConn) readDevice(h *reqHeader, ref memreg.Ref, span memreg.Device
 	s.out = append(s.out[:0], make([]byte, rh.size())...)
 	rh.encode(s.out)
 	s.mu.Lock()
-	s.segs = append(s.segs, respSeg{hdrEnd: len(s.out), ref: ref}) // for cut: it shortens the deadline
+	s.segs = append(s.segs, respSeg{hdrEnd: len(s.out), ref: ref, n: int(span.Len)}) // for cut: it shortens the deadline
 	s.flushing = true
 	err = s.c.SetWriteDeadline(time.Now().Add(s.b.cfg.FrameTimeout))
-	s.mu.Unlock()
+	var drop []memreg.Ref
 	if err == nil {
-		s.refuseCut() // cut before: the header says so, and no payload follows
+		drop = s.refuseCutLocked() // cut before: the header says so, and no payload follows
 	}
+	s.mu.Unlock()
+	releaseAll(drop)
 	if err == nil {
 		_, err = s.c.Write(s.out)
 	}
