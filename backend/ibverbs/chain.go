@@ -71,6 +71,13 @@ func (ch *chain) idsOf(o *op) []uint64 { return ch.ids[o.first : o.first+len(o.c
 // operation for the fallback route (toFallback) is posted there in its
 // place in the list, after the ones before it went to the device.
 func (r *route) PostList(wrs []*backend.WorkRequest) (int, error) {
+	r.ringMu.RLock() // the ring stays while prepare writes its cells (route.ringMu)
+	locked := true
+	defer func() {
+		if locked {
+			r.ringMu.RUnlock()
+		}
+	}()
 	ch := getChain()
 	defer putChain(ch)
 	base := 0 // wrs[:base] are posted; ch holds wrs[base:i]
@@ -83,7 +90,14 @@ func (r *route) PostList(wrs []*backend.WorkRequest) (int, error) {
 			if serr != nil {
 				return base + n, serr
 			}
-			if err := r.postFallback(wr); err != nil {
+			// Not across the fallback's Post, which may wait for room
+			// that only the route's teardown (under the lock) frees.
+			r.ringMu.RUnlock()
+			locked = false
+			err := r.postFallback(wr)
+			r.ringMu.RLock()
+			locked = true
+			if err != nil {
 				return i, err
 			}
 			base = i + 1

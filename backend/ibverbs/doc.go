@@ -361,7 +361,10 @@
 // request, and only after each has completed (or the queue pair has been
 // destroyed, after Config.DrainTimeout) is the work reported failed - never
 // while the device may still touch its local memory. The manager then builds
-// a new route. Completion statuses map to the usual sentinels:
+// a new route. A Post or PostList racing the failure (a Close from another
+// goroutine) fails with the route's error; the route's ring, whose cells a
+// poster writes while it prepares, is freed only once no poster is
+// preparing (route.ringMu: each Post and PostList holds it for reading). Completion statuses map to the usual sentinels:
 // IBV_WC_REM_ACCESS_ERR wraps rdmamgr.ErrAccess (wrong rkey, read-only or
 // released region, out of bounds), RETRY_EXC and RNR_RETRY_EXC wrap
 // rdmamgr.ErrPeerGone, flushed requests get the route's error (ErrClosed,

@@ -22,6 +22,8 @@ func (r *route) Post(wr *backend.WorkRequest) error {
 	if r.fb != nil && toFallback(wr) {
 		return r.postFallback(wr)
 	}
+	r.ringMu.RLock() // the ring stays while prepare writes its cells (route.ringMu)
+	defer r.ringMu.RUnlock()
 	ch := getChain()
 	defer putChain(ch)
 	if err := r.prepare(wr, ch, true); err != nil {
@@ -133,6 +135,9 @@ func (r *route) prepRW(wr *backend.WorkRequest, ch *chain, wait bool) error {
 		ch.batch.add(ch.addID(b.slots.alloc(&o.chunks[i])), laddr+off, raddr+off, uint32(ln), lkey, rkey, opcode)
 	}
 	if notice { // after the writes: RC delivers it once their bytes are in place
+		if testHookNoticeCell != nil {
+			testHookNoticeCell(r)
+		}
 		cell := r.takeCell()
 		o.chunks[count].cell, o.ctlCell = cell+1, cell
 		m := ctlMsg{kind: ctlNotice, imm: wr.Imm, region: wr.Remote.Region, offset: wr.Remote.Offset, length: n, key: wr.Remote.Key}
@@ -274,6 +279,10 @@ func semErr(res int, r *route, what string) error {
 
 // takeCell takes a cell of the initiator's ring for one work request; it
 // has room in flight (r.sem), and there are as many cells as that.
+// testHookNoticeCell, when set by a test, runs as a PutWithImm's notice
+// takes its cell, before the cell is written.
+var testHookNoticeCell func(r *route)
+
 func (r *route) takeCell() int {
 	c, ok := r.ring.allocCell()
 	if !ok {

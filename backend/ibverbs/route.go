@@ -25,10 +25,15 @@ import (
 type route struct {
 	routestate.State
 
-	b        *Backend
-	peer     uint64
-	qp       *queuePair
-	ring     *ring // the control ring and cells (ring.go)
+	b    *Backend
+	peer uint64
+	qp   *queuePair
+	ring *ring // the control ring and cells (ring.go)
+	// ringMu is held for reading by a poster (Post, PostList) while it
+	// prepares and submits, for it writes control messages into the
+	// ring's cells before the chain is posted; teardown holds it to free
+	// the ring, so no poster racing a Close writes a freed ring.
+	ringMu   sync.RWMutex
 	accepted bool
 	sem      *wsem // work requests in flight on the queue pair
 	// credits bounds the initiator's control messages (notices and
@@ -244,7 +249,11 @@ wait:
 		delete(b.byQPN, r.qp.qpn)
 	}
 	b.mu.Unlock()
+	// Posters still preparing see the route failing (r.Done: their waits
+	// end) and do not post; the ring goes once none writes it.
+	r.ringMu.Lock()
 	b.dropQP(r.qp, r.ring, r.outstanding.Load() == 0)
+	r.ringMu.Unlock()
 	for _, c := range b.slots.takeRoute(r) {
 		r.completed(c, wcWRFlushErr, 0)
 	}
