@@ -118,17 +118,7 @@ func TestSlowProcessDoesNotStallTheAgents(t *testing.T) {
 // at its agent, so later frames for it are refused at once (PEER_GONE)
 // and other processes' traffic serves on.
 func TestStuckProcessIsEnded(t *testing.T) {
-	_, b, p1, p2 := pairOfAgents(t)
-	in := &stuckInbox{entered: make(chan struct{}), free: make(chan struct{})}
-	var freeOnce sync.Once
-	free := func() { freeOnce.Do(func() { close(in.free) }) }
-	t.Cleanup(free)
-	p2.sb.SetInbox(in)
-	p4 := newFakeProc(t, b.cfg.Secret)
-	if err := p4.attach(testCtx(t), b.cfg.Socket, attachOpts{secret: b.cfg.Secret}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p4.c.Close() })
+	b, p1, p2, p4, in, free := stuckOwnerAgents(t)
 
 	src, _ := p1.alloc(t, 4096, buffer.AccessReadWrite)
 	r1, _ := p2.alloc(t, 4096, buffer.AccessReadWrite)
@@ -152,4 +142,23 @@ func TestStuckProcessIsEnded(t *testing.T) {
 		t.Fatalf("put to the ended process: %v (want PEER_GONE); to another: %v", rdmapb.Code(ds[3].Code), rdmapb.Code(ds[4].Code))
 	}
 	free()
+}
+
+// stuckOwnerAgents is pairOfAgents with p2's owner code stuck in a
+// message's Recv once one comes (in.entered; free lets it go, and runs at
+// cleanup) and a second process p4 attached to p2's agent b.
+func stuckOwnerAgents(t *testing.T) (b *Agent, p1, p2, p4 *fakeProc, in *stuckInbox, free func()) {
+	t.Helper()
+	_, b, p1, p2 = pairOfAgents(t)
+	in = &stuckInbox{entered: make(chan struct{}), free: make(chan struct{})}
+	var freeOnce sync.Once
+	free = func() { freeOnce.Do(func() { close(in.free) }) }
+	t.Cleanup(free)
+	p2.sb.SetInbox(in)
+	p4 = newFakeProc(t, b.cfg.Secret)
+	if err := p4.attach(testCtx(t), b.cfg.Socket, attachOpts{secret: b.cfg.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p4.c.Close() })
+	return b, p1, p2, p4, in, free
 }

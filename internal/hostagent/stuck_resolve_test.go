@@ -3,7 +3,6 @@
 package hostagent
 
 import (
-	"sync"
 	"testing"
 
 	"github.com/rdmamgr/rdmamgr/backend"
@@ -19,17 +18,7 @@ import (
 // served before and after the stall, none fails. (The silent connection
 // once failed the whole route, and every process's operations with it.)
 func TestStuckResolveKeepsNeighbours(t *testing.T) {
-	_, b, p1, p2 := pairOfAgents(t)
-	in := &stuckInbox{entered: make(chan struct{}), free: make(chan struct{})}
-	var freeOnce sync.Once
-	free := func() { freeOnce.Do(func() { close(in.free) }) }
-	t.Cleanup(free)
-	p2.sb.SetInbox(in)
-	p4 := newFakeProc(t, b.cfg.Secret)
-	if err := p4.attach(testCtx(t), b.cfg.Socket, attachOpts{secret: b.cfg.Secret}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p4.c.Close() })
+	b, p1, p2, p4, in, free := stuckOwnerAgents(t)
 
 	src, _ := p1.alloc(t, 4096, buffer.AccessReadWrite)
 	r2, _ := p2.alloc(t, 4096, buffer.AccessReadWrite)
