@@ -80,6 +80,12 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 		o := &ops[i]
 		w := wrs[i]
 		ch.left = n - int64(i)
+		if fastOK && q.inl != nil && ch.cq != nil {
+			if k := q.runInline(wrs[i:], ops[i:], &ch, &ready, c, dl, cancel); k > 0 {
+				i += k - 1
+				continue
+			}
+		}
 		if fastOK && q.armFast(w, o, dl, cancel, &ch) {
 			ready = append(ready, &w.wr)
 			continue

@@ -37,6 +37,10 @@ type QueuePair struct {
 	relOnce sync.Once
 	cq      atomic.Pointer[CompletionQueue] // where operations posted now report
 	list    backend.ListPoster              // route's chain posting; nil: a loop of Post
+	// inl: the route copies a chain's runs of small Puts and Gets in the
+	// poster's goroutine (runInline), each at most inlMax bytes.
+	inl    qpbind.InlineRunner
+	inlMax int
 	// slow: the route's operations take long (backend.SlowCompleter):
 	// waits for them park at once, never spin.
 	slow bool
@@ -70,6 +74,9 @@ func newQueuePair(id, peerID uint64, route backend.Route, local qpbind.Resolver,
 	q := &QueuePair{id: id, peerID: peerID, route: route, local: local, timeout: opt.Timeout, onRel: opt.OnRelease, kind: opt.Kind,
 		obs: opt.Observer}
 	q.list, _ = route.(backend.ListPoster)
+	if q.inl, _ = route.(qpbind.InlineRunner); q.inl != nil {
+		q.inlMax = q.inl.InlineMax()
+	}
 	if s, ok := route.(backend.SlowCompleter); ok {
 		q.slow = s.SlowCompletions()
 	}

@@ -30,13 +30,13 @@ const (
 // released, lease) in the table around the copy; chunked copies check
 // again between chunks.
 func (r *route) copy(e *entry, wr *backend.WorkRequest, chunked bool) error {
-	remote, err := r.place(e, wr)
+	remote, err := r.place(e, wr.Op, wr.Local, wr.Remote.Offset)
 	if err != nil {
 		return err
 	}
 	n := uint64(len(remote))
 	if st := r.table.enter(e.slot, e.id); st != stAlive {
-		return r.refused(e, wr, st)
+		return r.refused(e, wr.Op, st)
 	}
 	if n <= cachedMax {
 		err = guardedCopy(wr.Op, wr.Local, remote, piece)
@@ -60,19 +60,20 @@ func (r *route) copy(e *entry, wr *backend.WorkRequest, chunked bool) error {
 	return nil
 }
 
-// place checks wr's access and bounds against e and returns the bytes of
-// e's mapping it copies to or from.
-func (r *route) place(e *entry, wr *backend.WorkRequest) ([]byte, error) {
-	n := uint64(len(wr.Local))
-	if !e.access.Allows(wr.Op.Need()) {
+// place checks the access and bounds of an op of len(local) bytes at off
+// in e's region and returns the bytes of e's mapping it copies to or
+// from.
+func (r *route) place(e *entry, op backend.Op, local []byte, off uint64) ([]byte, error) {
+	n := uint64(len(local))
+	if !e.access.Allows(op.Need()) {
 		r.table.word(0, wRejected).Add(1)
-		return nil, fmt.Errorf("shm: %s to a %s buffer: %w", wr.Op, e.access, rdmamgr.ErrAccess)
+		return nil, fmt.Errorf("shm: %s to a %s buffer: %w", op, e.access, rdmamgr.ErrAccess)
 	}
-	if err := buffer.CheckRange(uint64(len(e.mem)), wr.Remote.Offset, n); err != nil {
+	if err := buffer.CheckRange(uint64(len(e.mem)), off, n); err != nil {
 		r.table.word(0, wRejected).Add(1)
-		return nil, fmt.Errorf("shm: %s at %d+%d of a %d-byte region: %w", wr.Op, wr.Remote.Offset, n, len(e.mem), err)
+		return nil, fmt.Errorf("shm: %s at %d+%d of a %d-byte region: %w", op, off, n, len(e.mem), err)
 	}
-	return e.mem[wr.Remote.Offset : wr.Remote.Offset+n], nil
+	return e.mem[off : off+n], nil
 }
 
 // count adds copies done to the served counters in the state table.
@@ -98,7 +99,7 @@ func (r *route) copyChunks(e *entry, wr *backend.WorkRequest, remote []byte) err
 				return err
 			}
 			if st := r.table.still(e.slot); st != stAlive {
-				return r.refused(e, wr, st)
+				return r.refused(e, wr.Op, st)
 			}
 		}
 		end := min(off+chunk, len(remote))
@@ -112,13 +113,13 @@ func (r *route) copyChunks(e *entry, wr *backend.WorkRequest, remote []byte) err
 // refused is the error of a copy the region's state refused: the route's
 // own end when it is ending (its owner cuts every region as the
 // connection closes), else the state's.
-func (r *route) refused(e *entry, wr *backend.WorkRequest, st uint64) error {
+func (r *route) refused(e *entry, op backend.Op, st uint64) error {
 	if err := r.st.Err(); err != nil {
 		return err
 	}
 	r.table.word(0, wRejected).Add(1)
 	r.forgetEntry(e)
-	return &backend.RemoteError{Code: backend.Code(stateErr(st)), Op: wr.Op}
+	return &backend.RemoteError{Code: backend.Code(stateErr(st)), Op: op}
 }
 
 // forgetEntry drops an entry whose region was cut and tells the owner.

@@ -182,7 +182,7 @@ func (r *route) copyDevice(e *entry, wr *backend.WorkRequest) error {
 		return fmt.Errorf("shm: %s at %d+%d of a %d-byte device region: %w", wr.Op, wr.Remote.Offset, n, e.dev.n, err)
 	}
 	if st := r.table.enter(e.slot, e.id); st != stAlive {
-		return r.refused(e, wr, st)
+		return r.refused(e, wr.Op, st)
 	}
 	var cut uint64
 	done := 0

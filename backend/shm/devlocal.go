@@ -104,7 +104,7 @@ func (r *route) checkChunk(e *entry, wr *backend.WorkRequest, cut *uint64) error
 func (r *route) settle(e *entry, wr *backend.WorkRequest, n uint64, cut uint64, err error) error {
 	switch {
 	case errors.Is(err, errCutMidCopy):
-		return r.refused(e, wr, cut)
+		return r.refused(e, wr.Op, cut)
 	case err != nil:
 		return err
 	}
@@ -134,7 +134,7 @@ func (r *route) copyDtoD(e *entry, wr *backend.WorkRequest, s *memreg.DeviceSpan
 		dst, src = src, dst
 	}
 	if st := r.table.enter(e.slot, e.id); st != stAlive {
-		return r.refused(e, wr, st)
+		return r.refused(e, wr.Op, st)
 	}
 	var cut uint64
 	var err error
@@ -171,7 +171,7 @@ func (r *route) copyDeviceHost(rd *routeDev, e *entry, wr *backend.WorkRequest, 
 	}
 	remote := e.mem[wr.Remote.Offset : wr.Remote.Offset+n]
 	if st := r.table.enter(e.slot, e.id); st != stAlive {
-		return r.refused(e, wr, st)
+		return r.refused(e, wr.Op, st)
 	}
 	var cut uint64
 	done := 0

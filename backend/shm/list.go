@@ -120,32 +120,12 @@ func (r *route) copyRun(e *entry, run []*backend.WorkRequest) {
 	ep := runErrs.Get().(*[runMax]error) // a queue pair's CompleteRun keeps it from the stack
 	defer runErrs.Put(ep)
 	errs := ep[:len(run)]
-	clear(errs)
-	var in, out uint64
-	if st := r.table.enter(e.slot, e.id); st != stAlive {
-		for i, wr := range run {
-			errs[i] = r.refused(e, wr, st)
-		}
-	} else {
-		in, out = r.copies(e, run, errs)
-		r.table.leave(e.slot)
-		if err := r.st.Err(); err != nil { // the owner went away meanwhile
-			for i := range run {
-				if errs[i] == nil {
-					errs[i] = err
-				}
-			}
-		}
+	var ops [runMax]qpbind.InlineOp
+	for i, wr := range run {
+		o := &ops[i] // field by field: see queuepair's PostOps
+		o.Local, o.Offset, o.Op = wr.Local, wr.Remote.Offset, wr.Op
 	}
-	var ok, failed uint64
-	for i := range run {
-		if errs[i] == nil {
-			ok++
-		} else {
-			failed++
-		}
-	}
-	r.st.CountMany(ok, in, out, failed)
+	r.runOps(e, ops[:len(run)], errs)
 	if rc, isRun := run[0].Done.(qpbind.RunCompleter); isRun { // a queue pair's: one report of the run
 		rc.CompleteRun(run, errs)
 		return
@@ -155,11 +135,43 @@ func (r *route) copyRun(e *entry, run []*backend.WorkRequest) {
 	}
 }
 
+// runOps copies ops (on e's region, at most runMaxBytes in all) under one
+// enter and leave of the state table, setting errs[i] to the outcome of
+// ops[i], and counts them in the route's counters.
+func (r *route) runOps(e *entry, ops []qpbind.InlineOp, errs []error) {
+	clear(errs)
+	var in, out uint64
+	if st := r.table.enter(e.slot, e.id); st != stAlive {
+		for i := range ops {
+			errs[i] = r.refused(e, ops[i].Op, st)
+		}
+	} else {
+		in, out = r.copies(e, ops, errs)
+		r.table.leave(e.slot)
+		if err := r.st.Err(); err != nil { // the owner went away meanwhile
+			for i := range ops {
+				if errs[i] == nil {
+					errs[i] = err
+				}
+			}
+		}
+	}
+	var ok, failed uint64
+	for i := range ops {
+		if errs[i] == nil {
+			ok++
+		} else {
+			failed++
+		}
+	}
+	r.st.CountMany(ok, in, out, failed)
+}
+
 // copies makes the copies of a run that entered the state table (each
 // at most runMaxBytes, so on the cached path), setting errs[i] for each
 // that fails, and adds the ones made to the served counters. A fault
 // (guardedCopy) fails the copy it hit and those after it.
-func (r *route) copies(e *entry, run []*backend.WorkRequest, errs []error) (in, out uint64) {
+func (r *route) copies(e *entry, run []qpbind.InlineOp, errs []error) (in, out uint64) {
 	var ops uint64
 	i := 0
 	old := debug.SetPanicOnFault(true)
@@ -176,12 +188,12 @@ func (r *route) copies(e *entry, run []*backend.WorkRequest, errs []error) (in, 
 	}()
 	size := uint64(len(e.mem))
 	for ; i < len(run); i++ {
-		wr := run[i]
+		wr := &run[i]
 		var remote []byte
-		if n, off := uint64(len(wr.Local)), wr.Remote.Offset; e.access.Allows(wr.Op.Need()) && off <= size && n <= size-off {
+		if n, off := uint64(len(wr.Local)), wr.Offset; e.access.Allows(wr.Op.Need()) && off <= size && n <= size-off {
 			remote = e.mem[off : off+n] // place's checks, passed, without its call
 		} else {
-			_, errs[i] = r.place(e, wr) // its refusal
+			_, errs[i] = r.place(e, wr.Op, wr.Local, wr.Offset) // its refusal
 			continue
 		}
 		if wr.Op == backend.OpRead {

@@ -31,7 +31,7 @@ func (r *route) atomic(e *entry, wr *backend.WorkRequest) error {
 		return fmt.Errorf("shm: %s at %d of a %d-byte region: %w", wr.Op, wr.Remote.Offset, len(e.mem), err)
 	}
 	if st := r.table.enter(e.slot, e.id); st != stAlive {
-		return r.refused(e, wr, st)
+		return r.refused(e, wr.Op, st)
 	}
 	old, err := guardedAtomic(wr, e.mem)
 	r.table.leave(e.slot)

@@ -176,3 +176,40 @@ func (g *Registry) AcquireNear(near *Region, b *buffer.Buffer, dst *Ref) []byte 
 	dst.r, dst.mem, dst.remote, dst.off, dst.n = near, mem, false, off, n
 	return mem
 }
+
+// Take is Next for a caller that holds each reference only for a moment
+// and drops a run's together (Give): it returns b's bytes when b is in
+// the run's region and takes one of its spare references. When none is
+// spare and b is in the last region resolved (or the near one the run
+// began with; host memory, not a proxy), want of them are taken first,
+// as Acquire takes them. It reports false, changing nothing, otherwise.
+// The reference is the caller's: Give drops it, or Hold puts it in a Ref.
+func (lr *LocalRun) Take(b *buffer.Buffer, want int64) ([]byte, bool) {
+	if lr.spare == 0 {
+		r := lr.r
+		if r == nil || r.gate != nil || r.dev != nil || b.Region != r.id || b.OwnerID != lr.g.ownerID || !keyEqual(&r.key, &b.Key) ||
+			buffer.CheckRange(r.size, b.Offset, b.Length) != nil || !r.enterN(max(want, 1)) {
+			return nil, false
+		}
+		lr.held(max(want, 1))
+	}
+	off, n, size := b.Offset, b.Length, uint64(len(lr.mem))
+	if b.Region != lr.id || b.OwnerID != lr.owner || !keyEqual(&lr.key, &b.Key) || off > size || n > size-off {
+		return nil, false
+	}
+	lr.spare--
+	return lr.mem[off : off+n : off+n], true
+}
+
+// Give drops n references to the run's region (Last) that Take handed out.
+func (lr *LocalRun) Give(n int64) {
+	if n > 0 {
+		lr.r.refs.LeaveN(n)
+	}
+}
+
+// Hold makes *dst the reference Take handed out for b (its bytes mem),
+// as Next would have written it: dst's Release then drops it.
+func (lr *LocalRun) Hold(b *buffer.Buffer, mem []byte, dst *Ref) {
+	dst.r, dst.mem, dst.remote, dst.off, dst.n = lr.r, mem, false, b.Offset, b.Length
+}

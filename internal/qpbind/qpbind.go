@@ -71,3 +71,35 @@ type RunCompleter interface {
 type InlineCompleter interface {
 	CompleteInline(wr *backend.WorkRequest, err error)
 }
+
+// InlineOp is one operation of an InlineRunner's run: a Put
+// (backend.OpWrite) or Get (backend.OpRead) of len(Local) bytes at Offset
+// in the run's remote region. Local is the poster's memory, resolved and
+// held by it until RunInline returns.
+type InlineOp struct {
+	Local  []byte
+	Offset uint64
+	Op     backend.Op
+}
+
+// InlineRunner is implemented by a route that copies small Puts and Gets
+// on memory it has mapped in the poster's goroutine (shm). Package
+// queuepair hands it a chain's run of them directly, with no
+// backend.WorkRequest built for each, and reports the outcomes itself.
+type InlineRunner interface {
+	// InlineMax is the largest operation, in bytes, a run may hold.
+	InlineMax() int
+	// RunInline copies ops in order, each on the remote region named by
+	// region and key (the handles' Region and Key, checked against the
+	// peer's ownership already by the caller: buffer handles of the
+	// route's peer, each at most InlineMax bytes, at most 64 of them),
+	// and sets errs[i] (len(errs) == len(ops)) to the outcome of
+	// ops[i]: nil, or why it failed (the region's access, bounds, state;
+	// the route's end), exactly as Post would have completed it. It
+	// reports false, having copied nothing and set nothing, when it
+	// takes no run on that region now (not mapped yet, not shareable,
+	// device memory, the route ended): the caller then posts the
+	// operations as requests, and the route says why. Once it returns,
+	// no byte of the run is touched again.
+	RunInline(region uint64, key buffer.Key, ops []InlineOp, errs []error) bool
+}

@@ -1,0 +1,126 @@
+package queuepair
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/qpbind"
+)
+
+// runInline takes the run that starts ops on a route that copies small
+// operations in the poster's goroutine (q.inl, shm): the Puts and Gets
+// armFast would arm, each on the remote region of the first and at most
+// the route's InlineMax bytes, up to runChunk of them. They are armed as
+// armFast arms them but with no backend request built (the route copies
+// them from a compact list, qpbind.InlineRunner), their local references
+// taken from the chain's run and dropped together, and reported to the
+// chain's completion queue as completeRun reports a run: the memory let
+// go, each done with one atomic operation, pushed under one lock. It
+// returns how many operations it took, each posted or reported: 0 when
+// ops[0] starts no such run, and then it changed nothing. The requests
+// of ready (armed before the run, in the chain's order) are posted before
+// the run is copied, so the chain's operations reach the route in order.
+// When the route declines the run (its region not mapped yet, say), the
+// armed requests get their backend requests and join ready, as armFast's.
+func (q *QueuePair) runInline(wrs []*WorkRequest, ops []Op, ch *chainPrep, ready *[]*backend.WorkRequest, c context.Context, dl time.Time, cancel <-chan struct{}) int {
+	sc := inlineScratch.Get().(*inlineRun) // not on the stack: the route's interface would move it to the heap
+	defer inlineScratch.Put(sc)
+	iops, errs := &sc.ops, &sc.errs
+	region, key := ops[0].Remote.Region, &ops[0].Remote.Key
+	limit, max := min(len(ops), runChunk), uint64(q.inlMax)
+	cq := ch.cq
+	k := 0
+	for ; k < limit; k++ {
+		o, w := &ops[k], wrs[k]
+		s := w.state.Load()
+		if o.Remote.Region != region || o.Remote.Key != *key || o.Local.Length > max ||
+			!q.plainOK(o.Op, &o.Local, &o.Remote) || o.Local.Location != buffer.Host || ch.slots == 0 || ch.entries == 0 ||
+			(s != stateIdle && s != stateDone) || (s == stateDone && w.queued) || // read after the state: see WorkRequest.queued
+			w.batch != nil || w.sig == nil || w.want.Load() != 0 || w.staged.Load() ||
+			w.owner.Load() != q || w.wr.CancelCause() != nil {
+			break
+		}
+		mem, ok := ch.local.Take(&o.Local, ch.left-int64(k))
+		if !ok {
+			break
+		}
+		w.state.setOwned(statePending) // from idle or done: the owner's alone (reqState.setOwned)
+		w.wr.Op, w.wr.Local, w.wr.Result = o.Op, mem, 0
+		w.id = o.ID
+		ch.slots--
+		w.cq = cq
+		if w.fast = !q.slow; w.fast {
+			if ch.fast > 0 {
+				ch.fast--
+			} else {
+				cq.fast.Add(1)
+			}
+		}
+		ch.entries--
+		w.qp = q
+		io := &iops[k] // field by field: a struct built and copied whole stalls on store forwarding (PostOps)
+		io.Local, io.Offset, io.Op = mem, o.Remote.Offset, o.Op
+	}
+	if k == 0 {
+		return 0
+	}
+	if len(*ready) > 0 { // the chain's operations before the run go first
+		q.postList(*ready, c)
+		clear(*ready)
+		*ready = (*ready)[:0]
+	}
+	if !q.inl.RunInline(region, *key, iops[:k], errs[:k]) {
+		for j := range k { // posted as armFast posts them: the route says why
+			w, o := wrs[j], &ops[j]
+			ch.local.Hold(&o.Local, iops[j].Local, &w.ref)
+			wr := &w.wr
+			wr.Remote = o.Remote
+			wr.LocalRegion = ch.local.Last()
+			wr.Deadline, wr.Done, wr.Cancel = dl, (*completer)(w), cancel
+			w.dlMono = 0
+			wr.Via, wr.Origin = 0, 0
+			wr.Imm, wr.HasImm, wr.Compare, wr.Swap = 0, false, 0, 0
+			if w.wr.CancelCause() != nil { // a Cancel from elsewhere since the check: ready reports it
+				if q.ready(w) {
+					*ready = append(*ready, wr)
+				}
+				continue
+			}
+			*ready = append(*ready, wr)
+		}
+		clear(iops[:k])
+		return k
+	}
+	ch.local.Give(int64(k)) // reported means finished: let go first
+	for j := range k {
+		w := wrs[j]
+		if testHookFinishing != nil {
+			testHookFinishing()
+		}
+		w.qp, w.cq = nil, nil
+		w.err = errs[j]
+		w.queued = true
+		if !w.state.CompareAndSwap(statePending, stateDone) {
+			panic("queuepair: an inline run's request completed twice") // only a route breaking backend.Completer's exactly once
+		}
+		if w.want.Load() != 0 { // after the state: see "The signal handshake"
+			w.signal()
+		}
+	}
+	cq.pushAll(wrs[:k]) // the last touch of each w: its reaper may re-arm it at once
+	clear(iops[:k])     // hold no memory past the post
+	clear(errs[:k])
+	q.ops.LeaveN(int64(k))
+	return k
+}
+
+// inlineRun is runInline's scratch: the run's operations and outcomes.
+type inlineRun struct {
+	ops  [runChunk]qpbind.InlineOp
+	errs [runChunk]error
+}
+
+var inlineScratch = sync.Pool{New: func() any { return new(inlineRun) }}
