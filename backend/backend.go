@@ -87,9 +87,17 @@ type Completer interface {
 
 // WorkRequest is one operation posted on a Route. The poster fills it and
 // must not touch it until Complete is called.
+//
+// Op, cause, Result and Local come first: after the hot fields of
+// package queuepair's request, they keep a re-posted small operation on
+// that request's first two cache lines.
 type WorkRequest struct {
 	Op    Op
-	Local []byte // local memory, already resolved and referenced; len == Remote.Length
+	cause atomic.Pointer[error] // set once by RequestCancel
+	// Result is the old value of an atomic's word, set by the backend
+	// before Complete when the atomic succeeded.
+	Result uint64
+	Local  []byte // local memory, already resolved and referenced; len == Remote.Length
 	// LocalRegion is the registered region Local lies in, set by package
 	// queuepair for the module's RDMA backend (its keys give the local
 	// key); it is opaque outside the module, which is why it is an any.
@@ -108,9 +116,6 @@ type WorkRequest struct {
 	// Compare and Swap are the operands of OpCompareSwap; Swap is the
 	// addend of OpFetchAdd.
 	Compare, Swap uint64
-	// Result is the old value of an atomic's word, set by the backend
-	// before Complete when the atomic succeeded.
-	Result uint64
 
 	// Via names the target process at the peer when the peer is a host
 	// agent: its slot there (0: none; the peer's own memory). A peer that
@@ -122,8 +127,6 @@ type WorkRequest struct {
 	// event of an OpWriteImm and the message of an OpSend name it as
 	// their Peer at the owner (honoured only with Via, by an agent).
 	Origin uint64
-
-	cause atomic.Pointer[error] // set once by RequestCancel
 }
 
 // RequestCancel records why wr should end early; the first cause wins and

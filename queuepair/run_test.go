@@ -186,8 +186,8 @@ func BenchmarkPostOpsRun(b *testing.B) {
 // to backend.WorkRequest must be added there too, or a re-posted request
 // carries the last operation's value. This fails until it is.
 func TestResetWritesEveryField(t *testing.T) {
-	want := []string{"Op", "Local", "LocalRegion", "Remote", "Deadline", "Done", "Cancel",
-		"Imm", "HasImm", "Compare", "Swap", "Result", "Via", "Origin", "cause"}
+	want := []string{"Op", "cause", "Result", "Local", "LocalRegion", "Remote", "Deadline", "Done", "Cancel",
+		"Imm", "HasImm", "Compare", "Swap", "Via", "Origin"}
 	typ := reflect.TypeFor[backend.WorkRequest]()
 	var got []string
 	for i := range typ.NumField() {

@@ -17,26 +17,18 @@ import (
 // WorkRequest is the handle of one posted operation. Put and Get return a
 // new one; PostPut and PostGet reuse one the caller owns.
 type WorkRequest struct {
-	wr  backend.WorkRequest
-	ref memreg.Ref // the local memory, held until the outcome is reported
-	qp  *QueuePair // set while the operation counts in qp.ops
-	// owner is the queue pair w was last posted on: where a cancel goes.
-	// Atomic: a batch's context watcher reads it while the backend runs.
-	owner atomic.Pointer[QueuePair]
-	batch *Batch        // set once by Submit: its watcher stops with the last op
-	sig   chan struct{} // capacity 1: at most one token, sent only when wanted
+	// The fields every post and completion of a small operation touches
+	// come first, together, and wr's own first fields right after them
+	// (backend.WorkRequest): two cache lines of w, not five.
+	state reqState
 	// want says who can receive a token on sig: wantWaiter while a Wait or
 	// Cancel may park on it (cleared by the next re-arm), wantDone once
 	// Done was called (for w's life). finish sends a token only when want
 	// is set, so an operation nobody parks on costs no channel operation.
-	want  atomic.Uint32
-	err   error // written before state becomes done
-	state reqState
-	start time.Time // when it was posted, for the queue pair's Observer
-	// cq is the completion queue w reports into (a slot reserved for it);
-	// from its finish until that queue's Poll hands it over, w is queued:
-	// re-arming w before is a caller bug (reset panics).
-	cq *CompletionQueue
+	want atomic.Uint32
+	// staged: w's local is device memory the queue pair stages
+	// (stage.go); dev: the device local handed to a route that takes it.
+	staged atomic.Bool
 	// queued: w is done and in its completion queue, not yet handed over.
 	// A plain field, not a state: the finisher sets it before w's state
 	// becomes done (so whoever sees done sees it), the queue's take clears
@@ -46,17 +38,28 @@ type WorkRequest struct {
 	// fast: w holds a slot of a completion queue and its route is not
 	// slow (the queue's fast count has it until a Poll hands w over).
 	fast bool
-	id   uint64 // Op.ID of the operation last posted on w
+	// owner is the queue pair w was last posted on: where a cancel goes.
+	// Atomic: a batch's context watcher reads it while the backend runs.
+	owner atomic.Pointer[QueuePair]
+	batch *Batch        // set once by Submit: its watcher stops with the last op
+	sig   chan struct{} // capacity 1: at most one token, sent only when wanted
+	qp    *QueuePair    // set while the operation counts in qp.ops
+	// cq is the completion queue w reports into (a slot reserved for it);
+	// from its finish until that queue's Poll hands it over, w is queued:
+	// re-arming w before is a caller bug (reset panics).
+	cq  *CompletionQueue
+	id  uint64 // Op.ID of the operation last posted on w
+	err error  // written before state becomes done
+
+	wr    backend.WorkRequest
+	ref   memreg.Ref // the local memory, held until the outcome is reported
+	start time.Time  // when it was posted, for the queue pair's Observer
 	// dlMono, dlFor: wr.Deadline is armOne's, built at the coarse clock's
 	// reading dlMono for a timeout of dlFor (dlMono 0: it is not; every
 	// other writer of wr.Deadline clears it). armOne reuses it while the
-	// reading and the timeout are the same. Next to id: on the cache line
-	// armFast writes anyway.
+	// reading and the timeout are the same.
 	dlMono int64
 	dlFor  time.Duration
-	// staged: w's local is device memory the queue pair stages
-	// (stage.go); dev: the device local handed to a route that takes it.
-	staged atomic.Bool
 	dev    memreg.DeviceSpan
 }
 
