@@ -57,6 +57,12 @@
 // route completes together (shm's inline copies) is reported under one
 // lock of the queue, each of its operations made done with one atomic
 // operation (the route completes each exactly once: backend.Completer).
+// On a route that copies in the poster's goroutine
+// (internal/qpbind.InlineRunner: shm), a chain's run of small Puts and
+// Gets on one remote region, posted into a completion queue, goes to the
+// route as a compact list with no backend request built for each
+// (inline.go); the chain's operations before it are posted first, so the
+// route sees the chain in its order.
 //
 // Everything above holds for an operation reported through a queue: the
 // queue hands it over only once its local memory is let go and its

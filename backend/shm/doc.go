@@ -140,7 +140,14 @@
 // (backend.ListPoster) does the same for a chain, copying each run of small
 // Puts and Gets on one region under one reference and one state-table
 // count, and reports each in order (a queue pair's run with one call:
-// internal/qpbind.RunCompleter). Others (first use of a region,
+// internal/qpbind.RunCompleter). A queue pair with a completion queue
+// hands such a run straight to RunInline (internal/qpbind.InlineRunner):
+// a compact list of local bytes, remote offset and verb per operation,
+// copied the same way (same checks, same outcomes), with no
+// backend.WorkRequest built for it (operations over 256 KiB are never
+// in one); a run it cannot take now (the region not mapped yet, not
+// memfd-backed, device memory, the route ended) it declines whole,
+// untouched, and the queue pair posts it as requests. Others (first use of a region,
 // larger copies) go to the route's copier goroutine in order (PutWithImm
 // and Send always do, so their event or message comes after every Put and
 // atomic posted before them: RC's order; a Put to a region on the fallback
