@@ -25,14 +25,24 @@ import (
 // the run is copied, so the chain's operations reach the route in order.
 // When the route declines the run (its region not mapped yet, say), the
 // armed requests get their backend requests and join ready, as armFast's.
-func (q *QueuePair) runInline(wrs []*WorkRequest, ops []Op, ch *chainPrep, ready *[]*backend.WorkRequest, c context.Context, dl time.Time, cancel <-chan struct{}) int {
+func (q *QueuePair) runInline(wrs []*WorkRequest, ops []Op, ch *chainPrep, ready *[]*backend.WorkRequest, c context.Context, dl time.Time, cancel <-chan struct{}) (k int) {
+	limit, max := min(len(ops), runChunk), uint64(q.inlMax)
+	if o := &ops[0]; (o.Op != backend.OpWrite && o.Op != backend.OpRead) || o.Local.Length > max {
+		return 0 // starts no run: not worth the scratch
+	}
 	sc := inlineScratch.Get().(*inlineRun) // not on the stack: the route's interface would move it to the heap
-	defer inlineScratch.Put(sc)
 	iops, errs := &sc.ops, &sc.errs
 	region, key := ops[0].Remote.Region, &ops[0].Remote.Key
-	limit, max := min(len(ops), runChunk), uint64(q.inlMax)
+	reported := false
+	defer func() {
+		if !reported && k > 0 { // the route (or a flush) panicked: the run goes back to requests, which PostOps's handler posts
+			q.unrun(wrs[:k], ops[:k], iops[:k], ch, ready, dl, cancel)
+		}
+		clear(iops[:k]) // hold no memory past the post
+		clear(errs[:k])
+		inlineScratch.Put(sc)
+	}()
 	cq := ch.cq
-	k := 0
 	for ; k < limit; k++ {
 		o, w := &ops[k], wrs[k]
 		s := w.state.Load()
@@ -48,7 +58,10 @@ func (q *QueuePair) runInline(wrs []*WorkRequest, ops []Op, ch *chainPrep, ready
 			break
 		}
 		w.state.setOwned(statePending) // from idle or done: the owner's alone (reqState.setOwned)
+		// What a request's accessors read (size, Value); and no pointer
+		// kept from an earlier use (an old ctx, a released region).
 		w.wr.Op, w.wr.Local, w.wr.Result = o.Op, mem, 0
+		w.wr.LocalRegion, w.wr.Cancel = nil, nil
 		w.id = o.ID
 		ch.slots--
 		w.cq = cq
@@ -68,32 +81,17 @@ func (q *QueuePair) runInline(wrs []*WorkRequest, ops []Op, ch *chainPrep, ready
 		return 0
 	}
 	if len(*ready) > 0 { // the chain's operations before the run go first
-		q.postList(*ready, c)
-		clear(*ready)
-		*ready = (*ready)[:0]
+		before := *ready
+		*ready = (*ready)[:0] // taken: a panic in the flush does not post them again
+		q.postList(before, c)
+		clear(before)
 	}
 	if !q.inl.RunInline(region, *key, iops[:k], errs[:k]) {
-		for j := range k { // posted as armFast posts them: the route says why
-			w, o := wrs[j], &ops[j]
-			ch.local.Hold(&o.Local, iops[j].Local, &w.ref)
-			wr := &w.wr
-			wr.Remote = o.Remote
-			wr.LocalRegion = ch.local.Last()
-			wr.Deadline, wr.Done, wr.Cancel = dl, (*completer)(w), cancel
-			w.dlMono = 0
-			wr.Via, wr.Origin = 0, 0
-			wr.Imm, wr.HasImm, wr.Compare, wr.Swap = 0, false, 0, 0
-			if w.wr.CancelCause() != nil { // a Cancel from elsewhere since the check: ready reports it
-				if q.ready(w) {
-					*ready = append(*ready, wr)
-				}
-				continue
-			}
-			*ready = append(*ready, wr)
-		}
-		clear(iops[:k])
+		reported = true
+		q.unrun(wrs[:k], ops[:k], iops[:k], ch, ready, dl, cancel)
 		return k
 	}
+	reported = true
 	ch.local.Give(int64(k)) // reported means finished: let go first
 	for j := range k {
 		w := wrs[j]
@@ -111,10 +109,29 @@ func (q *QueuePair) runInline(wrs []*WorkRequest, ops []Op, ch *chainPrep, ready
 		}
 	}
 	cq.pushAll(wrs[:k]) // the last touch of each w: its reaper may re-arm it at once
-	clear(iops[:k])     // hold no memory past the post
-	clear(errs[:k])
 	q.ops.LeaveN(int64(k))
 	return k
+}
+
+// unrun gives each armed request of a run the route did not take its
+// backend request and local reference, as armFast arms it, and adds it
+// to ready: posted as a request, the route says why.
+func (q *QueuePair) unrun(wrs []*WorkRequest, ops []Op, iops []qpbind.InlineOp, ch *chainPrep, ready *[]*backend.WorkRequest, dl time.Time, cancel <-chan struct{}) {
+	for j, w := range wrs {
+		o := &ops[j]
+		ch.local.Hold(&o.Local, iops[j].Local, &w.ref)
+		wr := &w.wr
+		wr.Remote = o.Remote
+		wr.LocalRegion = ch.local.Last()
+		wr.Deadline, wr.Done, wr.Cancel = dl, (*completer)(w), cancel
+		w.dlMono = 0
+		wr.Via, wr.Origin = 0, 0
+		wr.Imm, wr.HasImm, wr.Compare, wr.Swap = 0, false, 0, 0
+		if w.wr.CancelCause() != nil && !q.ready(w) { // a Cancel from elsewhere since the check: ready reported it
+			continue
+		}
+		*ready = append(*ready, wr)
+	}
 }
 
 // inlineRun is runInline's scratch: the run's operations and outcomes.

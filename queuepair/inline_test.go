@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/qpbind"
@@ -154,5 +155,53 @@ func TestRunInline(t *testing.T) {
 	qp.Release() // waits for every operation's count
 	if !drained(t, e.local, local) {
 		t.Fatal("the local region still holds references after every operation was reported")
+	}
+}
+
+// panicRoute is takeRoute whose RunInline panics (a route's bug).
+type panicRoute struct{ takeRoute }
+
+func (r *panicRoute) RunInline(uint64, buffer.Key, []qpbind.InlineOp, []error) bool { panic("route bug") }
+
+// A run whose RunInline panics is not stranded: its requests are posted
+// as requests (PostOps posts the chain's armed requests as it unwinds),
+// so they are reported and Release does not wait for them forever.
+func TestRunInlinePanicPostsTheRun(t *testing.T) {
+	e := newEnv(t, qpbind.Options{})
+	defer e.qp.Release()
+	r := &panicRoute{takeRoute{seeRoute: seeRoute{nullRoute: nullRoute{fakeRoute: *newFakeRoute()}}}}
+	qp := newQueuePair(9, peerID, r, e.local, qpbind.Options{})
+	cq := NewCompletionQueue(8)
+	qp.SetCompletionQueue(cq)
+	local := alloc(t, e.local, 16, buffer.AccessReadWrite)
+	remote := alloc(t, e.remote, 16, buffer.AccessReadWrite)
+	wrs := []*WorkRequest{new(WorkRequest), new(WorkRequest)}
+	ops := []Op{PutOp(local, remote), GetOp(local, remote)}
+	out := make([]*WorkRequest, 8)
+	qp.PostOps(context.Background(), wrs, ops) // first use: prepare
+	if n := cq.Poll(out); n != 2 {
+		t.Fatalf("first use: reaped %d", n)
+	}
+	r.seen = nil
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the route's panic did not reach the poster")
+			}
+		}()
+		qp.PostOps(context.Background(), wrs, ops)
+	}()
+	if n := cq.Poll(out); n != 2 || len(r.seen) != 2 || wrs[0].Err() != nil || wrs[1].Err() != nil {
+		t.Fatalf("after the panic: reaped %d, %d posted as requests; want 2 and 2", n, len(r.seen))
+	}
+	done := make(chan struct{})
+	go func() { qp.Release(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Release waits: the run's requests were left armed")
+	}
+	if !drained(t, e.local, local) {
+		t.Fatal("the local region still holds references")
 	}
 }

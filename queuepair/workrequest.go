@@ -104,8 +104,8 @@ func (s *reqState) CompareAndSwap(old, v uint32) bool {
 
 // setOwned stores v without an atomic operation (a locked instruction,
 // which waits for every store before it to drain: a fifth of the cost of
-// an 8-byte operation). Only for a re-arm from idle or done, which is the
-// owner's alone: no other goroutine may read the state then (the
+// an 8-byte operation). Only for a re-arm from idle or done (armFast,
+// armOne, runInline), which is the owner's alone: no other goroutine may read the state then (the
 // completer's last touch of the request came before its done, which the
 // owner saw; a Wait, Poll or Cancel of the previous use racing the
 // re-post is a caller bug, as it is for the rest of the request, written
@@ -128,10 +128,10 @@ const (
 // the waiter sees the operation no longer pending (and does not park), or
 // finish sees want set and sends the token the waiter parks for. finish
 // sends a token only while reporting, before the state becomes done, and
-// reset (which first waits reporting out) drains it. CompleteRun and
-// CompleteInline send theirs just after done, when nobody can re-arm the
-// request yet (its queue still holds it; its poster is still in the
-// Post). So a token never outlives the use it reports into the next one,
+// reset (which first waits reporting out) drains it. CompleteRun,
+// CompleteInline and runInline send theirs just after done, when nobody
+// can re-arm the request yet (its queue still holds it; its poster is
+// still in the Post). So a token never outlives the use it reports into the next one,
 // unless a waiter races the re-post (a caller bug); even then it does not
 // end a later Wait or Cancel early (tokenIsOutcome).
 

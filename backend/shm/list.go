@@ -142,8 +142,10 @@ func (r *route) runOps(e *entry, ops []qpbind.InlineOp, errs []error) {
 	clear(errs)
 	var in, out uint64
 	if st := r.table.enter(e.slot, e.id); st != stAlive {
-		for i := range ops {
-			errs[i] = r.refused(e, ops[i].Op, st)
+		for i := range ops { // as copy refuses one: its own checks first
+			if _, errs[i] = r.place(e, ops[i].Op, ops[i].Local, ops[i].Offset); errs[i] == nil {
+				errs[i] = r.refused(e, ops[i].Op, st)
+			}
 		}
 	} else {
 		in, out = r.copies(e, ops, errs)
