@@ -161,7 +161,9 @@ func TestRunInline(t *testing.T) {
 // panicRoute is takeRoute whose RunInline panics (a route's bug).
 type panicRoute struct{ takeRoute }
 
-func (r *panicRoute) RunInline(uint64, buffer.Key, []qpbind.InlineOp, []error) bool { panic("route bug") }
+func (r *panicRoute) RunInline(uint64, buffer.Key, []qpbind.InlineOp, []error) bool {
+	panic("route bug")
+}
 
 // A run whose RunInline panics is not stranded: its requests are posted
 // as requests (PostOps posts the chain's armed requests as it unwinds),
