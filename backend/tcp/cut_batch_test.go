@@ -3,6 +3,7 @@ package tcp
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"sync/atomic"
@@ -93,16 +94,35 @@ func TestCutInBatchFailsOnlyItsRead(t *testing.T) {
 // the whole batch's write to cutGrace and closed the connection), and
 // Revoke returns while it is still being read.
 func TestCutAfterItsBytesLeftSparesNeighbour(t *testing.T) {
-	p := newPair(t, Config{}, Config{FrameTimeout: 10 * time.Minute, SocketBuffer: 16 << 10})
+	small := func(c *net.TCPConn) net.Conn { _ = c.SetReadBuffer(16 << 10); return c }
+	t.Run("tcp", func(t *testing.T) {
+		testCutAfterItsBytesLeft(t, newPair(t, Config{}, Config{FrameTimeout: 10 * time.Minute, SocketBuffer: 16 << 10}), small)
+	})
+	// Over TLS too: the server writes through a buffer (tls_writer.go), so
+	// the grace's timed-out write leaves the record layer whole and the
+	// batch goes on (a *tls.Conn's write, once timed out, fails for good).
+	t.Run("tls", func(t *testing.T) {
+		creds := tlsCreds(t)
+		side := Config{ServerTLS: creds.Server, ClientTLS: creds.Client}
+		b := side
+		b.FrameTimeout, b.SocketBuffer = 10*time.Minute, 16<<10
+		cfg := creds.Client.Clone()
+		cfg.ServerName = "127.0.0.1"
+		testCutAfterItsBytesLeft(t, newPair(t, side, b), func(c *net.TCPConn) net.Conn { return tls.Client(c, cfg) })
+	})
+}
+
+func testCutAfterItsBytesLeft(t *testing.T, p *pair, wrap func(*net.TCPConn) net.Conn) {
 	hA, _ := backendtest.Alloc(t, p.regB, 4096, buffer.AccessReadWrite)
 	const nB = 4 << 20
 	hB, memB := backendtest.Alloc(t, p.regB, nB, buffer.AccessReadWrite)
 	backendtest.Random(t, memB)
 	rA := regionOf(t, p.regB, hA)
-	c := authed(t, p.b)
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetReadBuffer(16 << 10)
+	info := encodeInitiatorInfo(1)
+	if p.b.cfg.ServerTLS != nil {
+		info = withTLS(info)
 	}
+	c := authedWith(t, p.b, info, wrap)
 	_ = c.SetDeadline(time.Now().Add(time.Minute))
 	writeRaw(t, c, append(reqBytes(reqHeader{op: opRead, length: 4096, wrid: 1, region: hA.Region, key: hA.Key}),
 		reqBytes(reqHeader{op: opRead, length: nB, wrid: 2, region: hB.Region, key: hB.Key})...))

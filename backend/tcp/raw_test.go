@@ -16,9 +16,19 @@ import (
 
 func dialRaw(t *testing.T, b *Backend) net.Conn {
 	t.Helper()
+	return dialRawWith(t, b, nil)
+}
+
+// dialRawWith is dialRaw with the TCP connection wrapped by wrap (TLS, a
+// smaller receive buffer) when it is not nil.
+func dialRawWith(t *testing.T, b *Backend, wrap func(*net.TCPConn) net.Conn) net.Conn {
+	t.Helper()
 	c, err := net.Dial("tcp", b.Addr())
 	if err != nil {
 		t.Fatalf("dial %s: %v", b.Addr(), err)
+	}
+	if wrap != nil {
+		c = wrap(c.(*net.TCPConn))
 	}
 	_ = c.SetDeadline(time.Now().Add(waitTimeout))
 	t.Cleanup(func() { c.Close() })
@@ -96,7 +106,13 @@ func authedAgent(t *testing.T, b *Backend) net.Conn {
 // authedInfo is authed with a route token for initiator info info.
 func authedInfo(t *testing.T, b *Backend, info []byte) net.Conn {
 	t.Helper()
-	c := dialRaw(t, b)
+	return authedWith(t, b, info, nil)
+}
+
+// authedWith is authedInfo over a connection dialRawWith wraps.
+func authedWith(t *testing.T, b *Backend, info []byte, wrap func(*net.TCPConn) net.Conn) net.Conn {
+	t.Helper()
+	c := dialRawWith(t, b, wrap)
 	if code := sendHello(t, c, routeTokenInfo(t, b, info)); code != rdmapb.Code_OK {
 		t.Fatalf("hello refused: %v", code)
 	}

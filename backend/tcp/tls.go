@@ -34,14 +34,16 @@ type tlsListener struct {
 }
 
 // Accept sets the socket options on the TCP connection (setSockopts cannot
-// see through a *tls.Conn) and wraps it.
+// see through a *tls.Conn) and wraps it: TLS, then the buffered writer
+// (tls_writer.go), so that the cut grace can interrupt a stalled write of
+// a batch and the batch can go on.
 func (l *tlsListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
 	setSockopts(c, l.b.cfg.SocketBuffer)
-	return &tlsServerConn{Conn: tls.Server(c, l.b.cfg.ServerTLS), b: l.b}, nil
+	return newTLSBufConn(&tlsServerConn{Conn: tls.Server(c, l.b.cfg.ServerTLS), b: l.b}), nil
 }
 
 // tlsServerConn runs the handshake on first use, inside the deadline the
@@ -121,5 +123,5 @@ func (b *Backend) dial(ctx context.Context, d *net.Dialer, addr string) (net.Con
 		c.Close()
 		return nil, fmt.Errorf("tls: %w: %w", rdmamgr.ErrUnauthenticated, err)
 	}
-	return newTLSClientConn(tc), nil
+	return newTLSBufConn(tc), nil
 }

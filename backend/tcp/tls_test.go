@@ -2,8 +2,6 @@ package tcp_test
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"strings"
 	"testing"
@@ -17,26 +15,6 @@ import (
 	"github.com/rdmamgr/rdmamgr/internal/backendtest"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
-
-// tlsCreds returns credentials valid for loopback from a fresh CA.
-func tlsCreds(t testing.TB) *certs.Credentials {
-	t.Helper()
-	ca, err := certs.NewCA("test CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, k, err := ca.Issue("host", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair, err := tls.X509KeyPair(c, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Cert)
-	return certs.New(pool, pair)
-}
 
 func startTLS(t testing.TB, owner uint64, creds *certs.Credentials) (*tcp.Backend, *memreg.Registry) {
 	t.Helper()
@@ -60,7 +38,7 @@ func TestConformanceTLS(t *testing.T) {
 		// (.ci/run's cross-host step and any plain go test).
 		t.Skip("TLS conformance is slow under -race; run without it")
 	}
-	creds := tlsCreds(t)
+	creds := tcp.TLSCreds(t)
 	backendtest.Run(t, backendtest.Factory{
 		NewBackend: func(t testing.TB, owner uint64) (backend.Backend, *memreg.Registry) {
 			return startTLS(t, owner, creds)
@@ -77,9 +55,9 @@ func TestConformanceTLS(t *testing.T) {
 // A data connection with a certificate of another CA, or without TLS, is
 // refused before its hello.
 func TestTLSRefusesStrangers(t *testing.T) {
-	server, _ := startTLS(t, 1, tlsCreds(t))
+	server, _ := startTLS(t, 1, tcp.TLSCreds(t))
 	defer server.Close()
-	for name, creds := range map[string]*certs.Credentials{"another CA": tlsCreds(t), "no TLS": nil} {
+	for name, creds := range map[string]*certs.Credentials{"another CA": tcp.TLSCreds(t), "no TLS": nil} {
 		reg := memreg.NewRegistry(2, buffer.Limits{})
 		cfg := tcp.Config{ListenAddr: "127.0.0.1:0"}
 		if creds != nil {
@@ -135,7 +113,7 @@ func TestTLSRefusesStrangers(t *testing.T) {
 // An initiator with --data-tls and a responder without are told so at the
 // route handshake (issue 23: it failed after 3 s with an unrelated line).
 func TestTLSOnOneSideOnly(t *testing.T) {
-	client, _ := startTLS(t, 1, tlsCreds(t))
+	client, _ := startTLS(t, 1, tcp.TLSCreds(t))
 	defer client.Close()
 	server, err := tcp.New(tcp.Config{ListenAddr: "127.0.0.1:0"}, memreg.NewRegistry(2, buffer.Limits{}), nil)
 	if err != nil {

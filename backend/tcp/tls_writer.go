@@ -1,26 +1,27 @@
 package tcp
 
 import (
-	"crypto/tls"
+	"net"
 	"os"
 	"sync"
 	"time"
 )
 
-// tlsClientConn makes a client's TLS data connection safe for the route's
-// cancellation, which interrupts a stalled write with a write deadline and
-// then goes on writing on the same connection (cancel.go). A *tls.Conn
-// cannot do that: a timed-out write leaves its record layer corrupt and
-// every later write fails. So writes go through a bounded buffer (at most
-// tlsPending bytes) that one flusher goroutine drains into the TLS
-// connection, and the write deadline applies only to waiting for room in
-// that buffer: a write interrupted by it returns cleanly, having copied
-// what it reports, and the stream stays whole. Once Write returns, the
-// caller's memory is not read again (the bytes were copied), as the route
-// requires. Reads, read deadlines (which a *tls.Conn survives) and
-// everything else go to the TLS connection.
-type tlsClientConn struct {
-	*tls.Conn
+// tlsBufConn makes a TLS data connection safe for writes that a deadline
+// interrupts and that then go on on the same connection: the client's
+// cancellation (cancel.go), the server's cut grace (server_batch.go,
+// cutLeft). A *tls.Conn cannot do that: a timed-out write leaves its
+// record layer corrupt and every later write fails. So writes go through
+// a bounded buffer (at most tlsPending bytes) that one flusher goroutine
+// drains into the TLS connection, and the write deadline applies only to
+// waiting for room in that buffer: a write interrupted by it returns
+// cleanly, having copied what it reports, and the stream stays whole.
+// Once Write returns, the caller's memory is not read again (the bytes
+// were copied), as the route and a revocation require. Reads, read
+// deadlines (which a *tls.Conn survives) and everything else go to the
+// TLS connection.
+type tlsBufConn struct {
+	net.Conn // the TLS connection (a server's runs its handshake on first use: tlsServerConn)
 
 	kick      chan struct{} // wakes the flusher (cap 1)
 	room      chan struct{} // the flusher freed room (cap 1)
@@ -37,8 +38,9 @@ type tlsClientConn struct {
 
 const tlsPending = 256 << 10
 
-func newTLSClientConn(c *tls.Conn) *tlsClientConn {
-	t := &tlsClientConn{
+// newTLSBufConn wraps c and starts its flusher, which Close waits for.
+func newTLSBufConn(c net.Conn) *tlsBufConn {
+	t := &tlsBufConn{
 		Conn:      c,
 		kick:      make(chan struct{}, 1),
 		room:      make(chan struct{}, 1),
@@ -59,7 +61,7 @@ func signal(c chan struct{}) {
 
 // Write copies p into the buffer, waiting for room until the write
 // deadline.
-func (t *tlsClientConn) Write(p []byte) (n int, err error) {
+func (t *tlsBufConn) Write(p []byte) (n int, err error) {
 	for len(p) > 0 {
 		t.mu.Lock()
 		if t.err != nil {
@@ -100,7 +102,7 @@ func (t *tlsClientConn) Write(p []byte) (n int, err error) {
 // flush hands buffered bytes to TLS in order until Close or an error. It
 // swaps buffers with Write's side instead of copying; an idle connection
 // keeps neither.
-func (t *tlsClientConn) flush() {
+func (t *tlsBufConn) flush() {
 	defer close(t.flushed)
 	var buf []byte
 	for {
@@ -128,7 +130,7 @@ func (t *tlsClientConn) flush() {
 }
 
 // SetWriteDeadline bounds waiting for room in the buffer.
-func (t *tlsClientConn) SetWriteDeadline(d time.Time) error {
+func (t *tlsBufConn) SetWriteDeadline(d time.Time) error {
 	t.mu.Lock()
 	t.wdl = d
 	t.mu.Unlock()
@@ -138,13 +140,13 @@ func (t *tlsClientConn) SetWriteDeadline(d time.Time) error {
 
 // SetDeadline sets the read deadline on the TLS connection and the write
 // deadline here.
-func (t *tlsClientConn) SetDeadline(d time.Time) error {
+func (t *tlsBufConn) SetDeadline(d time.Time) error {
 	_ = t.SetWriteDeadline(d)
 	return t.Conn.SetReadDeadline(d)
 }
 
 // Close closes the TLS connection and waits for the flusher.
-func (t *tlsClientConn) Close() error {
+func (t *tlsBufConn) Close() error {
 	var err error
 	t.closeOnce.Do(func() {
 		close(t.closed)
