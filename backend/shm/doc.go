@@ -155,8 +155,10 @@
 // operation is cancelled at once, a running copy between chunks, and
 // deadlines are checked at start and between chunks. A map request the
 // owner does not answer within 5 s fails the route. A Send's message goes
-// in packets of up to 60 KiB; its deadline and a cancel are checked
-// between them, and one that ends it mid-way sends msgSendAbort: the owner
+// in packets of up to 60 KiB; its deadline and a cancel end a packet's
+// wait for room (polled: no deadline is set on the socket, whose other
+// writers, a host agent's Notify among them, must not meet it) and are
+// checked between packets, and one that ends it mid-way sends msgSendAbort: the owner
 // gives the receive buffer back and delivers nothing, the operation fails
 // alone and the route serves on (only an owner that does not take the
 // abort within 5 s fails the route). Bounds and access are

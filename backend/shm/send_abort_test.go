@@ -4,6 +4,7 @@ package shm_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -92,5 +93,85 @@ func TestSendEndedMidMessageFailsAlone(t *testing.T) {
 				t.Fatal("the next send: wrong bytes")
 			}
 		})
+	}
+}
+
+// stallInbox is testInbox whose Recv waits until gate is closed: an owner
+// that takes a message's first packet and then stops reading its socket
+// for a while.
+type stallInbox struct {
+	testInbox
+	gate chan struct{}
+}
+
+func (in *stallInbox) Recv(peer, n uint64) (backend.Landing, error) {
+	<-in.gate
+	return in.testInbox.Recv(peer, n)
+}
+
+// A Send whose deadline passes while the owner is not reading fails
+// alone: another writer of the same socket meanwhile (a host agent's
+// Notify, on its own goroutine, here one between each two packets of the
+// message until the socket is full) waits for the owner as it would
+// without the Send, and the route serves on. (The Send's deadline was set
+// on the socket, which the blocked Notify's write met: it failed the
+// route, and with it every attached process's operations.)
+func TestSendDeadlineSparesOtherWriters(t *testing.T) {
+	p := newAgentPair(t, true, shm.Config{})
+	in := &stallInbox{testInbox: testInbox{events: make(chan backend.Event, 64), got: make(chan []byte, 2)}, gate: make(chan struct{})}
+	p.owner.SetInbox(in)
+	h, _ := backendtest.Alloc(t, p.regO, 4096, buffer.AccessReadWrite|buffer.AccessNotify)
+	ph, _ := p.mapProxy(t, h, buffer.AccessWrite|buffer.AccessNotify)
+	defer releaseProxy(t, p.regA, ph)
+	const n = 4 << 20 // many packets: more than the socket holds
+	ha, _ := backendtest.Alloc(t, p.regA, n, buffer.AccessReadWrite)
+	in.mu.Lock()
+	in.posted = make([]byte, n)
+	in.mu.Unlock()
+
+	start := time.Now()
+	wr, release := backendtest.NewWR(t, p.regA, backend.OpSend, ha, buffer.Buffer{}, start.Add(400*time.Millisecond), nil)
+	var notified []chan error
+	t.Cleanup(shm.SetTestHookSendPacket(func(w *backend.WorkRequest) {
+		if w != wr || time.Since(start) > 250*time.Millisecond {
+			return
+		}
+		// Between two packets: a Notify writes (at once while the socket
+		// has room; once it is full, blocked until the owner reads).
+		ch := make(chan error, 1)
+		notified = append(notified, ch)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			ch <- p.proxy.Notify(ctx, h.Region, 0, 8, 7, origin)
+		}()
+		time.Sleep(30 * time.Millisecond)
+	}))
+	sent := make(chan error, 1)
+	go func() { sent <- backendtest.DoWR(t, timeout, p.route, wr) }()
+	time.Sleep(700 * time.Millisecond) // past the Send's deadline, a Notify waiting for room
+	close(in.gate)                      // the owner reads again
+	if err := <-sent; !errors.Is(err, rdmamgr.ErrDeadline) {
+		t.Fatalf("send past its deadline: %v, want ErrDeadline", err)
+	}
+	release()
+	if len(notified) < 2 {
+		t.Fatalf("%d Notifies between the send's packets; the socket never filled", len(notified))
+	}
+	for i, ch := range notified {
+		if err := <-ch; err != nil {
+			t.Fatalf("Notify %d of %d beside the stalled send: %v", i+1, len(notified), err)
+		}
+		if ev := <-in.events; ev.Imm != 7 || ev.Region != h.Region {
+			t.Fatalf("event %+v", ev)
+		}
+	}
+	if err := p.route.Err(); err != nil {
+		t.Fatalf("the route failed: %v", err)
+	}
+	select {
+	case m := <-in.got:
+		t.Fatalf("%d bytes of the ended send delivered", len(m))
+	default:
 	}
 }

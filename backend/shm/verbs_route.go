@@ -11,10 +11,10 @@ import (
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
-	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/word"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
+	"golang.org/x/sys/unix"
 )
 
 // atomic runs a CompareAndSwap or FetchAdd on a mapped word with the
@@ -74,20 +74,19 @@ func (r *route) notify(e *entry, wr *backend.WorkRequest) error {
 // sendMessage moves a Send's bytes to the owner in packets; the owner
 // lands them in its next posted receive buffer and answers. wr's deadline
 // bounds each packet's wait for room (a packet goes whole or not at all:
-// SOCK_SEQPACKET), and it and a cancel are checked between packets: a
-// message they end mid-way is aborted (msgSendAbort: the owner gives its
-// landing back and delivers nothing), so the operation fails alone and the
-// route serves on. Only an owner that does not take even the abort within
-// abortBound (stalled) fails the route.
+// SOCK_SEQPACKET), and it and a cancel end that wait and are checked
+// between packets: a message they end mid-way is aborted (msgSendAbort:
+// the owner gives its landing back and delivers nothing), so the
+// operation fails alone and the route serves on. Only an owner that does
+// not take even the abort within abortBound (stalled) fails the route.
+// No deadline is ever set on the socket (writeUntil): its other writers (a
+// host agent's Notify and MapProxy, an eviction notice) must not meet
+// this message's.
 func (r *route) sendMessage(wr *backend.WorkRequest) error {
 	if len(wr.Local) > maxSend {
 		return fmt.Errorf("shm: send of %d bytes, at most %d: %w", len(wr.Local), maxSend, rdmamgr.ErrLimit)
 	}
 	req, ch := r.newRequest()
-	if !wr.Deadline.IsZero() {
-		r.conn.SetWriteDeadline(wr.Deadline)
-		defer r.conn.SetWriteDeadline(time.Time{})
-	}
 	pkt := make([]byte, 0, 32+fragMax)
 	data := wr.Local
 	for first := true; first || len(data) > 0; first = false {
@@ -103,24 +102,70 @@ func (r *route) sendMessage(wr *backend.WorkRequest) error {
 		n := min(len(data), fragMax)
 		pkt = append(pkt, data[:n]...)
 		data = data[n:]
-		err := writePacket(r.conn, pkt, -1)
-		if h := testHookSendPacket; h != nil && err == nil {
+		ended, err := r.writeUntil(pkt, time.Time{}, wr)
+		if h := testHookSendPacket; h != nil && err == nil && ended == nil {
 			h(wr)
 		}
 		if err != nil {
 			r.forget(req, ch)
-			if !errors.Is(err, os.ErrDeadlineExceeded) {
-				r.fail(fmt.Errorf("shm: send: owner gone: %v: %w", err, rdmamgr.ErrPeerGone))
-				return r.st.Err()
+			r.fail(fmt.Errorf("shm: send: owner gone: %v: %w", err, rdmamgr.ErrPeerGone))
+			return r.st.Err()
+		}
+		if ended != nil {
+			r.forget(req, ch)
+			if first || r.st.Err() != nil {
+				return ended // nothing of it went, or the route ended
 			}
-			dl := routestate.OpError("shm", wr, rdmamgr.ErrDeadline)
-			if first {
-				return dl // nothing of it went
-			}
-			return r.abortSend(req, dl)
+			return r.abortSend(req, ended)
 		}
 	}
 	return r.ackOf(wr, req, ch)
+}
+
+// writeUntil writes pkt on the route's socket, waiting for room until dl
+// (zero: none) or, with wr, until wr ends (r.ended: the route's end, a
+// cancel, wr's deadline): ended says why it stopped before the packet
+// went, err is the socket's own failure. It sets no deadline on the
+// socket, which the route's other writers share: while the socket is
+// full it polls, every 20 µs at first and then every millisecond (a
+// full socket means an owner slower than its peer; the next packet's
+// room comes at that owner's pace).
+func (r *route) writeUntil(pkt []byte, dl time.Time, wr *backend.WorkRequest) (ended, err error) {
+	if dl.IsZero() && wr == nil {
+		return nil, writePacket(r.conn, pkt, -1)
+	}
+	wait := 20 * time.Microsecond
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	for {
+		err := tryWritePacket(r.conn, pkt)
+		if !errors.Is(err, unix.EAGAIN) {
+			return nil, err
+		}
+		if wr != nil {
+			if e := r.ended(wr); e != nil {
+				return e, nil
+			}
+		}
+		if !dl.IsZero() && !time.Now().Before(dl) {
+			return os.ErrDeadlineExceeded, nil
+		}
+		if t == nil {
+			t = time.NewTimer(wait)
+		} else {
+			t.Reset(wait)
+		}
+		select {
+		case <-t.C:
+		case <-r.st.Done():
+			return r.st.Err(), nil
+		}
+		wait = min(2*wait, time.Millisecond)
+	}
 }
 
 // testHookSendPacket, when set by a test before the route's first Send,
@@ -135,11 +180,9 @@ var abortBound = mapTimeout
 // the operation's error; an owner that does not take the abort within
 // abortBound fails the route.
 func (r *route) abortSend(req uint64, why error) error {
-	r.conn.SetWriteDeadline(time.Now().Add(abortBound))
-	err := writePacket(r.conn, sendAbortMsg(req), -1)
-	r.conn.SetWriteDeadline(time.Time{}) // the socket's later writes are not this message's
-	if err != nil {
-		r.fail(fmt.Errorf("shm: send stalled or owner gone: %v: %w", err, rdmamgr.ErrPeerGone))
+	ended, err := r.writeUntil(sendAbortMsg(req), time.Now().Add(abortBound), nil)
+	if err != nil || ended != nil {
+		r.fail(fmt.Errorf("shm: send stalled or owner gone: %v: %w", errors.Join(ended, err), rdmamgr.ErrPeerGone))
 		return r.st.Err()
 	}
 	return why
