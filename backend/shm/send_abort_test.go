@@ -150,7 +150,7 @@ func TestSendDeadlineSparesOtherWriters(t *testing.T) {
 	sent := make(chan error, 1)
 	go func() { sent <- backendtest.DoWR(t, timeout, p.route, wr) }()
 	time.Sleep(700 * time.Millisecond) // past the Send's deadline, a Notify waiting for room
-	close(in.gate)                      // the owner reads again
+	close(in.gate)                     // the owner reads again
 	if err := <-sent; !errors.Is(err, rdmamgr.ErrDeadline) {
 		t.Fatalf("send past its deadline: %v, want ErrDeadline", err)
 	}
