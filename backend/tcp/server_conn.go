@@ -19,7 +19,7 @@ import (
 func (b *Backend) serveConn(c net.Conn, ip netip.Addr) {
 	defer b.wg.Done()
 	defer b.untrackConn(c)
-	defer c.Close()
+	defer closeServed(c)
 	peer, agent, ok := b.serverHello(c, ip)
 	if !ok {
 		return
@@ -52,7 +52,13 @@ func (b *Backend) serverHello(c net.Conn, ip netip.Addr) (peer uint64, agent, ok
 			b.helloDone(ip, 0, false)
 		}
 	}()
-	_ = c.SetDeadline(time.Now().Add(b.cfg.HelloTimeout))
+	deadline := time.Now().Add(b.cfg.HelloTimeout)
+	_ = c.SetDeadline(deadline)
+	if t, isTLS := c.(*tlsBufConn); isTLS {
+		if err := t.handshake(deadline); err != nil {
+			return 0, false, false // counted and logged by the handshake (tlsServerConn)
+		}
+	}
 	var nonce [16]byte
 	copy(nonce[:], backend.Nonce())
 	var ch [challengeSize]byte
@@ -91,6 +97,19 @@ func (b *Backend) serverHello(c net.Conn, ip netip.Addr) (peer uint64, agent, ok
 		return 0, false, false
 	}
 	return peer, agent, true
+}
+
+// serveLinger bounds how long a served connection's close waits for what
+// was written to it to leave (a TLS connection's buffer: tlsBufConn.drain).
+const serveLinger = time.Second
+
+// closeServed closes a connection serveConn served, once what was written
+// to it left (for at most serveLinger).
+func closeServed(c net.Conn) {
+	if t, isTLS := c.(*tlsBufConn); isTLS {
+		t.drain(serveLinger)
+	}
+	c.Close()
 }
 
 // checkHello verifies a hello against the challenge's nonce (when the

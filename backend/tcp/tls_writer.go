@@ -19,7 +19,9 @@ import (
 // Once Write returns, the caller's memory is not read again (the bytes
 // were copied), as the route and a revocation require. Reads, read
 // deadlines (which a *tls.Conn survives) and everything else go to the
-// TLS connection.
+// TLS connection. One writer at a time (the route's sender, the server's
+// connection goroutine or its keep-alive, never two at once): a Write that
+// waits for room may otherwise interleave with another.
 type tlsBufConn struct {
 	net.Conn // the TLS connection (a server's runs its handshake on first use: tlsServerConn)
 
@@ -32,6 +34,7 @@ type tlsBufConn struct {
 
 	mu      sync.Mutex // guards the fields below
 	pending []byte     // written, not yet handed to TLS
+	busy    bool       // the flusher is handing bytes to TLS
 	wdl     time.Time
 	err     error // the flusher's; sticky
 }
@@ -108,6 +111,7 @@ func (t *tlsBufConn) flush() {
 	for {
 		t.mu.Lock()
 		buf, t.pending = t.pending, buf[:0]
+		t.busy = len(buf) > 0
 		t.mu.Unlock()
 		if len(buf) == 0 {
 			buf = nil
@@ -153,5 +157,46 @@ func (t *tlsBufConn) Close() error {
 		err = t.Conn.Close()
 	})
 	<-t.flushed
+	return err
+}
+
+// drain waits, for at most max, until every byte written went to TLS (or
+// the flusher failed): Close discards what is still buffered, where a
+// plain socket's close leaves it to the kernel to deliver. The server
+// drains before it closes a connection it served (closeServed): a refused
+// hello's answer, the last answers to a peer that is done.
+func (t *tlsBufConn) drain(max time.Duration) {
+	end := time.Now().Add(max)
+	for {
+		t.mu.Lock()
+		done := (len(t.pending) == 0 && !t.busy) || t.err != nil
+		t.mu.Unlock()
+		if done || !time.Now().Before(end) {
+			return
+		}
+		select {
+		case <-t.closed:
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// handshake runs an accepted connection's TLS handshake (tlsServerConn)
+// before anything is written, bounded by deadline on the socket itself:
+// the handshake's own writes included (the buffer's deadline does not
+// reach them). A dialled connection has done its handshake already.
+func (t *tlsBufConn) handshake(deadline time.Time) error {
+	s, ok := t.Conn.(*tlsServerConn)
+	if !ok {
+		return nil
+	}
+	if err := s.Conn.SetDeadline(deadline); err != nil {
+		return err
+	}
+	err := s.handshake()
+	if derr := s.Conn.SetWriteDeadline(time.Time{}); err == nil && derr != nil { // the flusher's writes are bounded by the buffer's deadline
+		err = derr
+	}
 	return err
 }
