@@ -63,17 +63,7 @@ func (q *QueuePair) runInline(wrs []*WorkRequest, ops []Op, ch *chainPrep, ready
 		w.wr.Op, w.wr.Local, w.wr.Result = o.Op, mem, 0
 		w.wr.LocalRegion, w.wr.Cancel = nil, nil
 		w.id = o.ID
-		ch.slots--
-		w.cq = cq
-		if w.fast = !q.slow; w.fast {
-			if ch.fast > 0 {
-				ch.fast--
-			} else {
-				cq.fast.Add(1)
-			}
-		}
-		ch.entries--
-		w.qp = q
+		ch.give(w, q)
 		io := &iops[k] // field by field: a struct built and copied whole stalls on store forwarding (PostOps)
 		io.Local, io.Offset, io.Op = mem, o.Remote.Offset, o.Op
 	}

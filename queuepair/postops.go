@@ -163,6 +163,25 @@ func (q *QueuePair) armFast(w *WorkRequest, o *Op, dl time.Time, cancel <-chan s
 	wr.Via, wr.Origin = 0, 0
 	wr.Imm, wr.HasImm, wr.Compare, wr.Swap = o.Imm, o.HasImm, o.Compare, o.Swap
 	w.id = o.ID
+	ch.give(w, q)
+	if w.wr.CancelCause() != nil { // a Cancel from elsewhere since the check: ready reports it
+		return q.ready(w)
+	}
+	if testHookArmFast != nil {
+		testHookArmFast()
+	}
+	return true
+}
+
+// testHookArmFast, when set (tests only), is called for each request
+// armFast arms.
+var testHookArmFast func()
+
+// give hands w one of ch's queue slots (when the chain reports to a
+// queue; its fast count comes from the chain's) and one of its entries
+// into q.ops, and binds w to q: armFast's and runInline's share of the
+// chain.
+func (ch *chainPrep) give(w *WorkRequest, q *QueuePair) {
 	if cq := ch.cq; cq != nil {
 		ch.slots--
 		w.cq = cq
@@ -176,15 +195,4 @@ func (q *QueuePair) armFast(w *WorkRequest, o *Op, dl time.Time, cancel <-chan s
 	}
 	ch.entries--
 	w.qp = q
-	if w.wr.CancelCause() != nil { // a Cancel from elsewhere since the check: ready reports it
-		return q.ready(w)
-	}
-	if testHookArmFast != nil {
-		testHookArmFast()
-	}
-	return true
 }
-
-// testHookArmFast, when set (tests only), is called for each request
-// armFast arms.
-var testHookArmFast func()

@@ -1,8 +1,6 @@
 package tcp
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"testing"
 	"time"
@@ -10,7 +8,6 @@ import (
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
-	"github.com/rdmamgr/rdmamgr/certs"
 	"github.com/rdmamgr/rdmamgr/internal/agentapi"
 	"github.com/rdmamgr/rdmamgr/internal/backendtest"
 )
@@ -54,21 +51,7 @@ func (l lateAgent) Inbox(via uint16) (backend.Inbox, error) {
 func TestViaLateAnswers(t *testing.T) {
 	t.Run("Plain", func(t *testing.T) { testViaLateAnswers(t, Config{ConnsPerRoute: 1}, Config{}) })
 	t.Run("TLS", func(t *testing.T) { // a wake of a TLS read: it reads on
-		ca, err := certs.NewCA("test CA")
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, k, err := ca.Issue("host", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pair, err := tls.X509KeyPair(c, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pool := x509.NewCertPool()
-		pool.AddCert(ca.Cert)
-		cr := certs.New(pool, pair)
+		cr := tlsCreds(t)
 		testViaLateAnswers(t, Config{ConnsPerRoute: 1, ServerTLS: cr.Server, ClientTLS: cr.Client}, Config{ServerTLS: cr.Server, ClientTLS: cr.Client})
 	})
 }
