@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
-	"syscall"
 	"testing"
 	"time"
 
@@ -89,13 +88,11 @@ func TestTLSHandshakeWithinHelloDeadline(t *testing.T) {
 	cert.Certificate = append(append([][]byte(nil), cert.Certificate...), make([]byte, 4<<20)) // a flight far larger than the buffers
 	server.Certificates = []tls.Certificate{cert}
 	b, _ := newBackend(t, Config{ServerTLS: server, SocketBuffer: 64 << 10, HelloTimeout: 300 * time.Millisecond}, backendtest.OwnerB)
-	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error { // a small window, from the SYN on
-		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<10) })
-	}}
-	raw, err := d.Dial("tcp", b.Addr())
+	raw, err := net.Dial("tcp", b.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
+	_ = raw.(*net.TCPConn).SetReadBuffer(4 << 10)
 	c := &noReads{Conn: raw, closed: make(chan struct{})}
 	defer c.Close()
 	go func() { _ = tls.Client(c, &tls.Config{InsecureSkipVerify: true}).Handshake() }() // writes its hello, then reads forever
