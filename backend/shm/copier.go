@@ -3,6 +3,7 @@
 package shm
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -137,11 +138,11 @@ func (r *route) mapRegion(wr *backend.WorkRequest) (*entry, error) {
 	if r.wantsDevice(wr) {
 		need |= needDevice
 	}
-	e, code, err := r.mapEntry(wr.Remote.Region, wr.Remote.Key, need, wait)
+	e, code, err := r.mapEntry(wr.Remote.Region, wr.Remote.Key, need, wait, wr, nil)
 	if err == nil && code == rdmapb.Code_ACCESS_DENIED && need&needDevice != 0 {
 		// An owner that does not know needDevice refuses the bit: ask as
 		// before (it answers a device region NOT_SUPPORTED).
-		e, code, err = r.mapEntry(wr.Remote.Region, wr.Remote.Key, need&^needDevice, wait)
+		e, code, err = r.mapEntry(wr.Remote.Region, wr.Remote.Key, need&^needDevice, wait, wr, nil)
 	}
 	switch {
 	case err != nil:
@@ -156,14 +157,15 @@ func (r *route) mapRegion(wr *backend.WorkRequest) (*entry, error) {
 
 // mapEntry asks the owner for region id under key, needing need, waits
 // for the answer with wait, and installs the mapping: the entry comes with
-// a reference. A refusal is its code (nil entry, nil error).
-func (r *route) mapEntry(id uint64, key buffer.Key, need buffer.Access, wait func(req uint64, ch chan mapReply) (mapReply, error)) (*entry, rdmapb.Code, error) {
+// a reference. A refusal is its code (nil entry, nil error). The request
+// is the operation wr's or a caller's with ctx (writeRequest).
+func (r *route) mapEntry(id uint64, key buffer.Key, need buffer.Access, wait func(req uint64, ch chan mapReply) (mapReply, error),
+	wr *backend.WorkRequest, ctx context.Context) (*entry, rdmapb.Code, error) {
 	req, ch := r.newRequest()
 	msg := mapMsg{req: req, region: id, key: key, need: need}
-	if err := writePacket(r.conn, msg.encode(), -1); err != nil {
+	if err := r.writeRequest(msg.encode(), wr, ctx); err != nil {
 		r.forget(req, ch)
-		r.fail(errOwnerGone)
-		return nil, 0, r.st.Err()
+		return nil, 0, err
 	}
 	rep, err := wait(req, ch)
 	if err != nil {

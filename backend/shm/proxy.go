@@ -109,7 +109,7 @@ func (r *route) MapProxy(ctx context.Context, region uint64, key buffer.Key, nee
 		var err error
 		e, code, err = r.mapEntry(region, key, need, func(req uint64, ch chan mapReply) (mapReply, error) {
 			return r.awaitCtx(ctx, req, ch)
-		})
+		}, nil, ctx)
 		switch {
 		case err != nil:
 			return nil, nil, err
@@ -196,10 +196,9 @@ func (r *route) Notify(ctx context.Context, region uint64, off, n uint64, imm ui
 	}
 	req, ch := r.newRequest()
 	m := eventMsg{req: req, slot: slot, region: region, off: off, n: n, imm: imm, origin: origin}
-	if err := writePacket(r.conn, m.encode(), -1); err != nil {
+	if err := r.writeRequest(m.encode(), nil, ctx); err != nil {
 		r.forget(req, ch)
-		r.fail(errOwnerGone)
-		return r.st.Err()
+		return err
 	}
 	rep, err := r.awaitCtx(ctx, req, ch)
 	if err != nil {

@@ -175,3 +175,52 @@ func TestSendDeadlineSparesOtherWriters(t *testing.T) {
 	default:
 	}
 }
+
+// An agent's Notify that finds the socket full waits for room no longer
+// than its ctx: it fails alone with the ctx's error while the owner is
+// still stalled, and the route serves on. (Its write once waited for the
+// owner, whatever its ctx.)
+func TestNotifyWaitEndsWithItsCtx(t *testing.T) {
+	p := newAgentPair(t, true, shm.Config{})
+	in := &stallInbox{testInbox: testInbox{events: make(chan backend.Event, 4), got: make(chan []byte, 2)}, gate: make(chan struct{})}
+	p.owner.SetInbox(in)
+	h, _ := backendtest.Alloc(t, p.regO, 4096, buffer.AccessReadWrite|buffer.AccessNotify)
+	ph, _ := p.mapProxy(t, h, buffer.AccessWrite|buffer.AccessNotify)
+	defer releaseProxy(t, p.regA, ph)
+	const n = 4 << 20 // more than the socket holds: it fills while the owner waits
+	ha, mem := backendtest.Alloc(t, p.regA, n, buffer.AccessReadWrite)
+	backendtest.Random(t, mem)
+	in.mu.Lock()
+	in.posted = make([]byte, n)
+	in.mu.Unlock()
+	wr, release := backendtest.NewWR(t, p.regA, backend.OpSend, ha, buffer.Buffer{}, time.Now().Add(timeout), nil)
+	sent := make(chan error, 1)
+	go func() { sent <- backendtest.DoWR(t, timeout, p.route, wr) }()
+	time.Sleep(200 * time.Millisecond) // the socket is full
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	notified := make(chan error, 1)
+	go func() { notified <- p.proxy.Notify(ctx, h.Region, 0, 8, 7, origin) }()
+	select {
+	case err := <-notified:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Notify on a full socket past its ctx: %v, want its deadline", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Notify still waits for the stalled owner 5 s after its ctx ended")
+	}
+	if err := p.route.Err(); err != nil {
+		t.Fatalf("the route failed: %v", err)
+	}
+	close(in.gate)
+	if err := <-sent; err != nil {
+		t.Fatalf("the send: %v", err)
+	}
+	release()
+	if got := <-in.got; !bytes.Equal(got, mem) {
+		t.Fatal("the send: wrong bytes")
+	}
+	if err := p.route.Err(); err != nil {
+		t.Fatalf("the route failed: %v", err)
+	}
+}

@@ -3,6 +3,7 @@
 package shm
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -102,7 +103,7 @@ func (r *route) sendMessage(wr *backend.WorkRequest) error {
 		n := min(len(data), fragMax)
 		pkt = append(pkt, data[:n]...)
 		data = data[n:]
-		ended, err := r.writeUntil(pkt, time.Time{}, wr)
+		ended, err := r.writeUntil(pkt, time.Time{}, wr, nil)
 		if h := testHookSendPacket; h != nil && err == nil && ended == nil {
 			h(wr)
 		}
@@ -123,16 +124,21 @@ func (r *route) sendMessage(wr *backend.WorkRequest) error {
 }
 
 // writeUntil writes pkt on the route's socket, waiting for room until dl
-// (zero: none) or, with wr, until wr ends (r.ended: the route's end, a
-// cancel, wr's deadline): ended says why it stopped before the packet
-// went, err is the socket's own failure. It sets no deadline on the
-// socket, which the route's other writers share: while the socket is
-// full it polls, every 20 µs at first and then every millisecond (a
-// full socket means an owner slower than its peer; the next packet's
-// room comes at that owner's pace).
-func (r *route) writeUntil(pkt []byte, dl time.Time, wr *backend.WorkRequest) (ended, err error) {
-	if dl.IsZero() && wr == nil {
+// (zero: none), until wr ends (r.ended: the route's end, a cancel, wr's
+// deadline) and until ctx ends (either may be nil): ended says why it
+// stopped before the packet went (dl: os.ErrDeadlineExceeded), err is the
+// socket's own failure. It sets no deadline on the socket, which the
+// route's other writers share: while the socket is full it polls, every
+// 20 µs at first and then every millisecond (a full socket means an owner
+// slower than its peer; the next packet's room comes at that owner's
+// pace).
+func (r *route) writeUntil(pkt []byte, dl time.Time, wr *backend.WorkRequest, ctx context.Context) (ended, err error) {
+	if dl.IsZero() && wr == nil && ctx == nil {
 		return nil, writePacket(r.conn, pkt, -1)
+	}
+	var stop <-chan struct{}
+	if ctx != nil {
+		stop = ctx.Done()
 	}
 	wait := 20 * time.Microsecond
 	var t *time.Timer
@@ -151,6 +157,9 @@ func (r *route) writeUntil(pkt []byte, dl time.Time, wr *backend.WorkRequest) (e
 				return e, nil
 			}
 		}
+		if ctx != nil && ctx.Err() != nil {
+			return context.Cause(ctx), nil
+		}
 		if !dl.IsZero() && !time.Now().Before(dl) {
 			return os.ErrDeadlineExceeded, nil
 		}
@@ -161,6 +170,7 @@ func (r *route) writeUntil(pkt []byte, dl time.Time, wr *backend.WorkRequest) (e
 		}
 		select {
 		case <-t.C:
+		case <-stop:
 		case <-r.st.Done():
 			return r.st.Err(), nil
 		}
@@ -180,7 +190,7 @@ var abortBound = mapTimeout
 // the operation's error; an owner that does not take the abort within
 // abortBound fails the route.
 func (r *route) abortSend(req uint64, why error) error {
-	ended, err := r.writeUntil(sendAbortMsg(req), time.Now().Add(abortBound), nil)
+	ended, err := r.writeUntil(sendAbortMsg(req), time.Now().Add(abortBound), nil, nil)
 	if err != nil || ended != nil {
 		r.fail(fmt.Errorf("shm: send stalled or owner gone: %v: %w", errors.Join(ended, err), rdmamgr.ErrPeerGone))
 		return r.st.Err()
@@ -214,3 +224,20 @@ func (r *route) ackOf(wr *backend.WorkRequest, req uint64, ch chan mapReply) err
 
 // originOf is the origin manager id wr carries to the owner (0: none).
 func originOf(wr *backend.WorkRequest) uint64 { return wr.Origin }
+
+// writeRequest writes the packet of a request the owner answers (a map
+// request, an agent's event): its wait for room ends with wr or ctx (that
+// operation's end, its error alone) or after mapTimeout, shm's bound for
+// a silent owner, which fails the route as an unanswered request does.
+func (r *route) writeRequest(pkt []byte, wr *backend.WorkRequest, ctx context.Context) error {
+	ended, err := r.writeUntil(pkt, time.Now().Add(mapTimeout), wr, ctx)
+	switch {
+	case err != nil:
+		r.fail(errOwnerGone)
+		return r.st.Err()
+	case errors.Is(ended, os.ErrDeadlineExceeded):
+		r.fail(errOwnerSilent)
+		return r.st.Err()
+	}
+	return ended
+}
