@@ -154,7 +154,8 @@
 // route is ordered only among the fallback route's operations); a queued
 // operation is cancelled at once, a running copy between chunks, and
 // deadlines are checked at start and between chunks. A map request the
-// owner does not answer within 5 s fails the route. A Send's message goes
+// owner does not take (a full socket) or answer within 5 s fails the
+// route; its operation's cancel, deadline or ctx ends its wait alone. A Send's message goes
 // in packets of up to 60 KiB; its deadline and a cancel end a packet's
 // wait for room (polled: no deadline is set on the socket, whose other
 // writers, a host agent's Notify among them, must not meet it) and are
