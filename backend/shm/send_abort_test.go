@@ -109,6 +109,24 @@ func (in *stallInbox) Recv(peer, n uint64) (backend.Landing, error) {
 	return in.testInbox.Recv(peer, n)
 }
 
+// stalledOwner is an agent's route to an owner whose inbox stalls its
+// reader at a message (stallInbox: until in.gate is closed), a proxy of
+// h (the owner's, notify allowed) open on it, and a receive buffer of n
+// bytes posted.
+func stalledOwner(t *testing.T, n int) (p *agentPair, in *stallInbox, h buffer.Buffer) {
+	t.Helper()
+	p = newAgentPair(t, true, shm.Config{})
+	in = &stallInbox{testInbox: testInbox{events: make(chan backend.Event, 64), got: make(chan []byte, 2)}, gate: make(chan struct{})}
+	p.owner.SetInbox(in)
+	h, _ = backendtest.Alloc(t, p.regO, 4096, buffer.AccessReadWrite|buffer.AccessNotify)
+	ph, _ := p.mapProxy(t, h, buffer.AccessWrite|buffer.AccessNotify)
+	t.Cleanup(func() { releaseProxy(t, p.regA, ph) })
+	in.mu.Lock()
+	in.posted = make([]byte, n)
+	in.mu.Unlock()
+	return p, in, h
+}
+
 // A Send whose deadline passes while the owner is not reading fails
 // alone: another writer of the same socket meanwhile (a host agent's
 // Notify, on its own goroutine, here one between each two packets of the
@@ -117,17 +135,9 @@ func (in *stallInbox) Recv(peer, n uint64) (backend.Landing, error) {
 // on the socket, which the blocked Notify's write met: it failed the
 // route, and with it every attached process's operations.)
 func TestSendDeadlineSparesOtherWriters(t *testing.T) {
-	p := newAgentPair(t, true, shm.Config{})
-	in := &stallInbox{testInbox: testInbox{events: make(chan backend.Event, 64), got: make(chan []byte, 2)}, gate: make(chan struct{})}
-	p.owner.SetInbox(in)
-	h, _ := backendtest.Alloc(t, p.regO, 4096, buffer.AccessReadWrite|buffer.AccessNotify)
-	ph, _ := p.mapProxy(t, h, buffer.AccessWrite|buffer.AccessNotify)
-	defer releaseProxy(t, p.regA, ph)
 	const n = 4 << 20 // many packets: more than the socket holds
+	p, in, h := stalledOwner(t, n)
 	ha, _ := backendtest.Alloc(t, p.regA, n, buffer.AccessReadWrite)
-	in.mu.Lock()
-	in.posted = make([]byte, n)
-	in.mu.Unlock()
 
 	start := time.Now()
 	wr, release := backendtest.NewWR(t, p.regA, backend.OpSend, ha, buffer.Buffer{}, start.Add(400*time.Millisecond), nil)
@@ -181,18 +191,10 @@ func TestSendDeadlineSparesOtherWriters(t *testing.T) {
 // still stalled, and the route serves on. (Its write once waited for the
 // owner, whatever its ctx.)
 func TestNotifyWaitEndsWithItsCtx(t *testing.T) {
-	p := newAgentPair(t, true, shm.Config{})
-	in := &stallInbox{testInbox: testInbox{events: make(chan backend.Event, 4), got: make(chan []byte, 2)}, gate: make(chan struct{})}
-	p.owner.SetInbox(in)
-	h, _ := backendtest.Alloc(t, p.regO, 4096, buffer.AccessReadWrite|buffer.AccessNotify)
-	ph, _ := p.mapProxy(t, h, buffer.AccessWrite|buffer.AccessNotify)
-	defer releaseProxy(t, p.regA, ph)
 	const n = 4 << 20 // more than the socket holds: it fills while the owner waits
+	p, in, h := stalledOwner(t, n)
 	ha, mem := backendtest.Alloc(t, p.regA, n, buffer.AccessReadWrite)
 	backendtest.Random(t, mem)
-	in.mu.Lock()
-	in.posted = make([]byte, n)
-	in.mu.Unlock()
 	wr, release := backendtest.NewWR(t, p.regA, backend.OpSend, ha, buffer.Buffer{}, time.Now().Add(timeout), nil)
 	sent := make(chan error, 1)
 	go func() { sent <- backendtest.DoWR(t, timeout, p.route, wr) }()

@@ -133,9 +133,6 @@ func (r *route) sendMessage(wr *backend.WorkRequest) error {
 // slower than its peer; the next packet's room comes at that owner's
 // pace).
 func (r *route) writeUntil(pkt []byte, dl time.Time, wr *backend.WorkRequest, ctx context.Context) (ended, err error) {
-	if dl.IsZero() && wr == nil && ctx == nil {
-		return nil, writePacket(r.conn, pkt, -1)
-	}
 	var stop <-chan struct{}
 	if ctx != nil {
 		stop = ctx.Done()
