@@ -41,11 +41,16 @@ func (c chanCompleter) Complete(wr *backend.WorkRequest, err error) {
 }
 
 // benchOps keeps depth ops of size bytes in flight over a loopback route.
-func benchOps(b *testing.B, op backend.Op, size int) { benchOpsVia(b, op, size, false) }
+func benchOps(b *testing.B, op backend.Op, size int) { benchOpsOn(b, op, size, false, Config{}) }
 
 // benchOpsVia is benchOps, through a host agent to its attached process
 // when via is set (BenchmarkVia).
 func benchOpsVia(b *testing.B, op backend.Op, size int, via bool) {
+	benchOpsOn(b, op, size, via, Config{})
+}
+
+// benchOpsOn is benchOpsVia with both ends configured as cfg.
+func benchOpsOn(b *testing.B, op backend.Op, size int, via bool, cfg Config) {
 	const depth = 64
 	var p *pair
 	var hr buffer.Buffer
@@ -54,7 +59,7 @@ func benchOpsVia(b *testing.B, op backend.Op, size int, via bool) {
 		ap := newAgentPair(b, Config{}, Config{}, depth*size)
 		p, hr, slot = ap.pair, ap.procH, testVia
 	} else {
-		p = newPair(b, Config{}, Config{})
+		p = newPair(b, cfg, cfg)
 		hr, _ = backendtest.Alloc(b, p.regB, depth*size, buffer.AccessReadWrite)
 	}
 	_, local := backendtest.Alloc(b, p.regA, depth*size, buffer.AccessReadWrite)
@@ -124,5 +129,19 @@ func BenchmarkVia(b *testing.B) {
 func BenchmarkGet(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) { benchOps(b, backend.OpRead, size) })
+	}
+}
+
+// BenchmarkTLS is BenchmarkPut and BenchmarkGet over data-plane TLS
+// (--data-tls) on both ends.
+//
+//	go test -run '^$' -bench TLS ./backend/tcp
+func BenchmarkTLS(b *testing.B) {
+	creds := tlsCreds(b)
+	cfg := Config{ServerTLS: creds.Server, ClientTLS: creds.Client}
+	for _, op := range []backend.Op{backend.OpWrite, backend.OpRead} {
+		for _, size := range benchSizes {
+			b.Run(fmt.Sprintf("%s/size=%d", op, size), func(b *testing.B) { benchOpsOn(b, op, size, false, cfg) })
+		}
 	}
 }

@@ -175,11 +175,11 @@ func (cc *clientConn) add(c *chunk, nh, bytes int) (int, int) {
 func (cc *clientConn) writeBatch() error {
 	cc.iovBuf = cc.iov[:0]
 	cc.writevs.Add(1)
-	_, err := cc.iov.WriteTo(cc.c)
+	_, err := writeIOV(cc.c, &cc.iov)
 	for err != nil && isTimeout(err) && cc.unloan() {
 		// A cancelled WRITE's payload was swapped for zeros (the
 		// frame must stay whole); the rest of the batch goes on.
-		_, err = cc.iov.WriteTo(cc.c)
+		_, err = writeIOV(cc.c, &cc.iov)
 	}
 	clear(cc.iovBuf[:cap(cc.iovBuf)])
 	return err

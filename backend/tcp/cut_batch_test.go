@@ -98,9 +98,10 @@ func TestCutAfterItsBytesLeftSparesNeighbour(t *testing.T) {
 	t.Run("tcp", func(t *testing.T) {
 		testCutAfterItsBytesLeft(t, newPair(t, Config{}, Config{FrameTimeout: 10 * time.Minute, SocketBuffer: 16 << 10}), small)
 	})
-	// Over TLS too: the server writes through a buffer (tls_writer.go), so
-	// the grace's timed-out write leaves the record layer whole and the
-	// batch goes on (a *tls.Conn's write, once timed out, fails for good).
+	// Over TLS too: the socket under TLS keeps what a deadline cut short
+	// (tls_writer.go), so the grace's timed-out write leaves the record
+	// layer whole and the batch goes on (a *tls.Conn's write, once timed
+	// out, fails for good).
 	t.Run("tls", func(t *testing.T) {
 		creds := tlsCreds(t)
 		side := Config{ServerTLS: creds.Server, ClientTLS: creds.Client}

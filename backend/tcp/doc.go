@@ -105,9 +105,9 @@
 // gets cutGrace for the peer to take that payload, and once it is out the
 // rest of the batch goes on (cutLeft) and the reference goes; only a peer
 // that holds the cut bytes back past cutGrace has its connection closed
-// (over data-plane TLS too: the server writes through the same bounded
-// buffer as the client, tls_writer.go, so a write the grace interrupts
-// leaves the record layer whole). A
+// (over data-plane TLS too: TLS writes to the socket through rawConn,
+// tls_writer.go, which keeps the rest of a record the grace interrupts, so
+// the record layer stays whole). A
 // batch that holds READ references goes out before the server reads from
 // the socket (answerFirst), so none waits on the peer's next bytes. A
 // wrong key and an unknown region get one code (backend.RemoteCode).
@@ -183,9 +183,10 @@
 // With ServerTLS and ClientTLS set (--data-tls) every data connection runs
 // over mutual TLS, wrapped at accept and at dial (tls.go); the hello and
 // everything above it are unchanged. TLS connections, dialled and
-// accepted, write through a bounded buffer (tls_writer.go) so that a
-// deadline can interrupt a stalled write and the stream go on: the
-// client's cancellation, the server's cut grace.
+// accepted, encrypt in the writer's goroutine, a record at a time, over a
+// socket that keeps the ciphertext a deadline cut short (tls_writer.go),
+// so that a deadline can interrupt a stalled write and the stream go on:
+// the client's cancellation, the server's cut grace.
 //
 // Files, by role (as yamux): frame.go is the data frame codec (frame_ops.go
 // the wire ops and their sizes) and handshake.go the wire forms of route

@@ -78,7 +78,7 @@ var testHookFlush atomic.Pointer[func(*serverConn)]
 func (s *serverConn) writeBatch(deadline time.Time) error {
 	sent := 0
 	for {
-		n, err := s.iov.WriteTo(s.c)
+		n, err := writeIOV(s.c, &s.iov)
 		sent += int(n)
 		if err == nil || !isTimeout(err) || !s.cutLeft(sent, deadline) {
 			return err

@@ -34,16 +34,17 @@ type tlsListener struct {
 }
 
 // Accept sets the socket options on the TCP connection (setSockopts cannot
-// see through a *tls.Conn) and wraps it: TLS, then the buffered writer
-// (tls_writer.go), so that the cut grace can interrupt a stalled write of
-// a batch and the batch can go on.
+// see through a *tls.Conn) and wraps it: TLS over rawConn, then
+// tlsBufConn (tls_writer.go), so that the cut grace can interrupt a
+// stalled write of a batch and the batch can go on.
 func (l *tlsListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
 	setSockopts(c, l.b.cfg.SocketBuffer)
-	return newTLSBufConn(&tlsServerConn{Conn: tls.Server(c, l.b.cfg.ServerTLS), b: l.b}), nil
+	raw := &rawConn{Conn: c}
+	return newTLSBufConn(&tlsServerConn{Conn: tls.Server(raw, l.b.cfg.ServerTLS), b: l.b}, raw), nil
 }
 
 // tlsServerConn runs the handshake on first use, inside the deadline the
@@ -118,10 +119,11 @@ func (b *Backend) dial(ctx context.Context, d *net.Dialer, addr string) (net.Con
 		cfg = cfg.Clone()
 		cfg.ServerName = host
 	}
-	tc := tls.Client(c, cfg)
+	raw := &rawConn{Conn: c}
+	tc := tls.Client(raw, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("tls: %w: %w", rdmamgr.ErrUnauthenticated, err)
 	}
-	return newTLSBufConn(tc), nil
+	return newTLSBufConn(tc, raw), nil
 }

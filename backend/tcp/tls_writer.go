@@ -4,188 +4,264 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // tlsBufConn makes a TLS data connection safe for writes that a deadline
 // interrupts and that then go on on the same connection: the client's
 // cancellation (cancel.go), the server's cut grace (server_batch.go,
-// cutLeft). A *tls.Conn cannot do that: a timed-out write leaves its
-// record layer corrupt and every later write fails. So writes go through
-// a bounded buffer (at most tlsPending bytes) that one flusher goroutine
-// drains into the TLS connection, and the write deadline applies only to
-// waiting for room in that buffer: a write interrupted by it returns
-// cleanly, having copied what it reports, and the stream stays whole.
-// Once Write returns, the caller's memory is not read again (the bytes
-// were copied), as the route and a revocation require. Reads, read
-// deadlines (which a *tls.Conn survives) and everything else go to the
-// TLS connection. One writer at a time (the route's sender, the server's
-// connection goroutine or its keep-alive, never two at once): a Write that
-// waits for room may otherwise interleave with another.
+// cutLeft). A *tls.Conn cannot do that: a write whose socket write times
+// out leaves its record layer corrupt and every later write fails.
+//
+// So the TLS connection writes to the socket through rawConn, which,
+// once the handshake is done, never fails a write on a timeout: it keeps
+// the rest of that record's ciphertext and tells TLS the record went out.
+// tlsBufConn hands TLS one record's plaintext at a time, in the writer's
+// own goroutine (no copy of large payloads, no hand-over to another
+// goroutine), and after each record looks whether the socket cut it
+// short: then the write returns os.ErrDeadlineExceeded, with the record
+// counted as written (it was encrypted: the caller's memory is not read
+// again), and the next write sends the kept ciphertext first, under its
+// own deadline. The stream stays whole, and at most about one record is
+// ever kept. Small pieces of a gathered write (WriteBuffers: headers,
+// small payloads) are copied into records of up to maxRecord bytes, so a
+// batch of small frames costs a few records, not one each.
+//
+// Deadlines are the socket's. Reads go to the TLS connection. One writer
+// at a time (the route's sender, the server's connection goroutine or its
+// keep-alive, never two at once).
 type tlsBufConn struct {
-	net.Conn // the TLS connection (a server's runs its handshake on first use: tlsServerConn)
-
-	kick      chan struct{} // wakes the flusher (cap 1)
-	room      chan struct{} // the flusher freed room (cap 1)
-	dlChanged chan struct{} // SetWriteDeadline was called (cap 1)
-	closed    chan struct{} // closed by Close
-	flushed   chan struct{} // closed when the flusher returns
-	closeOnce sync.Once
-
-	mu      sync.Mutex // guards the fields below
-	pending []byte     // written, not yet handed to TLS
-	busy    bool       // the flusher is handing bytes to TLS
-	wdl     time.Time
-	err     error // the flusher's; sticky
+	net.Conn          // the TLS connection (a server's runs its handshake on first use: tlsServerConn)
+	raw      *rawConn // the socket under it
+	ready    bool     // the writer's: the handshake is done and raw keeps cut records
+	closeErr error
+	once     sync.Once
 }
 
-const tlsPending = 256 << 10
+// maxRecord is the most plaintext one TLS record carries.
+const maxRecord = 16 << 10
 
-// newTLSBufConn wraps c and starts its flusher, which Close waits for.
-func newTLSBufConn(c net.Conn) *tlsBufConn {
-	t := &tlsBufConn{
-		Conn:      c,
-		kick:      make(chan struct{}, 1),
-		room:      make(chan struct{}, 1),
-		dlChanged: make(chan struct{}, 1),
-		closed:    make(chan struct{}),
-		flushed:   make(chan struct{}),
+// newTLSBufConn wraps tc, the TLS connection over raw. It starts nothing.
+func newTLSBufConn(tc net.Conn, raw *rawConn) *tlsBufConn {
+	return &tlsBufConn{Conn: tc, raw: raw}
+}
+
+// rawConn is the socket under a data connection's TLS. Until armed (the
+// handshake done), it is the socket. Armed, a write the socket's deadline
+// cuts short keeps the rest of the bytes (pending) and reports them
+// written; the next write, and flush, send them first.
+type rawConn struct {
+	net.Conn
+	armed atomic.Bool
+	dirty atomic.Bool // pending is not empty or cut is set: flush or takeCut has work
+
+	mu      sync.Mutex // guards pending and cut; held across the socket's writes
+	pending []byte     // ciphertext TLS handed over that the socket did not take yet
+	cut     bool       // a write was cut short since takeCut last looked
+}
+
+func (r *rawConn) Write(b []byte) (int, error) {
+	if !r.armed.Load() {
+		return r.Conn.Write(b)
 	}
-	go t.flush()
-	return t
-}
-
-func signal(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.pending) > 0 {
+		if err := r.flushLocked(); err != nil {
+			if !isTimeout(err) {
+				return 0, err
+			}
+			r.keepLocked(b)
+			return len(b), nil
+		}
 	}
+	n, err := r.Conn.Write(b)
+	if err != nil && isTimeout(err) {
+		r.keepLocked(b[n:])
+		return len(b), nil
+	}
+	return n, err
 }
 
-// Write copies p into the buffer, waiting for room until the write
-// deadline.
+func (r *rawConn) keepLocked(b []byte) {
+	r.pending = append(r.pending, b...)
+	r.cut = true
+	r.dirty.Store(true)
+}
+
+// flushLocked writes what is pending, under the socket's write deadline.
+func (r *rawConn) flushLocked() error {
+	n, err := r.Conn.Write(r.pending)
+	if n == len(r.pending) {
+		r.pending = nil // an idle connection keeps no buffer
+	} else {
+		r.pending = append(r.pending[:0], r.pending[n:]...)
+	}
+	r.dirty.Store(len(r.pending) > 0 || r.cut)
+	return err
+}
+
+// flush writes what is pending (nothing, at once, in the common case).
+func (r *rawConn) flush() error {
+	if !r.dirty.Load() {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.pending) == 0 {
+		return nil
+	}
+	return r.flushLocked()
+}
+
+// takeCut reports whether a write was cut short since it last looked.
+func (r *rawConn) takeCut() bool {
+	if !r.dirty.Load() {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.cut
+	r.cut = false
+	r.dirty.Store(len(r.pending) > 0)
+	return c
+}
+
+// arm makes sure the handshake is done (a server's runs on first use) and
+// arms raw; the writer's, before its first write.
+func (t *tlsBufConn) arm() error {
+	if t.ready {
+		return nil
+	}
+	if s, ok := t.Conn.(*tlsServerConn); ok {
+		if err := s.handshake(); err != nil {
+			return err
+		}
+	}
+	t.raw.armed.Store(true)
+	t.ready = true
+	return nil
+}
+
+// record hands b (at most maxRecord bytes) to TLS. taken says b was
+// encrypted; err is os.ErrDeadlineExceeded when the socket took only part
+// of its ciphertext before the write deadline, or the failure that broke
+// the connection.
+func (t *tlsBufConn) record(b []byte) (taken bool, err error) {
+	if _, err := t.Conn.Write(b); err != nil {
+		return false, err
+	}
+	if t.raw.takeCut() {
+		return true, os.ErrDeadlineExceeded
+	}
+	return true, nil
+}
+
+// Write writes p as records of at most maxRecord bytes; see tlsBufConn.
 func (t *tlsBufConn) Write(p []byte) (n int, err error) {
+	if err := t.arm(); err != nil {
+		return 0, err
+	}
 	for len(p) > 0 {
-		t.mu.Lock()
-		if t.err != nil {
-			t.mu.Unlock()
-			return n, t.err
+		if err := t.raw.flush(); err != nil {
+			return n, err
 		}
-		dl := t.wdl
-		if !dl.IsZero() && !time.Now().Before(dl) {
-			t.mu.Unlock()
-			return n, os.ErrDeadlineExceeded
+		k := min(len(p), maxRecord)
+		taken, err := t.record(p[:k])
+		if taken {
+			n, p = n+k, p[k:]
 		}
-		if free := tlsPending - len(t.pending); free > 0 {
-			k := min(free, len(p))
-			t.pending = append(t.pending, p[:k]...)
-			p, n = p[k:], n+k
-			t.mu.Unlock()
-			signal(t.kick)
-			continue
-		}
-		t.mu.Unlock()
-		var timeout <-chan time.Time
-		if !dl.IsZero() {
-			tm := time.NewTimer(time.Until(dl))
-			timeout = tm.C
-			defer tm.Stop()
-		}
-		select {
-		case <-t.room:
-		case <-t.dlChanged:
-		case <-timeout:
-		case <-t.closed:
-			return n, os.ErrClosed
+		if err != nil {
+			return n, err
 		}
 	}
 	return n, nil
 }
 
-// flush hands buffered bytes to TLS in order until Close or an error. It
-// swaps buffers with Write's side instead of copying; an idle connection
-// keeps neither.
-func (t *tlsBufConn) flush() {
-	defer close(t.flushed)
-	var buf []byte
-	for {
-		t.mu.Lock()
-		buf, t.pending = t.pending, buf[:0]
-		t.busy = len(buf) > 0
-		t.mu.Unlock()
-		if len(buf) == 0 {
-			buf = nil
-			select {
-			case <-t.kick:
-				continue
-			case <-t.closed:
-				return
-			}
+var stages = sync.Pool{New: func() any { b := make([]byte, 0, maxRecord); return &b }}
+
+// WriteBuffers writes v as net.Buffers.WriteTo does (what was written is
+// consumed from v), as records: pieces of maxRecord bytes or more go to
+// TLS straight from their memory, smaller ones are gathered into a record
+// first (a large piece after them tops that record up).
+func (t *tlsBufConn) WriteBuffers(v *net.Buffers) (n int64, err error) {
+	if err := t.arm(); err != nil {
+		return 0, err
+	}
+	sp := stages.Get().(*[]byte)
+	defer func() {
+		*sp = (*sp)[:0]
+		stages.Put(sp)
+	}()
+	for len(*v) > 0 {
+		if err := t.raw.flush(); err != nil { // nothing of v taken yet for this record
+			return n, err
 		}
-		signal(t.room)
-		if _, err := t.Conn.Write(buf); err != nil {
-			t.mu.Lock()
-			t.err = err
-			t.mu.Unlock()
-			signal(t.room)
-			return
+		var rec []byte
+		if b := (*v)[0]; len(b) >= maxRecord {
+			rec = b[:maxRecord]
+			consume(v, maxRecord)
+		} else {
+			rec = gather((*sp)[:0], v)
+			*sp = rec
+		}
+		taken, err := t.record(rec)
+		if taken {
+			n += int64(len(rec))
+		}
+		if err != nil {
+			return n, err
 		}
 	}
+	return n, nil
 }
 
-// SetWriteDeadline bounds waiting for room in the buffer.
-func (t *tlsBufConn) SetWriteDeadline(d time.Time) error {
-	t.mu.Lock()
-	t.wdl = d
-	t.mu.Unlock()
-	signal(t.dlChanged)
-	return nil
+// gather copies v's first bytes into stage (empty, capacity maxRecord)
+// until it is full or v is empty, consuming them from v.
+func gather(stage []byte, v *net.Buffers) []byte {
+	for len(*v) > 0 && len(stage) < maxRecord {
+		b := (*v)[0]
+		k := min(len(b), maxRecord-len(stage))
+		stage = append(stage, b[:k]...)
+		consume(v, k)
+	}
+	return stage
 }
 
-// SetDeadline sets the read deadline on the TLS connection and the write
-// deadline here.
-func (t *tlsBufConn) SetDeadline(d time.Time) error {
-	_ = t.SetWriteDeadline(d)
-	return t.Conn.SetReadDeadline(d)
+// consume drops v's first k bytes (at most its first piece's).
+func consume(v *net.Buffers, k int) {
+	if b := (*v)[0]; k < len(b) {
+		(*v)[0] = b[k:]
+		return
+	}
+	(*v)[0] = nil
+	*v = (*v)[1:]
 }
 
-// Close closes the TLS connection and waits for the flusher.
+// Close closes the socket (no close_notify: it could wait for a peer that
+// does not read). Idempotent.
 func (t *tlsBufConn) Close() error {
-	var err error
-	t.closeOnce.Do(func() {
-		close(t.closed)
-		err = t.Conn.Close()
-	})
-	<-t.flushed
-	return err
+	t.once.Do(func() { t.closeErr = t.raw.Conn.Close() })
+	return t.closeErr
 }
 
-// drain waits, for at most max, until every byte written went to TLS (or
-// the flusher failed): Close discards what is still buffered, where a
-// plain socket's close leaves it to the kernel to deliver. The server
+// drain sends what a cut kept, for at most max: Close discards it, where
+// a plain socket's close leaves it to the kernel to deliver. The server
 // drains before it closes a connection it served (closeServed): a refused
 // hello's answer, the last answers to a peer that is done.
 func (t *tlsBufConn) drain(max time.Duration) {
-	end := time.Now().Add(max)
-	for {
-		t.mu.Lock()
-		done := (len(t.pending) == 0 && !t.busy) || t.err != nil
-		t.mu.Unlock()
-		if done || !time.Now().Before(end) {
-			return
-		}
-		select {
-		case <-t.closed:
-			return
-		case <-time.After(time.Millisecond):
-		}
+	if !t.raw.dirty.Load() {
+		return
 	}
+	_ = t.raw.Conn.SetWriteDeadline(time.Now().Add(max))
+	_ = t.raw.flush()
 }
 
 // handshake runs an accepted connection's TLS handshake (tlsServerConn)
-// before anything is written, bounded by deadline on the socket itself:
-// the handshake's own writes included (the buffer's deadline does not
-// reach them). A dialled connection has done its handshake already.
+// before anything is written, bounded by deadline on the socket itself;
+// the write deadline stays. A dialled connection has done its handshake
+// already.
 func (t *tlsBufConn) handshake(deadline time.Time) error {
 	s, ok := t.Conn.(*tlsServerConn)
 	if !ok {
@@ -194,9 +270,14 @@ func (t *tlsBufConn) handshake(deadline time.Time) error {
 	if err := s.Conn.SetDeadline(deadline); err != nil {
 		return err
 	}
-	err := s.handshake()
-	if derr := s.Conn.SetWriteDeadline(time.Time{}); err == nil && derr != nil { // the flusher's writes are bounded by the buffer's deadline
-		err = derr
+	return t.arm()
+}
+
+// writeIOV writes v to c as v.WriteTo(c) does; on a TLS data connection
+// as records (tlsBufConn.WriteBuffers), which WriteTo cannot see through.
+func writeIOV(c net.Conn, v *net.Buffers) (int64, error) {
+	if t, ok := c.(*tlsBufConn); ok {
+		return t.WriteBuffers(v)
 	}
-	return err
+	return v.WriteTo(c)
 }
