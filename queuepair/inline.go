@@ -33,9 +33,12 @@ func (q *QueuePair) runInline(wrs []*WorkRequest, ops []Op, ch *chainPrep, ready
 	sc := inlineScratch.Get().(*inlineRun) // not on the stack: the route's interface would move it to the heap
 	iops, errs := &sc.ops, &sc.errs
 	region, key := ops[0].Remote.Region, &ops[0].Remote.Key
-	reported := false
+	reported, given, fast := false, false, !q.slow
 	defer func() {
 		if !reported && k > 0 { // the route (or a flush) panicked: the run goes back to requests, which PostOps's handler posts
+			if !given {
+				ch.giveRun(int64(k), fast)
+			}
 			q.unrun(wrs[:k], ops[:k], iops[:k], ch, ready, dl, cancel)
 		}
 		clear(iops[:k]) // hold no memory past the post
@@ -43,11 +46,14 @@ func (q *QueuePair) runInline(wrs []*WorkRequest, ops []Op, ch *chainPrep, ready
 		inlineScratch.Put(sc)
 	}()
 	cq := ch.cq
+	// Each operation takes a slot of cq and an entry of q.ops, given
+	// together once the run is taken (giveRun).
+	limit = int(min(int64(limit), ch.slots, ch.entries))
 	for ; k < limit; k++ {
 		o, w := &ops[k], wrs[k]
 		s := w.state.Load()
 		if o.Remote.Region != region || o.Remote.Key != *key || o.Local.Length > max ||
-			!q.plainOK(o.Op, &o.Local, &o.Remote) || o.Local.Location != buffer.Host || ch.slots == 0 || ch.entries == 0 ||
+			!q.plainOK(o.Op, &o.Local, &o.Remote) || o.Local.Location != buffer.Host ||
 			(s != stateIdle && s != stateDone) || (s == stateDone && w.queued) || // read after the state: see WorkRequest.queued
 			w.batch != nil || w.sig == nil || w.want.Load() != 0 || w.staged.Load() ||
 			w.owner.Load() != q || w.wr.CancelCause() != nil {
@@ -63,13 +69,15 @@ func (q *QueuePair) runInline(wrs []*WorkRequest, ops []Op, ch *chainPrep, ready
 		w.wr.Op, w.wr.Local, w.wr.Result = o.Op, mem, 0
 		w.wr.LocalRegion, w.wr.Cancel = nil, nil
 		w.id = o.ID
-		ch.give(w, q)
+		w.fast = fast
 		io := &iops[k] // field by field: a struct built and copied whole stalls on store forwarding (PostOps)
 		io.Local, io.Offset, io.Op = mem, o.Remote.Offset, o.Op
 	}
 	if k == 0 {
 		return 0
 	}
+	ch.giveRun(int64(k), fast)
+	given = true
 	if len(*ready) > 0 { // the chain's operations before the run go first
 		before := *ready
 		*ready = (*ready)[:0] // taken: a panic in the flush does not post them again
@@ -88,7 +96,6 @@ func (q *QueuePair) runInline(wrs []*WorkRequest, ops []Op, ch *chainPrep, ready
 		if testHookFinishing != nil {
 			testHookFinishing()
 		}
-		w.qp, w.cq = nil, nil
 		w.err = errs[j]
 		w.queued = true
 		if !w.state.CompareAndSwap(statePending, stateDone) {
@@ -109,6 +116,7 @@ func (q *QueuePair) runInline(wrs []*WorkRequest, ops []Op, ch *chainPrep, ready
 func (q *QueuePair) unrun(wrs []*WorkRequest, ops []Op, iops []qpbind.InlineOp, ch *chainPrep, ready *[]*backend.WorkRequest, dl time.Time, cancel <-chan struct{}) {
 	for j, w := range wrs {
 		o := &ops[j]
+		w.qp, w.cq = q, ch.cq // the finisher's, as ch.give binds them
 		ch.local.Hold(&o.Local, iops[j].Local, &w.ref)
 		wr := &w.wr
 		wr.Remote = o.Remote

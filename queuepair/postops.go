@@ -196,3 +196,19 @@ func (ch *chainPrep) give(w *WorkRequest, q *QueuePair) {
 	ch.entries--
 	w.qp = q
 }
+
+// giveRun is give for k operations of an inline run at once (runInline):
+// their slots (fast ones when fast, each w.fast set already) and entries.
+// It does not bind the requests to q and ch.cq: a run reported inline
+// has no finisher to read them (unrun binds a declined run's).
+func (ch *chainPrep) giveRun(k int64, fast bool) {
+	ch.slots -= k
+	ch.entries -= k
+	if fast {
+		nf := min(k, ch.fast)
+		ch.fast -= nf
+		if k > nf {
+			ch.cq.fast.Add(k - nf)
+		}
+	}
+}
