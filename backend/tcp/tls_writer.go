@@ -55,6 +55,10 @@ type rawConn struct {
 	net.Conn
 	armed atomic.Bool
 	dirty atomic.Bool // pending is not empty or cut is set: flush or takeCut has work
+	// recording: the writer is in tlsBufConn.record; only a cut of its
+	// writes is its to hear of (TLS writes on its own during a Read too:
+	// a KeyUpdate's answer, an alert).
+	recording atomic.Bool
 
 	mu      sync.Mutex // guards pending and cut; held across the socket's writes
 	pending []byte     // ciphertext TLS handed over that the socket did not take yet
@@ -86,7 +90,7 @@ func (r *rawConn) Write(b []byte) (int, error) {
 
 func (r *rawConn) keepLocked(b []byte) {
 	r.pending = append(r.pending, b...)
-	r.cut = true
+	r.cut = r.cut || r.recording.Load()
 	r.dirty.Store(true)
 }
 
@@ -149,7 +153,10 @@ func (t *tlsBufConn) arm() error {
 // of its ciphertext before the write deadline, or the failure that broke
 // the connection.
 func (t *tlsBufConn) record(b []byte) (taken bool, err error) {
-	if _, err := t.Conn.Write(b); err != nil {
+	t.raw.recording.Store(true)
+	_, err = t.Conn.Write(b)
+	t.raw.recording.Store(false)
+	if err != nil {
 		return false, err
 	}
 	if t.raw.takeCut() {
@@ -163,9 +170,14 @@ func (t *tlsBufConn) Write(p []byte) (n int, err error) {
 	if err := t.arm(); err != nil {
 		return 0, err
 	}
-	for len(p) > 0 {
+	for {
+		// What a cut kept goes first, and goes also when nothing follows
+		// it (the call after a cut of the last record).
 		if err := t.raw.flush(); err != nil {
 			return n, err
+		}
+		if len(p) == 0 {
+			return n, nil
 		}
 		k := min(len(p), maxRecord)
 		taken, err := t.record(p[:k])
@@ -176,7 +188,6 @@ func (t *tlsBufConn) Write(p []byte) (n int, err error) {
 			return n, err
 		}
 	}
-	return n, nil
 }
 
 var stages = sync.Pool{New: func() any { b := make([]byte, 0, maxRecord); return &b }}
@@ -194,9 +205,14 @@ func (t *tlsBufConn) WriteBuffers(v *net.Buffers) (n int64, err error) {
 		*sp = (*sp)[:0]
 		stages.Put(sp)
 	}()
-	for len(*v) > 0 {
-		if err := t.raw.flush(); err != nil { // nothing of v taken yet for this record
+	for {
+		// Nothing of v is taken for this record yet; what a cut kept goes
+		// first, also when nothing follows it.
+		if err := t.raw.flush(); err != nil {
 			return n, err
+		}
+		if len(*v) == 0 {
+			return n, nil
 		}
 		var rec []byte
 		if b := (*v)[0]; len(b) >= maxRecord {
@@ -214,7 +230,6 @@ func (t *tlsBufConn) WriteBuffers(v *net.Buffers) (n int64, err error) {
 			return n, err
 		}
 	}
-	return n, nil
 }
 
 // gather copies v's first bytes into stage (empty, capacity maxRecord)

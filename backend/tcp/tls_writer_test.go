@@ -177,6 +177,47 @@ func TestTLSCloseDoesNotWaitForThePeer(t *testing.T) {
 	}
 }
 
+// A deadline that cuts the batch's last record (a cancel, client
+// writeBatch; a cut's grace, server writeBatch) leaves every byte of the
+// iov taken and the rest of that record's ciphertext kept. The callers
+// then go on as after any interrupted write: clear or renew the deadline
+// and call writeIOV again, with what is left: nothing. That call returns
+// nil, so the batch is out as far as the caller knows, and the server goes
+// back to reading, the client to waiting for answers: the kept ciphertext
+// must reach the peer then, not whenever the next write comes (a
+// heartbeat ping, a second later).
+func TestTLSCutLastRecordReachesPeer(t *testing.T) {
+	w, srv := tlsBufPair(t)
+	p := make([]byte, 100)
+	backendtest.Random(t, p)
+	v := net.Buffers{p[:40], p[40:]}
+	// The deadline passed as the batch's only record goes out (cancel.go
+	// sets it to now; a cut's grace may end just then).
+	_ = w.SetWriteDeadline(time.Now())
+	n, err := writeIOV(w, &v)
+	if !isTimeout(err) || n != int64(len(p)) || len(v) != 0 {
+		t.Fatalf("the cut write: n=%d err=%v, %d pieces left: want all %d taken and a deadline", n, err, len(v), len(p))
+	}
+	// unloan / cutLeft: the deadline goes, the batch goes on.
+	_ = w.SetWriteDeadline(time.Time{})
+	if n, err := writeIOV(w, &v); n != 0 || err != nil {
+		t.Fatalf("the rest of the batch (nothing): n=%d err=%v", n, err)
+	}
+	_ = srv.SetReadDeadline(time.Now().Add(2 * time.Second))
+	got := make([]byte, len(p))
+	k, err := io.ReadFull(srv, got)
+	if err != nil || !bytes.Equal(got, p) {
+		t.Fatalf("the peer read %d of the %d bytes the batch's write reported taken (err %v); %d bytes of ciphertext still kept in rawConn after writeIOV returned nil",
+			k, len(p), err, pendingLen(w))
+	}
+}
+
+func pendingLen(w *tlsBufConn) int {
+	w.raw.mu.Lock()
+	defer w.raw.mu.Unlock()
+	return len(w.raw.pending)
+}
+
 func repeatInts(n, times int) []int {
 	s := make([]int, times)
 	for i := range s {
