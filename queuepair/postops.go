@@ -179,8 +179,8 @@ var testHookArmFast func()
 
 // give hands w one of ch's queue slots (when the chain reports to a
 // queue; its fast count comes from the chain's) and one of its entries
-// into q.ops, and binds w to q: armFast's and runInline's share of the
-// chain.
+// into q.ops, and binds w to q: armFast's share of the chain (runInline
+// takes a run's at once: giveRun).
 func (ch *chainPrep) give(w *WorkRequest, q *QueuePair) {
 	if cq := ch.cq; cq != nil {
 		ch.slots--
