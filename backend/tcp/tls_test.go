@@ -32,12 +32,6 @@ func startTLS(t testing.TB, owner uint64, creds *certs.Credentials) (*tcp.Backen
 // TestConformanceTLS runs the conformance suite over TLS data connections
 // (--data-tls): the protocol does not depend on the transport.
 func TestConformanceTLS(t *testing.T) {
-	if tcp.RaceEnabled {
-		// Encryption under the race detector makes the cancellation
-		// rounds take minutes; the suite runs over TLS without -race
-		// (.ci/run's cross-host step and any plain go test).
-		t.Skip("TLS conformance is slow under -race; run without it")
-	}
 	creds := tcp.TLSCreds(t)
 	backendtest.Run(t, backendtest.Factory{
 		NewBackend: func(t testing.TB, owner uint64) (backend.Backend, *memreg.Registry) {
