@@ -120,6 +120,23 @@ func (ca *CA) Issue(name string, hosts []string) (certPEM, keyPEM []byte, err er
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), nil
 }
 
+// Credentials issues a host's certificate as Issue does and returns it
+// as mutual TLS configurations that trust this CA, in memory (nothing
+// written): a deployment's processes started together, and tests.
+func (ca *CA) Credentials(name string, hosts []string) (*Credentials, error) {
+	c, k, err := ca.Issue(name, hosts)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := tls.X509KeyPair(c, k)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	return New(pool, pair), nil
+}
+
 // Save writes the CA's certificate and key into dir (the key mode 0600).
 func (ca *CA) Save(dir string) error {
 	kder, err := x509.MarshalECPrivateKey(ca.Key)

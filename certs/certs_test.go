@@ -53,17 +53,11 @@ func handshake(t *testing.T, client, server *tls.Config, serverName string) (cli
 
 func issue(t *testing.T, ca *CA, name string, hosts ...string) *Credentials {
 	t.Helper()
-	c, k, err := ca.Issue(name, hosts)
+	cr, err := ca.Credentials(name, hosts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pair, err := tls.X509KeyPair(c, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Cert)
-	return New(pool, pair)
+	return cr
 }
 
 func TestMutualTLS(t *testing.T) {

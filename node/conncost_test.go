@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"os"
 	"runtime"
 	"testing"
@@ -91,16 +90,9 @@ func testTLS(t testing.TB) (server, client *tls.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, k, err := ca.Issue("host", nil)
+	cr, err := ca.Credentials("host", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pair, err := tls.X509KeyPair(c, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Cert)
-	cr := certs.New(pool, pair)
 	return cr.Server, cr.Client
 }

@@ -1,8 +1,6 @@
 package tcp
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"testing"
 
 	"github.com/rdmamgr/rdmamgr/certs"
@@ -15,15 +13,9 @@ func tlsCreds(t testing.TB) *certs.Credentials {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, k, err := ca.Issue("host", nil)
+	cr, err := ca.Credentials("host", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pair, err := tls.X509KeyPair(c, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Cert)
-	return certs.New(pool, pair)
+	return cr
 }
