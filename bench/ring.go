@@ -14,6 +14,9 @@ type ringSlot struct {
 	off   uint64
 	t0    time.Duration // since the ring's base: one word, not a time.Time
 	armed bool
+	// failed: its operation, unsignaled, failed and was reaped (and
+	// counted); the signal that vouches for it re-posts it.
+	failed bool
 }
 
 // ring runs operations from one goroutine with cfg.Concurrency in flight
@@ -21,7 +24,9 @@ type ringSlot struct {
 // every slot as one chain (PostOps: one doorbell), then reaps what
 // finished in batches (cq.Wait), counts each and posts the next on every
 // reaped slot as the next chain, until the tickets run out or the run
-// stops.
+// stops. With cfg.SignalEvery above 1 most operations are unsignaled:
+// the ring keeps its slots in posting order (fifo) and a reaped signal
+// completes every slot up to its own.
 func (b *benchRun) ring(ctx context.Context, limit int64) {
 	cfg := b.cfg
 	n := cfg.Concurrency
@@ -81,9 +86,28 @@ func (b *benchRun) ring(ctx context.Context, limit int64) {
 		armed++
 		idx = append(idx, i)
 	}
+	every := cfg.SignalEvery
+	sel := every > 1
+	fifo := make([]int, n) // with sel: the slots in flight, in posting order
+	vouched := make([]int, 0, n)
+	fhead, fn := 0, 0
 	post := func() {
 		if len(idx) == 0 {
 			return
+		}
+		if sel {
+			tail := fhead + fn
+			if tail >= n {
+				tail -= n
+			}
+			for j, i := range idx {
+				allOps[i].Unsignaled = j%every != every-1 && j != len(idx)-1
+				fifo[tail] = i
+				if tail++; tail == n {
+					tail = 0
+				}
+			}
+			fn += len(idx)
 		}
 		lo, inOrder := idx[0], true
 		for j, i := range idx {
@@ -128,23 +152,59 @@ func (b *benchRun) ring(ctx context.Context, limit int64) {
 				continue // a read-back of done's
 			}
 			i := int(w.ID()) - 1
-			s := &slots[i]
-			s.armed = false
-			armed--
-			if err := w.Err(); err == nil && !cfg.Verify { // done's common case, inline
-				lat = append(lat, now-s.t0)
-				ok++
-			} else {
+			// The slots this completion reports done: i alone, or with
+			// sel every slot posted up to i (its signal vouches for them).
+			done := vouched[:0]
+			if !sel {
+				done = append(done, i)
+			} else if allOps[i].Unsignaled { // it failed: counted now, re-posted with its signal
 				b.latencies[0] = lat
-				if b.done(ctx, 0, s.off, now-s.t0, err) {
-					ok++
-				}
+				b.done(ctx, 0, slots[i].off, now-slots[i].t0, w.Err())
 				lat = b.latencies[0]
+				slots[i].failed = true
+				continue
+			} else {
+				for fn > 0 {
+					j := fifo[fhead]
+					if fhead++; fhead == n {
+						fhead = 0
+					}
+					fn--
+					done = append(done, j)
+					if j == i {
+						break
+					}
+				}
 			}
-			if cfg.Verify { // done read the operation back meanwhile
-				now = time.Since(base)
+			for _, i := range done {
+				s := &slots[i]
+				s.armed = false
+				armed--
+				if s.failed { // counted when its failure was reaped
+					s.failed = false
+				} else if err := s.wr.Err(); err == nil && !cfg.Verify { // done's common case, inline
+					lat = append(lat, now-s.t0)
+					ok++
+				} else {
+					b.latencies[0] = lat
+					if b.done(ctx, 0, s.off, now-s.t0, err) {
+						ok++
+					}
+					lat = b.latencies[0]
+				}
+				if cfg.Verify { // done read the operation back meanwhile
+					now = time.Since(base)
+				}
+				// add, inline in its common case (no Verify, tickets left).
+				if !stopped && issued < limit && !cfg.Verify {
+					issued++
+					s.t0, s.armed = now, true
+					armed++
+					idx = append(idx, i)
+				} else {
+					add(i, now)
+				}
 			}
-			add(i, now)
 		}
 		b.ops.Add(ok)
 		clear(out[:k])

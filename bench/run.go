@@ -36,6 +36,12 @@ type Config struct {
 	// operations move Size bytes of memory, not Size × Concurrency; not
 	// with Verify.
 	SharedSlot bool
+	// SignalEvery, with Ring and above 1: selective signaling, as
+	// perftest's --cq-mod. In each chain the ring posts, every
+	// SignalEvery-th operation and the last are signaled, the rest
+	// unsignaled (queuepair.Op.Unsignaled): a reaped signal vouches for
+	// every operation posted before it, and the ring re-posts them all.
+	SignalEvery int
 	// MaxErrors stops the run once more operations than this failed.
 	MaxErrors int
 	// Progress, when not nil, is called about every ProgressEvery (default

@@ -14,7 +14,7 @@ import (
 // common case: the operation passes the checks, its local handle is in the
 // region q resolved last (q.near), w was last posted on q and is neither
 // pending nor queued, no batch, no token to drain, no cancel cause, no
-// observer, and ctx (nil: none) has not ended. It reports false, changing
+// observer, and ctx (nil: none) has not ended. unsig is Op.Unsignaled. It reports false, changing
 // nothing, when the case is not that one: then prepare arms w.
 //
 // What it saves over prepare: reset's compare-and-swap of the state (a
@@ -22,7 +22,7 @@ import (
 // armFast), the LocalRun and the Ref copied back through the stack
 // (memreg.Registry.AcquireNear writes it in place), and prepare's
 // branches for what this case has not.
-func (q *QueuePair) armOne(w *WorkRequest, op backend.Op, local, remote *buffer.Buffer, ctx context.Context, id uint64) bool {
+func (q *QueuePair) armOne(w *WorkRequest, op backend.Op, local, remote *buffer.Buffer, ctx context.Context, id uint64, unsig bool) bool {
 	s := w.state.Load()
 	if q.obs != nil || q.reg == nil || !q.plainOK(op, local, remote) || local.Location != buffer.Host ||
 		(s != stateIdle && s != stateDone) || (s == stateDone && w.queued) || // read after the state: see WorkRequest.queued
@@ -68,6 +68,7 @@ func (q *QueuePair) armOne(w *WorkRequest, op backend.Op, local, remote *buffer.
 		if w.fast = !q.slow; w.fast {
 			cq.fast.Add(1)
 		}
+		q.enlist(w, unsig)
 	}
 	w.qp = q
 	if w.wr.CancelCause() != nil { // a Cancel from elsewhere since the check: ready reports it

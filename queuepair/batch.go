@@ -26,10 +26,22 @@ type Op struct {
 	// request it is posted into reports it (WorkRequest.ID), so a program
 	// that reaps a completion queue finds its own state without a map.
 	ID uint64
+	// Unsignaled, for PostOps into a queue pair bound to a completion
+	// queue, asks for selective signaling, as verbs' work request without
+	// IBV_SEND_SIGNALED: the operation, if it succeeds, is not reported
+	// through the queue (only through its WorkRequest: Poll, Err, Wait,
+	// Done). A signaled operation posted after it on the same queue pair
+	// vouches for it: the queue hands that one over only once every
+	// unsignaled operation posted before it is done, its memory let go
+	// and its work request free to re-post. A failed unsignaled operation
+	// is reported through the queue as any operation is, ahead of the
+	// signaled ones that vouch for it. Without a queue, and in Submit, it
+	// has no effect.
+	Unsignaled bool
 }
 
 func (o *Op) operands() operands {
-	return operands{imm: o.Imm, hasImm: o.HasImm, compare: o.Compare, swap: o.Swap, id: o.ID}
+	return operands{imm: o.Imm, hasImm: o.HasImm, compare: o.Compare, swap: o.Swap, id: o.ID, unsig: o.Unsignaled}
 }
 
 // PutOp builds a Put for Submit or PostOps.

@@ -91,13 +91,22 @@ func (q *QueuePair) runInline(wrs []*WorkRequest, ops []Op, ch *chainPrep, ready
 	}
 	reported = true
 	ch.local.Give(int64(k)) // reported means finished: let go first
+	// A successful unsignaled operation is done and pushed nowhere (its
+	// slot goes back); the others go to cq.
+	quiet := 0 // successful unsignaled ones
 	for j := range k {
 		w := wrs[j]
 		if testHookFinishing != nil {
 			testHookFinishing()
 		}
 		w.err = errs[j]
-		w.queued = true
+		w.unsig = ops[j].Unsignaled // read below and by pushRun: a pushed one failed
+		if w.unsig && errs[j] == nil {
+			w.fast = false // its slot goes back below
+			quiet++
+		} else {
+			w.queued = true
+		}
 		if !w.state.CompareAndSwap(statePending, stateDone) {
 			panic("queuepair: an inline run's request completed twice") // only a route breaking backend.Completer's exactly once
 		}
@@ -105,7 +114,28 @@ func (q *QueuePair) runInline(wrs []*WorkRequest, ops []Op, ch *chainPrep, ready
 			w.signal()
 		}
 	}
-	cq.pushAll(wrs[:k]) // the last touch of each w: its reaper may re-arm it at once
+	push := wrs[:k]
+	if quiet > 0 { // gather the ones to push (the others are the poster's, done)
+		cq.unslot(int64(quiet), fast)
+		n := 0
+		for _, w := range push {
+			if w.queued {
+				sc.push[n] = w
+				n++
+			}
+		}
+		push = sc.push[:n]
+	}
+	if f := q.fence.Load(); f != nil && f.out.Load() > 0 {
+		// Unsignaled operations posted before the run are still out: its
+		// signaled ones wait for them (fence.go).
+		f.pushRun(push, cq)
+	} else if len(push) > 0 {
+		cq.pushAll(push) // the last touch of each w: its reaper may re-arm it at once
+	}
+	if quiet > 0 {
+		clear(push) // sc's: hold no request past the post
+	}
 	q.ops.LeaveN(int64(k))
 	return k
 }
@@ -117,6 +147,7 @@ func (q *QueuePair) unrun(wrs []*WorkRequest, ops []Op, iops []qpbind.InlineOp, 
 	for j, w := range wrs {
 		o := &ops[j]
 		w.qp, w.cq = q, ch.cq // the finisher's, as ch.give binds them
+		q.enlist(w, o.Unsignaled) // as armFast: the run's were not
 		ch.local.Hold(&o.Local, iops[j].Local, &w.ref)
 		wr := &w.wr
 		wr.Remote = o.Remote
@@ -136,6 +167,7 @@ func (q *QueuePair) unrun(wrs []*WorkRequest, ops []Op, iops []qpbind.InlineOp, 
 type inlineRun struct {
 	ops  [runChunk]qpbind.InlineOp
 	errs [runChunk]error
+	push [runChunk]*WorkRequest
 }
 
 var inlineScratch = sync.Pool{New: func() any { return new(inlineRun) }}

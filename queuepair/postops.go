@@ -30,7 +30,7 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 		for i := range ops {
 			o := &ops[i]
 			if (o.Op == backend.OpWrite || o.Op == backend.OpRead) && o.Imm == 0 && !o.HasImm && o.Compare == 0 && o.Swap == 0 &&
-				q.armOne(wrs[i], o.Op, &o.Local, &o.Remote, c, o.ID) {
+				q.armOne(wrs[i], o.Op, &o.Local, &o.Remote, c, o.ID, o.Unsignaled) {
 				continue
 			}
 			if dl.IsZero() {
@@ -94,7 +94,7 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 		// (an argument on the stack, a value returned) is re-read with
 		// wider loads than it was written with, which stalls on store
 		// forwarding.
-		opd.imm, opd.hasImm, opd.compare, opd.swap, opd.id = o.Imm, o.HasImm, o.Compare, o.Swap, o.ID
+		opd.imm, opd.hasImm, opd.compare, opd.swap, opd.id, opd.unsig = o.Imm, o.HasImm, o.Compare, o.Swap, o.ID, o.Unsignaled
 		if !q.prepare(w, o.Op, &o.Local, &o.Remote, dl, c, &opd, &ch) {
 			continue
 		}
@@ -164,6 +164,9 @@ func (q *QueuePair) armFast(w *WorkRequest, o *Op, dl time.Time, cancel <-chan s
 	wr.Imm, wr.HasImm, wr.Compare, wr.Swap = o.Imm, o.HasImm, o.Compare, o.Swap
 	w.id = o.ID
 	ch.give(w, q)
+	if ch.cq != nil {
+		q.enlist(w, o.Unsignaled)
+	}
 	if w.wr.CancelCause() != nil { // a Cancel from elsewhere since the check: ready reports it
 		return q.ready(w)
 	}

@@ -36,6 +36,7 @@ type QueuePair struct {
 	obs     qpbind.Observer
 	relOnce sync.Once
 	cq      atomic.Pointer[CompletionQueue] // where operations posted now report
+	fence   atomic.Pointer[signalFence]     // made by the first unsignaled post (fence.go)
 	list    backend.ListPoster              // route's chain posting; nil: a loop of Post
 	// inl: the route copies a chain's runs of small Puts and Gets in the
 	// poster's goroutine (runInline), each at most inlMax bytes.
@@ -133,14 +134,14 @@ func (q *QueuePair) Get(ctx context.Context, local, remote buffer.Buffer) *WorkR
 // it completed: the steady-state data path then allocates nothing. w must
 // not be pending (it panics if it is).
 func (q *QueuePair) PostPut(ctx context.Context, w *WorkRequest, local, remote buffer.Buffer) {
-	if c := postCtx(ctx); !q.armOne(w, backend.OpWrite, &local, &remote, c, 0) {
+	if c := postCtx(ctx); !q.armOne(w, backend.OpWrite, &local, &remote, c, 0, false) {
 		q.arm(w, backend.OpWrite, &local, &remote, q.deadline(), c, operands{})
 	}
 }
 
 // PostGet is Get into a caller-owned, reusable WorkRequest (see PostPut).
 func (q *QueuePair) PostGet(ctx context.Context, w *WorkRequest, local, remote buffer.Buffer) {
-	if c := postCtx(ctx); !q.armOne(w, backend.OpRead, &local, &remote, c, 0) {
+	if c := postCtx(ctx); !q.armOne(w, backend.OpRead, &local, &remote, c, 0, false) {
 		q.arm(w, backend.OpRead, &local, &remote, q.deadline(), c, operands{})
 	}
 }
@@ -235,6 +236,11 @@ func (q *QueuePair) prepare(w *WorkRequest, op backend.Op, local, remote *buffer
 			} else {
 				cq.fast.Add(1)
 			}
+		}
+		if w.batch == nil { // a batch's operations are signaled, and vouch for nothing
+			q.enlist(w, opd.unsig)
+		} else {
+			w.unsig, w.fenced = false, false
 		}
 	}
 	if ch != nil && ch.entries > 0 {

@@ -125,12 +125,13 @@ func TestCQAllocsOnRoutes(t *testing.T) {
 // BenchmarkCQ drives 64 operations in flight through a completion queue
 // (PostOps of reaped requests, cq.Wait) beside the per-operation form
 // (PostPut, then Wait on each), in one run: compare their ns/op. cqget is
-// cq with Gets.
+// cq with Gets; cqsel is cq with selective signaling, as perftest's
+// --cq-mod 16 (chains of 16, the last of each signaled).
 func BenchmarkCQ(b *testing.B) {
 	const inFlight = 64
 	for _, rk := range routeKinds {
 		for _, size := range []int{8, 4 << 10} {
-			for _, mode := range []string{"cq", "cqget", "wait"} {
+			for _, mode := range []string{"cq", "cqget", "cqsel", "wait"} {
 				b.Run(fmt.Sprintf("%s/%dB/%s", rk.name, size, mode), func(b *testing.B) {
 					e := newRouteEnv(b, rk.make, size*inFlight, inFlight)
 					wrs := make([]*queuepair.WorkRequest, inFlight)
@@ -148,9 +149,12 @@ func BenchmarkCQ(b *testing.B) {
 					b.SetBytes(int64(size))
 					b.ReportAllocs()
 					b.ResetTimer()
-					if mode != "wait" {
+					switch mode {
+					case "cq", "cqget":
 						benchCQ(b, e, wrs, ops)
-					} else {
+					case "cqsel":
+						benchCQSel(b, e, wrs, ops, 16)
+					default:
 						benchWait(b, e, wrs, ops, ctx)
 					}
 					b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
@@ -187,6 +191,40 @@ func benchCQ(b *testing.B, e *routeEnv, wrs []*queuepair.WorkRequest, ops []queu
 		}
 		if len(again) > 0 {
 			e.qp.PostOps(ctx, again, againOps)
+		}
+	}
+}
+
+// benchCQSel keeps len(wrs) operations in flight as chains of every,
+// each chain's last signaled: a reaped signal re-posts its chain.
+func benchCQSel(b *testing.B, e *routeEnv, wrs []*queuepair.WorkRequest, ops []queuepair.Op, every int) {
+	ctx := context.Background()
+	for i := range ops {
+		ops[i].Unsignaled = i%every != every-1
+		ops[i].ID = uint64(i/every) + 1 // the chain
+	}
+	chains := len(wrs) / every
+	posted, done := 0, 0
+	for c := 0; c < chains && posted < b.N; c++ {
+		e.qp.PostOps(ctx, wrs[c*every:(c+1)*every], ops[c*every:(c+1)*every])
+		posted += every
+	}
+	out := make([]*queuepair.WorkRequest, len(wrs))
+	for done < posted {
+		n, err := e.cq.Wait(ctx, out)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, w := range out[:n] {
+			if err := w.Err(); err != nil {
+				b.Fatal(err)
+			}
+			c := int(w.ID()) - 1
+			done += every
+			if posted < b.N {
+				e.qp.PostOps(ctx, wrs[c*every:(c+1)*every], ops[c*every:(c+1)*every])
+				posted += every
+			}
 		}
 	}
 }

@@ -54,7 +54,7 @@ func completeRun(wrs []*backend.WorkRequest, errs []error) {
 			continue
 		}
 		w := (*WorkRequest)(c)
-		if w.cq == nil || w.batch != nil {
+		if w.cq == nil || w.batch != nil || w.unsig || w.fenced { // fenced ones: fence.go
 			w.finish(errs[i])
 			continue
 		}

@@ -13,6 +13,7 @@ type operands struct {
 	hasImm        bool
 	compare, swap uint64
 	id            uint64 // Op.ID
+	unsig         bool   // Op.Unsignaled
 }
 
 // PutWithImm is Put followed, once the bytes are in place at the peer, by

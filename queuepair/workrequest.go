@@ -38,6 +38,11 @@ type WorkRequest struct {
 	// fast: w holds a slot of a completion queue and its route is not
 	// slow (the queue's fast count has it until a Poll hands w over).
 	fast bool
+	// unsig: w was posted into a queue as Op.Unsignaled (counted in
+	// fence's epoch); fenced: w is signaled and its push waits for the
+	// unsignaled operations of epochs up to its own (fence.go). Both set
+	// by QueuePair.enlist as w takes its queue slot, read by its finisher.
+	unsig, fenced bool
 	// owner is the queue pair w was last posted on: where a cancel goes.
 	// Atomic: a batch's context watcher reads it while the backend runs.
 	owner atomic.Pointer[QueuePair]
@@ -61,6 +66,8 @@ type WorkRequest struct {
 	dlMono int64
 	dlFor  time.Duration
 	dev    memreg.DeviceSpan
+	fence  *signalFence // where unsig or fenced w reports (enlist)
+	epoch  uint64       // its epoch in fence
 }
 
 // ID returns the Op.ID w was last posted with (PostOps, Submit); 0 for
@@ -248,7 +255,9 @@ func (w *WorkRequest) report(err error) {
 	if testHookFinishing != nil {
 		testHookFinishing()
 	}
-	if cq != nil {
+	if cq != nil && (w.unsig || w.fenced) {
+		w.reportFenced(err, ref, cq) // fence.go
+	} else if cq != nil {
 		// Reported through cq: the memory is let go and w is done before
 		// cq can hand it over (reported means finished). Until a Poll of
 		// cq takes it, nobody may re-arm w (queued), so pushing it

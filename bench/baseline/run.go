@@ -36,11 +36,14 @@ type Config struct {
 	// SharedSlot: our operations in flight at sizes up to SmallMax share
 	// one slot's bytes (bench.Config.SharedSlot).
 	SharedSlot bool
-	Conns      int    // our connections per route, and the baseline's
-	LatCount   int    // round trips timed for the latency
-	PipeCount  int    // operations timed for the pipeline
-	PipeDepth  int    // operations in flight in the pipeline
-	Backend    string // our data plane, as reported (the measurements say what they used)
+	// SignalEvery: bench.Config.SignalEvery of our ring (sizes up to
+	// SmallMax).
+	SignalEvery int
+	Conns       int    // our connections per route, and the baseline's
+	LatCount    int    // round trips timed for the latency
+	PipeCount   int    // operations timed for the pipeline
+	PipeDepth   int    // operations in flight in the pipeline
+	Backend     string // our data plane, as reported (the measurements say what they used)
 	// WantBackend, when not empty, is the route kind every measurement of
 	// ours must have used (queuepair.QueuePair.Kind): one that used
 	// another ends the run with ErrWrongBackend.
@@ -181,7 +184,7 @@ func (r *runner) throughput(ctx context.Context, op string, sz uint64) error {
 	}
 	conc, ring := r.inflight(sz)
 	res, err := r.measure(ctx, bench.Config{Op: op, Size: sz, Count: count, Concurrency: conc, Ring: ring, Warmup: c.Warmup, Verify: c.Verify,
-		SharedSlot: c.SharedSlot && ring})
+		SharedSlot: c.SharedSlot && ring, SignalEvery: c.SignalEvery})
 	if err != nil {
 		return err
 	}

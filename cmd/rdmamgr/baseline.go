@@ -104,6 +104,9 @@ func (a *benchArgs) baselineConfig(set map[string]bool) (baseline.Config, error)
 	if a.sharedSlot && a.verify {
 		return baseline.Config{}, usagef("--shared-slot moves the same bytes with every operation in flight: not with --verify")
 	}
+	if a.signalEvery < 0 {
+		return baseline.Config{}, usagef("--signal-every %d: want 0 or more", a.signalEvery)
+	}
 	if bl.procs < 0 || bl.procs > 64 {
 		return baseline.Config{}, usagef("--procs %d: want 1 to 64", bl.procs)
 	}
@@ -122,6 +125,7 @@ func (a *benchArgs) baselineConfig(set map[string]bool) (baseline.Config, error)
 		Conns: a.c.conns, LatCount: bl.latCount, PipeCount: bl.pipeCount, PipeDepth: bl.pipeDepth, Against: against}
 	cfg.Inflight = a.inflight
 	cfg.SharedSlot = a.sharedSlot
+	cfg.SignalEvery = a.signalEvery
 	if !set["inflight"] {
 		cfg.Inflight = baselineDefaultInflight
 	}

@@ -55,6 +55,7 @@ type benchArgs struct {
 	warmup, maxErrors      int
 	verify, ring           bool
 	sharedSlot             bool
+	signalEvery            int
 	startOnStdin           bool
 	timeout                time.Duration
 	cpuProfile, memProfile string
@@ -102,6 +103,7 @@ func (a *benchArgs) register(fs *flag.FlagSet) {
 	fs.IntVar(&a.maxErrors, "max-errors", 0, "stop after more than this many failed operations")
 	fs.BoolVar(&a.verify, "verify", false, "check every byte of every operation")
 	fs.BoolVar(&a.sharedSlot, "shared-slot", false, "with --inflight: every operation in flight uses the same bytes of the buffers (as ucx_perftest's one buffer does), not a slot of its own; not with --verify")
+	fs.IntVar(&a.signalEvery, "signal-every", 0, "with --inflight: selective signaling, as perftest's --cq-mod: in each chain posted only every `N`th operation and the last are signaled, the others unsignaled (reported through the completion queue only if they fail; a reaped signal vouches for every operation posted before it); 0 or 1: every operation signaled")
 	fs.IntVar(&a.inflight, "inflight", 0, "operations in flight, posted in chains and reaped in batches through a completion queue by one goroutine (--ring --concurrency N); with --baseline: at sizes up to 4KiB, default 64 (0: --concurrency)")
 	fs.BoolVar(&a.startOnStdin, "start-on-stdin", false, "after the warm-up print \""+startLine+"\" and wait for a line on stdin before the timed run (bench --procs starts its processes so)")
 	fs.BoolVar(&a.ring, "ring", false, "one goroutine keeps --concurrency operations in flight through a completion queue: posted in chains, reaped in batches (default: one goroutine per operation in flight, each posting and waiting)")
@@ -141,6 +143,8 @@ func (a *benchArgs) config() (bench.Config, error) {
 		return bench.Config{}, usagef("--warmup and --max-errors must not be negative")
 	case a.sharedSlot && (a.verify || (a.inflight == 0 && !a.ring)):
 		return bench.Config{}, usagef("--shared-slot needs --inflight (or --ring) and no --verify")
+	case a.signalEvery < 0 || (a.signalEvery > 1 && a.inflight == 0 && !a.ring):
+		return bench.Config{}, usagef("--signal-every %d: want 0 or more, with --inflight (or --ring)", a.signalEvery)
 	case a.timeout <= 0:
 		return bench.Config{}, usagef("--timeout %v: want a positive duration", a.timeout)
 	case size*uint64(a.concurrency) > 8<<30:
@@ -150,7 +154,7 @@ func (a *benchArgs) config() (bench.Config, error) {
 		a.concurrency, a.ring = a.inflight, true
 	}
 	return bench.Config{Op: a.op, Size: size, Count: a.count, Concurrency: a.concurrency, Ring: a.ring,
-		Warmup: a.warmup, Verify: a.verify, SharedSlot: a.sharedSlot, MaxErrors: a.maxErrors, ProgressEvery: progressEvery,
+		Warmup: a.warmup, Verify: a.verify, SharedSlot: a.sharedSlot, SignalEvery: a.signalEvery, MaxErrors: a.maxErrors, ProgressEvery: progressEvery,
 		Memory: a.loc}, nil
 }
 

@@ -146,6 +146,9 @@ func procsRow(ctx context.Context, e *env, a *benchArgs, cfg baseline.Config, ex
 	if cfg.Verify {
 		args = append(args, "--verify")
 	}
+	if flag == "--inflight" && cfg.SignalEvery > 1 {
+		args = append(args, "--signal-every", strconv.Itoa(cfg.SignalEvery))
+	}
 	if a.c.secret != "" {
 		args = append(args, "--secret-file", a.c.secret)
 	}

@@ -34,6 +34,7 @@ func RunCQ(t *testing.T, f Factory) {
 		{"ManyInFlightSharedCQ", testCQManyInFlight},
 		{"Refusals", testCQRefusals},
 		{"Verbs", testCQVerbs},
+		{"Unsignaled", testCQUnsignaled},
 		{"CancelNoStaleBytes", testCQCancel},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })

@@ -1,0 +1,136 @@
+package queuepair
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/qpbind"
+)
+
+// pollAll reaps what cq holds now.
+func pollAll(cq *CompletionQueue) []*WorkRequest {
+	out := make([]*WorkRequest, cq.Cap())
+	return out[:cq.Poll(out)]
+}
+
+// Selective signaling on a route that completes out of order: a signaled
+// operation that finishes first is done at once (its own Wait reports
+// it) but the queue hands it over only once every unsignaled one posted
+// before it is done; successful unsignaled ones are never reported through
+// the queue and give their slots back; a failed one is reported through
+// the queue, ahead of the signaled one that waited for it.
+func TestUnsignaledSignalWaitsForEarlier(t *testing.T) {
+	e := newEnv(t, qpbind.Options{})
+	cq := NewCompletionQueue(5)
+	e.qp.SetCompletionQueue(cq)
+	local := alloc(t, e.local, 64, buffer.AccessReadWrite)
+	remote := alloc(t, e.remote, 64, buffer.AccessReadWrite)
+	unsig := func(o Op) Op { o.Unsignaled = true; return o }
+	u1, u2, s1, u3, s2 := new(WorkRequest), new(WorkRequest), new(WorkRequest), new(WorkRequest), new(WorkRequest)
+	ctx := context.Background()
+	e.qp.PostOps(ctx, []*WorkRequest{u1, u2, s1}, []Op{unsig(PutOp(local, remote)), unsig(GetOp(local, remote)), PutOp(local, remote)})
+	e.qp.PostOps(ctx, []*WorkRequest{u3, s2}, []Op{unsig(PutOp(local, remote)), GetOp(local, remote)})
+	var wr [5]*backend.WorkRequest
+	for i := range wr {
+		wr[i] = e.route.next(t)
+	}
+
+	complete(wr[2], nil) // s1, before the unsignaled ones ahead of it
+	if err := s1.Wait(ctx); err != nil {
+		t.Fatalf("s1: %v", err)
+	}
+	complete(wr[1], nil) // u2
+	complete(wr[4], nil) // s2
+	if got := pollAll(cq); len(got) != 0 {
+		t.Fatalf("the queue handed over %d while u1 is pending", len(got))
+	}
+	if done, _ := u1.Poll(); done {
+		t.Fatal("u1 done before its completion")
+	}
+	complete(wr[0], nil) // u1: s1's epoch is done
+	if got := pollAll(cq); len(got) != 1 || got[0] != s1 {
+		t.Fatalf("after u1: reaped %v, want s1 alone", got)
+	}
+	for _, w := range []*WorkRequest{u1, u2} {
+		if done, err := w.Poll(); !done || err != nil {
+			t.Fatalf("an unsignaled op vouched for by s1: done %v, %v", done, err)
+		}
+	}
+	complete(wr[3], rdmamgr.ErrPeerGone) // u3 fails: reported, ahead of s2
+	got := pollAll(cq)
+	if len(got) != 2 || got[0] != u3 || got[1] != s2 {
+		t.Fatalf("after u3 failed: reaped %v, want u3 then s2", got)
+	}
+	if !errors.Is(u3.Err(), rdmamgr.ErrPeerGone) || s2.Err() != nil {
+		t.Fatalf("u3 %v, s2 %v", u3.Err(), s2.Err())
+	}
+	// Every slot is free again: five signaled posts fit the queue of 5,
+	// and every reference was let go.
+	ws := []*WorkRequest{u1, u2, s1, u3, s2}
+	e.qp.PostOps(ctx, ws, []Op{PutOp(local, remote), PutOp(local, remote), PutOp(local, remote), PutOp(local, remote), PutOp(local, remote)})
+	for _, w := range ws {
+		if done, err := w.Poll(); done {
+			t.Fatalf("a post found the queue full: %v", err)
+		}
+		complete(e.route.next(t), nil)
+	}
+	if got := pollAll(cq); len(got) != 5 {
+		t.Fatalf("reaped %d of 5", len(got))
+	}
+	e.qp.Release()
+	if !drained(t, e.local, local) {
+		t.Fatal("the local region still holds references")
+	}
+}
+
+// A signaled operation posted while no unsignaled one is out is reported
+// at once, as without selective signaling; one posted while an earlier
+// epoch is still out waits for that epoch only, not for unsignaled
+// operations posted after it.
+func TestUnsignaledEpochs(t *testing.T) {
+	e := newEnv(t, qpbind.Options{})
+	cq := NewCompletionQueue(8)
+	e.qp.SetCompletionQueue(cq)
+	local := alloc(t, e.local, 64, buffer.AccessReadWrite)
+	remote := alloc(t, e.remote, 64, buffer.AccessReadWrite)
+	ctx := context.Background()
+	post := func(unsig bool) (*WorkRequest, *backend.WorkRequest) {
+		w := new(WorkRequest)
+		o := PutOp(local, remote)
+		o.Unsignaled = unsig
+		e.qp.PostOps(ctx, []*WorkRequest{w}, []Op{o})
+		return w, e.route.next(t)
+	}
+	s0, b0 := post(false)
+	complete(b0, nil)
+	if got := pollAll(cq); len(got) != 1 || got[0] != s0 {
+		t.Fatalf("no fence yet: reaped %v", got)
+	}
+	_, bu1 := post(true)
+	s1, bs1 := post(false) // epoch of u1
+	_, bu2 := post(true)   // the next epoch
+	s2, bs2 := post(false)
+	complete(bs1, nil)
+	complete(bs2, nil)
+	complete(bu1, nil) // s1 goes; s2 still waits for u2
+	if got := pollAll(cq); len(got) != 1 || got[0] != s1 {
+		t.Fatalf("after u1: reaped %v, want s1", got)
+	}
+	_, bu3 := post(true) // after s2: s2 does not wait for it
+	complete(bu2, nil)
+	if got := pollAll(cq); len(got) != 1 || got[0] != s2 {
+		t.Fatalf("after u2: reaped %v, want s2", got)
+	}
+	complete(bu3, nil)
+	if got := pollAll(cq); len(got) != 0 {
+		t.Fatalf("a successful unsignaled op was reported: %v", got)
+	}
+	if f := e.qp.fence.Load(); f.out.Load() != 0 || len(f.open) != 1 || len(f.held) != 0 {
+		t.Fatalf("fence after all: out %d, open %v, held %d", f.out.Load(), f.open, len(f.held))
+	}
+	e.qp.Release()
+}
