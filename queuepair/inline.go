@@ -146,7 +146,7 @@ func (q *QueuePair) runInline(wrs []*WorkRequest, ops []Op, ch *chainPrep, ready
 func (q *QueuePair) unrun(wrs []*WorkRequest, ops []Op, iops []qpbind.InlineOp, ch *chainPrep, ready *[]*backend.WorkRequest, dl time.Time, cancel <-chan struct{}) {
 	for j, w := range wrs {
 		o := &ops[j]
-		w.qp, w.cq = q, ch.cq // the finisher's, as ch.give binds them
+		w.qp, w.cq = q, ch.cq     // the finisher's, as ch.give binds them
 		q.enlist(w, o.Unsignaled) // as armFast: the run's were not
 		ch.local.Hold(&o.Local, iops[j].Local, &w.ref)
 		wr := &w.wr
