@@ -37,7 +37,8 @@ func twoNodes(t *testing.T, ctx context.Context, kind backend.Kind) (*node.Node,
 
 // The ring (bench --inflight) through a completion queue: every operation
 // done and every byte checked, at 8 B and 4 KiB, put and get, on TCP and
-// shm.
+// shm, every operation signaled and with selective signaling (bench
+// --signal-every 4: a reaped signal vouches for the slots before it).
 func TestRingThroughCompletionQueue(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -46,7 +47,11 @@ func TestRingThroughCompletionQueue(t *testing.T) {
 		peer := a.ClientOf(b.Addr(), "")
 		for _, size := range []uint64{8, 4096} {
 			for _, op := range []string{"put", "get"} {
-				cfg := Config{Op: op, Size: size, Count: 300, Concurrency: 16, Ring: true, Warmup: 20, Verify: true}
+				every := 0
+				if size == 8 {
+					every = 4
+				}
+				cfg := Config{Op: op, Size: size, Count: 300, Concurrency: 16, Ring: true, Warmup: 20, Verify: true, SignalEvery: every}
 				res, err := Run(ctx, a.Manager(), peer, cfg)
 				if err != nil {
 					if errors.Is(err, rdmamgr.ErrNotSupported) {

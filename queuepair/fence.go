@@ -10,29 +10,34 @@ import (
 // The signal fence: selective signaling (Op.Unsignaled), as verbs has it.
 // A successful unsignaled operation is not reported through its queue, so
 // a program learns it is done from a signaled operation posted after it
-// on the same queue pair: the queue hands that one over only once every
-// unsignaled operation posted before it is done (a failed one is reported
-// through the queue, ahead of it).
+// on the same queue pair, as a verbs program does from RC's in-order
+// completions: once a queue pair has posted an unsignaled operation, the
+// queue hands over each signaled one only once every operation posted
+// before it on the queue pair (signaled or not) is done. A failed
+// unsignaled operation is reported through the queue when it fails.
 //
-// Posts on a queue pair fall into epochs: each signaled operation posted
-// while unsignaled ones are out closes the epoch it was posted in and
-// opens the next. open counts each epoch's unsignaled operations not yet
-// done, from the oldest still open (base) to the current one (the last).
-// A signaled operation of epoch e that finishes while an epoch up to e is
-// still open waits in held; it is pushed once every epoch up to e is
-// closed and done. A queue pair that never posts an unsignaled operation
-// has no fence (QueuePair.fence stays nil) and pays one pointer load per
-// operation posted through a completion queue.
+// Posts on a fenced queue pair fall into epochs: each signaled operation
+// is the last of its epoch and opens the next. open counts each epoch's
+// operations not yet done, from the oldest still open (base) to the
+// current one (the last). A signaled operation of epoch e, once done,
+// waits in held until every epoch up to e is done; then it is pushed,
+// with the others so released, in epoch order. Operations an inline run
+// completes inside its post (runInline) count in no epoch: they are done
+// before anything after them is posted. A queue pair that never posts an
+// unsignaled operation has no fence (QueuePair.fence stays nil) and pays
+// one pointer load per operation posted through a completion queue; one
+// that did takes the fence's lock as each operation not run inline is
+// posted and as it finishes.
 type signalFence struct {
-	// out counts the unsignaled operations posted and not yet done: a
-	// signaled one posted while it is 0 has nothing before it to wait for
-	// (read without mu; posts racing each other have no order to keep).
+	// out counts the operations counted in open (posted, not yet done):
+	// an inline run's signaled operations are pushed at once while it is
+	// 0 (read without mu; posts racing each other have no order to keep).
 	out atomic.Int64
 
 	mu   sync.Mutex
 	base uint64         // guarded by mu: the epoch of open[0]
-	open []int64        // guarded by mu: per epoch from base, its unsignaled operations not done
-	held []*WorkRequest // guarded by mu: finished signaled operations waiting, by epoch
+	open []int64        // guarded by mu: per epoch from base, its operations not done
+	held []*WorkRequest // guarded by mu: done signaled operations waiting for their epochs
 	push []*WorkRequest // guarded by mu: release's scratch
 }
 
@@ -49,45 +54,32 @@ func (q *QueuePair) fenceOf() *signalFence {
 }
 
 // enlist records w, posted into cq (w.cq set) with unsig as its
-// Op.Unsignaled, with q's fence: an unsignaled one counts in the current
-// epoch; a signaled one posted while unsignaled ones are out closes it
-// (w.fenced: its push waits for the epoch). Called before w can finish.
+// Op.Unsignaled, with q's fence, once q has one: w counts in the current
+// epoch, and a signaled w closes it (w.fenced: its push waits for the
+// epoch). Called before w can finish.
 func (q *QueuePair) enlist(w *WorkRequest, unsig bool) {
-	if unsig {
-		q.fenceOf().add(w)
-		return
+	f := q.fence.Load()
+	if f == nil {
+		if !unsig {
+			w.unsig, w.fenced, w.fence = false, false, nil
+			return
+		}
+		f = q.fenceOf()
 	}
-	w.unsig, w.fenced, w.fence = false, false, nil
-	if f := q.fence.Load(); f != nil && f.out.Load() > 0 {
-		f.close(w)
-	}
-}
-
-// add counts an unsignaled w in the current epoch.
-func (f *signalFence) add(w *WorkRequest) {
 	f.mu.Lock()
 	f.open[len(f.open)-1]++
 	w.epoch = f.base + uint64(len(f.open)-1)
+	if !unsig {
+		f.open = append(f.open, 0)
+	}
 	f.out.Add(1)
 	f.mu.Unlock()
-	w.unsig, w.fenced, w.fence = true, false, f
-}
-
-// close makes signaled w the last of the current epoch and opens the
-// next (w.fenced), unless no unsignaled operation is out any more.
-func (f *signalFence) close(w *WorkRequest) {
-	f.mu.Lock()
-	if f.out.Load() > 0 {
-		w.epoch = f.base + uint64(len(f.open)-1)
-		f.open = append(f.open, 0)
-		w.fenced, w.fence = true, f
-	}
-	f.mu.Unlock()
+	w.unsig, w.fenced, w.fence = unsig, !unsig, f
 }
 
 // done is an unsignaled operation of epoch e done (and, if it failed,
 // pushed): it leaves its epoch's count and pushes the signaled operations
-// that were waiting only for it.
+// that were waiting only for it and the like.
 func (f *signalFence) done(e uint64) {
 	f.mu.Lock()
 	f.open[e-f.base]--
@@ -96,17 +88,17 @@ func (f *signalFence) done(e uint64) {
 	f.mu.Unlock()
 }
 
-// finished is a fenced signaled w of epoch e finished: pushed into cq now
-// when every epoch up to e is closed and done, else held until it is.
-// w is done already; like cq.push, this is the last touch of it.
+// finished is a fenced signaled w of epoch e done: it leaves its epoch's
+// count and waits in held until every epoch up to e is done, which may be
+// at once; whatever that releases is pushed, in epoch order. Like
+// cq.push, this is the last touch of w.
 func (f *signalFence) finished(w *WorkRequest, e uint64, cq *CompletionQueue) {
 	f.mu.Lock()
-	if e < f.base {
-		cq.push(w)
-	} else {
-		w.cq = cq // kept for the push: w is queued, nobody re-arms it
-		f.held = append(f.held, w)
-	}
+	w.cq = cq // kept for the push: w is queued, nobody re-arms it
+	f.held = append(f.held, w)
+	f.open[e-f.base]--
+	f.out.Add(-1)
+	f.release()
 	f.mu.Unlock()
 }
 
@@ -189,11 +181,11 @@ func (w *WorkRequest) reportFenced(err error, ref memreg.Ref, cq *CompletionQueu
 }
 
 // pushRun pushes into cq the operations of an inline run (runInline)
-// that go there, done already, while unsignaled operations posted before
-// the run may still be out: a failed unsignaled one at once, a signaled
-// one held behind them (its own epoch closed, as enlist's close). The
-// run's successful unsignaled operations were done inside its post, so
-// they count in no epoch.
+// that go there, done already, while operations posted before the run
+// may still be out: a failed unsignaled one at once, a signaled one held
+// behind them (the last of the current epoch, as enlist makes it, but
+// counted in none: it is done). The run's successful unsignaled
+// operations were done inside its post, so they count in no epoch.
 func (f *signalFence) pushRun(ws []*WorkRequest, cq *CompletionQueue) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -87,10 +87,9 @@ func TestUnsignaledSignalWaitsForEarlier(t *testing.T) {
 	}
 }
 
-// A signaled operation posted while no unsignaled one is out is reported
-// at once, as without selective signaling; one posted while an earlier
-// epoch is still out waits for that epoch only, not for unsignaled
-// operations posted after it.
+// A queue pair that never posted an unsignaled operation reports a
+// signaled one at once; one posted while an earlier epoch is still out
+// waits for that epoch only, not for operations posted after it.
 func TestUnsignaledEpochs(t *testing.T) {
 	e := newEnv(t, qpbind.Options{})
 	cq := NewCompletionQueue(8)
@@ -129,7 +128,20 @@ func TestUnsignaledEpochs(t *testing.T) {
 	if got := pollAll(cq); len(got) != 0 {
 		t.Fatalf("a successful unsignaled op was reported: %v", got)
 	}
-	if f := e.qp.fence.Load(); f.out.Load() != 0 || len(f.open) != 1 || len(f.held) != 0 {
+	// Once the queue pair has a fence, a signaled operation waits for the
+	// signaled ones before it too (as RC completes in order): s4 done
+	// first is handed over after s3, in posting order.
+	s3, bs3 := post(false)
+	s4, bs4 := post(false)
+	complete(bs4, nil)
+	if got := pollAll(cq); len(got) != 0 {
+		t.Fatalf("s4 reported while s3 is pending: %v", got)
+	}
+	complete(bs3, nil)
+	if got := pollAll(cq); len(got) != 2 || got[0] != s3 || got[1] != s4 {
+		t.Fatalf("after s3: reaped %v, want s3 then s4", got)
+	}
+	if f := e.qp.fence.Load(); f.out.Load() != 0 || len(f.open) != 1 || f.open[0] != 0 || len(f.held) != 0 {
 		t.Fatalf("fence after all: out %d, open %v, held %d", f.out.Load(), f.open, len(f.held))
 	}
 	e.qp.Release()

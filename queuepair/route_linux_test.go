@@ -75,50 +75,71 @@ func newRouteEnv(t testing.TB, mk func(testing.TB, uint64) (backend.Backend, *me
 // PostOps of reused work requests and their reaping through the queue
 // allocate nothing per operation in the queue pair, on shm and TCP routes
 // (what a backend allocates per operation is counted too: the figure is
-// the whole path's).
+// the whole path's), with every operation signaled and with selective
+// signaling (the chain's last signaled: the queue reports it alone).
 func TestCQAllocsOnRoutes(t *testing.T) {
 	if testing.Short() || queuepair.RaceEnabled {
 		t.Skip("allocation count is not meaningful under -race")
 	}
 	for _, rk := range routeKinds {
-		t.Run(rk.name, func(t *testing.T) {
-			e := newRouteEnv(t, rk.make, 64, 16)
-			const chain = 8
-			wrs := make([]*queuepair.WorkRequest, chain)
-			ops := make([]queuepair.Op, chain)
-			for i := range wrs {
-				wrs[i] = new(queuepair.WorkRequest)
-				ops[i] = queuepair.PutOp(e.local, e.remote)
-				if i%2 == 1 {
-					ops[i] = queuepair.GetOp(e.local, e.remote)
+		for _, sel := range []bool{false, true} {
+			name := rk.name
+			if sel {
+				name += "/unsignaled"
+			}
+			t.Run(name, func(t *testing.T) { testCQAllocs(t, rk.make, sel) })
+		}
+	}
+}
+
+func testCQAllocs(t *testing.T, mk func(testing.TB, uint64) (backend.Backend, *memreg.Registry), sel bool) {
+	e := newRouteEnv(t, mk, 64, 16)
+	const chain = 8
+	wrs := make([]*queuepair.WorkRequest, chain)
+	ops := make([]queuepair.Op, chain)
+	for i := range wrs {
+		wrs[i] = new(queuepair.WorkRequest)
+		ops[i] = queuepair.PutOp(e.local, e.remote)
+		if i%2 == 1 {
+			ops[i] = queuepair.GetOp(e.local, e.remote)
+		}
+		ops[i].Unsignaled = sel && i < chain-1
+	}
+	reports := chain
+	if sel {
+		reports = 1
+	}
+	out := make([]*queuepair.WorkRequest, chain)
+	ctx := context.Background()
+	run := func() {
+		e.qp.PostOps(ctx, wrs, ops)
+		for got := 0; got < reports; {
+			n, err := e.cq.Wait(ctx, out[got:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range out[got : got+n] {
+				if err := w.Err(); err != nil {
+					t.Fatal(err)
 				}
 			}
-			out := make([]*queuepair.WorkRequest, chain)
-			ctx := context.Background()
-			run := func() {
-				e.qp.PostOps(ctx, wrs, ops)
-				for got := 0; got < chain; {
-					n, err := e.cq.Wait(ctx, out[got:])
-					if err != nil {
-						t.Fatal(err)
-					}
-					for _, w := range out[got : got+n] {
-						if err := w.Err(); err != nil {
-							t.Fatal(err)
-						}
-					}
-					got += n
-				}
+			got += n
+		}
+	}
+	for range 50 {
+		run()
+	}
+	if sel {
+		for _, w := range wrs {
+			if done, err := w.Poll(); !done || err != nil {
+				t.Fatalf("after the chain's signal: done %v, %v", done, err)
 			}
-			for range 50 {
-				run()
-			}
-			a := testing.AllocsPerRun(200, run) / chain
-			t.Logf("%s: %.3f allocations per operation (PostOps of %d + cq.Wait)", rk.name, a, chain)
-			if a != 0 {
-				t.Fatalf("%.3f allocations per operation, want 0", a)
-			}
-		})
+		}
+	}
+	a := testing.AllocsPerRun(200, run) / chain
+	t.Logf("%.3f allocations per operation (PostOps of %d + cq.Wait)", a, chain)
+	if a != 0 {
+		t.Fatalf("%.3f allocations per operation, want 0", a)
 	}
 }
 

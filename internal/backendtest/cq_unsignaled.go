@@ -17,8 +17,8 @@ import (
 // ones it stripes), all unsignaled but the last, keep 4 chains in flight
 // on one queue pair; each reaped chain is re-posted at once. The queue
 // reports only the signaled ones (and the failures), and when it hands
-// over a chain's signal every unsignaled operation posted before it on
-// the queue pair is done: its bytes in place, its work request free.
+// over a chain's signal every operation posted before it on the queue
+// pair is done: its bytes in place, its work request free.
 // Every tenth chain carries a Get with a wrong key, unsignaled: it is
 // reported through the queue with the refusal, before its chain's signal.
 func testCQUnsignaled(t *testing.T, f Factory) {
@@ -41,6 +41,7 @@ func testCQUnsignaled(t *testing.T, f Factory) {
 	ops := make([][]queuepair.Op, chains)
 	wantA, wantB := make([][]byte, chains), make([][]byte, chains)
 	failAt := make([]int, chains) // the index of the chain's failing op, -1: none
+	seq := make([]int, chains)    // when each chain was last posted
 	posted := 0
 	// arm builds chain c's next round: fresh bytes at both ends of its
 	// span, the ops, the bytes each end should hold once they are done.
@@ -81,6 +82,7 @@ func testCQUnsignaled(t *testing.T, f Factory) {
 				off += slot
 			}
 		}
+		seq[c] = posted
 		posted++
 	}
 	for c := range chains {
@@ -121,6 +123,13 @@ func testCQUnsignaled(t *testing.T, f Factory) {
 			for j, u := range wrs[c][:chain-1] {
 				if done, err := u.Poll(); !done || (err != nil) != (j == failAt[c]) {
 					t.Fatalf("chain %d's signal reaped, op %d: done %v, %v", c, j, done, err)
+				}
+			}
+			for d := range chains { // and so is every chain posted before it
+				for j, u := range wrs[d] {
+					if done, _ := u.Poll(); seq[d] < seq[c] && !done {
+						t.Fatalf("chain %d's signal reaped while op %d of chain %d, posted before it, is pending", c, j, d)
+					}
 				}
 			}
 			base := c * span
