@@ -12,7 +12,8 @@ type Report struct {
 	Backend     string        `json:"backend"` // the route's kind, as the measurements reported it
 	Conns       int           `json:"conns"`
 	Concurrency int           `json:"concurrency"`
-	Inflight    int           `json:"inflight,omitempty"` // at sizes up to SmallMax (0: Concurrency)
+	Inflight    int           `json:"inflight,omitempty"`     // at sizes up to SmallMax (0: Concurrency)
+	SignalEvery int           `json:"signal_every,omitempty"` // ours there: selective signaling (Config.SignalEvery)
 	Warmup      int           `json:"warmup"`
 	Verify      bool          `json:"verify"`
 	Throughput  []Row         `json:"throughput"`

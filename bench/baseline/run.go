@@ -82,7 +82,7 @@ func Run(ctx context.Context, cfg Config, ours Ours, w io.Writer) (*Report, erro
 	}
 	r := &runner{cfg: cfg, ours: ours, w: w, rep: &Report{
 		Against: cfg.Against, Placement: cfg.Placement.Mode, BenchCPU: cfg.Placement.BenchCPU, ServerCPU: cfg.Placement.ServerCPU,
-		GOMAXPROCS: runtime.GOMAXPROCS(0), Backend: cfg.Backend, Conns: cfg.Conns, Concurrency: cfg.Concurrency, Inflight: cfg.Inflight,
+		GOMAXPROCS: runtime.GOMAXPROCS(0), Backend: cfg.Backend, Conns: cfg.Conns, Concurrency: cfg.Concurrency, Inflight: cfg.Inflight, SignalEvery: cfg.SignalEvery,
 		Warmup: cfg.Warmup, Verify: cfg.Verify, Started: time.Now(),
 	}}
 	r.header()
@@ -135,6 +135,9 @@ func (r *runner) tableHeader(base string) {
 	if r.cfg.Inflight > 0 {
 		fmt.Fprintf(r.w, "in flight: %d at sizes up to %s (one goroutine posts and reaps them), %d above\n",
 			r.cfg.Inflight, size.Exact(SmallMax), r.cfg.Concurrency)
+		if r.cfg.SignalEvery > 1 {
+			fmt.Fprintf(r.w, "selective signaling there: every %dth operation of a chain and its last signaled (--signal-every)\n", r.cfg.SignalEvery)
+		}
 	}
 	fmt.Fprintf(r.w, "%-7s %-4s %8s %7s %12s %12s %16s %16s %7s\n", "size", "op", "inflight", "count",
 		"ours MiB/s", "ours ops/s", base+" MiB/s", base+" ops/s", "ratio")
