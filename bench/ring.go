@@ -14,8 +14,8 @@ type ringSlot struct {
 	off   uint64
 	t0    time.Duration // since the ring's base: one word, not a time.Time
 	armed bool
-	// failed: its operation, unsignaled, failed and was reaped (and
-	// counted); the signal that vouches for it re-posts it.
+	// failed (chainRing): its operation, unsignaled, failed and was
+	// reaped (and counted); the signal that vouches for it re-posts it.
 	failed bool
 }
 
@@ -24,11 +24,13 @@ type ringSlot struct {
 // every slot as one chain (PostOps: one doorbell), then reaps what
 // finished in batches (cq.Wait), counts each and posts the next on every
 // reaped slot as the next chain, until the tickets run out or the run
-// stops. With cfg.SignalEvery above 1 most operations are unsignaled:
-// the ring keeps its slots in posting order (fifo) and a reaped signal
-// completes every slot up to its own.
+// stops. With cfg.SignalEvery above 1 it is chainRing.
 func (b *benchRun) ring(ctx context.Context, limit int64) {
 	cfg := b.cfg
+	if cfg.SignalEvery > 1 {
+		b.chainRing(ctx, limit)
+		return
+	}
 	n := cfg.Concurrency
 	slots := make([]ringSlot, n)
 	// Every slot's request and operation, built once: a chain of slots
@@ -86,28 +88,9 @@ func (b *benchRun) ring(ctx context.Context, limit int64) {
 		armed++
 		idx = append(idx, i)
 	}
-	every := cfg.SignalEvery
-	sel := every > 1
-	fifo := make([]int, n) // with sel: the slots in flight, in posting order
-	vouched := make([]int, 0, n)
-	fhead, fn := 0, 0
 	post := func() {
 		if len(idx) == 0 {
 			return
-		}
-		if sel {
-			tail := fhead + fn
-			if tail >= n {
-				tail -= n
-			}
-			for j, i := range idx {
-				allOps[i].Unsignaled = j%every != every-1 && j != len(idx)-1
-				fifo[tail] = i
-				if tail++; tail == n {
-					tail = 0
-				}
-			}
-			fn += len(idx)
 		}
 		lo, inOrder := idx[0], true
 		for j, i := range idx {
@@ -152,58 +135,30 @@ func (b *benchRun) ring(ctx context.Context, limit int64) {
 				continue // a read-back of done's
 			}
 			i := int(w.ID()) - 1
-			// The slots this completion reports done: i alone, or with
-			// sel every slot posted up to i (its signal vouches for them).
-			done := vouched[:0]
-			if !sel {
-				done = append(done, i)
-			} else if allOps[i].Unsignaled { // it failed: counted now, re-posted with its signal
-				b.latencies[0] = lat
-				b.done(ctx, 0, slots[i].off, now-slots[i].t0, w.Err())
-				lat = b.latencies[0]
-				slots[i].failed = true
-				continue
+			s := &slots[i]
+			s.armed = false
+			armed--
+			if err := w.Err(); err == nil && !cfg.Verify { // done's common case, inline
+				lat = append(lat, now-s.t0)
+				ok++
 			} else {
-				for fn > 0 {
-					j := fifo[fhead]
-					if fhead++; fhead == n {
-						fhead = 0
-					}
-					fn--
-					done = append(done, j)
-					if j == i {
-						break
-					}
-				}
-			}
-			for _, i := range done {
-				s := &slots[i]
-				s.armed = false
-				armed--
-				if s.failed { // counted when its failure was reaped
-					s.failed = false
-				} else if err := s.wr.Err(); err == nil && !cfg.Verify { // done's common case, inline
-					lat = append(lat, now-s.t0)
+				b.latencies[0] = lat
+				if b.done(ctx, 0, s.off, now-s.t0, err) {
 					ok++
-				} else {
-					b.latencies[0] = lat
-					if b.done(ctx, 0, s.off, now-s.t0, err) {
-						ok++
-					}
-					lat = b.latencies[0]
 				}
-				if cfg.Verify { // done read the operation back meanwhile
-					now = time.Since(base)
-				}
-				// add, inline in its common case (no Verify, tickets left).
-				if !stopped && issued < limit && !cfg.Verify {
-					issued++
-					s.t0, s.armed = now, true
-					armed++
-					idx = append(idx, i)
-				} else {
-					add(i, now)
-				}
+				lat = b.latencies[0]
+			}
+			if cfg.Verify { // done read the operation back meanwhile
+				now = time.Since(base)
+			}
+			// add, inline in its common case (no Verify, tickets left).
+			if !stopped && issued < limit && !cfg.Verify {
+				issued++
+				s.t0, s.armed = now, true
+				armed++
+				idx = append(idx, i)
+			} else {
+				add(i, now)
 			}
 		}
 		b.ops.Add(ok)
