@@ -37,7 +37,7 @@ type Config struct {
 	// one slot's bytes (bench.Config.SharedSlot).
 	SharedSlot bool
 	// SignalEvery: bench.Config.SignalEvery of our ring (sizes up to
-	// SmallMax).
+	// SmallMax, and the pipeline).
 	SignalEvery int
 	Conns       int    // our connections per route, and the baseline's
 	LatCount    int    // round trips timed for the latency
@@ -256,7 +256,8 @@ func (r *runner) latency(ctx context.Context) error {
 func (r *runner) pipeline(ctx context.Context) error {
 	c := r.cfg
 	warm := max(c.Warmup, c.PipeDepth)
-	res, err := r.measure(ctx, bench.Config{Op: "put", Size: PipeSize, Count: c.PipeCount, Concurrency: c.PipeDepth, Ring: true, Warmup: warm, Verify: c.Verify})
+	res, err := r.measure(ctx, bench.Config{Op: "put", Size: PipeSize, Count: c.PipeCount, Concurrency: c.PipeDepth, Ring: true, Warmup: warm, Verify: c.Verify,
+		SignalEvery: c.SignalEvery})
 	if err != nil {
 		return err
 	}
