@@ -31,11 +31,11 @@ type Op struct {
 	// IBV_SEND_SIGNALED: the operation, if it succeeds, is not reported
 	// through the queue (only through its WorkRequest: Poll, Err, Wait,
 	// Done). A signaled operation posted after it on the same queue pair
-	// vouches for it, as RC's in-order completions do in verbs: once a
-	// queue pair has posted an unsignaled operation, the queue hands over
-	// each signaled one only once every operation posted before it on
-	// the queue pair, signaled or not, is done (its memory let go, its
-	// work request free to re-post). A failed unsignaled operation is
+	// vouches for it, as RC's in-order completions do in verbs: the queue
+	// hands over each signaled operation only once every operation posted
+	// before it on the queue pair since the queue pair's first unsignaled
+	// one, signaled or not (Submit's aside), is done (its memory let go,
+	// its work request free to re-post). A failed unsignaled operation is
 	// reported through the queue as any operation is, ahead of the
 	// signaled ones that vouch for it. Without a queue, and in Submit, it
 	// has no effect. Selective signaling saves the queue's work for the

@@ -68,12 +68,13 @@
 // IBV_SEND_SIGNALED): an unsignaled operation that succeeds is reported
 // only through its WorkRequest, not through the queue, and gives its slot
 // back as it finishes; one that fails is reported through the queue too.
-// Once a queue pair has posted an unsignaled operation it reports as RC
+// From a queue pair's first unsignaled operation on it reports as RC
 // completes, in posting order: the queue hands over each signaled
-// operation only once every operation posted before it on the queue pair
-// is done, so reaping a chain's last, signaled, operation tells the
-// program that the whole chain is done and every work request of it free
-// to re-post (fence.go).
+// operation only once every operation posted on the queue pair before it
+// (and since that first unsignaled one; Submit's batches aside) is done,
+// so reaping a chain's last, signaled, operation tells the program that
+// the whole chain is done and every work request of it free to re-post
+// (fence.go).
 //
 // Everything above holds for an operation reported through a queue: the
 // queue hands it over only once its local memory is let go and its

@@ -13,8 +13,10 @@ import (
 // on the same queue pair, as a verbs program does from RC's in-order
 // completions: once a queue pair has posted an unsignaled operation, the
 // queue hands over each signaled one only once every operation posted
-// before it on the queue pair (signaled or not) is done. A failed
-// unsignaled operation is reported through the queue when it fails.
+// before it on the queue pair (signaled or not) is done; operations
+// posted before the fence was made, and Submit's, are not counted. A
+// failed unsignaled operation is reported through the queue when it
+// fails.
 //
 // Posts on a fenced queue pair fall into epochs: each signaled operation
 // is the last of its epoch and opens the next. open counts each epoch's
@@ -83,8 +85,8 @@ func (q *QueuePair) enlist(w *WorkRequest, unsig bool) {
 func (f *signalFence) done(e uint64) {
 	f.mu.Lock()
 	f.open[e-f.base]--
-	f.out.Add(-1)
 	f.release()
+	f.out.Add(-1) // after release's pushes: runInline reads out == 0 as "nothing held"
 	f.mu.Unlock()
 }
 
@@ -97,8 +99,8 @@ func (f *signalFence) finished(w *WorkRequest, e uint64, cq *CompletionQueue) {
 	w.cq = cq // kept for the push: w is queued, nobody re-arms it
 	f.held = append(f.held, w)
 	f.open[e-f.base]--
-	f.out.Add(-1)
 	f.release()
+	f.out.Add(-1) // after release's pushes: runInline reads out == 0 as "nothing held"
 	f.mu.Unlock()
 }
 
@@ -165,8 +167,8 @@ func (w *WorkRequest) reportFenced(err error, ref memreg.Ref, cq *CompletionQueu
 	if unsig && err == nil {
 		fast := w.fast
 		w.fast = false
+		cq.unslot(1, fast) // before done: its owner may re-post it at once
 		w.state.Store(stateDone)
-		cq.unslot(1, fast)
 		f.done(e)
 		return
 	}
