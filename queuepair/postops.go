@@ -86,9 +86,13 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 				continue
 			}
 		}
-		if fastOK && q.armFast(w, o, dl, cancel, &ch) {
-			ready = append(ready, &w.wr)
-			continue
+		if fastOK {
+			if took, ok := q.armFast(w, o, dl, cancel, &ch); took {
+				if ok {
+					ready = append(ready, &w.wr)
+				}
+				continue
+			}
 		}
 		// Field by field, and by pointer: a struct built and then copied
 		// (an argument on the stack, a value returned) is re-read with
@@ -137,22 +141,24 @@ func wrOf(bw *backend.WorkRequest) *WorkRequest { return (*WorkRequest)(bw.Done.
 // common case only: a Put or Get that passes the checks, host memory
 // resolved from the chain's run, a slot and an entry taken with the
 // chain's, w neither pending nor queued, no batch, no token to drain, no
-// cancel cause, last posted on q. It reports false, changing nothing,
-// when the case is not that one: then prepare arms w. The caller knows
-// there is no observer, that q.reg is set, and that the chain's ctx (its
-// Done channel: cancel, nil for none) had not ended when the chain began.
-func (q *QueuePair) armFast(w *WorkRequest, o *Op, dl time.Time, cancel <-chan struct{}, ch *chainPrep) bool {
+// cancel cause, last posted on q. It reports took false, changing
+// nothing, when the case is not that one: then prepare arms w; else ok
+// says whether w is ready to post (false: a Cancel came first, and w is
+// finished with its cause). The caller knows there is no observer, that
+// q.reg is set, and that the chain's ctx (its Done channel: cancel, nil
+// for none) had not ended when the chain began.
+func (q *QueuePair) armFast(w *WorkRequest, o *Op, dl time.Time, cancel <-chan struct{}, ch *chainPrep) (took, ok bool) {
 	s := w.state.Load()
 	if !q.plainOK(o.Op, &o.Local, &o.Remote) || o.Local.Location != buffer.Host ||
 		(ch.cq != nil && ch.slots == 0) || ch.entries == 0 ||
 		(s != stateIdle && s != stateDone) || (s == stateDone && w.queued) || // read after the state: see WorkRequest.queued
 		w.batch != nil || w.sig == nil || w.want.Load() != 0 || w.staged.Load() ||
 		w.owner.Load() != q || w.wr.CancelCause() != nil {
-		return false
+		return false, false
 	}
 	mem, ok := ch.local.Next(&o.Local, &w.ref)
 	if !ok {
-		return false
+		return false, false
 	}
 	w.state.setOwned(statePending) // from idle or done: the owner's alone (reqState.setOwned)
 	wr := &w.wr
@@ -168,12 +174,12 @@ func (q *QueuePair) armFast(w *WorkRequest, o *Op, dl time.Time, cancel <-chan s
 		q.enlist(w, o.Unsignaled)
 	}
 	if w.wr.CancelCause() != nil { // a Cancel from elsewhere since the check: ready reports it
-		return q.ready(w)
+		return true, q.ready(w)
 	}
 	if testHookArmFast != nil {
 		testHookArmFast()
 	}
-	return true
+	return true, true
 }
 
 // testHookArmFast, when set (tests only), is called for each request
