@@ -265,3 +265,37 @@ func TestUnsignaledSlotFreeOnceDone(t *testing.T) {
 		t.Fatalf("%d re-posts of a done unsignaled op found the queue of 1 full", limit)
 	}
 }
+
+// An unsignaled operation cancelled while pending (its Cancel, a caller's
+// ctx) is reported through the queue with the cancellation, ahead of the
+// signal behind it, and its memory is let go before either is handed over.
+func TestUnsignaledCancelled(t *testing.T) {
+	e := newEnv(t, qpbind.Options{})
+	cq := NewCompletionQueue(4)
+	e.qp.SetCompletionQueue(cq)
+	local := alloc(t, e.local, 64, buffer.AccessReadWrite)
+	remote := alloc(t, e.remote, 64, buffer.AccessReadWrite)
+	u, s := new(WorkRequest), new(WorkRequest)
+	uo := GetOp(local, remote)
+	uo.Unsignaled = true
+	e.qp.PostOps(context.Background(), []*WorkRequest{u, s}, []Op{uo, GetOp(local, remote)})
+	_, bs := e.route.next(t), e.route.next(t)
+	complete(bs, nil)
+	if got := pollAll(cq); len(got) != 0 {
+		t.Fatalf("the signal was handed over while u is pending: %v", got)
+	}
+	if err := u.Cancel(); !errors.Is(err, context.Canceled) { // the fake route ends it with the cause at once
+		t.Fatalf("Cancel: %v", err)
+	}
+	got := pollAll(cq)
+	if len(got) != 2 || got[0] != u || got[1] != s {
+		t.Fatalf("after the cancel: reaped %v, want u then s", got)
+	}
+	if !errors.Is(u.Err(), context.Canceled) || s.Err() != nil {
+		t.Fatalf("u %v, s %v", u.Err(), s.Err())
+	}
+	e.qp.Release()
+	if !drained(t, e.local, local) {
+		t.Fatal("the local region still holds references")
+	}
+}
