@@ -21,23 +21,9 @@ import (
 func (b *benchRun) chainRing(ctx context.Context, limit int64) {
 	cfg := b.cfg
 	n, m := cfg.Concurrency, cfg.SignalEvery
-	slots := make([]ringSlot, n)
-	allWrs := make([]*queuepair.WorkRequest, n)
-	allOps := make([]queuepair.Op, n)
-	for i := range slots {
-		s := &slots[i]
-		if !cfg.SharedSlot {
-			s.off = uint64(i) * cfg.Size
-		}
-		l, _ := b.local.Slice(s.off, cfg.Size)
-		r, _ := b.remote.Slice(s.off, cfg.Size)
-		allOps[i] = queuepair.GetOp(l, r)
-		if cfg.Op == "put" {
-			allOps[i] = queuepair.PutOp(l, r)
-		}
-		allOps[i].ID = uint64(i) + 1 // 0: a read-back of done's
+	slots, allWrs, allOps := b.ringSlots(n)
+	for i := range allOps {
 		allOps[i].Unsignaled = i%m != m-1 && i != n-1
-		allWrs[i] = &s.wr
 	}
 	nc := (n + m - 1) / m
 	posted := make([]int, nc) // how many of chain c's operations are in flight (0: none)

@@ -19,24 +19,12 @@ type ringSlot struct {
 	failed bool
 }
 
-// ring runs operations from one goroutine with cfg.Concurrency in flight
-// through a completion queue, as a verbs program does: it posts one on
-// every slot as one chain (PostOps: one doorbell), then reaps what
-// finished in batches (cq.Wait), counts each and posts the next on every
-// reaped slot as the next chain, until the tickets run out or the run
-// stops. With cfg.SignalEvery above 1 it is chainRing.
-func (b *benchRun) ring(ctx context.Context, limit int64) {
+// ringSlots builds the ring's n slots and, once, every slot's request
+// and operation (its ID the slot's index plus 1: 0 is a read-back of
+// done's).
+func (b *benchRun) ringSlots(n int) ([]ringSlot, []*queuepair.WorkRequest, []queuepair.Op) {
 	cfg := b.cfg
-	if cfg.SignalEvery > 1 {
-		b.chainRing(ctx, limit)
-		return
-	}
-	n := cfg.Concurrency
 	slots := make([]ringSlot, n)
-	// Every slot's request and operation, built once: a chain of slots
-	// lo..hi in order (what a route that completes in order reaps) is
-	// posted as allWrs[lo:hi], allOps[lo:hi], as a verbs program re-posts
-	// its array of work requests; another is gathered into wrs and ops.
 	allWrs := make([]*queuepair.WorkRequest, n)
 	allOps := make([]queuepair.Op, n)
 	for i := range slots {
@@ -50,9 +38,30 @@ func (b *benchRun) ring(ctx context.Context, limit int64) {
 		if cfg.Op == "put" {
 			allOps[i] = queuepair.PutOp(l, r)
 		}
-		allOps[i].ID = uint64(i) + 1 // 0: a read-back of done's
+		allOps[i].ID = uint64(i) + 1
 		allWrs[i] = &s.wr
 	}
+	return slots, allWrs, allOps
+}
+
+// ring runs operations from one goroutine with cfg.Concurrency in flight
+// through a completion queue, as a verbs program does: it posts one on
+// every slot as one chain (PostOps: one doorbell), then reaps what
+// finished in batches (cq.Wait), counts each and posts the next on every
+// reaped slot as the next chain, until the tickets run out or the run
+// stops. With cfg.SignalEvery above 1 it is chainRing.
+func (b *benchRun) ring(ctx context.Context, limit int64) {
+	cfg := b.cfg
+	if cfg.SignalEvery > 1 {
+		b.chainRing(ctx, limit)
+		return
+	}
+	n := cfg.Concurrency
+	// A chain of slots lo..hi in order (what a route that completes in
+	// order reaps) is posted as allWrs[lo:hi], allOps[lo:hi], as a verbs
+	// program re-posts its array of work requests; another is gathered
+	// into wrs and ops.
+	slots, allWrs, allOps := b.ringSlots(n)
 	// Room for every slot's operation and, with Verify, as many read-backs
 	// (done's, reaped and skipped here).
 	cq := queuepair.NewCompletionQueue(2*n + 1)
