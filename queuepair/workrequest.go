@@ -39,9 +39,10 @@ type WorkRequest struct {
 	// slow (the queue's fast count has it until a Poll hands w over).
 	fast bool
 	// unsig: w was posted into a queue as Op.Unsignaled (counted in
-	// fence's epoch); fenced: w is signaled and its push waits for the
-	// unsignaled operations of epochs up to its own (fence.go). Both set
-	// by QueuePair.enlist as w takes its queue slot, read by its finisher.
+	// fence's epoch); fenced: w is signaled, counted too, and its push
+	// waits for the operations of the epochs up to its own (fence.go).
+	// Both set by QueuePair.enlist as w takes its queue slot (runInline
+	// sets unsig for its own), read by its finisher.
 	unsig, fenced bool
 	// owner is the queue pair w was last posted on: where a cancel goes.
 	// Atomic: a batch's context watcher reads it while the backend runs.
