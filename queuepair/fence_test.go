@@ -14,6 +14,16 @@ import (
 	"github.com/rdmamgr/rdmamgr/internal/qpbind"
 )
 
+// cqEnv is a queue pair on a fake route bound to a completion queue of
+// capacity slots, with a local and a remote buffer of 64 bytes.
+func cqEnv(t *testing.T, capacity int) (*env, *CompletionQueue, buffer.Buffer, buffer.Buffer) {
+	t.Helper()
+	e := newEnv(t, qpbind.Options{})
+	cq := NewCompletionQueue(capacity)
+	e.qp.SetCompletionQueue(cq)
+	return e, cq, alloc(t, e.local, 64, buffer.AccessReadWrite), alloc(t, e.remote, 64, buffer.AccessReadWrite)
+}
+
 // pollAll reaps what cq holds now.
 func pollAll(cq *CompletionQueue) []*WorkRequest {
 	out := make([]*WorkRequest, cq.Cap())
@@ -27,11 +37,7 @@ func pollAll(cq *CompletionQueue) []*WorkRequest {
 // the queue and give their slots back; a failed one is reported through
 // the queue, ahead of the signaled one that waited for it.
 func TestUnsignaledSignalWaitsForEarlier(t *testing.T) {
-	e := newEnv(t, qpbind.Options{})
-	cq := NewCompletionQueue(5)
-	e.qp.SetCompletionQueue(cq)
-	local := alloc(t, e.local, 64, buffer.AccessReadWrite)
-	remote := alloc(t, e.remote, 64, buffer.AccessReadWrite)
+	e, cq, local, remote := cqEnv(t, 5)
 	unsig := func(o Op) Op { o.Unsignaled = true; return o }
 	u1, u2, s1, u3, s2 := new(WorkRequest), new(WorkRequest), new(WorkRequest), new(WorkRequest), new(WorkRequest)
 	ctx := context.Background()
@@ -94,11 +100,7 @@ func TestUnsignaledSignalWaitsForEarlier(t *testing.T) {
 // signaled one at once; one posted while an earlier epoch is still out
 // waits for that epoch only, not for operations posted after it.
 func TestUnsignaledEpochs(t *testing.T) {
-	e := newEnv(t, qpbind.Options{})
-	cq := NewCompletionQueue(8)
-	e.qp.SetCompletionQueue(cq)
-	local := alloc(t, e.local, 64, buffer.AccessReadWrite)
-	remote := alloc(t, e.remote, 64, buffer.AccessReadWrite)
+	e, cq, local, remote := cqEnv(t, 8)
 	ctx := context.Background()
 	post := func(unsig bool) (*WorkRequest, *backend.WorkRequest) {
 		w := new(WorkRequest)
@@ -270,11 +272,7 @@ func TestUnsignaledSlotFreeOnceDone(t *testing.T) {
 // ctx) is reported through the queue with the cancellation, ahead of the
 // signal behind it, and its memory is let go before either is handed over.
 func TestUnsignaledCancelled(t *testing.T) {
-	e := newEnv(t, qpbind.Options{})
-	cq := NewCompletionQueue(4)
-	e.qp.SetCompletionQueue(cq)
-	local := alloc(t, e.local, 64, buffer.AccessReadWrite)
-	remote := alloc(t, e.remote, 64, buffer.AccessReadWrite)
+	e, cq, local, remote := cqEnv(t, 4)
 	u, s := new(WorkRequest), new(WorkRequest)
 	uo := GetOp(local, remote)
 	uo.Unsignaled = true
