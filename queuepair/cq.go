@@ -89,13 +89,13 @@ func (cq *CompletionQueue) push(w *WorkRequest) {
 func (cq *CompletionQueue) pushAll(ws []*WorkRequest) {
 	cq.mu.Lock()
 	ring, i := cq.ring, cq.head+cq.n // in locals: a store into ring might alias cq's fields
-	for _, w := range ws {
-		if i >= len(ring) {
-			i -= len(ring)
-		}
-		ring[i] = w
-		i++
+	if i >= len(ring) {
+		i -= len(ring)
 	}
+	// At most two pieces (the ring wraps once): copies, not a store per
+	// request with its write barrier's check.
+	n := copy(ring[i:], ws)
+	copy(ring, ws[n:])
 	cq.n += len(ws)
 	cq.queued.Store(int64(cq.n))
 	if cq.sleepers > 0 {
@@ -122,19 +122,23 @@ func (cq *CompletionQueue) Poll(out []*WorkRequest) int {
 func (cq *CompletionQueue) take(out []*WorkRequest) int {
 	k := min(len(out), cq.n)
 	var fast int64                 // the fast slots handed over: one atomic operation for them all
-	ring, head := cq.ring, cq.head // locals: a store into ring or out might alias cq's fields
-	for j := range k {
-		w := ring[head]
-		ring[head] = nil
-		if head++; head == len(ring) {
-			head = 0
-		}
+	ring, head := cq.ring, cq.head // locals: a store into ring might alias cq's fields
+	// At most two pieces (the ring wraps once), each copied out and
+	// cleared (hold no request once it is handed over) in bulk.
+	out = out[:k]
+	n := copy(out, ring[head:min(head+k, len(ring))])
+	clear(ring[head : head+n])
+	copy(out[n:], ring[:k-n])
+	clear(ring[:k-n])
+	if head += k; head >= len(ring) {
+		head -= len(ring)
+	}
+	for _, w := range out {
 		if w.fast {
 			w.fast = false
 			fast++
 		}
 		w.queued = false // reported: the caller's to re-arm (WorkRequest.queued)
-		out[j] = w
 	}
 	cq.head = head
 	cq.n -= k

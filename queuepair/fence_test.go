@@ -165,8 +165,8 @@ func (r *holdInlineRoute) PostList(wrs []*backend.WorkRequest) (int, error) {
 	return len(wrs), nil
 }
 func (r *holdInlineRoute) InlineMax() int { return 32 }
-func (r *holdInlineRoute) RunInline(uint64, buffer.Key, []qpbind.InlineOp, []error) bool {
-	return true
+func (r *holdInlineRoute) RunInline(uint64, buffer.Key, []qpbind.InlineOp, []error) (int, bool) {
+	return 0, true
 }
 
 // A signaled inline-run op (SB) posted after a signaled request (SA) that

@@ -29,15 +29,20 @@ type inlineCall struct {
 
 func (r *takeRoute) InlineMax() int { return 32 }
 
-func (r *takeRoute) RunInline(region uint64, key buffer.Key, ops []qpbind.InlineOp, errs []error) bool {
+func (r *takeRoute) RunInline(region uint64, key buffer.Key, ops []qpbind.InlineOp, errs []error) (failed int, ok bool) {
 	r.offered = append(r.offered, inlineCall{region, key, append([]qpbind.InlineOp(nil), ops...), len(r.seen)})
 	if r.decline {
-		return false
+		return 0, false
 	}
 	for i := range ops {
-		errs[i] = r.failAt[ops[i].Offset]
+		if errs[i] != nil {
+			panic("takeRoute: RunInline's errs not nil on entry")
+		}
+		if errs[i] = r.failAt[ops[i].Offset]; errs[i] != nil {
+			failed++
+		}
 	}
-	return true
+	return failed, true
 }
 
 // TestRunInline: on a route that takes runs, a chain's Puts and Gets on
@@ -161,7 +166,7 @@ func TestRunInline(t *testing.T) {
 // panicRoute is takeRoute whose RunInline panics (a route's bug).
 type panicRoute struct{ takeRoute }
 
-func (r *panicRoute) RunInline(uint64, buffer.Key, []qpbind.InlineOp, []error) bool {
+func (r *panicRoute) RunInline(uint64, buffer.Key, []qpbind.InlineOp, []error) (int, bool) {
 	panic("route bug")
 }
 

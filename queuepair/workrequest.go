@@ -353,6 +353,9 @@ func (w *WorkRequest) Poll() (bool, error) {
 
 // Err returns the outcome; nil while pending.
 func (w *WorkRequest) Err() error {
+	if w.state.Load() == stateDone { // the common case, small enough to inline
+		return w.err
+	}
 	_, err := w.Poll()
 	return err
 }

@@ -20,22 +20,30 @@ func (r *route) InlineMax() int { return min(r.b.cfg.InlineMax, runMaxBytes) }
 // mapped already; anything else (first use, fallback, device memory, the
 // route ended, an operation that is not an inline Put or Get) is declined
 // whole, untouched.
-func (r *route) RunInline(region uint64, key buffer.Key, ops []qpbind.InlineOp, errs []error) bool {
+func (r *route) RunInline(region uint64, key buffer.Key, ops []qpbind.InlineOp, errs []error) (failed int, ok bool) {
 	if len(ops) == 0 || len(ops) > runMax || len(errs) != len(ops) || r.st.Err() != nil {
-		return false
+		return 0, false
 	}
-	limit := r.InlineMax()
+	limit, bytes := r.InlineMax(), 0
 	for i := range ops {
-		if n := len(ops[i].Local); n == 0 || n > limit || (ops[i].Op != backend.OpWrite && ops[i].Op != backend.OpRead) {
-			return false
+		o := &ops[i]
+		n := len(o.Local)
+		if n == 0 || n > limit || (o.Op != backend.OpWrite && o.Op != backend.OpRead) {
+			return 0, false
 		}
+		bytes += n
 	}
 	e := r.cache.get(region, key)
 	if e == nil || e.fallback || e.dev != nil {
 		if e != nil {
 			r.cache.unref(e)
 		}
-		return false
+		return 0, false
+	}
+	if bytes <= runMaxBytes { // the common case: one piece
+		failed = r.runOps(e, ops, errs)
+		r.cache.unref(e)
+		return failed, true
 	}
 	for i := 0; i < len(ops); {
 		j, bytes := i+1, len(ops[i].Local)
@@ -43,9 +51,9 @@ func (r *route) RunInline(region uint64, key buffer.Key, ops []qpbind.InlineOp, 
 			bytes += len(ops[j].Local)
 			j++
 		}
-		r.runOps(e, ops[i:j], errs[i:j])
+		failed += r.runOps(e, ops[i:j], errs[i:j])
 		i = j
 	}
 	r.cache.unref(e)
-	return true
+	return failed, true
 }

@@ -42,8 +42,8 @@ func TestRunInline(t *testing.T) {
 		ops[i] = qpbind.InlineOp{Local: local[i*n : (i+1)*n], Offset: uint64(i * n), Op: backend.OpWrite}
 	}
 	ops[3].Offset = n * k // past the region: fails alone
-	if !rt.RunInline(hMapped.Region, hMapped.Key, ops, errs) {
-		t.Fatal("RunInline declined a run on a mapped region")
+	if failed, ok := rt.RunInline(hMapped.Region, hMapped.Key, ops, errs); !ok || failed != 1 {
+		t.Fatalf("RunInline on a mapped region: %d failed, taken %v; want 1, true", failed, ok)
 	}
 	for i, err := range errs {
 		if i == 3 {
@@ -64,8 +64,9 @@ func TestRunInline(t *testing.T) {
 	for i := range ops {
 		ops[i] = qpbind.InlineOp{Local: local[i*n : (i+1)*n], Offset: uint64(i * n), Op: backend.OpRead}
 	}
-	if !rt.RunInline(hMapped.Region, hMapped.Key, ops, errs) {
-		t.Fatal("RunInline declined a run of Gets")
+	clear(errs) // nil on entry
+	if failed, ok := rt.RunInline(hMapped.Region, hMapped.Key, ops, errs); !ok || failed != 0 {
+		t.Fatalf("RunInline of Gets: %d failed, taken %v; want 0, true", failed, ok)
 	}
 	for i, err := range errs {
 		if err != nil {
@@ -77,8 +78,9 @@ func TestRunInline(t *testing.T) {
 	// A read-only region: the Get succeeds, the Put fails alone.
 	ro[0] = 0x5A
 	two := []qpbind.InlineOp{{Local: local[:n], Op: backend.OpWrite}, {Local: local[n : 2*n], Op: backend.OpRead}}
-	if !rt.RunInline(hRO.Region, hRO.Key, two, errs[:2]) {
-		t.Fatal("RunInline declined a run on a read-only region")
+	clear(errs)
+	if failed, ok := rt.RunInline(hRO.Region, hRO.Key, two, errs[:2]); !ok || failed != 1 {
+		t.Fatalf("RunInline on a read-only region: %d failed, taken %v; want 1, true", failed, ok)
 	}
 	if !errors.Is(errs[0], rdmamgr.ErrAccess) || errs[1] != nil || local[n] != 0x5A || ro[1] != 0 {
 		t.Fatalf("Put, Get on a read-only region: %v, %v (byte read %#x)", errs[0], errs[1], local[n])
@@ -91,7 +93,7 @@ func TestRunInline(t *testing.T) {
 			errs[i] = errSentinel
 		}
 		before := bytes.Clone(mapped)
-		if rt.RunInline(region, key, ops, errs[:len(ops)]) {
+		if _, ok := rt.RunInline(region, key, ops, errs[:len(ops)]); ok {
 			t.Fatalf("%s: RunInline took the run", what)
 		}
 		for i := range errs {

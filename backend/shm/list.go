@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"sync"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
 	"github.com/rdmamgr/rdmamgr/internal/qpbind"
@@ -120,6 +121,7 @@ func (r *route) copyRun(e *entry, run []*backend.WorkRequest) {
 	ep := runErrs.Get().(*[runMax]error) // a queue pair's CompleteRun keeps it from the stack
 	defer runErrs.Put(ep)
 	errs := ep[:len(run)]
+	clear(errs) // runOps sets only the failures
 	var ops [runMax]qpbind.InlineOp
 	for i, wr := range run {
 		o := &ops[i] // field by field: see queuepair's PostOps
@@ -136,11 +138,11 @@ func (r *route) copyRun(e *entry, run []*backend.WorkRequest) {
 }
 
 // runOps copies ops (on e's region, at most runMaxBytes in all) under one
-// enter and leave of the state table, setting errs[i] to the outcome of
-// ops[i], and counts them in the route's counters.
-func (r *route) runOps(e *entry, ops []qpbind.InlineOp, errs []error) {
-	clear(errs)
-	var in, out uint64
+// enter and leave of the state table, setting errs[i] (nil on entry) to
+// why ops[i] failed, counts them in the route's counters and returns how
+// many failed.
+func (r *route) runOps(e *entry, ops []qpbind.InlineOp, errs []error) int {
+	var in, out, made uint64
 	if st := r.table.enter(e.slot, e.id); st != stAlive {
 		for i := range ops { // as copy refuses one: its own checks first
 			if _, errs[i] = r.place(e, ops[i].Op, ops[i].Local, ops[i].Offset); errs[i] == nil {
@@ -148,7 +150,7 @@ func (r *route) runOps(e *entry, ops []qpbind.InlineOp, errs []error) {
 			}
 		}
 	} else {
-		in, out = r.copies(e, ops, errs)
+		in, out, made = r.copies(e, ops, errs)
 		r.table.leave(e.slot)
 		if err := r.st.Err(); err != nil { // the owner went away meanwhile
 			for i := range ops {
@@ -156,56 +158,97 @@ func (r *route) runOps(e *entry, ops []qpbind.InlineOp, errs []error) {
 					errs[i] = err
 				}
 			}
+			made = 0
 		}
 	}
-	var ok, failed uint64
-	for i := range ops {
-		if errs[i] == nil {
-			ok++
-		} else {
-			failed++
-		}
-	}
-	r.st.CountMany(ok, in, out, failed)
+	// Every operation copies or fails: the ones made are the ones that
+	// succeeded (a refused one sets its error and is not made).
+	r.st.CountMany(made, in, out, uint64(len(ops))-made)
+	return len(ops) - int(made)
 }
 
 // copies makes the copies of a run that entered the state table (each
 // at most runMaxBytes, so on the cached path), setting errs[i] for each
-// that fails, and adds the ones made to the served counters. A fault
-// (guardedCopy) fails the copy it hit and those after it.
-func (r *route) copies(e *entry, run []qpbind.InlineOp, errs []error) (in, out uint64) {
-	var ops uint64
-	i := 0
+// that fails, and adds the ones made (the third result) to the served
+// counters. A fault (guardedCopy) fails every operation of the run not
+// failed already, and none is counted: which copies it hit is not known.
+func (r *route) copies(e *entry, run []qpbind.InlineOp, errs []error) (in, out, made uint64) {
 	old := debug.SetPanicOnFault(true)
 	defer func() {
 		debug.SetPanicOnFault(old)
 		if p := recover(); p != nil {
-			for ; i < len(run); i++ {
+			for i := range run {
 				if errs[i] == nil {
 					errs[i] = fmt.Errorf("%w (%v)", errCopyFault, p)
 				}
 			}
+			in, out, made = 0, 0, 0
 		}
-		r.count(ops, in, out)
+		r.count(made, in, out)
 	}()
-	size := uint64(len(e.mem))
-	for ; i < len(run); i++ {
+	in, out, made = r.copyOps(e, run, errs)
+	return in, out, made
+}
+
+// copyOps is copies' loop. Runs of 8-byte operations go through
+// copyWords, which calls nothing, so its loop keeps its values in
+// registers; any other operation is copied (or refused) here.
+func (r *route) copyOps(e *entry, run []qpbind.InlineOp, errs []error) (in, out, made uint64) {
+	mem := e.mem
+	size := uint64(len(mem))
+	canPut, canGet := e.access.Allows(backend.OpWrite.Need()), e.access.Allows(backend.OpRead.Need())
+	errs = errs[:len(run)]
+	for i := 0; i < len(run); i++ {
+		k, kin, kout := copyWords(mem, run[i:], canPut, canGet)
+		in, out, made = in+kin, out+kout, made+uint64(k)
+		if i += k; i == len(run) {
+			break
+		}
 		wr := &run[i]
-		var remote []byte
-		if n, off := uint64(len(wr.Local)), wr.Offset; e.access.Allows(wr.Op.Need()) && off <= size && n <= size-off {
-			remote = e.mem[off : off+n] // place's checks, passed, without its call
-		} else {
+		n, off, get := uint64(len(wr.Local)), wr.Offset, wr.Op == backend.OpRead
+		if off > size || n > size-off || (get && !canGet) || (!get && (!canPut || wr.Op != backend.OpWrite)) {
 			_, errs[i] = r.place(e, wr.Op, wr.Local, wr.Offset) // its refusal
+			if errs[i] == nil {
+				errs[i] = fmt.Errorf("shm: %s in a run: %w", wr.Op, rdmamgr.ErrInvalid) // not a Put or Get: the caller's contract
+			}
 			continue
 		}
-		if wr.Op == backend.OpRead {
-			copySmall(wr.Local, remote)
-			out += uint64(len(remote))
+		remote := mem[off : off+n : off+n] // place's checks, passed, without its call
+		if get {
+			copy(wr.Local, remote)
+			out += n
 		} else {
-			copySmall(remote, wr.Local)
-			in += uint64(len(remote))
+			copy(remote, wr.Local)
+			in += n
 		}
-		ops++
+		made++
 	}
-	return in, out
+	return in, out, made
+}
+
+// copyWords copies the 8-byte Puts and Gets at the head of run that
+// place would pass, one word each, and returns how many it copied: it
+// stops at the first other operation (another size, a refusal), for
+// copyOps to take.
+func copyWords(mem []byte, run []qpbind.InlineOp, canPut, canGet bool) (k int, in, out uint64) {
+	size := uint64(len(mem))
+	for k = range run {
+		wr := &run[k]
+		off := wr.Offset
+		if len(wr.Local) != 8 || off > size || size-off < 8 {
+			return k, in, out
+		}
+		local, remote := (*[8]byte)(wr.Local), (*[8]byte)(mem[off:off+8])
+		switch {
+		case wr.Op == backend.OpRead && canGet:
+			*local = *remote
+			out += 8
+		case wr.Op == backend.OpWrite && canPut:
+			*remote = *local
+			in += 8
+		default:
+			return k, in, out
+		}
+	}
+	return len(run), in, out
 }

@@ -1,7 +1,6 @@
 package memreg
 
 import (
-	"crypto/subtle"
 	"encoding/binary"
 	"time"
 
@@ -57,7 +56,7 @@ func (lr *LocalRun) Next(b *buffer.Buffer, dst *Ref) ([]byte, bool) {
 func keyEqual(a, b *buffer.Key) bool {
 	d := (binary.LittleEndian.Uint64(a[0:8]) ^ binary.LittleEndian.Uint64(b[0:8])) |
 		(binary.LittleEndian.Uint64(a[8:16]) ^ binary.LittleEndian.Uint64(b[8:16]))
-	return subtle.ConstantTimeEq(int32(uint32(d)|uint32(d>>32)), 0) == 1
+	return d == 0 // one compare of the folded words: its time does not depend on where they differ
 }
 
 // held records that lr holds spare references to its region r (host
@@ -185,21 +184,61 @@ func (g *Registry) AcquireNear(near *Region, b *buffer.Buffer, dst *Ref) []byte 
 // as Acquire takes them. It reports false, changing nothing, otherwise.
 // The reference is the caller's: Give drops it, or Hold puts it in a Ref.
 func (lr *LocalRun) Take(b *buffer.Buffer, want int64) ([]byte, bool) {
-	if lr.spare == 0 {
-		r := lr.r
-		if r == nil || r.gate != nil || r.dev != nil || b.Region != r.id || b.OwnerID != lr.g.ownerID || !keyEqual(&r.key, &b.Key) ||
-			buffer.CheckRange(r.size, b.Offset, b.Length) != nil || !r.enterN(max(want, 1)) {
-			return nil, false
-		}
-		lr.held(max(want, 1))
+	if lr.spare == 0 && !lr.Refill(b, want) {
+		return nil, false
 	}
+	return lr.TakeSpare(b)
+}
+
+// Refill is Take's first half, for a loop that calls TakeSpare (inlined)
+// and Refill only when that finds none spare: it takes want references
+// (at least 1) to the last region resolved when none is spare and b is
+// in it (host memory, not a proxy), and reports whether one is spare now.
+func (lr *LocalRun) Refill(b *buffer.Buffer, want int64) bool {
+	if lr.spare > 0 {
+		return true
+	}
+	r := lr.r
+	if r == nil || r.gate != nil || r.dev != nil || b.Region != r.id || b.OwnerID != lr.g.ownerID || !keyEqual(&r.key, &b.Key) ||
+		buffer.CheckRange(r.size, b.Offset, b.Length) != nil || !r.enterN(max(want, 1)) {
+		return false
+	}
+	lr.held(max(want, 1))
+	return true
+}
+
+// TakeSpare is Take when a reference is spare: it reports false,
+// changing nothing, when none is spare or b is not in the run's region.
+func (lr *LocalRun) TakeSpare(b *buffer.Buffer) ([]byte, bool) {
 	off, n, size := b.Offset, b.Length, uint64(len(lr.mem))
-	if b.Region != lr.id || b.OwnerID != lr.owner || !keyEqual(&lr.key, &b.Key) || off > size || n > size-off {
+	if lr.spare == 0 || b.Region != lr.id || b.OwnerID != lr.owner || !keyEqual(&lr.key, &b.Key) || off > size || n > size-off {
 		return nil, false
 	}
 	lr.spare--
 	return lr.mem[off : off+n : off+n], true
 }
+
+// Spare is what a loop that hands out the run's spare references itself
+// reads once (TakeSpare's checks, written out where it can keep them in
+// registers): the run's region (its id, owner and key; compare the key
+// with KeyEqual) and memory, and how many references are spare. The loop
+// tells the run how many it handed out with Used, and Refill takes more.
+func (lr *LocalRun) Spare() (id, owner uint64, key *buffer.Key, mem []byte, spare int64) {
+	return lr.id, lr.owner, &lr.key, lr.mem, lr.spare
+}
+
+// Used records that n of the references Spare reported were handed out,
+// as n TakeSpare calls would.
+func (lr *LocalRun) Used(n int64) {
+	if n < 0 || n > lr.spare {
+		panic("memreg: LocalRun.Used of more references than are spare")
+	}
+	lr.spare -= n
+}
+
+// KeyEqual reports whether keys *a and *b are equal, reading them where
+// they are, in time independent of where they differ.
+func KeyEqual(a, b *buffer.Key) bool { return keyEqual(a, b) }
 
 // Give drops n references to the run's region (Last) that Take handed out.
 func (lr *LocalRun) Give(n int64) {

@@ -93,13 +93,15 @@ type InlineRunner interface {
 	// region and key (the handles' Region and Key, checked against the
 	// peer's ownership already by the caller: buffer handles of the
 	// route's peer, each at most InlineMax bytes, at most 64 of them),
-	// and sets errs[i] (len(errs) == len(ops)) to the outcome of
-	// ops[i]: nil, or why it failed (the region's access, bounds, state;
-	// the route's end), exactly as Post would have completed it. It
-	// reports false, having copied nothing and set nothing, when it
-	// takes no run on that region now (not mapped yet, not shareable,
-	// device memory, the route ended): the caller then posts the
-	// operations as requests, and the route says why. Once it returns,
-	// no byte of the run is touched again.
-	RunInline(region uint64, key buffer.Key, ops []InlineOp, errs []error) bool
+	// and sets errs[i] (len(errs) == len(ops), every one nil on entry)
+	// to why ops[i] failed (the region's access, bounds, state; the
+	// route's end), exactly as Post would have completed it, leaving it
+	// nil for one that succeeded. It returns how many failed, so a caller
+	// reads errs only when some did, and ok. It reports ok false, having
+	// copied nothing and set nothing, when it takes no run on that region
+	// now (not mapped yet, not shareable, device memory, the route
+	// ended): the caller then posts the operations as requests, and the
+	// route says why. Once it returns, no byte of the run is touched
+	// again.
+	RunInline(region uint64, key buffer.Key, ops []InlineOp, errs []error) (failed int, ok bool)
 }
