@@ -3,7 +3,6 @@
 package shm
 
 import (
-	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/qpbind"
 )
@@ -18,20 +17,17 @@ func (r *route) InlineMax() int { return min(r.b.cfg.InlineMax, runMaxBytes) }
 // PostList copies a run of requests (runOps: one enter and leave of the
 // state table for each runMaxBytes of it), on the entry of a region
 // mapped already; anything else (first use, fallback, device memory, the
-// route ended, an operation that is not an inline Put or Get) is declined
-// whole, untouched.
+// route ended) is declined whole, untouched. The operations are the
+// caller's to bound (InlineMax, a Put or a Get: qpbind's contract), so
+// they are not checked twice: one that breaks it is still copied within
+// the region's bounds or refused alone (copyOps), only not as cheaply.
 func (r *route) RunInline(region uint64, key buffer.Key, ops []qpbind.InlineOp, errs []error) (failed int, ok bool) {
 	if len(ops) == 0 || len(ops) > runMax || len(errs) != len(ops) || r.st.Err() != nil {
 		return 0, false
 	}
-	limit, bytes := r.InlineMax(), 0
+	bytes := 0
 	for i := range ops {
-		o := &ops[i]
-		n := len(o.Local)
-		if n == 0 || n > limit || (o.Op != backend.OpWrite && o.Op != backend.OpRead) {
-			return 0, false
-		}
-		bytes += n
+		bytes += len(ops[i].Local)
 	}
 	e := r.cache.get(region, key)
 	if e == nil || e.fallback || e.dev != nil {

@@ -18,9 +18,9 @@ import (
 // TestRunInline: a run handed to RunInline on a mapped region is copied
 // in order, each operation's outcome in its errs slot as Post would give
 // it (an out-of-range one and a Put to a read-only region fail alone);
-// a run it cannot take now (the region not mapped yet, an operation too
-// large or not a Put or Get, the route ended) is declined whole, with no
-// byte copied and no outcome set.
+// an operation that is not a Put or Get, or does not fit the region,
+// fails alone; a run it cannot take now (the region not mapped yet, the
+// route ended) is declined whole, with no byte copied and no outcome set.
 func TestRunInline(t *testing.T) {
 	const tmo = 30 * time.Second
 	rt, regA, regB := listPair(t)
@@ -108,10 +108,22 @@ func TestRunInline(t *testing.T) {
 	if !bytes.Equal(fresh, make([]byte, n)) {
 		t.Fatal("the unmapped region changed")
 	}
-	big := make([]byte, rt.InlineMax()+1)
-	declined("an operation over InlineMax", hMapped.Region, hMapped.Key, []qpbind.InlineOp{put(local[:n]), put(big)})
-	declined("a Send", hMapped.Region, hMapped.Key, []qpbind.InlineOp{put(local[:n]), {Local: local[:n], Op: backend.OpSend}})
-	declined("an empty operation", hMapped.Region, hMapped.Key, []qpbind.InlineOp{put(local[:n]), put(nil)})
+	// An operation that breaks the caller's contract (not a Put or Get;
+	// larger than the region) is refused alone; the Put before it lands.
+	refusedAlone := func(what string, bad qpbind.InlineOp, want error) {
+		t.Helper()
+		clear(errs)
+		copy(local[:n], bytes.Repeat([]byte{0xC3}, n))
+		failed, ok := rt.RunInline(hMapped.Region, hMapped.Key, []qpbind.InlineOp{put(local[:n]), bad}, errs[:2])
+		if !ok || failed != 1 || errs[0] != nil || !errors.Is(errs[1], want) {
+			t.Fatalf("%s: %d failed, taken %v, outcomes %v, %v; want 1, true, nil, %v", what, failed, ok, errs[0], errs[1], want)
+		}
+		if mapped[0] != 0xC3 {
+			t.Fatalf("%s: the Put before it did not land", what)
+		}
+	}
+	refusedAlone("a Send", qpbind.InlineOp{Local: local[n : 2*n], Op: backend.OpSend}, rdmamgr.ErrInvalid)
+	refusedAlone("an operation larger than the region", put(make([]byte, len(mapped)+1)), rdmamgr.ErrOutOfRange)
 	rt.fail(rdmamgr.ErrPeerGone)
 	declined("the route ended", hMapped.Region, hMapped.Key, []qpbind.InlineOp{put(local[:n])})
 }

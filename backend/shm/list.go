@@ -231,22 +231,24 @@ func (r *route) copyOps(e *entry, run []qpbind.InlineOp, errs []error) (in, out,
 // stops at the first other operation (another size, a refusal), for
 // copyOps to take.
 func copyWords(mem []byte, run []qpbind.InlineOp, canPut, canGet bool) (k int, in, out uint64) {
-	size := uint64(len(mem))
+	if len(mem) < 8 {
+		return 0, 0, 0
+	}
+	last := uint64(len(mem) - 8) // the last offset a word fits at
 	for k = range run {
 		wr := &run[k]
 		off := wr.Offset
-		if len(wr.Local) != 8 || off > size || size-off < 8 {
+		if len(wr.Local) != 8 || off > last {
 			return k, in, out
 		}
-		local, remote := (*[8]byte)(wr.Local), (*[8]byte)(mem[off:off+8])
-		switch {
-		case wr.Op == backend.OpRead && canGet:
-			*local = *remote
-			out += 8
-		case wr.Op == backend.OpWrite && canPut:
+		local, remote := (*[8]byte)(wr.Local), (*[8]byte)(mem[off:])
+		if wr.Op == backend.OpWrite && canPut {
 			*remote = *local
 			in += 8
-		default:
+		} else if wr.Op == backend.OpRead && canGet {
+			*local = *remote
+			out += 8
+		} else {
 			return k, in, out
 		}
 	}
