@@ -65,7 +65,8 @@ callgrind_annotate --threshold=100 "$dir/cg.out" >"$dir/funcs" 2>/dev/null
 [ -z "$lines" ] || callgrind_annotate --auto=yes "$dir/cg.out" >"$dir/lines" 2>/dev/null
 grep '^Benchmark' "$dir/log" | sed 's/^/# /'
 python3 - "$n" "$min" "$dir/funcs" "$lines" "$dir/lines" <<'PY'
-import re, sys
+import re, signal, sys
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 n, least, funcs, lre, lfile = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 per = {}
 for l in open(funcs):

@@ -130,7 +130,7 @@ func (q *QueuePair) runInline(wrs []*WorkRequest, ops []Op, ch *chainPrep, ready
 // memory) and TakeSpare's, written out.
 func (q *QueuePair) armRun(wrs []*WorkRequest, ops []Op, iops []qpbind.InlineOp, lr *memreg.LocalRun, k int, fast bool) (int, bool) {
 	first := &ops[0] // the run's remote region and local one: each operation's handles are compared with its
-	lid, lowner, lkey, lmem, spare := lr.Spare()
+	sp, spare := lr.Spare() // read through: a register for each of its fields would be spilled
 	start, end := k, len(ops)
 	if left := int64(end - k); spare < left {
 		end = k + int(spare)
@@ -155,7 +155,7 @@ func (q *QueuePair) armRun(wrs []*WorkRequest, ops []Op, iops []qpbind.InlineOp,
 			break
 		}
 		// The local handle: host memory in lr's region (TakeSpare's checks).
-		if l.Region != lid || l.OwnerID != lowner || !memreg.KeyEqual(&l.Key, lkey) || l.Location != buffer.Host || off > uint64(len(lmem)) || n > uint64(len(lmem))-off {
+		if l.Region != sp.ID || l.OwnerID != sp.Owner || !memreg.KeyEqual(&l.Key, &sp.Key) || l.Location != buffer.Host || off > uint64(len(sp.Mem)) || n > uint64(len(sp.Mem))-off {
 			break
 		}
 		// The request: idle, or done and reaped (read after the state: see
@@ -174,7 +174,7 @@ func (q *QueuePair) armRun(wrs []*WorkRequest, ops []Op, iops []qpbind.InlineOp,
 		if w.owner.Load() != q || w.wr.CancelCause() != nil {
 			break
 		}
-		mem := lmem[off : off+n : off+n]
+		mem := sp.Mem[off : off+n : off+n]
 		w.state.setOwned(statePending) // from idle or done: the owner's alone (reqState.setOwned)
 		// What a request's accessors read (size, Value); and no pointer
 		// kept from an earlier use (an old ctx, a released region).

@@ -20,9 +20,16 @@ type LocalRun struct {
 	// r's identity and memory, copied when references to it are taken
 	// (they never change while it is registered), so that Next reads
 	// the run alone: no load through r or g, no Key copied to the stack.
-	id, owner uint64
-	key       buffer.Key
-	mem       []byte
+	span Span
+}
+
+// Span is a LocalRun's region as a loop that hands out its spare
+// references itself compares each handle with (LocalRun.Spare): its id,
+// owner and key (compare with KeyEqual), and its memory. Read only.
+type Span struct {
+	ID, Owner uint64
+	Key       buffer.Key
+	Mem       []byte
 }
 
 // NewLocalRun returns a LocalRun on g; near, when not nil, is a region of
@@ -40,13 +47,13 @@ func (lr *LocalRun) Last() *Region { return lr.r }
 // without reading *dst back) and true; it reports false, changing
 // nothing, otherwise: then call Acquire.
 func (lr *LocalRun) Next(b *buffer.Buffer, dst *Ref) ([]byte, bool) {
-	off, n, size := b.Offset, b.Length, uint64(len(lr.mem))
-	if lr.spare == 0 || b.Region != lr.id || b.OwnerID != lr.owner || !keyEqual(&lr.key, &b.Key) ||
+	off, n, size := b.Offset, b.Length, uint64(len(lr.span.Mem))
+	if lr.spare == 0 || b.Region != lr.span.ID || b.OwnerID != lr.span.Owner || !keyEqual(&lr.span.Key, &b.Key) ||
 		off > size || n > size-off { // buffer.CheckRange, inlined
 		return nil, false
 	}
 	lr.spare--
-	mem := lr.mem[off : off+n : off+n]
+	mem := lr.span.Mem[off : off+n : off+n]
 	dst.r, dst.mem, dst.remote, dst.off, dst.n = lr.r, mem, false, off, n
 	return mem, true
 }
@@ -64,7 +71,7 @@ func keyEqual(a, b *buffer.Key) bool {
 func (lr *LocalRun) held(spare int64) {
 	r := lr.r
 	lr.spare = spare
-	lr.id, lr.owner, lr.key, lr.mem = r.id, lr.g.ownerID, r.key, r.mem
+	lr.span = Span{ID: r.id, Owner: lr.g.ownerID, Key: r.key, Mem: r.mem}
 }
 
 // Acquire is AcquireLocalOf(b); want is how many handles the chain may
@@ -210,22 +217,20 @@ func (lr *LocalRun) Refill(b *buffer.Buffer, want int64) bool {
 // TakeSpare is Take when a reference is spare: it reports false,
 // changing nothing, when none is spare or b is not in the run's region.
 func (lr *LocalRun) TakeSpare(b *buffer.Buffer) ([]byte, bool) {
-	off, n, size := b.Offset, b.Length, uint64(len(lr.mem))
-	if lr.spare == 0 || b.Region != lr.id || b.OwnerID != lr.owner || !keyEqual(&lr.key, &b.Key) || off > size || n > size-off {
+	off, n, size := b.Offset, b.Length, uint64(len(lr.span.Mem))
+	if lr.spare == 0 || b.Region != lr.span.ID || b.OwnerID != lr.span.Owner || !keyEqual(&lr.span.Key, &b.Key) || off > size || n > size-off {
 		return nil, false
 	}
 	lr.spare--
-	return lr.mem[off : off+n : off+n], true
+	return lr.span.Mem[off : off+n : off+n], true
 }
 
 // Spare is what a loop that hands out the run's spare references itself
-// reads once (TakeSpare's checks, written out where it can keep them in
-// registers): the run's region (its id, owner and key; compare the key
-// with KeyEqual) and memory, and how many references are spare. The loop
-// tells the run how many it handed out with Used, and Refill takes more.
-func (lr *LocalRun) Spare() (id, owner uint64, key *buffer.Key, mem []byte, spare int64) {
-	return lr.id, lr.owner, &lr.key, lr.mem, lr.spare
-}
+// reads (TakeSpare's checks, written out where the compiler keeps them
+// cheap): the run's region, as a Span to compare each handle with, and
+// how many references are spare. The loop tells the run how many it
+// handed out with Used, and Refill takes more.
+func (lr *LocalRun) Spare() (*Span, int64) { return &lr.span, lr.spare }
 
 // Used records that n of the references Spare reported were handed out,
 // as n TakeSpare calls would.
