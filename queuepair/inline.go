@@ -129,7 +129,7 @@ func (q *QueuePair) runInline(wrs []*WorkRequest, ops []Op, ch *chainPrep, ready
 // checks of plainOK, the route's (one remote region, inline sizes, host
 // memory) and TakeSpare's, written out.
 func (q *QueuePair) armRun(wrs []*WorkRequest, ops []Op, iops []qpbind.InlineOp, lr *memreg.LocalRun, k int, fast bool) (int, bool) {
-	first := &ops[0] // the run's remote region and local one: each operation's handles are compared with its
+	first := &ops[0]        // the run's remote region and local one: each operation's handles are compared with its
 	sp, spare := lr.Spare() // read through: a register for each of its fields would be spilled
 	start, end := k, len(ops)
 	if left := int64(end - k); spare < left {
