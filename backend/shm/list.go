@@ -84,16 +84,6 @@ func (r *route) PostList(wrs []*backend.WorkRequest) (int, error) {
 // runErrs holds copyRun's outcomes of a run.
 var runErrs = sync.Pool{New: func() any { return new([runMax]error) }}
 
-// copySmall is copy(dst, src) (equal lengths) with a word's copy as
-// one load and one store, not a call of memmove.
-func copySmall(dst, src []byte) {
-	if len(src) == 8 && len(dst) == 8 {
-		*(*[8]byte)(dst) = *(*[8]byte)(src)
-		return
-	}
-	copy(dst, src)
-}
-
 // postable is Post's check of wr before it is posted.
 func (r *route) postable(wr *backend.WorkRequest) error {
 	if n := uint64(len(wr.Local)); (wr.Op != backend.OpWrite && wr.Op != backend.OpRead) ||
