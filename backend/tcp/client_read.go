@@ -60,12 +60,12 @@ func (cc *clientConn) readLoop() {
 // readRespHeader reads a response header into hb (the fixed part, then
 // an atomic's old value) and returns its size.
 func readRespHeader(br *connReader, hb *[respMaxSize]byte) (int, error) {
-	if _, err := io.ReadFull(br, hb[:respHeaderSize]); err != nil {
+	if _, err := br.ReadFull(hb[:respHeaderSize]); err != nil {
 		return 0, err
 	}
 	n := respSize(hb[0] &^ respFlag)
 	if n > respHeaderSize {
-		if _, err := io.ReadFull(br, hb[respHeaderSize:n]); err != nil {
+		if _, err := br.ReadFull(hb[respHeaderSize:n]); err != nil {
 			return 0, err
 		}
 	}

@@ -110,7 +110,7 @@ func (s *serverConn) readHeader(br *connReader, hdr []byte) error {
 			}
 			wakeable = true
 		}
-		k, err := readFull(br, hdr[got:])
+		k, err := br.ReadFull(hdr[got:])
 		got += k
 		woke := wakeable && s.lateBusy()
 		if err == nil {

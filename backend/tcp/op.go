@@ -80,7 +80,9 @@ var pingChunk = new(chunk)
 func newOp(r *route, wr *backend.WorkRequest, count int) *op {
 	o := opPool.Get().(*op)
 	o.wr, o.r = wr, r
-	o.firstErr.Store(nil)
+	if o.firstErr.Load() != nil { // a locked store only where the last use failed
+		o.firstErr.Store(nil)
+	}
 	o.remaining.Store(int32(count))
 	if count == 1 {
 		o.chunks = o.one[:]
@@ -109,7 +111,9 @@ func newOp(r *route, wr *backend.WorkRequest, count int) *op {
 		}
 		c.deadline = wr.Deadline
 		c.answer, c.cause, c.interrupted, c.wire = nil, nil, false, 0
-		c.stop.Store(false)
+		if c.stop.Load() { // a locked store only where the last use stopped
+			c.stop.Store(false)
+		}
 		c.next = nil
 	}
 	return o

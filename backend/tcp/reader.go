@@ -87,6 +87,18 @@ func (cr *connReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// ReadFull is io.ReadFull(cr, p) (cr's own: no interface call), copying
+// p at once when the buffer holds all of it, as it does for most
+// headers and small payloads.
+func (cr *connReader) ReadFull(p []byte) (int, error) {
+	if cr.w-cr.r >= len(p) {
+		n := copy(p, cr.buf[cr.r:cr.w])
+		cr.r += n
+		return n, nil
+	}
+	return readFull(cr, p)
+}
+
 // ReadBulk reads into p, the rest of a payload of at least bulkMin bytes
 // (p ends where the payload does): from the buffer when it holds
 // anything, else straight from the connection unless less than

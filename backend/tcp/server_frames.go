@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"io"
 	"net"
 	"sync"
 	"time"
@@ -128,7 +127,7 @@ func (s *serverConn) serve() error {
 		}
 		n := reqSizeOf(hdr[0], hdr[1])
 		if n > reqHeaderSize {
-			if _, err := io.ReadFull(br, hdr[reqHeaderSize:n]); err != nil {
+			if _, err := br.ReadFull(hdr[reqHeaderSize:n]); err != nil {
 				return err
 			}
 		}

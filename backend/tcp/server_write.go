@@ -66,7 +66,7 @@ func (s *serverConn) write(br *connReader, ref memreg.Ref, mem []byte) (byte, er
 	defer ref.Release()
 	if br.Buffered() >= len(mem) {
 		// All there already: no wait, nothing to cut.
-		_, err := io.ReadFull(br, mem)
+		_, err := br.ReadFull(mem)
 		return 0, err
 	}
 	// The batch's READ references must not wait on this payload (a
