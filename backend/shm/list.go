@@ -161,36 +161,46 @@ func (r *route) runOps(e *entry, ops []qpbind.InlineOp, errs []error) int {
 // copies makes the copies of a run that entered the state table (each
 // at most runMaxBytes, so on the cached path), setting errs[i] for each
 // that fails, and adds the ones made (the third result) to the served
-// counters. A fault (guardedCopy) fails every operation of the run not
-// failed already, and none is counted: which copies it hit is not known.
+// counters. A fault (guardedCopy) fails the copy it hit and those after
+// it; the ones before it were made, and are counted.
 func (r *route) copies(e *entry, run []qpbind.InlineOp, errs []error) (in, out, made uint64) {
+	done := 0 // run[:done] copied or refused: copyOps moves it on
 	old := debug.SetPanicOnFault(true)
 	defer func() {
 		debug.SetPanicOnFault(old)
 		if p := recover(); p != nil {
-			for i := range run {
-				if errs[i] == nil {
+			in, out, made = 0, 0, 0
+			for i, wr := range run {
+				switch {
+				case i >= done:
 					errs[i] = fmt.Errorf("%w (%v)", errCopyFault, p)
+				case errs[i] == nil: // made before the fault
+					made++
+					if wr.Op == backend.OpRead {
+						out += uint64(len(wr.Local))
+					} else {
+						in += uint64(len(wr.Local))
+					}
 				}
 			}
-			in, out, made = 0, 0, 0
 		}
 		r.count(made, in, out)
 	}()
-	in, out, made = r.copyOps(e, run, errs)
+	in, out, made = r.copyOps(e, run, errs, &done)
 	return in, out, made
 }
 
 // copyOps is copies' loop. Runs of 8-byte operations go through
 // copyWords, which calls nothing, so its loop keeps its values in
-// registers; any other operation is copied (or refused) here.
-func (r *route) copyOps(e *entry, run []qpbind.InlineOp, errs []error) (in, out, made uint64) {
+// registers; any other operation is copied (or refused) here. *done is
+// how many of run are behind it (a fault finds the one it hit there).
+func (r *route) copyOps(e *entry, run []qpbind.InlineOp, errs []error, done *int) (in, out, made uint64) {
 	mem := e.mem
 	size := uint64(len(mem))
 	canPut, canGet := e.access.Allows(backend.OpWrite.Need()), e.access.Allows(backend.OpRead.Need())
 	errs = errs[:len(run)]
 	for i := 0; i < len(run); i++ {
-		k, kin, kout := copyWords(mem, run[i:], canPut, canGet)
+		k, kin, kout := copyWords(mem, run, i, canPut, canGet, done)
 		in, out, made = in+kin, out+kout, made+uint64(k)
 		if i += k; i == len(run) {
 			break
@@ -202,6 +212,7 @@ func (r *route) copyOps(e *entry, run []qpbind.InlineOp, errs []error) (in, out,
 			if errs[i] == nil {
 				errs[i] = fmt.Errorf("shm: %s in a run: %w", wr.Op, rdmamgr.ErrInvalid) // not a Put or Get: the caller's contract
 			}
+			*done = i + 1
 			continue
 		}
 		remote := mem[off : off+n : off+n] // place's checks, passed, without its call
@@ -213,22 +224,24 @@ func (r *route) copyOps(e *entry, run []qpbind.InlineOp, errs []error) (in, out,
 			in += n
 		}
 		made++
+		*done = i + 1
 	}
 	return in, out, made
 }
 
-// copyWords copies the 8-byte Puts and Gets at the head of run that
-// place would pass, one word each, and returns how many it copied: it
-// stops at the first other operation (another size, a refusal), for
-// copyOps to take.
-func copyWords(mem []byte, run []qpbind.InlineOp, canPut, canGet bool) (k int, in, out uint64) {
+// copyWords copies the 8-byte Puts and Gets of run from run[start] on
+// that place would pass, one word each, and returns how many it copied
+// (advancing *done past each): it stops at the first other operation
+// (another size, a refusal), for copyOps to take.
+func copyWords(mem []byte, run []qpbind.InlineOp, start int, canPut, canGet bool, done *int) (k int, in, out uint64) {
 	if len(mem) < 8 {
 		return 0, 0, 0
 	}
 	last := uint64(len(mem) - 8) // the last offset a word fits at
 	base := unsafe.Pointer(unsafe.SliceData(mem))
-	for ; k < len(run); k++ { // one exit: the compiler keeps k, in and out in registers
-		wr := &run[k]
+	i := start
+	for ; i < len(run); i++ { // one exit: the compiler keeps i, in and out in registers
+		wr := &run[i]
 		off := wr.Offset
 		if len(wr.Local) != 8 || off > last {
 			break
@@ -245,6 +258,7 @@ func copyWords(mem []byte, run []qpbind.InlineOp, canPut, canGet bool) (k int, i
 		} else {
 			break
 		}
+		*done = i + 1
 	}
-	return k, in, out
+	return i - start, in, out
 }
