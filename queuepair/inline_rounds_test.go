@@ -111,7 +111,7 @@ func TestInlineRunsRounds(t *testing.T) {
 	qp.Release()
 	for _, b := range []buffer.Buffer{locA, locB} {
 		if !drained(t, e.local, b) {
-			t.Fatal(fmt.Sprintf("local region %d still holds references", b.Region))
+			t.Fatalf("local region %d still holds references", b.Region)
 		}
 	}
 }
