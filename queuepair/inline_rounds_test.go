@@ -3,7 +3,6 @@ package queuepair
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/rdmamgr/rdmamgr/buffer"
