@@ -197,10 +197,11 @@ func (lr *LocalRun) Take(b *buffer.Buffer, want int64) ([]byte, bool) {
 	return lr.TakeSpare(b)
 }
 
-// Refill is Take's first half, for a loop that calls TakeSpare (inlined)
-// and Refill only when that finds none spare: it takes want references
-// (at least 1) to the last region resolved when none is spare and b is
-// in it (host memory, not a proxy), and reports whether one is spare now.
+// Refill is Take's first half, for a loop that hands out the spare
+// references itself (Spare, Used) and calls Refill only when none is
+// left: it takes want references (at least 1) to the last region resolved
+// when none is spare and b is in it (host memory, not a proxy), and
+// reports whether one is spare now.
 func (lr *LocalRun) Refill(b *buffer.Buffer, want int64) bool {
 	if lr.spare > 0 {
 		return true
