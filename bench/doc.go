@@ -30,5 +30,8 @@
 // against UCX sm with as many outstanding, and N bench processes against N
 // plain streams; repeated, median and range). scripts_test.go runs ucx.sh
 // against a fake ucx_perftest, samehost-table.sh on a made-up run and
-// oprate.sh against a fake rdmamgr, so their parsing is tested.
+// oprate.sh against a fake rdmamgr, so their parsing is tested. instr.sh
+// counts a Go benchmark's instructions per operation under valgrind's
+// callgrind (the same on every run, where this VM's clock is not);
+// instr_test.go runs it on a probe benchmark where valgrind is installed.
 package bench
