@@ -12,7 +12,8 @@
 // reuses one work request on its own slot of the buffers. With
 // Config.Ring one goroutine keeps the operations in flight with a ring of
 // reusable work requests through a completion queue (ring.go: posted in
-// chains with PostOps, reaped in batches with Wait), as a verbs program does
+// chains, runs of a chain prepared once with PrepareOps or gathered with
+// PostOps, reaped in batches with Wait), as a verbs program does
 // (`rdmamgr bench --inflight N`). Config.Start, when set, runs between the
 // warm-up and the timed phase (`rdmamgr bench --baseline --procs N` starts
 // the timed phases of its N bench processes together with it).

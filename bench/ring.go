@@ -46,7 +46,9 @@ func (b *benchRun) ringSlots(n int) ([]ringSlot, []*queuepair.WorkRequest, []que
 
 // ring runs operations from one goroutine with cfg.Concurrency in flight
 // through a completion queue, as a verbs program does: it posts one on
-// every slot as one chain (PostOps: one doorbell), then reaps what
+// every slot as one chain (a Chain prepared once, PrepareOps, posted
+// whole or by runs of slots in order; PostOps for others: one doorbell
+// each), then reaps what
 // finished in batches (cq.Wait), counts each and posts the next on every
 // reaped slot as the next chain, until the tickets run out or the run
 // stops. With cfg.SignalEvery above 1 it is chainRing.
@@ -58,10 +60,11 @@ func (b *benchRun) ring(ctx context.Context, limit int64) {
 	}
 	n := cfg.Concurrency
 	// A chain of slots lo..hi in order (what a route that completes in
-	// order reaps) is posted as allWrs[lo:hi], allOps[lo:hi], as a verbs
-	// program re-posts its array of work requests; another is gathered
-	// into wrs and ops.
+	// order reaps) is posted as the prepared chain's lo..hi (PrepareOps:
+	// the handles checked once), as a verbs program re-posts its array of
+	// work requests; another is gathered into wrs and ops (PostOps).
 	slots, allWrs, allOps := b.ringSlots(n)
+	pc := b.qp.PrepareOps(allWrs, allOps) // the in-order chains: handles checked once
 	// Room for every slot's operation and, with Verify, as many read-backs
 	// (done's, reaped and skipped here).
 	cq := queuepair.NewCompletionQueue(2*n + 1)
@@ -106,7 +109,7 @@ func (b *benchRun) ring(ctx context.Context, limit int64) {
 			inOrder = inOrder && i == lo+j
 		}
 		if inOrder {
-			b.qp.PostOps(ctx, allWrs[lo:lo+len(idx)], allOps[lo:lo+len(idx)])
+			pc.Post(ctx, lo, lo+len(idx))
 			idx = idx[:0]
 			return
 		}

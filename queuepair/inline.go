@@ -25,7 +25,9 @@ import (
 // the run is copied, so the chain's operations reach the route in order.
 // When the route declines the run (its region not mapped yet, say), the
 // armed requests get their backend requests and join ready, as armFast's.
-func (q *QueuePair) runInline(wrs []*WorkRequest, ops []Op, ch *chainPrep, ready *[]*backend.WorkRequest, c context.Context, dl time.Time, cancel <-chan struct{}) (k int) {
+// p and pre, when not nil, are what PrepareOps checked of ops (pre[i] is
+// ops[i]): armChecked arms them.
+func (q *QueuePair) runInline(wrs []*WorkRequest, ops []Op, p *prepared, pre []preOp, ch *chainPrep, ready *[]*backend.WorkRequest, c context.Context, dl time.Time, cancel <-chan struct{}) (k int) {
 	limit, max := min(len(ops), runChunk), uint64(q.inlMax)
 	if o := &ops[0]; (o.Op != backend.OpWrite && o.Op != backend.OpRead) || o.Local.Length > max {
 		return 0 // starts no run: not worth the scratch
@@ -52,7 +54,13 @@ func (q *QueuePair) runInline(wrs []*WorkRequest, ops []Op, ch *chainPrep, ready
 	// together once the run is taken (giveRun).
 	limit = int(min(int64(limit), ch.slots, ch.entries))
 	for k < limit {
-		j, refill := q.armRun(wrs[:limit], ops[:limit], iops[:limit], &ch.local, k, fast)
+		var j int
+		var refill bool
+		if pre != nil {
+			j, refill = q.armChecked(wrs[:limit], pre[:limit], iops[:limit], &ch.local, p, k, fast)
+		} else {
+			j, refill = q.armRun(wrs[:limit], ops[:limit], iops[:limit], &ch.local, k, fast)
+		}
 		k = j
 		if k == limit || !refill || !ch.local.Refill(&ops[k].Local, ch.left-int64(k)) {
 			break

@@ -24,6 +24,13 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 	if len(wrs) != len(ops) {
 		panic("queuepair: PostOps with len(wrs) != len(ops)")
 	}
+	q.postOps(ctx, wrs, ops, nil, nil)
+}
+
+// postOps is PostOps; p and pre, when not nil, are what PrepareOps
+// checked of ops (pre[i] is ops[i], compact): inline runs arm them with
+// armChecked.
+func (q *QueuePair) postOps(ctx context.Context, wrs []*WorkRequest, ops []Op, p *prepared, pre []preOp) {
 	c := postCtx(ctx)
 	if q.list == nil || len(wrs) == 1 {
 		var dl time.Time
@@ -81,7 +88,11 @@ func (q *QueuePair) PostOps(ctx context.Context, wrs []*WorkRequest, ops []Op) {
 		w := wrs[i]
 		ch.left = n - int64(i)
 		if fastOK && q.inl != nil && ch.cq != nil {
-			if k := q.runInline(wrs[i:], ops[i:], &ch, &ready, c, dl, cancel); k > 0 {
+			var pi []preOp
+			if pre != nil {
+				pi = pre[i:]
+			}
+			if k := q.runInline(wrs[i:], ops[i:], p, pi, &ch, &ready, c, dl, cancel); k > 0 {
 				i += k - 1
 				continue
 			}

@@ -133,3 +133,53 @@ func finishRunFailed(wrs []*WorkRequest, errs []error) (quiet int) {
 	}
 	return quiet
 }
+
+// armChecked is armRun for a prepared chain (PrepareOps): pre[i] is
+// ops[i], their handles checked once as p. It compares the local region
+// lr holds references to with p's once, where armRun compares each
+// handle; every check of the requests is armRun's. When lr's region is
+// not p's (or is shorter than p reaches) it arms none and reports no
+// refill: runInline then posts the rest as PostOps does.
+func (q *QueuePair) armChecked(wrs []*WorkRequest, pre []preOp, iops []qpbind.InlineOp, lr *memreg.LocalRun, p *prepared, k int, fast bool) (int, bool) {
+	sp, spare := lr.Spare()
+	if spare == 0 {
+		return k, k < len(pre)
+	}
+	if sp.ID != p.lreg || sp.Owner != p.lowner || !memreg.KeyEqual(&sp.Key, &p.lkey) || uint64(len(sp.Mem)) < p.lend {
+		return k, false
+	}
+	if &sp.Mem[0] != p.base { // len(sp.Mem) >= p.lend > 0
+		p.rebase(sp.Mem)
+	}
+	start, end := k, len(pre)
+	if left := int64(end - k); spare < left {
+		end = k + int(spare)
+	}
+	wrs, iops = wrs[:len(pre)], iops[:len(pre)] // one bounds check each for the loop
+	for ; k < end; k++ {
+		po, w := &pre[k], wrs[k]
+		// The request, as armRun checks it.
+		s := w.state.Load()
+		if s != stateIdle && (s != stateDone || w.queued) {
+			break
+		}
+		if w.batch != nil || w.sig == nil {
+			break
+		}
+		if w.want.Load() != 0 || w.staged.Load() {
+			break
+		}
+		if w.owner.Load() != q || w.wr.CancelCause() != nil {
+			break
+		}
+		w.state.setOwned(statePending)
+		w.wr.Op, w.wr.Local, w.wr.Result = po.io.Op, po.io.Local, 0
+		w.wr.LocalRegion, w.wr.Cancel = nil, nil
+		w.id = po.id
+		w.fast = fast
+		w.unsig = po.unsig
+		iops[k] = po.io // its bytes of sp.Mem (rebase)
+	}
+	lr.Used(int64(k - start))
+	return k, k == end && end < len(pre)
+}

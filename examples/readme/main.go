@@ -104,6 +104,24 @@ func run(ctx context.Context, peerAddr, secretFile string) error {
 			signaled = signaled || w == wrs[1] // the Get's report vouches for the Put posted before it
 		}
 	}
+	// A chain prepared once (handles checked once) and re-posted as PostOps
+	// would post it, whole or any range (Post(ctx, lo, hi)), once reaped.
+	chain := qp.PrepareOps(wrs, []queuepair.Op{queuepair.PutOp(l2, half), queuepair.GetOp(l2, half)})
+	for range 3 {
+		chain.Post(ctx, 0, chain.Len())
+		for got := 0; got < chain.Len(); {
+			n, err := cq.Wait(ctx, reaped[got:])
+			if err != nil {
+				return fmt.Errorf("completion queue: %w", err)
+			}
+			for _, w := range reaped[got : got+n] {
+				if err := w.Err(); err != nil {
+					return fmt.Errorf("prepared chain: %w", err)
+				}
+			}
+			got += n
+		}
+	}
 	if !bytes.HasPrefix(mem, []byte("hello, remote memory")) {
 		return fmt.Errorf("read back %q", mem[:20])
 	}

@@ -35,6 +35,7 @@ func RunCQ(t *testing.T, f Factory) {
 		{"Refusals", testCQRefusals},
 		{"Verbs", testCQVerbs},
 		{"Unsignaled", testCQUnsignaled},
+		{"Chain", testCQChain},
 		{"CancelNoStaleBytes", testCQCancel},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
