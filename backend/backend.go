@@ -127,6 +127,12 @@ type WorkRequest struct {
 	// event of an OpWriteImm and the message of an OpSend name it as
 	// their Peer at the owner (honoured only with Via, by an agent).
 	Origin uint64
+
+	// Scratch is the backend's, never the poster's: what a route built
+	// for wr's last post (TCP: its op and chunks), which it may reuse on
+	// the next post of wr (by any route of the same backend, which checks
+	// the type) once the last one completed. Reset keeps it.
+	Scratch any
 }
 
 // RequestCancel records why wr should end early; the first cause wins and

@@ -149,6 +149,21 @@ func (cc *clientConn) add(c *chunk, nh, bytes int) (int, int) {
 		cc.iov = append(cc.iov, cc.hdrs[nh][:reqHeaderSize])
 		return nh + 1, bytes
 	}
+	if c.state == stQueued && (c.wop == opWrite || c.wop == opRead) { // claim and encode's common case
+		hb := cc.hdrs[nh][:reqHeaderSize]
+		c.encodeRW(hb)
+		cc.iov = append(cc.iov, hb)
+		c.wire = frameBytes(c)
+		cc.slots.wire += c.wire
+		c.state = stSent
+		if c.wop == opWrite {
+			c.state = stSending
+			cc.iov = append(cc.iov, c.local)
+			bytes += len(c.local)
+			cc.sending = append(cc.sending, c)
+		}
+		return nh + 1, bytes
+	}
 	h, ok := cc.claim(c)
 	if !ok {
 		return nh, bytes

@@ -161,6 +161,24 @@ func (h *reqHeader) encode(b []byte) {
 	}
 }
 
+// encodeRW writes the request header of c, a queued WRITE or READ chunk,
+// into b (reqHeaderSize bytes), exactly as claim's header's encode does,
+// with no reqHeader built and copied (add's common case).
+func (c *chunk) encodeRW(b []byte) {
+	_ = b[reqHeaderSize-1]
+	wr := c.op.wr
+	b[0], b[1] = c.wop, 0
+	if len(c.op.chunks) > 0 && c == &c.op.chunks[0] {
+		b[1] = flagFirst
+	}
+	binary.LittleEndian.PutUint16(b[2:], wr.Via)
+	binary.LittleEndian.PutUint32(b[4:], uint32(len(c.local)))
+	binary.LittleEndian.PutUint64(b[8:], c.id)
+	binary.LittleEndian.PutUint64(b[16:], c.region)
+	binary.LittleEndian.PutUint64(b[24:], c.offset)
+	copy(b[32:48], wr.Remote.Key[:])
+}
+
 // decode parses and validates a request header; b holds at least
 // reqSizeOf(b[0], b[1]) bytes (the operands of ops 4 to 7 and the origin
 // too). maxLen bounds length.

@@ -227,3 +227,39 @@ func FuzzRespHeader(f *testing.F) {
 		}
 	})
 }
+
+// TestEncodeRWAsClaim: add's common case writes the header that claim
+// and encode write for a queued WRITE or READ chunk, byte for byte:
+// first chunk or not, with a via or not.
+func TestEncodeRWAsClaim(t *testing.T) {
+	key := buffer.Key{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	mk := func(wop byte, via uint16) *op {
+		wr := &backend.WorkRequest{Local: make([]byte, 300), Via: via}
+		wr.Remote.Key = key
+		o := &op{wr: wr, chunks: make([]chunk, 2)}
+		for i := range o.chunks {
+			c := &o.chunks[i]
+			c.op, c.wop, c.id = o, wop, 0x1234_0000_0005+uint64(i)
+			c.local, c.region, c.offset = wr.Local[100*i:100*i+100], 42, 1000+100*uint64(i)
+		}
+		return o
+	}
+	for _, wop := range []byte{opWrite, opRead} {
+		for _, via := range []uint16{0, 7} {
+			a, b := mk(wop, via), mk(wop, via)
+			for i := range a.chunks {
+				h, ok := (&clientConn{}).claim(&b.chunks[i])
+				if !ok || h.size() != reqHeaderSize {
+					t.Fatalf("claim: %v, size %d", ok, h.size())
+				}
+				want := make([]byte, reqHeaderSize)
+				h.encode(want)
+				got := make([]byte, reqHeaderSize)
+				a.chunks[i].encodeRW(got)
+				if !bytes.Equal(got, want) {
+					t.Fatalf("op %d via %d chunk %d: encodeRW %x, claim and encode %x", wop, via, i, got, want)
+				}
+			}
+		}
+	}
+}

@@ -8,10 +8,13 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend"
 )
 
-// op is one posted work request split into chunks. Ops are pooled: an op
-// is recycled only after it completed without error, when no connection
-// holds any of its chunks (chunks that failed may still sit in a
-// connection's table, so their op is left to the garbage collector).
+// op is one posted work request split into chunks. Ops are reused: an
+// op is recycled only after it completed without error, when no
+// connection holds any of its chunks (chunks that failed may still sit in
+// a connection's table, so their op is left to the garbage collector).
+// A recycled op stays with its work request (backend.WorkRequest's
+// Scratch) for the request's next post, with no pool's cost; a request
+// with none takes one from the pool.
 type op struct {
 	wr        *backend.WorkRequest
 	remaining atomic.Int32
@@ -78,7 +81,11 @@ var pingChunk = new(chunk)
 // or an atomic. A write-imm's pieces are plain writes but the last, which
 // carries the immediate value and names the whole range for the event.
 func newOp(r *route, wr *backend.WorkRequest, count int) *op {
-	o := opPool.Get().(*op)
+	o, _ := wr.Scratch.(*op)
+	if o == nil {
+		o = opPool.Get().(*op)
+		wr.Scratch = o
+	}
 	o.wr, o.r = wr, r
 	if o.firstErr.Load() != nil { // a locked store only where the last use failed
 		o.firstErr.Store(nil)
@@ -148,20 +155,19 @@ func (c *chunk) end(err error) {
 	}
 	r.End(wr, final)
 	if final == nil {
-		o.recycle()
+		o.recycle() // it stays in wr.Scratch
+	} else if wr.Scratch == o {
+		wr.Scratch = nil // a failed chunk may still be in a table: not reused
 	}
 	wr.Done.Complete(wr, final)
 }
 
-// recycle returns a successfully completed op to the pool.
+// recycle readies a successfully completed op for its work request's
+// next post (it stays in the request's Scratch), holding no memory.
 func (o *op) recycle() {
 	for i := range o.chunks {
 		c := &o.chunks[i]
 		c.op, c.local, c.answer = nil, nil, nil
 	}
-	if len(o.chunks) > 1 {
-		return // an allocated chunk slice is not kept
-	}
-	o.wr, o.r, o.chunks = nil, nil, nil
-	opPool.Put(o)
+	o.wr, o.r, o.chunks = nil, nil, nil // an allocated chunk slice is not kept
 }
