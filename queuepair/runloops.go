@@ -158,7 +158,9 @@ func (q *QueuePair) armChecked(wrs []*WorkRequest, pre []preOp, iops []qpbind.In
 	wrs, iops = wrs[:len(pre)], iops[:len(pre)] // one bounds check each for the loop
 	for ; k < end; k++ {
 		po, w := &pre[k], wrs[k]
-		// The request, as armRun checks it.
+		// The request, as armRun checks it (written out again: a function
+		// holding these checks is over the inliner's budget, and a call
+		// here would cost the loop its registers).
 		s := w.state.Load()
 		if s != stateIdle && (s != stateDone || w.queued) {
 			break
