@@ -12,9 +12,13 @@ import (
 // op is recycled only after it completed without error, when no
 // connection holds any of its chunks (chunks that failed may still sit in
 // a connection's table, so their op is left to the garbage collector).
-// A recycled op stays with its work request (backend.WorkRequest's
-// Scratch) for the request's next post, with no pool's cost; a request
-// with none takes one from the pool.
+// A request's first op comes from the pool and goes back to it, and the
+// request is marked (postedOnce in its Scratch); from its second post on,
+// a request keeps its op (backend.WorkRequest's Scratch) for the next
+// post, with no pool's cost. So a poster that re-posts its requests (a
+// verbs program, a completion queue's ring) takes nothing from the pool,
+// and one that posts each request once (the one-shot verbs, the host
+// agent) still allocates nothing.
 type op struct {
 	wr        *backend.WorkRequest
 	remaining atomic.Int32
@@ -28,6 +32,10 @@ type op struct {
 }
 
 var opPool = sync.Pool{New: func() any { return new(op) }}
+
+// postedOnce, in a work request's Scratch, says its first op went back to
+// the pool: its next post keeps the op it takes.
+var postedOnce = new(op)
 
 // Chunk states; transitions are made under clientConn.mu. A chunk moves
 //
@@ -82,9 +90,12 @@ var pingChunk = new(chunk)
 // carries the immediate value and names the whole range for the event.
 func newOp(r *route, wr *backend.WorkRequest, count int) *op {
 	o, _ := wr.Scratch.(*op)
-	if o == nil {
+	if o == nil || o == postedOnce {
+		again := o == postedOnce
 		o = opPool.Get().(*op)
-		wr.Scratch = o
+		if again { // posted before: it keeps this one
+			wr.Scratch = o
+		}
 	}
 	o.wr, o.r = wr, r
 	if o.firstErr.Load() != nil { // a locked store only where the last use failed
@@ -155,15 +166,21 @@ func (c *chunk) end(err error) {
 	}
 	r.End(wr, final)
 	if final == nil {
-		o.recycle() // it stays in wr.Scratch
+		o.recycle()
+		if wr.Scratch != o { // a first post's: back to the pool, the next one keeps its op
+			if wr.Scratch == nil {
+				wr.Scratch = postedOnce
+			}
+			opPool.Put(o)
+		}
 	} else if wr.Scratch == o {
 		wr.Scratch = nil // a failed chunk may still be in a table: not reused
 	}
 	wr.Done.Complete(wr, final)
 }
 
-// recycle readies a successfully completed op for its work request's
-// next post (it stays in the request's Scratch), holding no memory.
+// recycle readies a successfully completed op for its next use (its
+// request's next post, or the pool), holding no memory.
 func (o *op) recycle() {
 	for i := range o.chunks {
 		c := &o.chunks[i]
