@@ -54,6 +54,10 @@ type Config struct {
 	// and mgr have a driver; the queue pair stages the local one, the
 	// peer's owner its own). Not with Verify.
 	Memory buffer.Location
+	// PeerMemory, when not nil, is where the peer's buffer is instead
+	// (GPU to host: Memory a device's, PeerMemory host; host to GPU the
+	// other way round).
+	PeerMemory *buffer.Location
 	// Start, when not nil, is called after the warm-up and before the
 	// timed phase (bench --procs starts its processes' timed phases
 	// together this way); an error ends the run before it (Result.Stop).
@@ -96,6 +100,14 @@ type benchRun struct {
 	latencies [][]time.Duration // per worker
 }
 
+// peerMemory is where the peer's buffer is: PeerMemory, else Memory.
+func (c Config) peerMemory() buffer.Location {
+	if c.PeerMemory != nil {
+		return *c.PeerMemory
+	}
+	return c.Memory
+}
+
 // Run moves data between mgr and the peer behind peer as cfg says: it asks
 // the peer for a buffer of Size × Concurrency bytes, and mgr for a queue
 // pair to it and local buffers of that size, runs Warmup untimed
@@ -103,10 +115,12 @@ type benchRun struct {
 // is one of the set-up; what the operations did is in the Result.
 func Run(ctx context.Context, mgr *actor.Manager, peer *actor.Client, cfg Config) (*Result, error) {
 	total := cfg.Size * uint64(cfg.Concurrency)
-	if cfg.Memory != buffer.Host && cfg.Verify {
-		return nil, fmt.Errorf("bench: verify of buffers in %v: %w", cfg.Memory, rdmamgr.ErrNotSupported)
+	for _, loc := range []buffer.Location{cfg.Memory, cfg.peerMemory()} {
+		if loc != buffer.Host && cfg.Verify {
+			return nil, fmt.Errorf("bench: verify of buffers in %v: %w", loc, rdmamgr.ErrNotSupported)
+		}
 	}
-	remote, err := peer.RequestBuffer(ctx, total, buffer.AccessReadWrite, actor.WithDevice(cfg.Memory))
+	remote, err := peer.RequestBuffer(ctx, total, buffer.AccessReadWrite, actor.WithDevice(cfg.peerMemory()))
 	if err != nil {
 		return nil, err // the client names the request and the peer
 	}

@@ -202,15 +202,15 @@
 // that moves device memory itself says so (DeviceLocalRoute) and gets it
 // as is; on every other route the queue pair stages it (stage.go): the
 // operation runs as a pipeline of inner host Puts (Gets) of 256 KiB through
-// two pinned staging buffers, host regions of the local registry, the
-// device copy of the next chunk overlapping the inner operation of this
-// one. Everything above holds for it: it reports only once every inner
+// eight pinned staging buffers, host regions of the local registry, up to
+// eight chunks in flight on the route while the device copy of the next
+// one runs. Everything above holds for it: it reports only once every inner
 // operation and every device copy finished (a Cancel or deadline is passed
 // to the inner operations and waited for; a staging buffer is reused only
 // once nothing touches it), one inner failure fails it with that error and
 // nothing else, and the steady state allocates nothing. Each queue pair has
-// two such pipelines (made on its first staged operation, ended by
-// Release); further staged operations wait in a queue of 64 for one, and a
+// two such pipelines (4 MiB of pinned memory, made on its first staged
+// operation, ended by Release); further staged operations wait in a queue of 64 for one, and a
 // post finding that queue full waits for room as at the route's in-flight
 // limit. A staged operation is reported by its pipeline only: one cancelled
 // (or past its deadline) while it waits in that queue reports once a

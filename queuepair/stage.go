@@ -28,23 +28,31 @@ type DeviceLocalRoute interface {
 
 // Staging of device locals on routes that move host memory only: the
 // queue pair runs a Put from (Get into) a device region as a pipeline of
-// inner host operations through two pinned staging buffers. A Put copies
-// chunk k+1 from the device while the inner Put of chunk k is in flight;
-// a Get copies chunk k to the device while the inner Get of chunk k+1 is
-// in flight. Each queue pair has stageWorkers workers (goroutines, made on
-// its first staged operation and ended by Release), each with its own two
-// buffers (host regions of the local registry, pinned with HostRegister,
-// so every backend can post from them) and streams; staged operations
-// wait in a queue of stageQueue for a free worker (back-pressure as at the
-// route's in-flight limit).
+// inner host operations through stageDepth pinned staging buffers. A Put
+// copies the next chunks from the device while the inner Puts of the
+// chunks before them are in flight; a Get copies chunk k to the device
+// while the inner Gets of the chunks after it are in flight, so up to
+// stageDepth chunks of an operation are on the wire at once (the route's
+// round trip, not the copies, bounds a shallow pipeline). Each queue pair
+// has stageWorkers workers (goroutines, made on its first staged operation
+// and ended by Release), each with its own buffers (host regions of the
+// local registry, pinned with HostRegister, so every backend can post from
+// them) and streams: at most stageWorkers × stageDepth × stageChunk
+// (4 MiB) of pinned memory per queue pair that staged anything. Staged
+// operations wait in a queue of stageQueue for a free worker
+// (back-pressure as at the route's in-flight limit).
 const (
 	stageWorkers = 2
 	stageQueue   = 64
 )
 
-// stageChunk is the size of one staging buffer (a test may shrink it
-// before the queue pair's first staged operation).
-var stageChunk = uint64(cuda.StageChunk)
+// stageChunk is the size of one staging buffer, and stageDepth the
+// buffers of a worker (a test may change them before the queue pair's
+// first staged operation).
+var (
+	stageChunk = uint64(cuda.StageChunk)
+	stageDepth = 8
+)
 
 // stageSet is a queue pair's staging workers.
 type stageSet struct {
@@ -68,8 +76,8 @@ type stageWorker struct {
 	cur     *WorkRequest
 	stop    chan struct{}
 	stopped bool
-	done    chan int // capacity 2: the slot whose inner op completed
-	slots   [2]stageSlot
+	done    chan int    // capacity stageDepth: the slot whose inner op completed
+	slots   []stageSlot // stageDepth of them
 	d       cuda.Driver // what the slots are pinned and their streams made in
 	ctx     cuda.Context
 	err     error // the pipeline's first error
@@ -173,7 +181,8 @@ func (q *QueuePair) startStage() error {
 	}
 	s.ops = make(chan *WorkRequest, stageQueue)
 	for range stageWorkers {
-		k := &stageWorker{q: q, kick: make(chan struct{}, 1), done: make(chan int, 2), stop: make(chan struct{})}
+		k := &stageWorker{q: q, kick: make(chan struct{}, 1), done: make(chan int, stageDepth), stop: make(chan struct{}),
+			slots: make([]stageSlot, stageDepth)}
 		for i := range k.slots {
 			k.slots[i].k, k.slots[i].i = k, i
 		}

@@ -6,18 +6,19 @@ import (
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
-// The pipeline of a staged operation (stage.go): a worker's two slots,
-// each a pinned staging buffer, its stream and its inner operation.
+// The pipeline of a staged operation (stage.go): a worker's slots, each a
+// pinned staging buffer, its stream and its inner operation.
 
-// put: device to staging buffer, chunk k+1's copy overlapping chunk k's
-// inner Put.
+// put: device to staging buffers, chunk c+1's copy overlapping the inner
+// Puts of chunk c and the depth-1 chunks before it.
 func (k *stageWorker) put(w *WorkRequest, span memreg.DeviceSpan) {
+	depth := uint64(len(k.slots))
 	chunk := uint64(len(k.slots[0].mem))
 	n := span.Len
 	chunks := (n + chunk - 1) / chunk
 	k.fail(k.copyOut(span, 0, chunk))
 	for c := uint64(0); c < chunks && k.err == nil; c++ {
-		s := &k.slots[c%2]
+		s := &k.slots[c%depth]
 		k.fail(k.d.StreamSynchronize(k.ctx, s.stream))
 		if k.check(w); k.err != nil {
 			break
@@ -25,7 +26,7 @@ func (k *stageWorker) put(w *WorkRequest, span memreg.DeviceSpan) {
 		off := c * chunk
 		k.post(w, s, backend.OpWrite, off, min(chunk, n-off))
 		if c+1 < chunks {
-			k.await(w, &k.slots[(c+1)%2]) // its inner Put (chunk c-1) finished
+			k.await(w, &k.slots[(c+1)%depth]) // its inner Put (chunk c+1-depth) finished
 			if k.err == nil {
 				k.fail(k.copyOut(span, c+1, chunk))
 			}
@@ -35,32 +36,33 @@ func (k *stageWorker) put(w *WorkRequest, span memreg.DeviceSpan) {
 
 // copyOut queues chunk c's copy from the device into its slot.
 func (k *stageWorker) copyOut(span memreg.DeviceSpan, c, chunk uint64) error {
-	s := &k.slots[c%2]
+	s := &k.slots[c%uint64(len(k.slots))]
 	off := c * chunk
 	return k.d.CopyDtoH(k.ctx, s.mem[:min(chunk, span.Len-off)], span.Ptr+cuda.DevicePtr(off), s.stream)
 }
 
 // get: inner Gets into the staging buffers, chunk k's copy to the device
-// overlapping chunk k+1's inner Get.
+// overlapping the inner Gets of the chunks after it.
 func (k *stageWorker) get(w *WorkRequest, span memreg.DeviceSpan) {
+	depth := uint64(len(k.slots))
 	chunk := uint64(len(k.slots[0].mem))
 	n := span.Len
 	chunks := (n + chunk - 1) / chunk
-	for c := uint64(0); c < min(chunks, 2) && k.err == nil; c++ {
+	for c := uint64(0); c < min(chunks, depth) && k.err == nil; c++ {
 		off := c * chunk
 		k.post(w, &k.slots[c], backend.OpRead, off, min(chunk, n-off))
 	}
 	for c := uint64(0); c < chunks && k.err == nil; c++ {
-		s := &k.slots[c%2]
+		s := &k.slots[c%depth]
 		if k.await(w, s); k.err != nil {
 			break
 		}
 		off := c * chunk
 		k.fail(k.d.CopyHtoD(k.ctx, span.Ptr+cuda.DevicePtr(off), s.mem[:min(chunk, n-off)], s.stream))
-		if c+2 < chunks && k.err == nil {
+		if c+depth < chunks && k.err == nil {
 			k.fail(k.d.StreamSynchronize(k.ctx, s.stream)) // the buffer is free again
 			if k.check(w); k.err == nil {
-				off = (c + 2) * chunk
+				off = (c + depth) * chunk
 				k.post(w, s, backend.OpRead, off, min(chunk, n-off))
 			}
 		}

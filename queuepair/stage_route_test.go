@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/cuda/cudafake"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
@@ -113,6 +114,73 @@ func TestStagedCancelEndsPostWait(t *testing.T) {
 	complete(in, nil)
 	if err := wr2.Wait(ctx); err != nil {
 		t.Fatalf("staged put after a cancelled one: %v", err)
+	}
+	e.qp.Release()
+	e.route.mu.Lock()
+	e.route.all = nil // completed, and reset by Release: nothing for the cleanup to fail
+	e.route.mu.Unlock()
+}
+
+// TestStagedPipelineDepth: a staged Put or Get keeps up to stageDepth of
+// its chunks' inner operations in flight on the route, not one or two: the
+// route's round trip, not the copies, would bound a shallow pipeline. The
+// fake route completes nothing until stageDepth inner operations were
+// posted; then every chunk lands at its offset and the operation succeeds.
+func TestStagedPipelineDepth(t *testing.T) {
+	const chunk = 4096
+	oldChunk := stageChunk
+	stageChunk = chunk
+	t.Cleanup(func() { stageChunk = oldChunk })
+	e := newEnv(t, qpbind.Options{})
+	w := cudafake.NewWorld(cudafake.Config{})
+	d := w.Process()
+	t.Cleanup(func() { d.Close() })
+	e.local.SetCUDA(d, nil)
+	chunks := stageDepth + 3
+	n := uint64(chunks*chunk - 100)
+	dev, err := e.local.AllocateAt(buffer.CUDA(0), n, buffer.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := e.remote.Allocate(n, buffer.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, put := range []bool{true, false} {
+		var wr *WorkRequest
+		if put {
+			wr = e.qp.Put(ctx, dev, rb)
+		} else {
+			wr = e.qp.Get(ctx, dev, rb)
+		}
+		var got []*backend.WorkRequest
+		for len(got) < stageDepth { // all of them before any completes
+			select {
+			case in := <-e.route.posted:
+				got = append(got, in)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("put=%v: %d inner operations posted before any completed, want %d", put, len(got), stageDepth)
+			}
+		}
+		for i := 0; i < chunks; i++ {
+			if i >= len(got) {
+				select {
+				case in := <-e.route.posted:
+					got = append(got, in)
+				case <-time.After(10 * time.Second):
+					t.Fatalf("put=%v: chunk %d never posted", put, i)
+				}
+			}
+			in := got[i]
+			if in.Remote.Offset != rb.Offset+uint64(i*chunk) || in.Remote.Length != min(chunk, n-uint64(i*chunk)) {
+				t.Fatalf("put=%v: inner op %d at %d+%d, want %d+%d", put, i, in.Remote.Offset, in.Remote.Length, rb.Offset+uint64(i*chunk), min(chunk, n-uint64(i*chunk)))
+			}
+			complete(in, nil)
+		}
+		if err := wr.Wait(ctx); err != nil {
+			t.Fatalf("put=%v: %v", put, err)
+		}
 	}
 	e.qp.Release()
 	e.route.mu.Lock()

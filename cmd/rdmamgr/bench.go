@@ -61,8 +61,10 @@ type benchArgs struct {
 	cpuProfile, memProfile string
 	jsonPath               string
 	metricsListen          string
-	memory                 string          // --memory
-	loc                    buffer.Location // --memory, parsed
+	memory                 string           // --memory
+	loc                    buffer.Location  // --memory, parsed
+	peerMemory             string           // --peer-memory
+	peerLoc                *buffer.Location // --peer-memory, parsed; nil: loc
 	bl                     baselineFlags
 	c                      common
 }
@@ -113,6 +115,7 @@ func (a *benchArgs) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed run to this `file`")
 	fs.StringVar(&a.memProfile, "memprofile", "", "write an allocation profile of the run to this `file`")
 	fs.StringVar(&a.memory, "memory", "host", "where the buffers of each end are: host, or cuda[:N] for CUDA device N's memory (GPU buffers: the peer must be a serve --cuda daemon; refused with the reason where this machine has no CUDA driver or device; not with --verify or --baseline)")
+	fs.StringVar(&a.peerMemory, "peer-memory", "", "where the peer's buffer is, if not where --memory says: host or cuda[:N] (GPU to host: --memory cuda --peer-memory host)")
 	a.bl.register(fs)
 	a.c.registerLog(fs, "warn")
 	a.c.registerManager(fs)
@@ -155,7 +158,7 @@ func (a *benchArgs) config() (bench.Config, error) {
 	}
 	return bench.Config{Op: a.op, Size: size, Count: a.count, Concurrency: a.concurrency, Ring: a.ring,
 		Warmup: a.warmup, Verify: a.verify, SharedSlot: a.sharedSlot, SignalEvery: a.signalEvery, MaxErrors: a.maxErrors, ProgressEvery: progressEvery,
-		Memory: a.loc}, nil
+		Memory: a.loc, PeerMemory: a.peerLoc}, nil
 }
 
 // progressEvery is how often the progress line is rewritten.

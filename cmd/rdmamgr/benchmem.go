@@ -8,23 +8,33 @@ import (
 	"github.com/rdmamgr/rdmamgr/internal/cuda"
 )
 
-// checkMemory checks --memory and, for a CUDA device's memory (GPU
-// buffers at each end), that the driver loads and has the device (else it
-// fails with rdmamgr.ErrNotSupported saying why): bench's manager then
-// loads it too (node.Config.CUDA.Open), the queue pair stages the local
-// buffer and the peer, a serve --cuda daemon, its own. Not with --verify
-// (device memory has no host bytes to check) nor --baseline.
+// checkMemory checks --memory and --peer-memory and, for a CUDA device's
+// memory at this end (a GPU buffer), that the driver loads and has the
+// device (else it fails with rdmamgr.ErrNotSupported saying why): bench's
+// manager then loads it too (node.Config.CUDA.Open) and the queue pair
+// stages the local buffer; a peer's GPU buffer is its owner's (a serve
+// --cuda daemon) to stage. Not with --verify (device memory has no host
+// bytes to check) nor --baseline.
 func (a *benchArgs) checkMemory() error {
 	loc, err := buffer.ParseLocation(a.memory)
 	if err != nil {
 		return usagef("--memory: %v", err)
 	}
 	a.loc = loc
+	if a.peerMemory != "" {
+		p, err := buffer.ParseLocation(a.peerMemory)
+		if err != nil {
+			return usagef("--peer-memory: %v", err)
+		}
+		a.peerLoc = &p
+	}
+	for flag, l := range map[string]buffer.Location{"--memory": loc, "--peer-memory": a.peerLocation()} {
+		if l != buffer.Host && (a.verify || a.bl.on) {
+			return usagef("%s %v: not with --verify or --baseline", flag, l)
+		}
+	}
 	if loc == buffer.Host {
 		return nil
-	}
-	if a.verify || a.bl.on {
-		return usagef("--memory %v: not with --verify or --baseline", loc)
 	}
 	d, err := cuda.Open()
 	if err != nil {
@@ -37,6 +47,14 @@ func (a *benchArgs) checkMemory() error {
 	}
 	a.c.cuda = true
 	return nil
+}
+
+// peerLocation is where the peer's buffer is: --peer-memory, else --memory.
+func (a *benchArgs) peerLocation() buffer.Location {
+	if a.peerLoc != nil {
+		return *a.peerLoc
+	}
+	return a.loc
 }
 
 // checkCUDA is serve --cuda's check (on: asked for) that the CUDA driver

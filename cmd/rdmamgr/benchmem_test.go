@@ -8,7 +8,7 @@ import (
 
 // TestBenchMemory: --memory host is the bench as ever (its other checks
 // run), a bad value is a usage error, cuda[:N] is not with --verify or
-// --baseline, and without a driver (no GPU on the machines this runs on)
+// --baseline (nor is a --peer-memory of a device), and without a driver (no GPU on the machines this runs on)
 // it is refused with the reason.
 func TestBenchMemory(t *testing.T) {
 	usageErr([]string{"bench", "--memory", "gpu"}, `--memory: memory "gpu"`).run(t)
@@ -16,6 +16,9 @@ func TestBenchMemory(t *testing.T) {
 	usageErr([]string{"bench", "--memory", "host"}, "--peer is required").run(t)
 	usageErr([]string{"bench", "--memory", "cuda", "--verify", "--peer", "127.0.0.1:1"}, "--memory cuda:0: not with --verify").run(t)
 	usageErr([]string{"bench", "--memory", "cuda", "--baseline"}, "--memory cuda:0: not with --verify or --baseline").run(t)
+	usageErr([]string{"bench", "--peer-memory", "gpu"}, `--peer-memory: memory "gpu"`).run(t)
+	usageErr([]string{"bench", "--peer-memory", "cuda:2", "--verify", "--peer", "127.0.0.1:1"}, "--peer-memory cuda:2: not with --verify").run(t)
+	usageErr([]string{"bench", "--memory", "cuda", "--peer-memory", "host", "--baseline"}, "--memory cuda:0: not with --verify or --baseline").run(t)
 	if d, err := cuda.Open(); err == nil {
 		d.Close()
 		t.Skip("a CUDA driver is present")
