@@ -49,7 +49,8 @@ func (e *entry) tryRef() bool {
 type mapping struct {
 	id   fileID
 	mem  []byte
-	refs int // entries using it; guarded by mapCache.mu
+	refs int     // entries using it; guarded by mapCache.mu
+	pin  hostPin // its registration with a CUDA driver (devpin.go); guarded by mapCache.mu
 }
 
 // hotSize is the number of entries a cache finds without its lock: slot
@@ -121,6 +122,7 @@ func (c *mapCache) gone(e *entry) {
 func (c *mapCache) release(m *mapping) {
 	if m.refs--; m.refs == 0 {
 		delete(c.maps, m.id)
+		m.unpin()
 		unix.Munmap(m.mem)
 	}
 }

@@ -174,6 +174,11 @@ func (r *route) copyDeviceHost(rd *routeDev, e *entry, wr *backend.WorkRequest, 
 		return r.refused(e, wr.Op, st)
 	}
 	var cut uint64
+	if r.pinned(rd, e, n) {
+		err := r.copyPinned(rd, e, wr, s, remote, &cut)
+		r.table.leave(e.slot) // every copy queued was waited for
+		return r.settle(e, wr, n, cut, err)
+	}
 	done := 0
 	move := func(b []byte) error {
 		if done > 0 {

@@ -1,0 +1,152 @@
+//go:build linux
+
+package shm_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/backendtest"
+)
+
+// TestDeviceLocalPinned: a Put from and a Get into the caller's own device
+// memory of at least 1 MiB, to and from a peer's memfd-backed host region,
+// go straight between the device and the mapping once the route has
+// page-locked it (devpin.go): one copy per 4 MiB, none pageable, every
+// byte where it belongs; the mapping is registered once for its regions
+// and unregistered when the route lets it go. A small operation keeps the
+// route's pinned buffers.
+func TestDeviceLocalPinned(t *testing.T) {
+	p, w := devPair(t)
+	const n = 9<<20 + 7 // three chunks of 4 MiB
+	src, err := p.regA.AllocateAt(buffer.CUDA(0), n, buffer.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := p.regA.AllocateAt(buffer.CUDA(0), n, buffer.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, n)
+	backendtest.Random(t, data)
+	setDevice(t, p.regA, src, data)
+	peer, peerBytes := backendtest.Alloc(t, p.regB, n, buffer.AccessReadWrite)
+	base := w.Stats().LiveHost
+
+	// Small first: the route's device (its Stager's two pinned buffers),
+	// and no registration of the mapping.
+	from, _ := src.Slice(0, 4096)
+	if err := p.doDevLocal(t, backend.OpWrite, from, backendtest.Slice(t, peer, 0, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	backendtest.AssertSame(t, "peer after a small put", peerBytes[:4096], data[:4096])
+	st := w.Stats()
+	stager := st.LiveHost - base
+	if stager != 2 {
+		t.Fatalf("host ranges after a small put: %d more, want the Stager's 2", stager)
+	}
+
+	for round := range 2 {
+		before := w.Stats()
+		if err := p.doDevLocal(t, backend.OpWrite, src, peer); err != nil {
+			t.Fatalf("round %d: put: %v", round, err)
+		}
+		backendtest.AssertSame(t, "peer after a put from device memory", peerBytes, data)
+		setDevice(t, p.regA, dst, make([]byte, n))
+		mid := w.Stats()
+		if err := p.doDevLocal(t, backend.OpRead, dst, peer); err != nil {
+			t.Fatalf("round %d: get: %v", round, err)
+		}
+		backendtest.AssertSame(t, "device memory after a get", deviceBytes(t, p.regA, dst), data)
+		after := w.Stats()
+		if d := mid.CopiesDtoH - before.CopiesDtoH; d != 3 {
+			t.Fatalf("round %d: put: %d device-to-host copies, want 3 (straight, 4 MiB each)", round, d)
+		}
+		if d := after.CopiesHtoD - mid.CopiesHtoD; d != 3 {
+			t.Fatalf("round %d: get: %d host-to-device copies, want 3 (straight, 4 MiB each)", round, d)
+		}
+		if live := after.LiveHost - base; live != stager+1 {
+			t.Fatalf("round %d: host ranges %d more, want the Stager's and the mapping's (%d)", round, live, stager+1)
+		}
+	}
+	if st := w.Stats(); st.PageableCopies != 0 || st.FailedCopies != 0 {
+		t.Fatalf("fake driver: %+v", st)
+	}
+	// The owner releases the region: the route lets the mapping go, and
+	// its registration with it.
+	if err := p.regB.Release(context.Background(), peer); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(timeout); w.Stats().LiveHost-base != stager; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("host ranges %d more after the region went, want the Stager's %d", w.Stats().LiveHost-base, stager)
+		}
+	}
+	if err := p.doDevLocal(t, backend.OpWrite, src, peer); !errors.Is(err, rdmamgr.ErrReleased) {
+		t.Fatalf("put to the released region: %v, want ErrReleased", err)
+	}
+}
+
+// TestDevicePinnedRevokeWaits: a Revoke of the peer's host region while a
+// straight copy from device memory into its registered mapping is held on
+// the device returns only once the copy finished; the Put then reports
+// (done, or cut between chunks with ErrRevoked), and no copy runs after
+// Revoke returned.
+func TestDevicePinnedRevokeWaits(t *testing.T) {
+	p, w := devPair(t)
+	const n = 9 << 20
+	src, err := p.regA.AllocateAt(buffer.CUDA(0), n, buffer.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, _ := backendtest.Alloc(t, p.regB, n, buffer.AccessReadWrite)
+	if err := p.doDevLocal(t, backend.OpWrite, src, peer); err != nil {
+		t.Fatal(err) // mapped and registered now
+	}
+	rec := backendtest.NewRecorder(1)
+	wr, release := devLocalWR(t, p.regA, backend.OpWrite, src, peer, rec)
+	defer release()
+	hold := w.Hold()
+	defer hold()
+	if err := p.route.Post(wr); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(timeout); p.b.InFlight() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the put never counted itself in flight")
+		}
+	}
+	cut := make(chan error, 1)
+	go func() { cut <- p.regB.Revoke(context.Background(), peer) }()
+	select {
+	case err := <-cut:
+		t.Fatalf("revoke returned (%v) while a device copy was in flight", err)
+	case <-rec.Results():
+		t.Fatal("the put reported while its copy was held")
+	case <-time.After(50 * time.Millisecond):
+	}
+	hold()
+	if err := <-cut; err != nil {
+		t.Fatal(err)
+	}
+	copied := w.Stats().CopiesDtoH
+	select {
+	case res := <-rec.Results():
+		if res.Err != nil && !errors.Is(res.Err, rdmamgr.ErrRevoked) {
+			t.Fatalf("put cut mid-copy: %v", res.Err)
+		}
+	case <-time.After(timeout):
+		t.Fatal("the put never reported")
+	}
+	if now := w.Stats().CopiesDtoH; now != copied {
+		t.Fatalf("%d device copies after revoke returned", now-copied)
+	}
+	if err := p.doDevLocal(t, backend.OpWrite, src, peer); !errors.Is(err, rdmamgr.ErrRevoked) {
+		t.Fatalf("put after revoke: %v, want ErrRevoked", err)
+	}
+}
