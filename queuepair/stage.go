@@ -48,7 +48,8 @@ const (
 
 // stageChunk is the size of one staging buffer, and stageDepth the
 // buffers of a worker (a test may change them before the queue pair's
-// first staged operation).
+// first staged operation). stageChunk stays below memreg.HostPinMin: the
+// workers page-lock their buffers themselves (bind).
 var (
 	stageChunk = uint64(cuda.StageChunk)
 	stageDepth = 8

@@ -10,6 +10,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/cuda"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 	rdmapb "github.com/rdmamgr/rdmamgr/proto"
 )
 
@@ -185,6 +186,11 @@ func (r *route) copyDevice(e *entry, wr *backend.WorkRequest) error {
 		return r.refused(e, wr.Op, st)
 	}
 	var cut uint64
+	if lr, ok := wr.LocalRegion.(*memreg.Region); ok && lr.HostPinned() && n >= pinMin {
+		err := r.copyLocalPinned(e, wr, &cut)
+		r.table.leave(e.slot) // every copy queued was waited for
+		return r.settle(e, wr, n, cut, err)
+	}
 	done := 0
 	// Between chunks (the first one excepted): the operation's end, the
 	// region's state. Nothing queued is recalled: the Stager returns once

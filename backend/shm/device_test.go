@@ -359,7 +359,7 @@ func TestDeviceEvictedCloses(t *testing.T) {
 // back to zero by then, and the route goes on.
 func TestDeviceCancelWaitsForQueuedCopy(t *testing.T) {
 	p, w := devPair(t)
-	const n = 4 << 20
+	const n = 9 << 20 // chunks of 1 MiB (the Stager's) or 4 MiB (page-locked memory: devpin.go)
 	ha, la := backendtest.Alloc(t, p.regA, n, buffer.AccessReadWrite)
 	hb, err := p.regB.AllocateAt(buffer.CUDA(0), n, buffer.AccessReadWrite)
 	if err != nil {

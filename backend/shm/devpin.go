@@ -17,6 +17,9 @@ import (
 // HostRegister): one DMA per chunk, as the vendor's pinned copies, where
 // the Stager's way is a device copy into a pinned buffer and a CPU copy
 // from it (about 10 GB/s on one core, against some 50 over PCIe Gen5).
+// The other way round, the caller's host memory moved to or from a peer's
+// device region opened through IPC (copyDevice) goes straight when the
+// caller's registry page-locked that memory (memreg.HostPinMin).
 // A mapping is registered on the first such operation of at least pinMin
 // bytes through it, if it is no larger than pinMax, once per mapping (its
 // regions share it), and unregistered just before it is unmapped
@@ -109,6 +112,38 @@ func (r *route) copyPinned(rd *routeDev, e *entry, wr *backend.WorkRequest, s *m
 			err = rd.d.CopyDtoH(rd.ctx, remote[done:done+k], s.Ptr+cuda.DevicePtr(done), rd.stream)
 		} else {
 			err = rd.d.CopyHtoD(rd.ctx, s.Ptr+cuda.DevicePtr(done), remote[done:done+k], rd.stream)
+		}
+		if err == nil {
+			err = rd.d.StreamSynchronize(rd.ctx, rd.stream)
+		}
+		if err != nil {
+			return err
+		}
+		done += k
+	}
+	return nil
+}
+
+// copyLocalPinned moves wr's local host bytes, page-locked by the local
+// registry, to or from e's device region opened through IPC, in chunks
+// of pinChunk on the route's stream for that device, each waited for
+// before the check of the operation's end and the slot's state; the slot
+// is entered already, and cut set where it was cut.
+func (r *route) copyLocalPinned(e *entry, wr *backend.WorkRequest, cut *uint64) error {
+	rd, ptr := e.dev.rd, e.dev.ptr+cuda.DevicePtr(wr.Remote.Offset)
+	n := uint64(len(wr.Local))
+	for done := uint64(0); done < n; {
+		if done > 0 {
+			if err := r.checkChunk(e, wr, cut); err != nil {
+				return err
+			}
+		}
+		k := min(pinChunk, n-done)
+		var err error
+		if wr.Op == backend.OpWrite {
+			err = rd.d.CopyHtoD(rd.ctx, ptr+cuda.DevicePtr(done), wr.Local[done:done+k], rd.stream)
+		} else {
+			err = rd.d.CopyDtoH(rd.ctx, wr.Local[done:done+k], ptr+cuda.DevicePtr(done), rd.stream)
 		}
 		if err == nil {
 			err = rd.d.StreamSynchronize(rd.ctx, rd.stream)

@@ -12,6 +12,7 @@ import (
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/buffer"
 	"github.com/rdmamgr/rdmamgr/internal/backendtest"
+	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
 // TestDeviceLocalPinned: a Put from and a Get into the caller's own device
@@ -35,8 +36,12 @@ func TestDeviceLocalPinned(t *testing.T) {
 	data := make([]byte, n)
 	backendtest.Random(t, data)
 	setDevice(t, p.regA, src, data)
+	before := w.Stats().LiveHost
 	peer, peerBytes := backendtest.Alloc(t, p.regB, n, buffer.AccessReadWrite)
 	base := w.Stats().LiveHost
+	if owner := base - before; owner != 1 {
+		t.Fatalf("the owner's region of %d bytes: %d host ranges registered, want 1 (memreg.HostPinMin)", n, owner)
+	}
 
 	// Small first: the route's device (its Stager's two pinned buffers),
 	// and no registration of the mapping.
@@ -78,13 +83,13 @@ func TestDeviceLocalPinned(t *testing.T) {
 		t.Fatalf("fake driver: %+v", st)
 	}
 	// The owner releases the region: the route lets the mapping go, and
-	// its registration with it.
+	// its registration with it; the owner unregisters its own.
 	if err := p.regB.Release(context.Background(), peer); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(timeout); w.Stats().LiveHost-base != stager; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(timeout); w.Stats().LiveHost-before != stager; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("host ranges %d more after the region went, want the Stager's %d", w.Stats().LiveHost-base, stager)
+			t.Fatalf("host ranges %d more after the region went, want the Stager's %d", w.Stats().LiveHost-before, stager)
 		}
 	}
 	if err := p.doDevLocal(t, backend.OpWrite, src, peer); !errors.Is(err, rdmamgr.ErrReleased) {
@@ -148,5 +153,61 @@ func TestDevicePinnedRevokeWaits(t *testing.T) {
 	}
 	if err := p.doDevLocal(t, backend.OpWrite, src, peer); !errors.Is(err, rdmamgr.ErrRevoked) {
 		t.Fatalf("put after revoke: %v, want ErrRevoked", err)
+	}
+}
+
+// TestHostPinnedToDevice: a registry with a CUDA driver page-locks its
+// host regions of memreg.HostPinMin bytes or more at allocation (not the
+// smaller ones), and unlocks them when they go; a Put from and a Get into
+// such memory, to and from a peer's device region opened through IPC, go
+// straight between the caller's memory and the device (one copy per
+// 4 MiB, none pageable), every byte where it belongs.
+func TestHostPinnedToDevice(t *testing.T) {
+	p, w := devPair(t)
+	const n = 9<<20 + 5
+	before := w.Stats().LiveHost
+	small, _ := backendtest.Alloc(t, p.regA, memreg.HostPinMin/2, buffer.AccessReadWrite)
+	if d := w.Stats().LiveHost - before; d != 0 {
+		t.Fatalf("a region of %d bytes: %d host ranges registered, want none", memreg.HostPinMin/2, d)
+	}
+	ha, la := backendtest.Alloc(t, p.regA, n, buffer.AccessReadWrite)
+	if d := w.Stats().LiveHost - before; d != 1 {
+		t.Fatalf("a region of %d bytes: %d host ranges registered, want 1", n, d)
+	}
+	hb, err := p.regB.AllocateAt(buffer.CUDA(0), n, buffer.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backendtest.Random(t, la)
+	want := append([]byte(nil), la...)
+	st0 := w.Stats()
+	if err := p.do(t, backend.OpWrite, ha, hb); err != nil {
+		t.Fatal(err)
+	}
+	backendtest.AssertSame(t, "device region after a put", deviceBytes(t, p.regB, hb), want)
+	clear(la)
+	st1 := w.Stats()
+	if err := p.do(t, backend.OpRead, ha, hb); err != nil {
+		t.Fatal(err)
+	}
+	backendtest.AssertSame(t, "host memory after a get", la, want)
+	st2 := w.Stats()
+	// deviceBytes' own read is one device-to-host copy.
+	if d := st1.CopiesHtoD - st0.CopiesHtoD; d != 3 {
+		t.Fatalf("put: %d host-to-device copies, want 3 (straight, 4 MiB each)", d)
+	}
+	if d := st2.CopiesDtoH - st1.CopiesDtoH; d != 3 {
+		t.Fatalf("get: %d device-to-host copies, want 3 (straight, 4 MiB each)", d)
+	}
+	if st2.PageableCopies != 0 || st2.FailedCopies != 0 {
+		t.Fatalf("fake driver: %+v", st2)
+	}
+	for _, b := range []buffer.Buffer{small, ha} {
+		if err := p.regA.Release(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := st2.LiveHost - w.Stats().LiveHost; d != 1 {
+		t.Fatalf("after the regions went: %d host ranges unregistered, want the page-locked region's 1", d)
 	}
 }

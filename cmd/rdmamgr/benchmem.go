@@ -13,7 +13,9 @@ import (
 // device (else it fails with rdmamgr.ErrNotSupported saying why): bench's
 // manager then loads it too (node.Config.CUDA.Open) and the queue pair
 // stages the local buffer; a peer's GPU buffer is its owner's (a serve
-// --cuda daemon) to stage. Not with --verify (device memory has no host
+// --cuda daemon) to stage, or, where this machine has a driver too,
+// shm's to open through CUDA IPC (host memory here then page-locked with
+// it: memreg.HostPinMin). Not with --verify (device memory has no host
 // bytes to check) nor --baseline.
 func (a *benchArgs) checkMemory() error {
 	loc, err := buffer.ParseLocation(a.memory)
@@ -34,6 +36,9 @@ func (a *benchArgs) checkMemory() error {
 		}
 	}
 	if loc == buffer.Host {
+		if a.peerLocation() != buffer.Host {
+			a.c.cuda = cudaHere() // shm then opens the peer's GPU buffer through CUDA IPC; else its owner stages it
+		}
 		return nil
 	}
 	d, err := cuda.Open()
@@ -47,6 +52,18 @@ func (a *benchArgs) checkMemory() error {
 	}
 	a.c.cuda = true
 	return nil
+}
+
+// cudaHere reports whether this machine's CUDA driver loads and names a
+// device.
+func cudaHere() bool {
+	d, err := cuda.Open()
+	if err != nil {
+		return false
+	}
+	defer d.Close()
+	n, err := d.DeviceCount()
+	return err == nil && n > 0
 }
 
 // peerLocation is where the peer's buffer is: --peer-memory, else --memory.

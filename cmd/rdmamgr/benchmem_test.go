@@ -25,6 +25,10 @@ func TestBenchMemory(t *testing.T) {
 	}
 	cliCase{args: []string{"bench", "--peer", "127.0.0.1:1", "--memory", "cuda:1"}, code: 1,
 		stderrHas: []string{"bench --memory cuda:1", "libcuda.so.1", "not supported"}, stdoutNone: true}.run(t)
+	// A peer's GPU buffer needs no driver here: the run gets as far as the
+	// peer (none listens there).
+	cliCase{args: []string{"bench", "--peer", "127.0.0.1:1", "--peer-memory", "cuda", "--timeout", "5s"}, code: 1,
+		stderrHas: []string{"127.0.0.1:1"}, stderrNot: []string{"libcuda"}, stdoutNone: true}.run(t)
 }
 
 // TestServeCUDA: serve --cuda without a CUDA driver refuses to start,

@@ -123,6 +123,11 @@
 // reuse); the pools and the primary contexts go once the registry is
 // closed and its last device region freed.
 //
+// With a driver, a host region of its own of HostPinMin bytes or more is
+// page-locked with it (hostpin.go: HostRegister before the region is
+// visible, HostUnregister after it drained), so a device copy DMAs
+// straight from or to it (Region.HostPinned; shm's CUDA IPC path).
+//
 // # Registration cache
 //
 // Register of caller memory that is already registered, with the same

@@ -157,9 +157,11 @@ func (g *Registry) add(r *Region) (*Region, error) {
 			return nil, fmt.Errorf("backend register: %w", err)
 		}
 	}
+	g.pinHost(r)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
+		g.unpinHost(r)
 		undo(hooks)
 		return nil, rdmamgr.ErrClosed
 	}
@@ -263,6 +265,7 @@ func (g *Registry) free(r *Region) {
 	for _, h := range hooks {
 		_ = h.DeregisterRegion(r)
 	}
+	g.unpinHost(r)
 	switch {
 	case r.kind == KindDevice:
 		g.freeDevice(r)
