@@ -37,7 +37,8 @@
 // the pool and the stager, all tested without a GPU: TestMockDriver runs
 // the real cgo path (dlopen, the symbol names the shim asks for, argument order, context,
 // flags) against testdata/mockcuda.c built as libcuda.so.1; TestOpen runs
-// a round trip on a real GPU where one exists and has not run on one yet.
+// a round trip on a real GPU where one exists (it passed on an H100,
+// 2026-11-27, with test/gpu's cross-process suite).
 // Users: memreg's device regions (RequestBuffer with actor.WithDevice,
 // handles with a Location), the TCP server's staging (backend/tcp
 // stage.go), shm's CUDA IPC (the owner exports an own allocation's
