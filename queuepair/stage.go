@@ -48,8 +48,9 @@ const (
 
 // stageChunk is the size of one staging buffer, and stageDepth the
 // buffers of a worker (a test may change them before the queue pair's
-// first staged operation). stageChunk stays below memreg.HostPinMin: the
-// workers page-lock their buffers themselves (bind).
+// first staged operation). The workers page-lock their buffers
+// themselves (bind); nothing else does (memreg.PinHost is shm's, for
+// regions of 1 MiB or more).
 var (
 	stageChunk = uint64(cuda.StageChunk)
 	stageDepth = 8

@@ -50,7 +50,7 @@ type mapping struct {
 	id   fileID
 	mem  []byte
 	refs int     // entries using it; guarded by mapCache.mu
-	pin  hostPin // its registration with a CUDA driver (devpin.go); guarded by mapCache.mu
+	pin  hostPin // its registration with a CUDA driver (devpin.go: the copier makes it, release undoes it)
 }
 
 // hotSize is the number of entries a cache finds without its lock: slot
@@ -64,6 +64,9 @@ type mapCache struct {
 	max  int
 	gate *refgate.Gate // the route's: each entry is one user of it
 	hot  [hotSize]atomic.Pointer[entry]
+	// pinned counts the bytes of the mappings registered with the CUDA
+	// driver (devpin.go), against pinBudget.
+	pinned atomic.Int64
 
 	mu      sync.RWMutex // guards the fields below
 	entries map[uint64]*entry
@@ -122,7 +125,7 @@ func (c *mapCache) gone(e *entry) {
 func (c *mapCache) release(m *mapping) {
 	if m.refs--; m.refs == 0 {
 		delete(c.maps, m.id)
-		m.unpin()
+		m.unpin(c)
 		unix.Munmap(m.mem)
 	}
 }

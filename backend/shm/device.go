@@ -186,7 +186,7 @@ func (r *route) copyDevice(e *entry, wr *backend.WorkRequest) error {
 		return r.refused(e, wr.Op, st)
 	}
 	var cut uint64
-	if lr, ok := wr.LocalRegion.(*memreg.Region); ok && lr.HostPinned() && n >= pinMin {
+	if lr, ok := wr.LocalRegion.(*memreg.Region); ok && n >= pinMin && r.b.reg.PinHost(lr, e.dev.rd.dev) {
 		err := r.copyLocalPinned(e, wr, &cut)
 		r.table.leave(e.slot) // every copy queued was waited for
 		return r.settle(e, wr, n, cut, err)

@@ -39,8 +39,8 @@ func TestDeviceLocalPinned(t *testing.T) {
 	before := w.Stats().LiveHost
 	peer, peerBytes := backendtest.Alloc(t, p.regB, n, buffer.AccessReadWrite)
 	base := w.Stats().LiveHost
-	if owner := base - before; owner != 1 {
-		t.Fatalf("the owner's region of %d bytes: %d host ranges registered, want 1 (memreg.HostPinMin)", n, owner)
+	if owner := base - before; owner != 0 {
+		t.Fatalf("the owner's region of %d bytes: %d host ranges registered at allocation, want none (memreg.PinHost pins on a device copy)", n, owner)
 	}
 
 	// Small first: the route's device (its Stager's two pinned buffers),
@@ -156,27 +156,39 @@ func TestDevicePinnedRevokeWaits(t *testing.T) {
 	}
 }
 
-// TestHostPinnedToDevice: a registry with a CUDA driver page-locks its
-// host regions of memreg.HostPinMin bytes or more at allocation (not the
-// smaller ones), and unlocks them when they go; a Put from and a Get into
-// such memory, to and from a peer's device region opened through IPC, go
-// straight between the caller's memory and the device (one copy per
-// 4 MiB, none pageable), every byte where it belongs.
+// TestHostPinnedToDevice: a Put from and a Get into the caller's host
+// memory of memreg.HostPinMin bytes or more, to and from a peer's device
+// region opened through IPC, page-lock that memory (memreg.PinHost, on
+// the first such copy) and go straight between it and the device (one
+// copy per 4 MiB, none pageable), every byte where it belongs; a smaller
+// region is not locked; the registration goes with the region.
 func TestHostPinnedToDevice(t *testing.T) {
 	p, w := devPair(t)
 	const n = 9<<20 + 5
 	before := w.Stats().LiveHost
-	small, _ := backendtest.Alloc(t, p.regA, memreg.HostPinMin/2, buffer.AccessReadWrite)
-	if d := w.Stats().LiveHost - before; d != 0 {
-		t.Fatalf("a region of %d bytes: %d host ranges registered, want none", memreg.HostPinMin/2, d)
-	}
+	small, ls := backendtest.Alloc(t, p.regA, memreg.HostPinMin/2, buffer.AccessReadWrite)
 	ha, la := backendtest.Alloc(t, p.regA, n, buffer.AccessReadWrite)
-	if d := w.Stats().LiveHost - before; d != 1 {
-		t.Fatalf("a region of %d bytes: %d host ranges registered, want 1", n, d)
+	if d := w.Stats().LiveHost - before; d != 0 {
+		t.Fatalf("host regions: %d ranges registered at allocation, want none", d)
+	}
+	pinned := func(b buffer.Buffer) bool {
+		ref, err := p.regA.AcquireLocalOf(&b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ref.Release()
+		return ref.Region().HostPinned()
 	}
 	hb, err := p.regB.AllocateAt(buffer.CUDA(0), n, buffer.AccessReadWrite)
 	if err != nil {
 		t.Fatal(err)
+	}
+	backendtest.Random(t, ls)
+	if err := p.do(t, backend.OpWrite, small, backendtest.Slice(t, hb, 0, len(ls))); err != nil {
+		t.Fatal(err)
+	}
+	if pinned(small) {
+		t.Fatalf("a region of %d bytes was page-locked", len(ls))
 	}
 	backendtest.Random(t, la)
 	want := append([]byte(nil), la...)
@@ -185,6 +197,9 @@ func TestHostPinnedToDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	backendtest.AssertSame(t, "device region after a put", deviceBytes(t, p.regB, hb), want)
+	if !pinned(ha) {
+		t.Fatal("the region was not page-locked by its first device copy")
+	}
 	clear(la)
 	st1 := w.Stats()
 	if err := p.do(t, backend.OpRead, ha, hb); err != nil {
@@ -199,6 +214,9 @@ func TestHostPinnedToDevice(t *testing.T) {
 	if d := st2.CopiesDtoH - st1.CopiesDtoH; d != 3 {
 		t.Fatalf("get: %d device-to-host copies, want 3 (straight, 4 MiB each)", d)
 	}
+	if d := st2.LiveHost - st1.LiveHost; d != 0 {
+		t.Fatalf("the second copy registered %d more host ranges, want none (once per region)", d)
+	}
 	if st2.PageableCopies != 0 || st2.FailedCopies != 0 {
 		t.Fatalf("fake driver: %+v", st2)
 	}
@@ -209,5 +227,44 @@ func TestHostPinnedToDevice(t *testing.T) {
 	}
 	if d := st2.LiveHost - w.Stats().LiveHost; d != 1 {
 		t.Fatalf("after the regions went: %d host ranges unregistered, want the page-locked region's 1", d)
+	}
+}
+
+// TestPinnedMappingProxyOutlivesRoute: a peer's mapping page-locked by a
+// device copy and still held by an agent's proxy when the route closes is
+// unlocked at the route's Close, before the route's devices (whose
+// context the registration was made in) go; the proxy's gate, closed
+// later, lets the mapping go without a second unlock.
+func TestPinnedMappingProxyOutlivesRoute(t *testing.T) {
+	p, w := devPair(t)
+	const n = 9 << 20
+	before := w.Stats().LiveHost
+	src, err := p.regA.AllocateAt(buffer.CUDA(0), n, buffer.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, _ := backendtest.Alloc(t, p.regB, n, buffer.AccessReadWrite)
+	if err := p.doDevLocal(t, backend.OpWrite, src, peer); err != nil {
+		t.Fatal(err)
+	}
+	if d := w.Stats().LiveHost - before; d != 3 {
+		t.Fatalf("%d host ranges registered, want the mapping's and the Stager's 2", d)
+	}
+	px := p.route.(interface {
+		MapProxy(context.Context, uint64, buffer.Key, buffer.Access) ([]byte, memreg.Gate, error)
+	})
+	_, gate, err := px.MapProxy(context.Background(), peer.Region, peer.Key, buffer.AccessRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.route.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := w.Stats().LiveHost - before; d != 0 {
+		t.Fatalf("after the route's Close: %d host ranges still registered (the proxy holds the mapping)", d)
+	}
+	gate.(memreg.GateCloser).Close()
+	if st := w.Stats(); st.LiveHost != before || st.FailedCopies != 0 {
+		t.Fatalf("after the proxy's gate closed: %+v", st)
 	}
 }

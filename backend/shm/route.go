@@ -135,6 +135,7 @@ func (r *route) Close() error {
 		r.gate.Close()
 		r.cache.close() // the mappings go with their last copies, and then the gate drains
 		<-r.gate.Drained()
+		r.cache.unpinAll()    // mappings a proxy still holds: before their registrations' contexts go
 		r.closeDevices()      // every IPC mapping closed with its entry
 		coarseclock.Release() // no copy runs any more
 		r.table.release()     // unmapped now, or by the last proxy gate's Close

@@ -15,7 +15,7 @@ import (
 // stages the local buffer; a peer's GPU buffer is its owner's (a serve
 // --cuda daemon) to stage, or, where this machine has a driver too,
 // shm's to open through CUDA IPC (host memory here then page-locked with
-// it: memreg.HostPinMin). Not with --verify (device memory has no host
+// it on the first copy: memreg.PinHost). Not with --verify (device memory has no host
 // bytes to check) nor --baseline.
 func (a *benchArgs) checkMemory() error {
 	loc, err := buffer.ParseLocation(a.memory)

@@ -123,10 +123,11 @@
 // reuse); the pools and the primary contexts go once the registry is
 // closed and its last device region freed.
 //
-// With a driver, a host region of its own of HostPinMin bytes or more is
-// page-locked with it (hostpin.go: HostRegister before the region is
-// visible, HostUnregister after it drained), so a device copy DMAs
-// straight from or to it (Region.HostPinned; shm's CUDA IPC path).
+// With a driver, a host region of its own of HostPinMin to HostPinMax
+// bytes is page-locked with it on a data path's first device copy
+// (PinHost, hostpin.go; shm's CUDA IPC path), so the copy DMAs straight
+// from or to it; the registration is undone after the region drained and
+// before Revoke moves its pages.
 //
 // # Registration cache
 //

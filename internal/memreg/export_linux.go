@@ -93,6 +93,7 @@ func (g *Registry) move(ctx context.Context, r *Region, mem []byte) (int, error)
 		}
 		time.Sleep(d)
 	}
+	r.unpinHost() // the registration would stay with the old pages; a device copy pins the new ones again
 	fd, err := unix.MemfdCreate("rdmamgr-region", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return -1, fmt.Errorf("memfd_create: %w", err)

@@ -67,10 +67,9 @@ type Region struct {
 	lease atomic.Int64
 
 	pinner runtime.Pinner // KindUser only; touched by Registry under its lock
-	// hostPin is the device pool whose context page-locked this host
-	// region with the CUDA driver (hostpin.go); set before the region is
-	// visible, cleared after it drained.
-	hostPin *devicePool
+	// pin is the region's registration with the CUDA driver, made on a
+	// data path's first device copy (hostpin.go).
+	pin hostPin
 
 	// gate admits the users of a proxy region (KindProxy; nil otherwise):
 	// every Ref of it entered the gate. Written once before the region is

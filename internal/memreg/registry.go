@@ -157,11 +157,9 @@ func (g *Registry) add(r *Region) (*Region, error) {
 			return nil, fmt.Errorf("backend register: %w", err)
 		}
 	}
-	g.pinHost(r)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
-		g.unpinHost(r)
 		undo(hooks)
 		return nil, rdmamgr.ErrClosed
 	}
@@ -265,7 +263,7 @@ func (g *Registry) free(r *Region) {
 	for _, h := range hooks {
 		_ = h.DeregisterRegion(r)
 	}
-	g.unpinHost(r)
+	r.unpinHost()
 	switch {
 	case r.kind == KindDevice:
 		g.freeDevice(r)
