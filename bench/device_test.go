@@ -19,22 +19,7 @@ import (
 func TestRunDeviceMemory(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w := cudafake.NewWorld(cudafake.Config{DeviceMemory: 256 << 20})
-	var ns [2]*node.Node
-	for i := range ns {
-		d := w.Process()
-		n, err := node.Start(ctx, node.Config{Backend: backend.KindTCP, CUDA: node.CUDAConfig{Driver: d}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := n.Close(); err != nil {
-				t.Errorf("close: %v", err)
-			}
-			d.Close()
-		})
-		ns[i] = n
-	}
+	w, ns := deviceNodes(ctx, t)
 	peer := ns[0].ClientOf(ns[1].Addr(), "")
 	const size = 600 << 10
 	for _, ring := range []bool{false, true} {
@@ -67,22 +52,7 @@ func TestRunDeviceMemory(t *testing.T) {
 func TestRunPeerMemory(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w := cudafake.NewWorld(cudafake.Config{DeviceMemory: 256 << 20})
-	var ns [2]*node.Node
-	for i := range ns {
-		d := w.Process()
-		n, err := node.Start(ctx, node.Config{Backend: backend.KindTCP, CUDA: node.CUDAConfig{Driver: d}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := n.Close(); err != nil {
-				t.Errorf("close: %v", err)
-			}
-			d.Close()
-		})
-		ns[i] = n
-	}
+	w, ns := deviceNodes(ctx, t)
 	peer := ns[0].ClientOf(ns[1].Addr(), "")
 	const size, count, warmup = 600 << 10, 10, 2
 	host, dev := buffer.Host, buffer.CUDA(0)
@@ -104,4 +74,26 @@ func TestRunPeerMemory(t *testing.T) {
 			}
 		}
 	}
+}
+
+// deviceNodes starts two TCP nodes, each a process of one fake CUDA host.
+func deviceNodes(ctx context.Context, t *testing.T) (*cudafake.World, [2]*node.Node) {
+	t.Helper()
+	w := cudafake.NewWorld(cudafake.Config{DeviceMemory: 256 << 20})
+	var ns [2]*node.Node
+	for i := range ns {
+		d := w.Process()
+		n, err := node.Start(ctx, node.Config{Backend: backend.KindTCP, CUDA: node.CUDAConfig{Driver: d}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := n.Close(); err != nil {
+				t.Errorf("close: %v", err)
+			}
+			d.Close()
+		})
+		ns[i] = n
+	}
+	return w, ns
 }

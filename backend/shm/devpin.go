@@ -104,43 +104,25 @@ func (m *mapping) unpin(c *mapCache) {
 }
 
 // copyPinned moves remote, wr's bytes of e's registered mapping, to or
-// from the caller's device memory s in chunks of pinChunk on rd's stream,
-// each waited for before the check of the operation's end and the slot's
-// state; the slot is entered already, and cut set where it was cut.
+// from the caller's device memory s (the slot is entered already; cut is
+// set where it was cut).
 func (r *route) copyPinned(rd *routeDev, e *entry, wr *backend.WorkRequest, s *memreg.DeviceSpan, remote []byte, cut *uint64) error {
-	n := uint64(len(remote))
-	for done := uint64(0); done < n; {
-		if done > 0 {
-			if err := r.checkChunk(e, wr, cut); err != nil {
-				return err
-			}
-		}
-		k := min(pinChunk, n-done)
-		var err error
-		if wr.Op == backend.OpWrite {
-			err = rd.d.CopyDtoH(rd.ctx, remote[done:done+k], s.Ptr+cuda.DevicePtr(done), rd.stream)
-		} else {
-			err = rd.d.CopyHtoD(rd.ctx, s.Ptr+cuda.DevicePtr(done), remote[done:done+k], rd.stream)
-		}
-		if err == nil {
-			err = rd.d.StreamSynchronize(rd.ctx, rd.stream)
-		}
-		if err != nil {
-			return err
-		}
-		done += k
-	}
-	return nil
+	return r.copyStraight(rd, e, wr, remote, s.Ptr, wr.Op == backend.OpRead, cut)
 }
 
 // copyLocalPinned moves wr's local host bytes, page-locked by the local
-// registry, to or from e's device region opened through IPC, in chunks
-// of pinChunk on the route's stream for that device, each waited for
-// before the check of the operation's end and the slot's state; the slot
-// is entered already, and cut set where it was cut.
+// registry, to or from e's device region opened through IPC.
 func (r *route) copyLocalPinned(e *entry, wr *backend.WorkRequest, cut *uint64) error {
-	rd, ptr := e.dev.rd, e.dev.ptr+cuda.DevicePtr(wr.Remote.Offset)
-	n := uint64(len(wr.Local))
+	ptr := e.dev.ptr + cuda.DevicePtr(wr.Remote.Offset)
+	return r.copyStraight(e.dev.rd, e, wr, wr.Local, ptr, wr.Op == backend.OpWrite, cut)
+}
+
+// copyStraight copies page-locked host to device memory at dev (toDevice)
+// or back, in chunks of pinChunk on rd's stream, each waited for before
+// the check of the operation's end and e's slot's state (entered by the
+// caller; cut set where it was cut).
+func (r *route) copyStraight(rd *routeDev, e *entry, wr *backend.WorkRequest, host []byte, dev cuda.DevicePtr, toDevice bool, cut *uint64) error {
+	n := uint64(len(host))
 	for done := uint64(0); done < n; {
 		if done > 0 {
 			if err := r.checkChunk(e, wr, cut); err != nil {
@@ -149,10 +131,10 @@ func (r *route) copyLocalPinned(e *entry, wr *backend.WorkRequest, cut *uint64) 
 		}
 		k := min(pinChunk, n-done)
 		var err error
-		if wr.Op == backend.OpWrite {
-			err = rd.d.CopyHtoD(rd.ctx, ptr+cuda.DevicePtr(done), wr.Local[done:done+k], rd.stream)
+		if toDevice {
+			err = rd.d.CopyHtoD(rd.ctx, dev+cuda.DevicePtr(done), host[done:done+k], rd.stream)
 		} else {
-			err = rd.d.CopyDtoH(rd.ctx, wr.Local[done:done+k], ptr+cuda.DevicePtr(done), rd.stream)
+			err = rd.d.CopyDtoH(rd.ctx, host[done:done+k], dev+cuda.DevicePtr(done), rd.stream)
 		}
 		if err == nil {
 			err = rd.d.StreamSynchronize(rd.ctx, rd.stream)
