@@ -201,10 +201,17 @@
 // closed (cuIpcCloseMemHandle) when its entry's last reference goes:
 // evicted, cut (msgGone), refused by its slot's state, or the route's
 // end. Puts and Gets between the caller's host memory and it run on the
-// route's copier, never inline, staged through the route's two pinned
-// buffers of 1 MiB per device (cuda.Stager: the next chunk's
+// route's copier, never inline: from 1 MiB on straight between the
+// caller's memory, page-locked by its registry on the first such copy
+// (memreg.PinHost), and the device, 4 MiB per DMA (devpin.go); smaller
+// ones, or memory the driver would not lock, staged through the route's
+// two pinned buffers of 1 MiB per device (cuda.Stager: the next chunk's
 // asynchronous copy runs on its own stream while this chunk is moved
-// between the caller's memory and the pinned buffer). The copy counts
+// between the caller's memory and the pinned buffer). The caller's own
+// device memory and a peer's memfd-backed host region go the same ways:
+// straight once the route page-locked its mapping of that memfd (on the
+// first copy of 1 MiB or more, at most 8 GiB of mappings per route,
+// unlocked before the unmap and at the route's end), else staged. The copy counts
 // itself in the slot's in-flight count before the first copy is queued
 // and leaves only after the Stager returned, that is after the streams
 // said every queued copy finished: the owner's Revoke and Release wait
