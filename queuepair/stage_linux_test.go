@@ -233,7 +233,9 @@ func TestStagedNeighbours(t *testing.T) {
 // of copies and the device bytes stay as they were. The staging buffers
 // then serve the next operation.
 func TestStagedCancelWaits(t *testing.T) {
-	const n = 8 * stageChunk
+	// More chunks than a pipeline's buffers (8): it must wait for the held
+	// copy before it reuses the first one.
+	const n = 24 * stageChunk
 	htod := make(chan struct{}, 1)
 	e := newStageEnvOn(t, n, func(d *cudafake.Driver) cuda.Driver { return &queuedDriver{Driver: d, htod: htod} })
 	ctx := context.Background()
@@ -251,7 +253,8 @@ func TestStagedCancelWaits(t *testing.T) {
 	w := e.qp.Get(ctx, e.dev, e.remote)
 	// The first inner Get lands and its copy to the device is queued,
 	// held: the pipeline waits for it before it reuses its buffer, so the
-	// Get cannot finish.
+	// Get cannot finish (with no more chunks than buffers every copy could
+	// be queued before the cancel, and the Get would be done).
 	<-htod
 	cancelled := make(chan error, 1)
 	go func() { cancelled <- w.Cancel() }()

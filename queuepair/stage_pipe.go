@@ -57,6 +57,9 @@ func (k *stageWorker) get(w *WorkRequest, span memreg.DeviceSpan) {
 		if k.await(w, s); k.err != nil {
 			break
 		}
+		if k.check(w); k.err != nil { // a cancel between chunks: no more device copies
+			break
+		}
 		off := c * chunk
 		k.fail(k.d.CopyHtoD(k.ctx, span.Ptr+cuda.DevicePtr(off), s.mem[:min(chunk, n-off)], s.stream))
 		if c+depth < chunks && k.err == nil {

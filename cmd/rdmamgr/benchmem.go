@@ -30,9 +30,12 @@ func (a *benchArgs) checkMemory() error {
 		}
 		a.peerLoc = &p
 	}
-	for flag, l := range map[string]buffer.Location{"--memory": loc, "--peer-memory": a.peerLocation()} {
-		if l != buffer.Host && (a.verify || a.bl.on) {
-			return usagef("%s %v: not with --verify or --baseline", flag, l)
+	for _, f := range []struct {
+		flag string
+		loc  buffer.Location
+	}{{"--memory", loc}, {"--peer-memory", a.peerLocation()}} {
+		if f.loc != buffer.Host && (a.verify || a.bl.on) {
+			return usagef("%s %v: not with --verify or --baseline", f.flag, f.loc)
 		}
 	}
 	if loc == buffer.Host {
