@@ -14,7 +14,8 @@ import (
 )
 
 // The steady-state data path allocates nothing per operation: a reused
-// WorkRequest, a pooled op, batched writev on both sides.
+// WorkRequest (which keeps its op from its second post on), batched writev
+// on both sides.
 func TestSteadyStateAllocs(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("allocation count (sync.Pool drops items at random under -race)")
