@@ -181,11 +181,7 @@ func TestDeviceRevokeWaitsForStalledCopy(t *testing.T) {
 			if err := p.route.Post(wr); err != nil {
 				t.Fatal(err)
 			}
-			for deadline := time.Now().Add(timeout); p.b.InFlight() == 0; time.Sleep(time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("the put never counted itself in flight")
-				}
-			}
+			p.awaitInFlight(t)
 			cut := make(chan error, 1)
 			go func() {
 				if release {
@@ -374,11 +370,7 @@ func TestDeviceCancelWaitsForQueuedCopy(t *testing.T) {
 	if err := p.route.Post(wr); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(timeout); p.b.InFlight() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the put never counted itself in flight")
-		}
-	}
+	p.awaitInFlight(t)
 	cause := errors.New("test cancel")
 	wr.RequestCancel(cause)
 	p.route.Cancel(wr)

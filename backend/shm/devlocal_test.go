@@ -182,3 +182,14 @@ func fallbackOps(p *pair) uint64 {
 	_, n := shm.RoutePaths(p.route)
 	return n
 }
+
+// awaitInFlight waits until the pair's backend counts a copy in flight
+// (the put just posted), failing the test if it never does.
+func (p *pair) awaitInFlight(t *testing.T) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); p.b.InFlight() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the put never counted itself in flight")
+		}
+	}
+}

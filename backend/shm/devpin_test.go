@@ -121,11 +121,7 @@ func TestDevicePinnedRevokeWaits(t *testing.T) {
 	if err := p.route.Post(wr); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(timeout); p.b.InFlight() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the put never counted itself in flight")
-		}
-	}
+	p.awaitInFlight(t)
 	cut := make(chan error, 1)
 	go func() { cut <- p.regB.Revoke(context.Background(), peer) }()
 	select {
