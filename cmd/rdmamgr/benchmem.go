@@ -58,16 +58,8 @@ func (a *benchArgs) checkMemory() error {
 }
 
 // cudaHere reports whether this machine's CUDA driver loads and names a
-// device.
-func cudaHere() bool {
-	d, err := cuda.Open()
-	if err != nil {
-		return false
-	}
-	defer d.Close()
-	n, err := d.DeviceCount()
-	return err == nil && n > 0
-}
+// device (serve --cuda's check).
+func cudaHere() bool { return checkCUDA(true) == nil }
 
 // peerLocation is where the peer's buffer is: --peer-memory, else --memory.
 func (a *benchArgs) peerLocation() buffer.Location {
