@@ -145,7 +145,7 @@ func (cc *clientConn) enqueue(head *chunk) {
 		cc.pendBytes += frameBytes(c)
 		c = next
 	}
-	if len(cc.pend) > 0 && (now || len(cc.pend) >= wakeFrames || cc.slots.held-len(cc.pend) < wireLow) {
+	if len(cc.pend) > 0 && (now || len(cc.pend) >= wakeFrames || int(cc.slots.held.Load())-len(cc.pend) < wireLow) {
 		if cc.pendBytes <= inlineMax && cc.slots.wire <= inlineMax && cc.wmu.TryLock() {
 			// No writer at work: later posters queue behind these
 			// frames, since a writer needs wmu to take them.

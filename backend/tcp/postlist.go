@@ -8,16 +8,23 @@ var _ backend.ListPoster = (*route)(nil)
 
 // PostList implements backend.ListPoster: it posts wrs in order as Post
 // does, but queues consecutive single-chunk operations (not write-imms or
-// sends) as one chain on one connection: one lock, one wake-up of its
-// writer. An operation of several chunks, a write-imm or send, or a wait
-// for room in flight first queues the chain built so far, so each
-// connection still sees the list in posting order.
+// sends) as chains: one lock and one wake-up of its writer per chain. A
+// chain goes to the route's least loaded connection (the fewest chunks in
+// flight), and a list of 2×minListShare or more is spread over the
+// connections to even their loads (listBatch.start): so the answers to one
+// connection's share come back while the peer serves the next, and a
+// re-posted share goes back where its answers came from, instead of the
+// whole window moving in one wave. An operation of several chunks, a
+// write-imm or send, or a wait for room in flight first queues the chain
+// built so far, so each connection still sees its part of the list in
+// posting order (the fence orders a write-imm or send after the WRITEs
+// before it on every connection: fence.go).
 func (r *route) PostList(wrs []*backend.WorkRequest) (int, error) {
 	b := listBatch{r: r}
 	idle := false
 	n := 0
 	var err error
-	for _, wr := range wrs {
+	for i, wr := range wrs {
 		var o *op
 		var wasIdle bool
 		o, wasIdle, err = r.prepare(wr, &b)
@@ -26,7 +33,7 @@ func (r *route) PostList(wrs []*backend.WorkRequest) (int, error) {
 		}
 		idle = idle || wasIdle
 		n++
-		b.add(o)
+		b.add(o, len(wrs)-i)
 	}
 	b.flush()
 	for i, wr := range wrs[:n] {
@@ -35,26 +42,35 @@ func (r *route) PostList(wrs []*backend.WorkRequest) (int, error) {
 	return n, err
 }
 
+// minListShare is the fewest operations of a list that go to a connection
+// of their own: a shorter list goes to one connection whole, and a longer
+// one is not cut into shares shorter than this.
+const minListShare = 16
+
 // listBatch is the chain PostList builds for one connection.
 type listBatch struct {
 	r          *route
 	cc         *clientConn
 	head, tail *chunk
+	n, share   int // chunks on the chain; how many cc takes
 }
 
 // add queues o's chunk on the chain when o is a single-chunk op off the
 // lane; any other op goes through queue, as Post's do (one place for
 // whatever must see a write-imm or a send before it is queued), after the
-// chain.
-func (b *listBatch) add(o *op) {
+// chain. left is the list's operations from o on.
+func (b *listBatch) add(o *op, left int) {
 	if len(o.chunks) != 1 || lane(o.wr) {
 		b.flush()
 		b.r.queue(o)
 		return
 	}
 	b.r.fenceCount(o) // fence.go: a WRITE or atomic counts before it is queued
+	if b.cc != nil && b.n >= b.share {
+		b.flush()
+	}
 	if b.cc == nil {
-		b.cc = b.r.conns[int(b.r.next.Add(1))%len(b.r.conns)]
+		b.start(left)
 	}
 	c := &o.chunks[0]
 	if b.tail == nil {
@@ -63,6 +79,36 @@ func (b *listBatch) add(o *op) {
 		b.tail.next = c
 	}
 	b.tail = c
+	b.n++
+}
+
+// start picks the connection of the next chain, for left operations: the
+// least loaded (ties taken round-robin), which takes them all, or, for
+// left of 2×minListShare or more, its share of evening the loads (at least
+// minListShare, and all when fewer than minListShare would be left). The
+// loads are read without the connections' locks: a hint, never a
+// correctness matter.
+func (b *listBatch) start(left int) {
+	conns := b.r.conns
+	nc := len(conns)
+	first := int(b.r.next.Add(1))
+	best, least, sum := 0, 0, 0
+	for j := range nc {
+		i := (first + j) % nc
+		l := int(conns[i].slots.held.Load())
+		sum += l
+		if j == 0 || l < least {
+			best, least = i, l
+		}
+	}
+	b.cc, b.n, b.share = conns[best], 0, left
+	if nc < 2 || left < 2*minListShare {
+		return
+	}
+	level := (sum + left + nc - 1) / nc
+	if share := max(minListShare, level-least); left-share >= minListShare {
+		b.share = share
+	}
 }
 
 // flush queues the chain built so far on its connection.
@@ -70,5 +116,5 @@ func (b *listBatch) flush() {
 	if b.head != nil {
 		b.cc.enqueue(b.head)
 	}
-	b.head, b.tail = nil, nil
+	b.head, b.tail, b.cc = nil, nil, nil
 }

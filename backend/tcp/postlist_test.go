@@ -98,3 +98,55 @@ func TestPostList(t *testing.T) {
 		t.Fatal("dst changed")
 	}
 }
+
+// TestPostListSpread: PostList puts a list on the least loaded connection
+// (the fewest chunks in flight), and spreads a list of 2×minListShare or
+// more to even the loads, never in shares under minListShare (so the peer
+// serves one share while the next is on its way, and a re-posted share
+// goes back where its answers came from: bench/OPRATE.md, twentieth
+// session). The fake server answers nothing, so the loads are exact.
+// Before, a whole list went to one connection, round-robin.
+func TestPostListSpread(t *testing.T) {
+	f := newFakeServer(t)
+	cfg := fastWatchdog()
+	cfg.ConnsPerRoute, cfg.MaxInFlight = 2, 4096
+	a, regA := newBackend(t, cfg, backendtest.OwnerA)
+	rt := f.connect(t, a)
+	f.accept(t)
+	f.accept(t)
+	lp := rt.(backend.ListPoster)
+	conns := rt.(*route).conns
+	_, local := backendtest.Alloc(t, regA, 64, buffer.AccessReadWrite)
+	loads := func() [2]int {
+		return [2]int{int(conns[0].slots.held.Load()), int(conns[1].slots.held.Load())}
+	}
+	rec := backendtest.NewRecorder(4096)
+	for _, tc := range []struct {
+		n    int
+		want [2]int // the loads after, least loaded first
+	}{
+		{64, [2]int{32, 32}},                 // spread evenly
+		{2*minListShare - 1, [2]int{32, 63}}, // too short to spread: whole
+		{2 * minListShare, [2]int{63, 64}},   // its even share is all of it
+		{100, [2]int{113, 114}},              // 51 and 49
+		{40, [2]int{133, 134}},               // 21, then 19 whole
+		{minListShare + 1, [2]int{134, 150}}, // whole, to the least loaded
+	} {
+		wrs := make([]*backend.WorkRequest, tc.n)
+		for i := range wrs {
+			wrs[i] = &backend.WorkRequest{Op: backend.OpWrite, Local: local, Remote: fakeRemote(64),
+				Deadline: time.Now().Add(time.Hour), Done: rec}
+		}
+		before := loads()
+		if k, err := lp.PostList(wrs); k != tc.n || err != nil {
+			t.Fatalf("PostList(%d) = %d, %v", tc.n, k, err)
+		}
+		got := loads()
+		if got[0] > got[1] {
+			got[0], got[1] = got[1], got[0]
+		}
+		if got != tc.want {
+			t.Errorf("a list of %d on loads %v: loads %v, want %v", tc.n, before, got, tc.want)
+		}
+	}
+}

@@ -1,5 +1,7 @@
 package tcp
 
+import "sync/atomic"
+
 // slotTable is a connection's table of chunks in flight, indexed by slot
 // (under clientConn.mu). A chunk's wire id is its slot in the low 32 bits
 // and the slot's generation in the high 32: the generation moves on each
@@ -11,7 +13,9 @@ type slotTable struct {
 	chunks []*chunk // by slot; nil when free
 	gens   []uint32 // the slot's current generation, never 0
 	free   []uint32 // free slots, a stack
-	held   int      // slots in use
+	// held is the slots in use: written under clientConn.mu, read
+	// without it by PostList (a connection's load: listBatch.start).
+	held atomic.Int32
 	// wire is the bytes of the frames written and not yet answered
 	// (chunk.wire of each chunk held): what the socket buffers can hold
 	// at most.
@@ -28,7 +32,7 @@ func (t *slotTable) put(c *chunk) uint64 {
 	s := t.free[len(t.free)-1]
 	t.free = t.free[:len(t.free)-1]
 	t.chunks[s] = c
-	t.held++
+	t.held.Add(1)
 	return uint64(t.gens[s])<<32 | uint64(s)
 }
 
@@ -56,5 +60,5 @@ func (t *slotTable) del(id uint64) {
 		t.gens[s] = 1
 	}
 	t.free = append(t.free, s)
-	t.held--
+	t.held.Add(-1)
 }
