@@ -71,7 +71,8 @@
 // a last write-imm frame that names the whole range; the event comes after
 // all of it (a cancel of it delivers no event). Plain Puts, Gets and the
 // atomics are spread over the route's connections (chunks round-robin,
-// small operations in runs); the fence (fence.go)
+// small operations in runs; a posted list to the least loaded connection,
+// a long one in shares that even the loads: postlist.go); the fence (fence.go)
 // keeps RC's order anyway: a write-imm or send posted while WRITEs or
 // atomics posted before it are in flight is held (Post does not wait for
 // them) and queued on the lane once they are answered, so its event or
