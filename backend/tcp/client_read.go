@@ -78,6 +78,7 @@ type doneBatch struct {
 	cs   [maxReadBatch]*chunk
 	errs [maxReadBatch]error
 	n    int
+	ops  [maxReadBatch]*op // finish's scratch: the ops the batch ends
 }
 
 func (d *doneBatch) add(c *chunk, err error) {
@@ -85,16 +86,32 @@ func (d *doneBatch) add(c *chunk, err error) {
 	d.n++
 }
 
-// finish finishes the batch's chunks and empties it.
+// finish finishes the batch's chunks and empties it: their room in
+// flight back at once, the fence told of the batch's WRITEs and atomics
+// under one lock, then each op that ended reported, in order.
 func (d *doneBatch) finish() {
 	if d.n == 0 {
 		return
 	}
-	d.cs[0].op.r.sem.release(int64(d.n)) // one route: the connection's
+	r := d.cs[0].op.r // one route: the connection's
+	r.sem.release(int64(d.n))
+	k, fenced := 0, false
 	for i := range d.n {
 		c, err := d.cs[i], d.errs[i]
 		d.cs[i], d.errs[i] = nil, nil
-		c.end(err)
+		if o := c.settle(err); o != nil {
+			d.ops[k] = o
+			k++
+			fenced = fenced || o.fenceEpoch != 0
+		}
+	}
+	if fenced {
+		r.fenceDoneAll(d.ops[:k]) // fence.go: may release notices held behind them
+	}
+	for i := range k {
+		o := d.ops[i]
+		d.ops[i] = nil
+		o.complete()
 	}
 	d.n = 0
 }

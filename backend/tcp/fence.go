@@ -48,7 +48,9 @@ import (
 //     neither.
 //
 // Hooks (marked "fence.go" where they are): route.fence; op.fenceEpoch;
-// Post (fenceHold, fenceCount); chunk.finish (fenceDone); Cancel
+// Post (fenceHold, fenceCount); PostList (fenceCountChain, one lock per
+// chain); chunk.end (fenceDone) and doneBatch.finish (fenceDoneAll, one
+// lock per batch of answers); Cancel
 // (fenceCancel); the watchdog (fenceExpire); drain (fenceClose).
 
 // fence is a route's ordering state; its zero value is ready.
@@ -115,30 +117,63 @@ func (r *route) fenceHold(o *op) bool {
 	return true
 }
 
+// fenced reports whether o is counted by the fence: a WRITE or an atomic.
+func fenced(o *op) bool { return o.wr.Op == backend.OpWrite || o.wr.Op.Atomic() }
+
 // fenceCount counts o, if it is a WRITE or an atomic, in the current
 // epoch; called at Post before its chunks are queued.
 func (r *route) fenceCount(o *op) {
-	if o.wr.Op != backend.OpWrite && !o.wr.Op.Atomic() {
+	if !fenced(o) {
 		return
 	}
+	o.fenceEpoch = r.fenceCountN(1)
+}
+
+// fenceCountChain counts the k WRITEs and atomics of the one-chunk ops
+// chained from head in the current epoch, under one lock; called by
+// PostList before the chain is queued.
+func (r *route) fenceCountChain(head *chunk, k int) {
+	e := r.fenceCountN(k)
+	for c := head; c != nil; c = c.next {
+		if fenced(c.op) {
+			c.op.fenceEpoch = e
+		}
+	}
+}
+
+// fenceCountN counts k WRITEs and atomics in the current epoch and
+// returns the fenceEpoch they carry (1 + the epoch's id).
+func (r *route) fenceCountN(k int) uint64 {
 	f := &r.fence
 	f.mu.Lock()
 	if len(f.epochs) == 0 {
 		f.epochs = append(f.epochs, fenceEpoch{})
 	}
 	n := len(f.epochs)
-	f.epochs[n-1].inFlight++
-	o.fenceEpoch = f.base + uint64(n) // 1 + the epoch's id
+	f.epochs[n-1].inFlight += k
+	e := f.base + uint64(n)
 	f.mu.Unlock()
+	return e
 }
 
 // fenceDone uncounts a completed WRITE or atomic and releases the notices
 // whose epochs have all drained. It never blocks.
 func (r *route) fenceDone(o *op) {
+	os := [1]*op{o}
+	r.fenceDoneAll(os[:])
+}
+
+// fenceDoneAll is fenceDone of every op of os that the fence counted
+// (fenceEpoch set), under one lock: a reader's batch of completions.
+func (r *route) fenceDoneAll(os []*op) {
 	f := &r.fence
 	f.mu.Lock()
-	f.epochs[o.fenceEpoch-1-f.base].inFlight--
-	o.fenceEpoch = 0
+	for _, o := range os {
+		if o.fenceEpoch != 0 {
+			f.epochs[o.fenceEpoch-1-f.base].inFlight--
+			o.fenceEpoch = 0
+		}
+	}
 	released := false
 	for len(f.epochs) > 1 && f.epochs[0].inFlight == 0 {
 		if len(f.epochs[0].held) > 0 {

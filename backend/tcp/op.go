@@ -147,18 +147,35 @@ func (c *chunk) finish(err error) {
 // end is finish less giving back the chunk's room in flight, which the
 // caller did (for a batch at once).
 func (c *chunk) end(err error) {
+	o := c.settle(err)
+	if o == nil {
+		return
+	}
+	if o.fenceEpoch != 0 {
+		o.r.fenceDone(o) // fence.go: may release notices held behind o
+	}
+	o.complete()
+}
+
+// settle records a chunk's outcome and returns its op when the chunk was
+// the op's last to end (exactly once per op), else nil. The caller then
+// tells the fence (fenceDone, fenceDoneAll) and completes the op.
+func (c *chunk) settle(err error) *op {
 	o := c.op
-	r := o.r
 	if err != nil {
 		e := err // only a failure pays for the pointer
 		o.firstErr.CompareAndSwap(nil, &e)
 	}
 	if o.remaining.Add(-1) != 0 {
-		return
+		return nil
 	}
-	if o.fenceEpoch != 0 {
-		r.fenceDone(o) // fence.go: may release notices held behind o
-	}
+	return o
+}
+
+// complete reports an op whose chunks have all ended and which the fence
+// no longer counts, and recycles it when it succeeded.
+func (o *op) complete() {
+	r := o.r
 	wr := o.wr
 	var final error
 	if p := o.firstErr.Load(); p != nil {

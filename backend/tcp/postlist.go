@@ -53,6 +53,7 @@ type listBatch struct {
 	cc         *clientConn
 	head, tail *chunk
 	n, share   int // chunks on the chain; how many cc takes
+	fenced     int // the chain's WRITEs and atomics (fence.go)
 }
 
 // add queues o's chunk on the chain when o is a single-chunk op off the
@@ -65,7 +66,6 @@ func (b *listBatch) add(o *op, left int) {
 		b.r.queue(o)
 		return
 	}
-	b.r.fenceCount(o) // fence.go: a WRITE or atomic counts before it is queued
 	if b.cc != nil && b.n >= b.share {
 		b.flush()
 	}
@@ -80,6 +80,9 @@ func (b *listBatch) add(o *op, left int) {
 	}
 	b.tail = c
 	b.n++
+	if fenced(o) {
+		b.fenced++ // fence.go: counted (at flush) before it is queued
+	}
 }
 
 // start picks the connection of the next chain, for left operations: the
@@ -114,7 +117,10 @@ func (b *listBatch) start(left int) {
 // flush queues the chain built so far on its connection.
 func (b *listBatch) flush() {
 	if b.head != nil {
+		if b.fenced > 0 {
+			b.r.fenceCountChain(b.head, b.fenced) // fence.go: one lock for the chain
+		}
 		b.cc.enqueue(b.head)
 	}
-	b.head, b.tail, b.cc = nil, nil, nil
+	b.head, b.tail, b.cc, b.fenced = nil, nil, nil, 0
 }
