@@ -202,3 +202,67 @@ func BenchmarkFenceHooks(b *testing.B) {
 		})
 	})
 }
+
+// TestFenceOrderLists: as TestFenceOrderManyConns, but each round posts
+// one list (PostList) of small Puts ending in a notice on the last Put's
+// first byte, so the Puts are spread over the connections (postlist.go)
+// and counted by the fence as one chain (fenceCountChain), and their
+// answers come back in batches (fenceDoneAll): the event must still come
+// after every Put of its list has landed.
+func TestFenceOrderLists(t *testing.T) {
+	cfg := Config{ConnsPerRoute: 2}
+	p := newPair(t, cfg, cfg)
+	in := backendtest.NewInbox(p.regB, 64, 1)
+	p.b.SetInbox(in)
+	rt := p.newRoute(t)
+	lp := rt.(backend.ListPoster)
+	const rounds, puts, size = 20, 3 * minListShare, 256
+	ha, la := backendtest.Alloc(t, p.regA, puts*size, buffer.AccessReadWrite)
+	hb, lb := backendtest.Alloc(t, p.regB, puts*size, buffer.AccessReadWrite|buffer.AccessNotify)
+	want := 0
+	in.SetCheck(func(ev backend.Event) error {
+		if int(ev.Imm) != want {
+			return errors.New("event out of posting order")
+		}
+		want++
+		if i := backendtest.FirstDiff(lb, la); i >= 0 {
+			return errors.New("event before the bytes of a Put of its list")
+		}
+		return nil
+	})
+	for r := range rounds {
+		backendtest.Random(t, la)
+		rec := backendtest.NewRecorder(puts + 1)
+		deadline := time.Now().Add(waitTimeout)
+		wrs := make([]*backend.WorkRequest, 0, puts+1)
+		var releases []func()
+		for i := range puts {
+			slice := func(h buffer.Buffer) buffer.Buffer { return backendtest.Slice(t, h, i*size, size) }
+			wr, rel := backendtest.NewWR(t, p.regA, backend.OpWrite, slice(ha), slice(hb), deadline, rec)
+			wrs, releases = append(wrs, wr), append(releases, rel)
+		}
+		last := (puts - 1) * size
+		wi, rel := backendtest.VerbWR(t, p.regA, backend.OpWriteImm, backendtest.Slice(t, ha, last, 1), backendtest.Slice(t, hb, last, 1),
+			backendtest.Operands{Imm: uint32(r)}, deadline, rec)
+		wrs, releases = append(wrs, wi), append(releases, rel)
+		if n, err := lp.PostList(wrs); n != len(wrs) || err != nil {
+			t.Fatalf("PostList = %d, %v", n, err)
+		}
+		for range len(wrs) {
+			if res := rec.Wait(t, waitTimeout); res.Err != nil {
+				t.Fatalf("%s: %v", res.WR.Op, res.Err)
+			}
+		}
+		select {
+		case <-in.Events():
+		case <-time.After(waitTimeout):
+			t.Fatal("no event")
+		}
+		for _, rel := range releases {
+			rel()
+		}
+	}
+	if err := in.Fault(); err != nil {
+		t.Fatal(err)
+	}
+}
