@@ -8,5 +8,8 @@
 // rdmamgr binary and this package's test binary, stripped) and prints the
 // one command to run there; device.sh is that command: the driver check,
 // this test, and the GPU figures of issue 27 beside the vendor's own copies
-// (PyTorch, where installed) in the same run.
+// (PyTorch, where installed) in the same run. The device machine also has
+// more cores than the development one: run.sh --oprate carries UCX's
+// ucx_perftest and jq with their libraries as well, and oprate.sh runs
+// issue 25's op-rate tables there (README "Small operations") in one call.
 package gpu

@@ -4,6 +4,12 @@
 # rdmamgr binary and the test binaries of internal/cuda and test/gpu,
 # stripped (about 50 MiB together). Then run there, from the repository
 # root, carrying test/gpu/bin:   bash test/gpu/device.sh
+#
+# With --oprate it also carries what issue 25's op-rate tables need
+# there (test/gpu/oprate.sh): this machine's ucx_perftest, ucx_info and
+# jq with the shared libraries they load that are not the C library's
+# own, and UCX's transport modules (test/gpu/bin/carry, about 4 MiB;
+# apt-get install ucx-utils jq first).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=test/gpu/bin
@@ -11,5 +17,23 @@ mkdir -p "$out"
 go build -ldflags='-s -w' -o "$out/rdmamgr" ./cmd/rdmamgr
 go test -c -ldflags='-s -w' -o "$out/cuda.test" ./internal/cuda
 go test -c -ldflags='-s -w' -o "$out/gpu.test" ./test/gpu
+if [ "${1:-}" = --oprate ]; then
+  carry=$out/carry
+  rm -rf "$carry"; mkdir -p "$carry/bin" "$carry/lib"
+  for tool in ucx_perftest ucx_info jq; do
+    p=$(command -v "$tool") || { echo "run.sh: --oprate needs $tool (apt-get install ucx-utils jq)" >&2; exit 1; }
+    cp "$p" "$carry/bin/"
+  done
+  mods=$(dirname "$(ldd "$(command -v ucx_perftest)" | awk '/libucs\.so/ {print $3}')")/ucx
+  [ -d "$mods" ] && cp -r "$mods" "$carry/lib/ucx"
+  # every shared library they load, but the C library's own (the device has those)
+  for f in "$carry"/bin/* "$carry"/lib/ucx/*; do
+    [ -f "$f" ] && ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}'
+  done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' | while read -r lib; do
+    cp -L "$lib" "$carry/lib/"
+  done
+fi
 du -sh "$out"
 echo "now, on the GPU machine, from the repository root: bash test/gpu/device.sh (carry $out)"
+[ "${1:-}" = --oprate ] && echo "and for issue 25's tables there: bash test/gpu/oprate.sh"
+exit 0
