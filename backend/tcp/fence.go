@@ -39,8 +39,9 @@ import (
 //     held when the route fails is failed with the route's error
 //     (fenceClose).
 //   - A WRITE or atomic that fails (refused, cancelled, past its
-//     deadline, route failure) releases the notices behind it once it is
-//     reported: they are still sent (one operation's failure does not
+//     deadline, route failure) releases the notices behind it once its
+//     outcome is settled (just before it is reported; a reader's batch
+//     releases them before reporting its ops): they are still sent (one operation's failure does not
 //     fail its neighbours); the failed operation's bytes are undefined
 //     anyway.
 //   - Atomics are counted (a notice comes after their effect) but not

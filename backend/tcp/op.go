@@ -98,6 +98,7 @@ func newOp(r *route, wr *backend.WorkRequest, count int) *op {
 		}
 	}
 	o.wr, o.r = wr, r
+	o.fenceEpoch = 0              // fenceCount or fenceCountChain sets it; fenceHold is not on every path
 	if o.firstErr.Load() != nil { // a locked store only where the last use failed
 		o.firstErr.Store(nil)
 	}
