@@ -7,6 +7,8 @@ import (
 	"net"
 
 	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/internal/qpbind"
 )
 
 // maxReadBatch bounds the responses the reader handles under one hold of
@@ -78,7 +80,11 @@ type doneBatch struct {
 	cs   [maxReadBatch]*chunk
 	errs [maxReadBatch]error
 	n    int
-	ops  [maxReadBatch]*op // finish's scratch: the ops the batch ends
+	// finish's scratch: the ops the batch ends, then their requests and
+	// outcomes
+	ops  [maxReadBatch]*op
+	wrs  [maxReadBatch]*backend.WorkRequest
+	outs [maxReadBatch]error
 }
 
 func (d *doneBatch) add(c *chunk, err error) {
@@ -88,7 +94,9 @@ func (d *doneBatch) add(c *chunk, err error) {
 
 // finish finishes the batch's chunks and empties it: their room in
 // flight back at once, the fence told of the batch's WRITEs and atomics
-// under one lock, then each op that ended reported, in order.
+// under one lock, then the ops that ended reported together, in order
+// (qpbind.RunCompleter: a queue pair's requests reach their completion
+// queue under one lock; any other Done gets its own Complete).
 func (d *doneBatch) finish() {
 	if d.n == 0 {
 		return
@@ -105,15 +113,26 @@ func (d *doneBatch) finish() {
 			fenced = fenced || o.fenceEpoch != 0
 		}
 	}
+	d.n = 0
+	if k == 0 {
+		return
+	}
 	if fenced {
 		r.fenceDoneAll(d.ops[:k]) // fence.go: may release notices held behind them
 	}
 	for i := range k {
-		o := d.ops[i]
+		d.wrs[i], d.outs[i] = d.ops[i].end()
 		d.ops[i] = nil
-		o.complete()
 	}
-	d.n = 0
+	if rc, ok := d.wrs[0].Done.(qpbind.RunCompleter); ok && k > 1 {
+		rc.CompleteRun(d.wrs[:k], d.outs[:k])
+	} else {
+		for i := range k {
+			d.wrs[i].Done.Complete(d.wrs[i], d.outs[i])
+		}
+	}
+	clear(d.wrs[:k])
+	clear(d.outs[:k])
 }
 
 // onResponses handles a batch of decoded response headers, of which only

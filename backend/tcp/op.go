@@ -176,6 +176,15 @@ func (c *chunk) settle(err error) *op {
 // complete reports an op whose chunks have all ended and which the fence
 // no longer counts, and recycles it when it succeeded.
 func (o *op) complete() {
+	wr, final := o.end()
+	wr.Done.Complete(wr, final)
+}
+
+// end is complete less the report: the route's count of the op, and the
+// op recycled when it succeeded (failed, it may still be in a table). It
+// returns the request and its outcome, for the caller to report: nothing
+// of the op touches memory any more.
+func (o *op) end() (*backend.WorkRequest, error) {
 	r := o.r
 	wr := o.wr
 	var final error
@@ -194,7 +203,7 @@ func (o *op) complete() {
 	} else if wr.Scratch == o {
 		wr.Scratch = nil // a failed chunk may still be in a table: not reused
 	}
-	wr.Done.Complete(wr, final)
+	return wr, final
 }
 
 // recycle readies a successfully completed op for its next use (its
