@@ -20,6 +20,17 @@ const (
 	maxWriteBatch = 64
 	maxBatchBytes = 4 << 20
 
+	// A batch's headers, and the WRITE payloads of at most stageCopyMax
+	// bytes while stageCopyBudget lasts, are copied one after another
+	// into the connection's stage, so a run of small frames is one
+	// buffer of the writev, not two per frame: the kernel's cost per
+	// buffer exceeded the copy up to about 1 KiB (32 frames of 64 B:
+	// 9.4 µs as 64 buffers, 5.7 µs as one, loopback, one core; 48 B
+	// headers alone: 8.6 against 4.2 µs). A larger payload is written
+	// from its region in place.
+	stageCopyMax    = 512
+	stageCopyBudget = 8 << 10
+
 	// yieldInFlight is the number of operations in flight on a route from
 	// which the writer yields before gathering a batch: with many posters
 	// the batch grows (fewer syscalls); with few, the yield only adds a
@@ -86,7 +97,7 @@ type clientConn struct {
 	writevs atomic.Uint64 // batches written (benchmarks read it)
 
 	// writer scratch, under wmu
-	hdrs   [maxWriteBatch][reqMaxSize]byte
+	stage  stage
 	iov    net.Buffers // the batch; WriteTo consumes it
 	iovBuf net.Buffers // iov's backing array, kept across batches
 	// sending holds the WRITE chunks of the batch being written. They stay

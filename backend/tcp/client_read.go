@@ -8,6 +8,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
 	"github.com/rdmamgr/rdmamgr/internal/qpbind"
 )
 
@@ -82,9 +83,10 @@ type doneBatch struct {
 	n    int
 	// finish's scratch: the ops the batch ends, then their requests and
 	// outcomes
-	ops  [maxReadBatch]*op
-	wrs  [maxReadBatch]*backend.WorkRequest
-	outs [maxReadBatch]error
+	ops   [maxReadBatch]*op
+	wrs   [maxReadBatch]*backend.WorkRequest
+	outs  [maxReadBatch]error
+	tally routestate.Tally
 }
 
 func (d *doneBatch) add(c *chunk, err error) {
@@ -121,9 +123,11 @@ func (d *doneBatch) finish() {
 		r.fenceDoneAll(d.ops[:k]) // fence.go: may release notices held behind them
 	}
 	for i := range k {
-		d.wrs[i], d.outs[i] = d.ops[i].end()
+		d.wrs[i], d.outs[i] = d.ops[i].endUncounted()
+		d.tally.Add(d.wrs[i], d.outs[i])
 		d.ops[i] = nil
 	}
+	r.EndTally(&d.tally) // the route's counters, once per batch
 	if rc, ok := d.wrs[0].Done.(qpbind.RunCompleter); ok && k > 1 {
 		rc.CompleteRun(d.wrs[:k], d.outs[:k])
 	} else {

@@ -124,6 +124,7 @@ func finishAll(cs []*chunk) {
 func (cc *clientConn) gather() int {
 	cc.iov = cc.iovBuf[:0]
 	cc.sending = cc.sending[:0]
+	cc.stage.reset()
 	nh, bytes := 0, 0
 	cc.mu.Lock()
 	taken := 0
@@ -137,30 +138,32 @@ func (cc *clientConn) gather() int {
 	clear(cc.pend[rest:])
 	cc.pend = cc.pend[:rest]
 	cc.mu.Unlock()
+	cc.iov = cc.stage.cut(cc.iov)
 	return nh
 }
 
 // add claims c and appends its frame to the batch; called with mu held.
-// It returns the batch's frames and payload bytes so far.
+// It returns the batch's frames and payload bytes so far. A WRITE whose
+// payload is copied into the stage is sent as far as its memory goes: the
+// writev never reads it (unloan has nothing to swap).
 func (cc *clientConn) add(c *chunk, nh, bytes int) (int, int) {
 	if c == pingChunk {
 		h := reqHeader{op: opPing}
-		h.encode(cc.hdrs[nh][:reqHeaderSize])
-		cc.iov = append(cc.iov, cc.hdrs[nh][:reqHeaderSize])
+		h.encode(cc.stage.take(reqHeaderSize))
 		return nh + 1, bytes
 	}
 	if c.state == stQueued && (c.wop == opWrite || c.wop == opRead) { // claim and encode's common case
-		hb := cc.hdrs[nh][:reqHeaderSize]
-		c.encodeRW(hb)
-		cc.iov = append(cc.iov, hb)
+		c.encodeRW(cc.stage.take(reqHeaderSize))
 		c.wire = frameBytes(c)
 		cc.slots.wire += c.wire
 		c.state = stSent
 		if c.wop == opWrite {
-			c.state = stSending
-			cc.iov = append(cc.iov, c.local)
 			bytes += len(c.local)
-			cc.sending = append(cc.sending, c)
+			if !cc.stage.copyIn(c.local) {
+				c.state = stSending
+				cc.iov = cc.stage.loan(cc.iov, c.local)
+				cc.sending = append(cc.sending, c)
+			}
 		}
 		return nh + 1, bytes
 	}
@@ -168,19 +171,19 @@ func (cc *clientConn) add(c *chunk, nh, bytes int) (int, int) {
 	if !ok {
 		return nh, bytes
 	}
-	hb := cc.hdrs[nh][:h.size()]
-	h.encode(hb)
-	cc.iov = append(cc.iov, hb)
+	h.encode(cc.stage.take(h.size()))
 	c.wire = frameBytes(c)
 	cc.slots.wire += c.wire
 	if hasPayload(h.op) {
-		cc.iov = append(cc.iov, c.local)
+		cc.iov = cc.stage.loan(cc.iov, c.local)
 		bytes += len(c.local)
 		cc.sending = append(cc.sending, c)
 	}
 	if hasTrailer(h.op) {
+		// Its own buffer: unloan may turn it into an abort until the
+		// write is over.
 		c.trailer[0] = trailerCommit
-		cc.iov = append(cc.iov, c.trailer[:])
+		cc.iov = cc.stage.loan(cc.iov, c.trailer[:])
 	}
 	return nh + 1, bytes
 }
@@ -190,6 +193,9 @@ func (cc *clientConn) add(c *chunk, nh, bytes int) (int, int) {
 func (cc *clientConn) writeBatch() error {
 	cc.iovBuf = cc.iov[:0]
 	cc.writevs.Add(1)
+	if testHookBatch != nil {
+		testHookBatch(cc)
+	}
 	_, err := writeIOV(cc.c, &cc.iov)
 	for err != nil && isTimeout(err) && cc.unloan() {
 		// A cancelled WRITE's payload was swapped for zeros (the
@@ -199,6 +205,10 @@ func (cc *clientConn) writeBatch() error {
 	clear(cc.iovBuf[:cap(cc.iovBuf)])
 	return err
 }
+
+// testHookBatch, when set by a test, runs as a batch gathered in iov is
+// about to be written.
+var testHookBatch func(*clientConn)
 
 // claim takes a queued chunk for writing and returns its header; an
 // abandoned one is skipped. Called with mu held. A chunk with payload becomes sending (the

@@ -18,7 +18,12 @@
 // atomic, with the word's old value), followed for a successful READ by
 // its payload. WRITE payload is read from the socket straight into
 // the target region; READ payload is written from the region straight to the
-// socket with writev and read straight into the requester's memory. Each
+// socket with writev and read straight into the requester's memory. A
+// payload of at most 512 bytes is the exception on the sending side: it
+// is copied, with the headers around it, into the writer's stage, so a
+// batch of small frames is one buffer of the writev rather than two per
+// frame (the kernel's cost per buffer exceeds such a copy; a WRITE so
+// copied no longer reads its memory once its batch is gathered). Each
 // side reads a connection through a 4 KiB buffer that grows to 64 KiB
 // for a burst (reader.go): one read then takes in a batch of small frames,
 // and the owner answers the batch with one writev. A connection's frames

@@ -186,12 +186,19 @@ func (o *op) complete() {
 // of the op touches memory any more.
 func (o *op) end() (*backend.WorkRequest, error) {
 	r := o.r
+	wr, final := o.endUncounted()
+	r.End(wr, final)
+	return wr, final
+}
+
+// endUncounted is end less the route's count, which the caller makes
+// (routestate.Tally) before it reports the op.
+func (o *op) endUncounted() (*backend.WorkRequest, error) {
 	wr := o.wr
 	var final error
 	if p := o.firstErr.Load(); p != nil {
 		final = *p
 	}
-	r.End(wr, final)
 	if final == nil {
 		o.recycle()
 		if wr.Scratch != o { // a first post's: back to the pool, the next one keeps its op

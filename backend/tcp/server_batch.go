@@ -42,18 +42,10 @@ func (s *serverConn) flush() error {
 		releaseAll(drop)
 	}
 	if err == nil {
-		s.iov = s.iovBuf[:0]
-		start := 0
-		for _, g := range s.segs {
-			if mem := g.ref.Bytes(); mem != nil {
-				s.iov = append(s.iov, s.out[start:g.hdrEnd], mem)
-				start = g.hdrEnd
-			}
+		s.gather()
+		if h := testHookGathered.Load(); h != nil {
+			(*h)(s)
 		}
-		if start < len(s.out) {
-			s.iov = append(s.iov, s.out[start:])
-		}
-		s.iovBuf = s.iov[:0]
 		err = s.writeBatch(deadline)
 	}
 	if timed {
@@ -70,8 +62,49 @@ func (s *serverConn) flush() error {
 	return err
 }
 
-// testHookFlush, when set by a test, runs as a batch's flush begins.
-var testHookFlush atomic.Pointer[func(*serverConn)]
+// gather builds the batch's iov: the headers, and each READ's payload
+// from its region in place, except that a payload of at most stageCopyMax
+// bytes is copied, with the headers before it, into the stage while
+// stageCopyBudget lasts, so a run of small answers is one buffer of the
+// writev (client.go says why). The stream's bytes are the same either
+// way.
+func (s *serverConn) gather() {
+	s.iov = s.iovBuf[:0]
+	st := s.stage[:0]
+	start, open := 0, 0
+	for _, g := range s.segs {
+		mem := g.ref.Bytes()
+		if mem == nil {
+			continue
+		}
+		hdrs := s.out[start:g.hdrEnd]
+		if len(mem) <= stageCopyMax && len(st)+len(hdrs)+len(mem) <= stageCopyBudget {
+			if st == nil {
+				s.stage = make([]byte, 0, stageCopyBudget)
+				st = s.stage
+			}
+			st = append(append(st, hdrs...), mem...) // within cap: st never moves
+		} else {
+			if open < len(st) {
+				s.iov = append(s.iov, st[open:len(st):len(st)])
+				open = len(st)
+			}
+			s.iov = append(s.iov, hdrs, mem)
+		}
+		start = g.hdrEnd
+	}
+	if open < len(st) {
+		s.iov = append(s.iov, st[open:len(st):len(st)])
+	}
+	if start < len(s.out) {
+		s.iov = append(s.iov, s.out[start:])
+	}
+	s.iovBuf = s.iov[:0]
+}
+
+// testHookFlush, when set by a test, runs as a batch's flush begins;
+// testHookGathered once its iov is built, before the write.
+var testHookFlush, testHookGathered atomic.Pointer[func(*serverConn)]
 
 // writeBatch writes s.iov. A write cut short by a cut's grace goes on
 // while the peer took every cut READ's bytes (cutLeft).

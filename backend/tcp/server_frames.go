@@ -35,6 +35,9 @@ type serverConn struct {
 	payload int           // READ payload bytes in the batch
 	iov     net.Buffers   // the batch for writev; WriteTo consumes it
 	iovBuf  net.Buffers   // iov's backing array, kept across batches
+	// stage: the batch's small READ payloads copied in with the headers
+	// around them (flush; allocated at the first, never grown).
+	stage []byte
 
 	via  viaState  // frames for an attached process (via.go)
 	keep keepAlive // ping answers while a Resolve waits (via_keep.go)

@@ -88,6 +88,10 @@ func Release() {
 	}
 }
 
+// Exact reads CLOCK_MONOTONIC itself: Mono's clock, not coarse, for the
+// rare check that must be exact where Mono is near a limit.
+func Exact() int64 { return nanotime() }
+
 // Now returns the coarse time (with a monotonic reading).
 func Now() time.Time { return base.Add(time.Duration(Mono() - baseMono)) }
 

@@ -48,7 +48,7 @@ func (g *Registry) RemoteErr(r *Region) error {
 	case r.revoked.Load():
 		return rdmamgr.ErrRevoked
 	}
-	if l := r.lease.Load(); l != 0 && g.now() > l {
+	if g.expired(r.lease.Load()) {
 		return rdmamgr.ErrExpired
 	}
 	if gt := r.gate; gt != nil { // a proxy: ask its owner's word

@@ -15,6 +15,10 @@
 //
 //   - AcquireRemote admits a peer's request: region, key, access, bounds,
 //     revocation and lease, in that order. Revoke waits for these Refs.
+//     The lease is read on a coarse clock (internal/coarseclock, which the
+//     registry holds from NewRegistry to Close) until its last
+//     milliseconds, then on the real one: no clock read per request, and
+//     a lease ends on time unless the coarse clock's ticker is starved.
 //   - AcquireLocal resolves the owner's own handle (the local side of a
 //     Put or Get): owner, key and bounds; no access right, no lease.
 //

@@ -8,9 +8,36 @@ import (
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/coarseclock"
 )
 
-func (g *Registry) now() int64 { return int64(time.Since(g.epoch)) }
+// now is the leases' clock: nanoseconds since the registry's epoch.
+func (g *Registry) now() int64 { return coarseclock.Exact() - g.epoch }
+
+// leaseExact is how near its end a lease is checked against the real
+// clock; farther from it, expired reads the coarse clock (an atomic load,
+// not a clock read per remote request).
+const leaseExact = 5 * time.Millisecond
+
+// expired reports whether lease l (0: none) ended. The coarse clock never
+// runs ahead, so a coarse reading past l is an end; one more than
+// leaseExact before it is taken as live, and between the two the real
+// clock decides. A lease thus ends on time, unless the coarse clock's
+// ticker runs more than leaseExact late (a starved process), which
+// delays the end by as much.
+func (g *Registry) expired(l int64) bool {
+	if l == 0 {
+		return false
+	}
+	c := coarseclock.Mono() - g.epoch
+	switch {
+	case c > l:
+		return true
+	case l-c > int64(leaseExact):
+		return false
+	}
+	return g.now() > l
+}
 
 // SetLease gives remote access to handle b's region a lease of d from now,
 // on the owner's clock (d == 0 removes the lease). Renewing is setting it

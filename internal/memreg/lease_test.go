@@ -8,6 +8,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/coarseclock"
 )
 
 func TestLeaseOnOwnersClock(t *testing.T) {
@@ -125,5 +126,34 @@ func TestRevokeContextEnds(t *testing.T) {
 	}
 	if _, err := g.AcquireRemote(b.Region, b.Key, 0, 8, buffer.AccessRead); !errors.Is(err, rdmamgr.ErrRevoked) {
 		t.Fatalf("after a timed-out Revoke: %v, want rdmamgr.ErrRevoked (it still holds)", err)
+	}
+}
+
+// TestLeaseEndsOnTime: the remote checks read the coarse clock far from a
+// lease's end and the real one near it, so a lease is never cut short and
+// ends on time: one that ends within the coarse clock's tick is live just
+// before its end and over just after it, with the coarse clock running.
+func TestLeaseEndsOnTime(t *testing.T) {
+	g := newReg(t, buffer.Limits{})
+	coarseclock.Mono() // the ticker runs (the registry holds the clock)
+	for range 20 {
+		end := g.now() + int64(200*time.Microsecond)
+		if g.expired(end) {
+			t.Fatal("a lease 200µs from its end was taken as over")
+		}
+		for g.now() <= end {
+		}
+		if !g.expired(end) {
+			t.Fatal("a lease just past its end was taken as live")
+		}
+	}
+	if g.expired(g.now() + int64(time.Hour)) {
+		t.Fatal("a lease an hour from its end was taken as over")
+	}
+	if !g.expired(g.now() - int64(time.Hour)) {
+		t.Fatal("a lease that ended an hour ago was taken as live")
+	}
+	if g.expired(0) {
+		t.Fatal("no lease was taken as over")
 	}
 }

@@ -118,7 +118,7 @@ func (g *Registry) acquireRemote(id uint64, key buffer.Key, off, n uint64, need 
 		r.remote.Add(-1)
 		return Ref{}, rdmamgr.ErrRevoked
 	}
-	if l := r.lease.Load(); l != 0 && g.now() > l {
+	if g.expired(r.lease.Load()) {
 		r.remote.Add(-1)
 		return Ref{}, rdmamgr.ErrExpired
 	}

@@ -7,10 +7,10 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/coarseclock"
 )
 
 // Hooks let a backend register regions with hardware. Register runs before
@@ -40,7 +40,7 @@ type Stats struct {
 type Registry struct {
 	ownerID   uint64
 	ownerAddr atomic.Pointer[string]
-	epoch     time.Time // the clock of leases: time.Since(epoch)
+	epoch     int64 // the clock of leases: CLOCK_MONOTONIC less epoch (now)
 	limits    buffer.Limits
 	pageSize  int
 
@@ -74,13 +74,14 @@ func NewRegistry(ownerID uint64, limits buffer.Limits) *Registry {
 		pageSize: os.Getpagesize(),
 		regions:  make(map[uint64]*Region),
 		nextID:   1,
-		epoch:    time.Now(),
+		epoch:    coarseclock.Exact(),
 		cache:    newRegCache(DefaultCacheEntries),
 	}
 	r.pool.maxBytes = limits.MaxBytes
 	r.owned = &spareMemfds
 	empty := ""
 	r.ownerAddr.Store(&empty)
+	coarseclock.Acquire() // the lease checks' clock; Close gives it back
 	return r
 }
 
@@ -330,6 +331,7 @@ func (g *Registry) Close(ctx context.Context) error {
 		return nil
 	}
 	g.closed = true
+	defer coarseclock.Release()
 	regs := make([]*Region, 0, len(g.regions))
 	for id, r := range g.regions {
 		regs = append(regs, r)

@@ -73,6 +73,38 @@ func (s *State) End(wr *backend.WorkRequest, err error) {
 	s.Count(wr, err)
 }
 
+// Tally adds up the outcomes of a batch of operations, for one EndTally:
+// a few shared counters written once per batch, not per operation. The
+// zero value is empty; it is not safe for concurrent use.
+type Tally struct{ n, ops, put, got, errs uint64 }
+
+// Add counts one operation's outcome, as End would.
+func (t *Tally) Add(wr *backend.WorkRequest, err error) {
+	t.n++
+	if err != nil {
+		t.errs++
+		return
+	}
+	t.ops++
+	switch wr.Op {
+	case backend.OpWrite, backend.OpWriteImm, backend.OpSend:
+		t.put += uint64(len(wr.Local))
+	case backend.OpRead:
+		t.got += uint64(len(wr.Local))
+	}
+}
+
+// EndTally is End for every operation t counted, which are about to be
+// reported; t is empty after.
+func (s *State) EndTally(t *Tally) {
+	if t.n == 0 {
+		return
+	}
+	s.inflight.Add(-int64(t.n))
+	s.CountMany(t.ops, t.put, t.got, t.errs)
+	*t = Tally{}
+}
+
 // Count counts the outcome of an operation reported at once, inside its
 // Post (never in flight, so without Begin).
 func (s *State) Count(wr *backend.WorkRequest, err error) {

@@ -134,3 +134,30 @@ func TestCountInline(t *testing.T) {
 		t.Fatalf("Stats = %+v, want %+v", got, want)
 	}
 }
+
+// TestEndTally: a batch's outcomes added to a Tally and ended at once
+// count as End of each would, in flight included, and empty the Tally.
+func TestEndTally(t *testing.T) {
+	var s State
+	s.Init()
+	for range 5 {
+		s.Begin()
+	}
+	var tl Tally
+	tl.Add(&backend.WorkRequest{Op: backend.OpWrite, Local: make([]byte, 10)}, nil)
+	tl.Add(&backend.WorkRequest{Op: backend.OpSend, Local: make([]byte, 3)}, nil)
+	tl.Add(&backend.WorkRequest{Op: backend.OpRead, Local: make([]byte, 7)}, nil)
+	tl.Add(&backend.WorkRequest{Op: backend.OpRead, Local: make([]byte, 7)}, rdmamgr.ErrAccess)
+	s.EndTally(&tl)
+	want := backend.RouteStats{Ops: 3, BytesPut: 13, BytesGot: 7, Errors: 1, InFlight: 1}
+	if got := s.Stats(); got != want {
+		t.Fatalf("Stats = %+v, want %+v", got, want)
+	}
+	if tl != (Tally{}) {
+		t.Fatalf("Tally after EndTally = %+v, want empty", tl)
+	}
+	s.EndTally(&tl) // empty: nothing changes
+	if got := s.Stats(); got != want {
+		t.Fatalf("Stats after an empty EndTally = %+v, want %+v", got, want)
+	}
+}
