@@ -21,21 +21,29 @@ var _ backend.ListPoster = (*route)(nil)
 // before it on every connection: fence.go).
 func (r *route) PostList(wrs []*backend.WorkRequest) (int, error) {
 	b := listBatch{r: r}
-	idle := false
+	// The route's shared counts are taken for the whole list at once,
+	// and what its operations did not use is given back after: room in
+	// flight for one chunk each (where there is), and the count of
+	// operations posted.
+	if len(wrs) > 1 && r.sem.tryTake(int64(len(wrs))) {
+		b.room = len(wrs)
+	}
+	b.begun = len(wrs)
+	idle := r.BeginN(len(wrs))
 	n := 0
 	var err error
 	for i, wr := range wrs {
 		var o *op
-		var wasIdle bool
-		o, wasIdle, err = r.prepare(wr, &b)
+		o, err = r.prepare(wr, &b)
 		if err != nil {
 			break
 		}
-		idle = idle || wasIdle
 		n++
+		b.begun-- // counted by BeginN
 		b.add(o, len(wrs)-i)
 	}
 	b.flush()
+	b.giveBack()
 	for i, wr := range wrs[:n] {
 		r.posted(wr, idle && i == 0)
 	}
@@ -54,6 +62,23 @@ type listBatch struct {
 	head, tail *chunk
 	n, share   int // chunks on the chain; how many cc takes
 	fenced     int // the chain's WRITEs and atomics (fence.go)
+	// room: chunks of room in flight PostList took for the list and its
+	// operations have not used yet; begun: operations it counted as
+	// posted (BeginN) that prepare has not yet claimed.
+	room, begun int
+}
+
+// giveBack returns the room and the counts of posted operations that
+// the list did not use (operations refused, or of several chunks).
+func (b *listBatch) giveBack() {
+	if b.room > 0 {
+		b.r.sem.release(int64(b.room))
+		b.room = 0
+	}
+	if b.begun > 0 {
+		b.r.UnbeginN(b.begun)
+		b.begun = 0
+	}
 }
 
 // add queues o's chunk on the chain when o is a single-chunk op off the

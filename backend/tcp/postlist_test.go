@@ -150,3 +150,60 @@ func TestPostListSpread(t *testing.T) {
 		}
 	}
 }
+
+// TestPostListCounts: PostList takes room in flight and the count of
+// operations posted for the whole list at once and gives back what its
+// operations did not use: after a list with an operation of several
+// chunks, and one cut short by a refused operation, the room taken is
+// the chunks posted and the count in flight the operations posted. The
+// fake server answers nothing, so both are exact.
+func TestPostListCounts(t *testing.T) {
+	f := newFakeServer(t)
+	cfg := fastWatchdog()
+	cfg.ConnsPerRoute, cfg.MaxInFlight, cfg.ChunkSize = 2, 64, 4096
+	a, regA := newBackend(t, cfg, backendtest.OwnerA)
+	rt := f.connect(t, a)
+	f.accept(t)
+	f.accept(t)
+	r := rt.(*route)
+	lp := rt.(backend.ListPoster)
+	_, small := backendtest.Alloc(t, regA, 64, buffer.AccessReadWrite)
+	_, big := backendtest.Alloc(t, regA, 3*4096, buffer.AccessReadWrite)
+	rec := backendtest.NewRecorder(64)
+	wr := func(local []byte) *backend.WorkRequest {
+		return &backend.WorkRequest{Op: backend.OpWrite, Local: local, Remote: fakeRemote(uint64(len(local))),
+			Deadline: time.Now().Add(time.Hour), Done: rec}
+	}
+	check := func(what string, room, inflight int) {
+		t.Helper()
+		if got := r.sem.n.Load(); got != int64(room) {
+			t.Errorf("%s: room taken %d, want %d", what, got, room)
+		}
+		if got := r.InFlight(); got != int64(inflight) {
+			t.Errorf("%s: in flight %d, want %d", what, got, inflight)
+		}
+	}
+	list := []*backend.WorkRequest{wr(small), wr(big), wr(small), wr(small)}
+	if k, err := lp.PostList(list); k != 4 || err != nil {
+		t.Fatalf("PostList = %d, %v", k, err)
+	}
+	check("a list of 4, one of 3 chunks", 6, 4)
+	bad := wr(small)
+	bad.Remote.Length = 32 // not the local length: refused
+	list = []*backend.WorkRequest{wr(small), wr(small), bad, wr(small)}
+	if k, err := lp.PostList(list); k != 2 || err == nil {
+		t.Fatalf("PostList with a refused third = %d, %v; want 2 and an error", k, err)
+	}
+	check("then a list cut short after 2", 8, 6)
+	// More than the room left (56) in one list: taken one by one, as
+	// far as the room goes; the last waits for room until its deadline.
+	list = list[:0]
+	for range 57 {
+		list = append(list, wr(small))
+	}
+	list[56].Deadline = time.Now().Add(50 * time.Millisecond)
+	if k, err := lp.PostList(list); k != 56 || !errors.Is(err, rdmamgr.ErrDeadline) {
+		t.Fatalf("PostList of 57 with room for 56 = %d, %v; want 56 and ErrDeadline", k, err)
+	}
+	check("then a list past the room", 64, 62)
+}

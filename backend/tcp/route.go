@@ -61,33 +61,34 @@ func newRoute(b *Backend, peer uint64) *route {
 // connections (a small single-chunk op in runs of smallRun), except the chunks of a write-imm or a send, which all go
 // on the lane (the route's first connection), in posting order.
 func (r *route) Post(wr *backend.WorkRequest) error {
-	o, wasIdle, err := r.prepare(wr, nil)
+	o, err := r.prepare(wr, nil)
 	if err != nil {
 		return err
 	}
+	wasIdle := r.Begin()
 	r.queue(o)
 	r.posted(wr, wasIdle)
 	return nil
 }
 
-// prepare checks wr, takes its room in flight (flushing b first, if not
-// nil, when it has to wait for room) and splits it into an op.
-func (r *route) prepare(wr *backend.WorkRequest, b *listBatch) (*op, bool, error) {
+// prepare checks wr, takes its room in flight (from b's, or flushing b
+// first, if not nil, when it has to wait for room) and splits it into an
+// op. The caller counts it as posted (Begin) before it queues it.
+func (r *route) prepare(wr *backend.WorkRequest, b *listBatch) (*op, error) {
 	if err := routestate.ValidateAll("tcp", wr); err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	if err := r.Err(); err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	count, err := r.chunkCount(wr)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	if err := r.reserve(count, wr, b); err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	wasIdle := r.Begin()
-	return newOp(r, wr, count), wasIdle, nil
+	return newOp(r, wr, count), nil
 }
 
 // queue puts o's chunks on the connections' rings: a write-imm's or a
@@ -176,12 +177,20 @@ func (r *route) chunkCount(wr *backend.WorkRequest) (int, error) {
 // list being posted (b) is queued before the wait: its ops hold room
 // that only their completion gives back.
 func (r *route) reserve(count int, wr *backend.WorkRequest, b *listBatch) error {
+	if b != nil && b.room >= count { // taken for the list already
+		b.room -= count
+		return nil
+	}
 	s, k := r.sem, int64(count)
 	if s.tryTake(k) {
 		return nil
 	}
 	if b != nil {
 		b.flush()
+		if b.room > 0 { // no waiting for room while holding some
+			s.release(int64(b.room))
+			b.room = 0
+		}
 	}
 	s.waiters.Add(1)
 	defer s.waiters.Add(-1)

@@ -67,6 +67,13 @@ func (s *State) Begin() (wasIdle bool) { return s.inflight.Add(1) == 1 }
 // transport (it is not reported and not counted).
 func (s *State) Unbegin() { s.inflight.Add(-1) }
 
+// BeginN is Begin for n operations at once (a list about to be posted);
+// UnbeginN takes back those of them never handed to the transport.
+func (s *State) BeginN(n int) (wasIdle bool) { return s.inflight.Add(int64(n)) == int64(n) }
+
+// UnbeginN takes back n of BeginN's operations.
+func (s *State) UnbeginN(n int) { s.inflight.Add(-int64(n)) }
+
 // End counts the outcome of an operation about to be reported with err.
 func (s *State) End(wr *backend.WorkRequest, err error) {
 	s.inflight.Add(-1)
