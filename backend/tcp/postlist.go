@@ -24,12 +24,11 @@ func (r *route) PostList(wrs []*backend.WorkRequest) (int, error) {
 	// The route's shared counts are taken for the whole list at once,
 	// and what its operations did not use is given back after: room in
 	// flight for one chunk each (where there is), and the count of
-	// operations posted.
+	// operations posted (from the first that is).
 	if len(wrs) > 1 && r.sem.tryTake(int64(len(wrs))) {
 		b.room = len(wrs)
 	}
-	b.begun = len(wrs)
-	idle := r.BeginN(len(wrs))
+	idle := false
 	n := 0
 	var err error
 	for i, wr := range wrs {
@@ -38,8 +37,16 @@ func (r *route) PostList(wrs []*backend.WorkRequest) (int, error) {
 		if err != nil {
 			break
 		}
+		if n == 0 {
+			// Counted from the first operation that is posted, so a
+			// list refused from its start counts nothing and the route
+			// stays idle to another poster, which then wakes the
+			// watchdog itself.
+			b.begun = len(wrs) - i
+			idle = r.BeginN(b.begun)
+		}
 		n++
-		b.begun-- // counted by BeginN
+		b.begun--
 		b.add(o, len(wrs)-i)
 	}
 	b.flush()

@@ -195,6 +195,13 @@ func TestPostListCounts(t *testing.T) {
 		t.Fatalf("PostList with a refused third = %d, %v; want 2 and an error", k, err)
 	}
 	check("then a list cut short after 2", 8, 6)
+	// Refused from its first operation: nothing counted at any time, so
+	// an idle route stays idle to a poster beside it (which then wakes
+	// the watchdog itself).
+	if k, err := lp.PostList([]*backend.WorkRequest{bad, wr(small)}); k != 0 || err == nil {
+		t.Fatalf("PostList with a refused first = %d, %v; want 0 and an error", k, err)
+	}
+	check("then a list refused from its first", 8, 6)
 	// More than the room left (56) in one list: taken one by one, as
 	// far as the room goes; the last waits for room until its deadline.
 	list = list[:0]

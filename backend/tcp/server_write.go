@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/rdmamgr/rdmamgr"
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
@@ -112,6 +113,12 @@ func (s *serverConn) readInto(br *connReader, r *memreg.Region, mem []byte, fram
 		now := time.Now()
 		dl := frameEnd
 		if left, ok := s.b.reg.LeaseLeft(r); ok && now.Add(left).Before(dl) {
+			if left == 0 {
+				// Over on the real clock, which RemoteErr reads only
+				// near a lease's end: a coarse clock late by more than
+				// that must not make this loop spin on a deadline of now.
+				return n, rdmamgr.ErrExpired, nil
+			}
 			dl = now.Add(left)
 		}
 		s.mu.Lock()

@@ -24,12 +24,18 @@ const leaseExact = 5 * time.Millisecond
 // leaseExact before it is taken as live, and between the two the real
 // clock decides. A lease thus ends on time, unless the coarse clock's
 // ticker runs more than leaseExact late (a starved process), which
-// delays the end by as much.
+// delays the end by as much for admissions (the exact clock still ends a
+// stalled payload's wait, LeaseLeft, and refuses a renewal, SetLease).
 func (g *Registry) expired(l int64) bool {
 	if l == 0 {
 		return false
 	}
-	c := coarseclock.Mono() - g.epoch
+	return g.expiredAt(l, coarseclock.Mono()-g.epoch)
+}
+
+// expiredAt is expired with c the coarse clock's reading (on the
+// registry's epoch).
+func (g *Registry) expiredAt(l, c int64) bool {
 	switch {
 	case c > l:
 		return true

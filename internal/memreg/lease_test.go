@@ -130,30 +130,39 @@ func TestRevokeContextEnds(t *testing.T) {
 }
 
 // TestLeaseEndsOnTime: the remote checks read the coarse clock far from a
-// lease's end and the real one near it, so a lease is never cut short and
-// ends on time: one that ends within the coarse clock's tick is live just
-// before its end and over just after it, with the coarse clock running.
+// lease's end and the real one near it (expiredAt takes the coarse
+// reading, so every case is exact here): a coarse reading past the end
+// is an end, one more than leaseExact before it is live without a look
+// at the real clock, and within leaseExact the real clock decides, either
+// way. With the real coarse clock, a lease far from its end either way
+// is judged right.
 func TestLeaseEndsOnTime(t *testing.T) {
 	g := newReg(t, buffer.Limits{})
-	coarseclock.Mono() // the ticker runs (the registry holds the clock)
-	for range 20 {
-		end := g.now() + int64(200*time.Microsecond)
-		if g.expired(end) {
-			t.Fatal("a lease 200µs from its end was taken as over")
-		}
-		for g.now() <= end {
-		}
-		if !g.expired(end) {
-			t.Fatal("a lease just past its end was taken as live")
+	ms := int64(time.Millisecond)
+	now := g.now()
+	for _, tc := range []struct {
+		what  string
+		l, c  int64 // the lease's end and the coarse reading
+		ended bool
+	}{
+		{"coarse past the end", now - ms, now - ms/2, true},
+		{"coarse well before the end, real past it", now - ms, now - ms - 2*int64(leaseExact), false},
+		{"coarse near the end, real past it", now - ms, now - 2*ms, true},
+		{"coarse near the end, real well before it", now + int64(time.Hour), now + int64(time.Hour) - ms, false},
+		{"coarse and real well before the end", now + int64(time.Hour), now, false},
+	} {
+		if got := g.expiredAt(tc.l, tc.c); got != tc.ended {
+			t.Errorf("%s: ended %v, want %v", tc.what, got, tc.ended)
 		}
 	}
+	coarseclock.Mono() // the ticker runs (the registry holds the clock)
 	if g.expired(g.now() + int64(time.Hour)) {
-		t.Fatal("a lease an hour from its end was taken as over")
+		t.Error("a lease an hour from its end was taken as over")
 	}
 	if !g.expired(g.now() - int64(time.Hour)) {
-		t.Fatal("a lease that ended an hour ago was taken as live")
+		t.Error("a lease that ended an hour ago was taken as live")
 	}
 	if g.expired(0) {
-		t.Fatal("no lease was taken as over")
+		t.Error("no lease was taken as over")
 	}
 }
