@@ -157,10 +157,11 @@ func (cc *clientConn) unloan() bool {
 		if !c.interrupted || (c.state != stSending && c.state != stAnswered) {
 			continue
 		}
-		for i, b := range cc.iov {
-			if len(b) > 0 && len(c.local) > 0 && &b[len(b)-1] == &c.local[len(c.local)-1] {
-				cc.iov[i] = zeros(len(b))
-			}
+		// Its own buffer by index (what was written went from the
+		// front): another chunk's payload from the same memory ends at
+		// the same address and must go out as it is.
+		if i := c.iovAt - (cc.iovLen - len(cc.iov)); i >= 0 {
+			cc.iov[i] = zeros(len(cc.iov[i]))
 		}
 		// A write-imm or send cut short must deliver nothing: its trailer
 		// (in iov still, unless it went out already) says so.

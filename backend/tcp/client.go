@@ -98,7 +98,8 @@ type clientConn struct {
 
 	// writer scratch, under wmu
 	stage  stage
-	iov    net.Buffers // the batch; WriteTo consumes it
+	iov    net.Buffers // the batch; WriteTo consumes it from the front
+	iovLen int         // len(iov) as gathered: a chunk's iovAt less what went is its index now
 	iovBuf net.Buffers // iov's backing array, kept across batches
 	// sending holds the WRITE chunks of the batch being written. They stay
 	// live until markSent: their answer waits for it (stAnswered), and the

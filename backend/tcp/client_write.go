@@ -162,6 +162,7 @@ func (cc *clientConn) add(c *chunk, nh, bytes int) (int, int) {
 			if !cc.stage.copyIn(c.local) {
 				c.state = stSending
 				cc.iov = cc.stage.loan(cc.iov, c.local)
+				c.iovAt = len(cc.iov) - 1
 				cc.sending = append(cc.sending, c)
 			}
 		}
@@ -176,6 +177,7 @@ func (cc *clientConn) add(c *chunk, nh, bytes int) (int, int) {
 	cc.slots.wire += c.wire
 	if hasPayload(h.op) {
 		cc.iov = cc.stage.loan(cc.iov, c.local)
+		c.iovAt = len(cc.iov) - 1
 		bytes += len(c.local)
 		cc.sending = append(cc.sending, c)
 	}
@@ -192,6 +194,7 @@ func (cc *clientConn) add(c *chunk, nh, bytes int) (int, int) {
 // goes on with the cancelled payloads swapped for zeros (unloan).
 func (cc *clientConn) writeBatch() error {
 	cc.iovBuf = cc.iov[:0]
+	cc.iovLen = len(cc.iov)
 	cc.writevs.Add(1)
 	if testHookBatch != nil {
 		testHookBatch(cc)

@@ -69,6 +69,9 @@ type chunk struct {
 	state    int
 	wire     int   // the frame's bytes once written, until it leaves the slot table
 	answer   error // the response's outcome, for stAnswered
+	// iovAt is the index of its loaned payload in its batch's iov, as
+	// gathered (clientConn.iovLen), while it is sending; under wmu.
+	iovAt int
 	// trailer ends the frame of a write-imm or send: commit, or abort
 	// once the writer swapped the rest of the payload for zeros (unloan).
 	trailer [trailerSize]byte

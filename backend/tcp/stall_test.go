@@ -195,3 +195,53 @@ func TestServerClosesMidTransfer(t *testing.T) {
 		})
 	}
 }
+
+// Two WRITEs of one batch from the same memory (one buffer sent to two
+// places), the writev blocked by a server that reads slowly: the first's
+// deadline interrupts the write and its unwritten payload goes out as
+// zeros, and the second's payload, the same bytes of the same memory,
+// goes out whole. Before, every loaned payload that ended at the
+// cancelled one's last byte was swapped for zeros, and the second was
+// reported done with zeros at its destination.
+func TestUnloanSparesSharedMemory(t *testing.T) {
+	f := newFakeServer(t)
+	cfg := fastWatchdog()
+	const n = 1 << 20
+	cfg.SocketBuffer = 64 << 10
+	a, regA := newBackend(t, cfg, backendtest.OwnerA)
+	rt := f.connect(t, a)
+	sc := f.accept(t)
+	_, local := backendtest.Alloc(t, regA, n, buffer.AccessReadWrite)
+	for i := range local {
+		local[i] = 0x11
+	}
+	rec := backendtest.NewRecorder(2)
+	victim := &backend.WorkRequest{Op: backend.OpWrite, Local: local, Remote: fakeRemote(n),
+		Deadline: time.Now().Add(150 * time.Millisecond), Done: rec}
+	neighbour := &backend.WorkRequest{Op: backend.OpWrite, Local: local, Remote: fakeRemote(n),
+		Deadline: time.Now().Add(time.Hour), Done: rec}
+	if k, err := rt.(backend.ListPoster).PostList([]*backend.WorkRequest{victim, neighbour}); k != 2 || err != nil {
+		t.Fatalf("PostList = %d, %v", k, err)
+	}
+	h1 := sc.readReq(t)
+	if res := rec.Wait(t, waitTimeout); res.WR != victim || !errors.Is(res.Err, rdmamgr.ErrDeadline) {
+		t.Fatalf("first completion: %v for the neighbour %v; want the stalled one with ErrDeadline", res.Err, res.WR == neighbour)
+	}
+	p1 := sc.readPayload(t, n)
+	if bytes.Count(p1, []byte{0x11})+bytes.Count(p1, []byte{0}) != n {
+		t.Fatal("the stalled payload holds bytes that are neither its own nor zeros")
+	}
+	h2 := sc.readReq(t)
+	if h2.op != opWrite || h2.length != n {
+		t.Fatalf("second request %+v", h2)
+	}
+	if p2 := sc.readPayload(t, n); bytes.Count(p2, []byte{0x11}) != n {
+		t.Fatalf("the neighbour's payload: %d of %d bytes its own (zeros in place of the rest)", bytes.Count(p2, []byte{0x11}), n)
+	}
+	sc.respond(t, respHeader{op: opWrite, wrid: h1.wrid}, nil) // late: dropped
+	sc.respond(t, respHeader{op: opWrite, wrid: h2.wrid}, nil)
+	if res := rec.Wait(t, waitTimeout); res.WR != neighbour || res.Err != nil {
+		t.Fatalf("the neighbour: %v", res.Err)
+	}
+	assertUp(t, rt)
+}
