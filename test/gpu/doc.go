@@ -12,4 +12,10 @@
 // more cores than the development one: run.sh --oprate carries UCX's
 // ucx_perftest and jq with their libraries as well, and oprate.sh runs
 // issue 25's op-rate tables there (README "Small operations") in one call.
+// run.sh --base REV also builds REV's rdmamgr, and ab.sh there runs the
+// two builds alternately, run by run (the machine's speed moves from one
+// start to the next by more than most changes): the ratios of the TCP
+// pipeline, the small operations at both placements and 8 processes,
+// each build's median, and with --profile the CPU profiles of both ends
+// of the pipeline, in about three minutes.
 package gpu

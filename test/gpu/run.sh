@@ -10,14 +10,38 @@
 # jq with the shared libraries they load that are not the C library's
 # own, and UCX's transport modules (test/gpu/bin/carry, about 4 MiB;
 # apt-get install ucx-utils jq first).
+#
+# With --base REV (which implies --oprate) it also builds REV's rdmamgr
+# as test/gpu/bin/rdmamgr-base, for test/gpu/ab.sh (this tree's build
+# against REV's, alternated run by run on the device), and leaves out
+# the two test binaries (the carry limit is 64 MiB).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=test/gpu/bin
+oprate=0 base=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --oprate) oprate=1; shift ;;
+    --base) base=$2; oprate=1; shift 2 ;;
+    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
 mkdir -p "$out"
 go build -ldflags='-s -w' -o "$out/rdmamgr" ./cmd/rdmamgr
-go test -c -ldflags='-s -w' -o "$out/cuda.test" ./internal/cuda
-go test -c -ldflags='-s -w' -o "$out/gpu.test" ./test/gpu
-if [ "${1:-}" = --oprate ]; then
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!test/gpu/bin' || echo +changes)" >"$out/rdmamgr.rev"
+rm -f "$out/rdmamgr-base" "$out/rdmamgr-base.rev"
+if [ -n "$base" ]; then
+  rm -f "$out/cuda.test" "$out/gpu.test"
+  wt=$(mktemp -d)
+  git worktree add -q --detach "$wt" "$base"
+  (cd "$wt" && go build -ldflags='-s -w' -o "$OLDPWD/$out/rdmamgr-base" ./cmd/rdmamgr) || { git worktree remove --force "$wt"; exit 1; }
+  git worktree remove --force "$wt"
+  git rev-parse --short "$base" >"$out/rdmamgr-base.rev"
+else
+  go test -c -ldflags='-s -w' -o "$out/cuda.test" ./internal/cuda
+  go test -c -ldflags='-s -w' -o "$out/gpu.test" ./test/gpu
+fi
+if [ "$oprate" = 1 ]; then
   carry=$out/carry
   rm -rf "$carry"; mkdir -p "$carry/bin" "$carry/lib"
   for tool in ucx_perftest ucx_info jq; do
@@ -34,6 +58,10 @@ if [ "${1:-}" = --oprate ]; then
   done
 fi
 du -sh "$out"
+if [ -n "$base" ]; then
+  echo "now, on the device machine, from the repository root (carry $out): bash test/gpu/ab.sh [--profile]"
+  exit 0
+fi
 echo "now, on the GPU machine, from the repository root: bash test/gpu/device.sh (carry $out)"
-[ "${1:-}" = --oprate ] && echo "and for issue 25's tables there: bash test/gpu/oprate.sh"
+[ "$oprate" = 1 ] && echo "and for issue 25's tables there: bash test/gpu/oprate.sh"
 exit 0
