@@ -48,14 +48,14 @@ say "# ab.sh $(date -u +%FT%TZ), $(nproc) CPUs: $(cat "$bin/rdmamgr.rev" 2>/dev/
 
 # run ROW BINARY: one run's ratios, as "label ratio" lines
 run() {
-  local row=$1 bin=$2 args=()
+  local row=$1 exe=$2 args=()
   case $row in
     pipe-split|pipe-any) args=(--backend tcp --placement "${row#pipe-}" --sizes 64B --ops put --inflight 64) ;;
     small-split|small-any) args=(--backend tcp --placement "${row#small-}" --sizes 8B,64B --inflight 64) ;;
     procs) args=(--procs 8 --sizes 4KiB --inflight 64) ;;
     *) echo "ab.sh: unknown row $row" >&2; return 2 ;;
   esac
-  timeout 120 "$bin" bench --baseline "${args[@]}" "${quick[@]}" 2>&1 |
+  timeout 120 "$exe" bench --baseline "${args[@]}" "${quick[@]}" 2>&1 |
     awk -v row="$row" '
       /^pipeline:/ && row ~ /^pipe/ {print "64B-pipeline", $NF}
       /^(8B|64B|4KiB) / && row !~ /^pipe/ {print $1 "-" $2, $NF}'
@@ -67,8 +67,8 @@ for row in "${list[@]}"; do
   t=$(mktemp)
   for i in $(seq "$pairs"); do
     for side in a b; do
-      bin=$a; [ $side = b ] && bin=$b
-      r=$(run "$row" "$bin") || rc=1
+      exe=$a; [ $side = b ] && exe=$b
+      r=$(run "$row" "$exe") || rc=1
       [ -n "$r" ] || { say "$row $side: no result"; rc=1; }
       echo "$r" | awk -v s=$side 'NF == 2 {print $1, s, $2}' >>"$t"
     done
