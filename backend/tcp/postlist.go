@@ -70,8 +70,8 @@ type listBatch struct {
 	n, share   int // chunks on the chain; how many cc takes
 	fenced     int // the chain's WRITEs and atomics (fence.go)
 	// room: chunks of room in flight PostList took for the list and its
-	// operations have not used yet; begun: operations it counted as
-	// posted (BeginN) that prepare has not yet claimed.
+	// operations have not used yet (reserve takes from it); begun:
+	// operations it counted as posted (BeginN) and has not posted yet.
 	room, begun int
 }
 
