@@ -90,15 +90,13 @@ func TestStallMidPayload(t *testing.T) {
 	assertUp(t, rt)
 }
 
-// A server that stops reading in the middle of a WRITE payload (the
-// socket buffers fill and writev blocks): the deadline interrupts the
-// write, the rest of the frame goes out as zeros, never as bytes the
-// poster writes after the op was reported, and the route keeps serving.
-func TestStallMidWritePayload(t *testing.T) {
+// slowReader connects a route of cfg, with 64 KiB socket buffers, to a
+// fake server that reads only as the test does, and returns n bytes of
+// the initiator's memory filled with 0x11.
+func slowReader(t *testing.T, cfg Config, n int) (backend.Route, *fakeConn, []byte) {
+	t.Helper()
 	f := newFakeServer(t)
-	cfg := fastWatchdog()
-	const n = 32 << 20 // far more than the socket buffers hold
-	cfg.ChunkSize, cfg.MaxFrameLen, cfg.SocketBuffer = n, n, 64<<10
+	cfg.SocketBuffer = 64 << 10
 	a, regA := newBackend(t, cfg, backendtest.OwnerA)
 	rt := f.connect(t, a)
 	sc := f.accept(t)
@@ -106,6 +104,18 @@ func TestStallMidWritePayload(t *testing.T) {
 	for i := range local {
 		local[i] = 0x11
 	}
+	return rt, sc, local
+}
+
+// A server that stops reading in the middle of a WRITE payload (the
+// socket buffers fill and writev blocks): the deadline interrupts the
+// write, the rest of the frame goes out as zeros, never as bytes the
+// poster writes after the op was reported, and the route keeps serving.
+func TestStallMidWritePayload(t *testing.T) {
+	const n = 32 << 20 // far more than the socket buffers hold
+	cfg := fastWatchdog()
+	cfg.ChunkSize, cfg.MaxFrameLen = n, n
+	rt, sc, local := slowReader(t, cfg, n)
 	rec := backendtest.NewRecorder(1)
 	wr := &backend.WorkRequest{Op: backend.OpWrite, Local: local, Remote: fakeRemote(n),
 		Deadline: time.Now().Add(150 * time.Millisecond), Done: rec}
@@ -204,17 +214,8 @@ func TestServerClosesMidTransfer(t *testing.T) {
 // cancelled one's last byte was swapped for zeros, and the second was
 // reported done with zeros at its destination.
 func TestUnloanSparesSharedMemory(t *testing.T) {
-	f := newFakeServer(t)
-	cfg := fastWatchdog()
 	const n = 1 << 20
-	cfg.SocketBuffer = 64 << 10
-	a, regA := newBackend(t, cfg, backendtest.OwnerA)
-	rt := f.connect(t, a)
-	sc := f.accept(t)
-	_, local := backendtest.Alloc(t, regA, n, buffer.AccessReadWrite)
-	for i := range local {
-		local[i] = 0x11
-	}
+	rt, sc, local := slowReader(t, fastWatchdog(), n)
 	rec := backendtest.NewRecorder(2)
 	victim := &backend.WorkRequest{Op: backend.OpWrite, Local: local, Remote: fakeRemote(n),
 		Deadline: time.Now().Add(150 * time.Millisecond), Done: rec}
