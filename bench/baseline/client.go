@@ -11,6 +11,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/rdmamgr/rdmamgr/bench"
 )
 
 // Load is what a client does: Count timed operations of Size bytes after
@@ -193,8 +195,9 @@ func (pp *pingPong) phase(n int, lat []time.Duration) error {
 	if _, err := pp.c.Write(header{mode: modeRR, size: uint64(len(pp.req)), count: uint64(n)}.encode()); err != nil {
 		return err
 	}
+	clk := bench.LatencyClock() // the clock ours is timed with
 	for i := range n {
-		t0 := time.Now()
+		t0 := clk.Now()
 		if _, err := pp.c.Write(pp.req); err != nil {
 			return err
 		}
@@ -202,7 +205,7 @@ func (pp *pingPong) phase(n int, lat []time.Duration) error {
 			return err
 		}
 		if lat != nil {
-			lat[i] = time.Since(t0)
+			lat[i] = clk.Since(t0)
 		}
 	}
 	return nil

@@ -100,8 +100,9 @@ func (r *runner) latencyAlone(res *bench.Result) {
 		Size: LatSize, Count: c.LatCount, OursP50: bench.Micros(p50), OursP99: bench.Micros(p99),
 		Errors: r.note("latency get 8B", res),
 	}
-	fmt.Fprintf(r.w, "latency: %dB get, one at a time, n=%d: ours p50 %s p99 %s; placement %s\n",
-		LatSize, c.LatCount, fmtLat(p50), fmtLat(p99), c.Placement.Mode)
+	r.rep.Latency.timedBy()
+	fmt.Fprintf(r.w, "latency: %dB get, one at a time, n=%d: ours p50 %s p99 %s; placement %s%s\n",
+		LatSize, c.LatCount, fmtLat(p50), fmtLat(p99), c.Placement.Mode, r.rep.Latency.clockNote())
 }
 
 // describeSameHost is Placement.Describe for a run against memcpy: no

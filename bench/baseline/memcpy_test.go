@@ -33,7 +33,7 @@ func TestMemcpy(t *testing.T) {
 
 var (
 	memcpyRowRE     = regexp.MustCompile(`(?m)^(\S+)\s+(put|get)\s+(\d+)\s+(\d+)\s+(\d+\.\d)\s+(\d+)\s+(\d+\.\d)\s+(\d+)\s+(\d+\.\d\d)$`)
-	memcpyLatencyRE = regexp.MustCompile(`(?m)^latency: 8B get, one at a time, n=20: ours p50 \S+ p99 \S+; placement split$`)
+	memcpyLatencyRE = regexp.MustCompile(`(?m)^latency: 8B get, one at a time, n=20: ours p50 \S+ p99 \S+; placement split; timed with (tsc|monotonic) \(adds \d+ns\)$`)
 )
 
 // memcpyConfig is a run against memcpy with no baseline server at all.

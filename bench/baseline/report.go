@@ -1,6 +1,11 @@
 package baseline
 
-import "time"
+import (
+	"fmt"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/bench"
+)
 
 // Report is what a Run measured (bench --json writes it).
 type Report struct {
@@ -52,6 +57,10 @@ type LatencyRow struct {
 	TCPP99   float64 `json:"tcp_p99_us,omitempty"`
 	RatioP50 float64 `json:"ratio_p50,omitempty"`
 	Errors   int     `json:"errors"`
+	// Clock is what timed each round trip, both sides' (bench.LatencyClock:
+	// "tsc" or "monotonic"); ClockFloorNs the median it adds to each.
+	Clock        string  `json:"clock"`
+	ClockFloorNs float64 `json:"clock_floor_ns"`
 }
 
 // PipelineRow is the 64-byte Put pipeline against the TCP one.
@@ -90,5 +99,19 @@ func ratio(a, b float64) float64 {
 }
 
 func fmtLat(d time.Duration) string {
+	if d < 10*time.Microsecond { // same-host round trips: every nanosecond shows
+		return d.String()
+	}
 	return d.Round(100 * time.Nanosecond).String()
+}
+
+// timedBy records the clock that timed the round trips.
+func (l *LatencyRow) timedBy() {
+	c := bench.LatencyClock()
+	l.Clock, l.ClockFloorNs = c.Source(), float64(c.Floor(1001).Nanoseconds())
+}
+
+// clockNote is the latency line's tail naming that clock.
+func (l *LatencyRow) clockNote() string {
+	return fmt.Sprintf("; timed with %s (adds %.0fns)", l.Clock, l.ClockFloorNs)
 }

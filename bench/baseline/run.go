@@ -245,9 +245,10 @@ func (r *runner) latency(ctx context.Context) error {
 		Errors: r.note("latency get 8B", res),
 	}
 	lr.RatioP50 = ratio(lr.OursP50, lr.TCPP50)
+	lr.timedBy()
 	r.rep.Latency = lr
-	fmt.Fprintf(r.w, "latency: %dB get, one at a time, n=%d: ours p50 %s p99 %s; plain TCP ping-pong p50 %s p99 %s; ratio p50 %.2f\n",
-		LatSize, c.LatCount, fmtLat(p50), fmtLat(p99), fmtLat(t50), fmtLat(t99), lr.RatioP50)
+	fmt.Fprintf(r.w, "latency: %dB get, one at a time, n=%d: ours p50 %s p99 %s; plain TCP ping-pong p50 %s p99 %s; ratio p50 %.2f%s\n",
+		LatSize, c.LatCount, fmtLat(p50), fmtLat(p99), fmtLat(t50), fmtLat(t99), lr.RatioP50, lr.clockNote())
 	return nil
 }
 

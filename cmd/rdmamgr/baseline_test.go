@@ -21,7 +21,7 @@ var tinyBaseline = []string{"--count", "20", "--warmup", "2", "--lat-count", "20
 
 var (
 	rowRE      = regexp.MustCompile(`(?m)^(\S+)\s+(put|get)\s+(\d+)\s+(\d+)\s+(\d+\.\d)\s+(\d+)\s+(\d+\.\d)\s+(\d+)\s+(\d+\.\d\d)$`)
-	latencyRE  = regexp.MustCompile(`(?m)^latency: 8B get, one at a time, n=\d+: ours p50 \S+ p99 \S+; plain TCP ping-pong p50 \S+ p99 \S+; ratio p50 \d+\.\d\d$`)
+	latencyRE  = regexp.MustCompile(`(?m)^latency: 8B get, one at a time, n=\d+: ours p50 \S+ p99 \S+; plain TCP ping-pong p50 \S+ p99 \S+; ratio p50 \d+\.\d\d; timed with (tsc|monotonic) \(adds \d+ns\)$`)
 	pipelineRE = regexp.MustCompile(`(?m)^pipeline: 64B put, \d+ in flight, conns=\d+, n=\d+: ours \d+ ops/s; plain TCP pipeline \d+ ops/s; ratio \d+\.\d\d$`)
 )
 

@@ -83,7 +83,7 @@ func TestBaselineAgainstConfig(t *testing.T) {
 
 var (
 	memcpyHeaderRE  = regexp.MustCompile(`(?m)^size\s+op\s+inflight\s+count\s+ours MiB/s\s+ours ops/s\s+memcpy MiB/s\s+memcpy ops/s\s+ratio$`)
-	memcpyLatencyRE = regexp.MustCompile(`(?m)^latency: 8B get, one at a time, n=20: ours p50 \S+ p99 \S+; placement split$`)
+	memcpyLatencyRE = regexp.MustCompile(`(?m)^latency: 8B get, one at a time, n=20: ours p50 \S+ p99 \S+; placement split; timed with (tsc|monotonic) \(adds \d+ns\)$`)
 )
 
 // bench --baseline --against memcpy, as a process: no baseline server, a

@@ -10,7 +10,11 @@
 #     (rdmamgr bench --baseline --backend tcp --sizes 64B --ops put
 #     --inflight 64 --placement P: its "pipeline:" line);
 #   small-split, small-any: 8 B and 64 B Put and Get, 64 in flight;
-#   procs: 8 bench processes against one daemon, 4 KiB Put and Get.
+#   procs: 8 bench processes against one daemon, 4 KiB Put and Get;
+#   lat-split, lat-any: the TCP 8 B Get alone in flight, p50 over the
+#     plain ping-pong's (its "latency:" line; label 8B-get-p50);
+#   shm-lat: the shm 8 B Get alone in flight at split, its p50 in µs
+#     (the report's .latency.ours_p50_us; label 8B-get-p50-us).
 # With --profile it also writes CPU profiles of this tree's build, the
 # daemon and the bench of the 64 B pipeline at split (2,000,000 Puts;
 # serve-pipe-split.prof and bench-pipe-split.prof: read them here with
@@ -20,13 +24,16 @@
 # usage: bash test/gpu/ab.sh [--pairs N] [--rows LIST] [--profile] [--quick]
 #   --pairs N   alternated pairs per row (default 5)
 #   --rows LIST comma-separated rows (default all: pipe-split,pipe-any,
-#               small-split,small-any,procs)
+#               small-split,small-any,procs,lat-split,lat-any,shm-lat)
 #   --quick     short runs, to check the script (one pair, few operations)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=$PWD/test/gpu/bin
 a=$bin/rdmamgr b=$bin/rdmamgr-base
-pairs=5 rows=pipe-split,pipe-any,small-split,small-any,procs profile=0 quick=()
+if [ -d "$bin/carry" ]; then # jq (run.sh --oprate carries it)
+  export PATH=$bin/carry/bin:$PATH LD_LIBRARY_PATH=$bin/carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+pairs=5 rows=pipe-split,pipe-any,small-split,small-any,procs,lat-split,lat-any,shm-lat profile=0 quick=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --pairs) pairs=$2; shift 2 ;;
@@ -53,12 +60,22 @@ run() {
     pipe-split|pipe-any) args=(--backend tcp --placement "${row#pipe-}" --sizes 64B --ops put --inflight 64) ;;
     small-split|small-any) args=(--backend tcp --placement "${row#small-}" --sizes 8B,64B --inflight 64) ;;
     procs) args=(--procs 8 --sizes 4KiB --inflight 64) ;;
+    lat-split|lat-any) args=(--backend tcp --placement "${row#lat-}" --sizes 8B --ops get --count 2000 --lat-count 5000) ;;
+    shm-lat)
+      local j
+      j=$(mktemp)
+      timeout 120 "$exe" bench --baseline --backend shm --placement split --sizes 8B --ops get --count 2000 --lat-count 20000 \
+        --json "$j" "${quick[@]}" >/dev/null 2>&1 &&
+        jq -r '"8B-get-p50-us \(.latency.ours_p50_us)"' "$j"
+      rm -f "$j"
+      return ;;
     *) echo "ab.sh: unknown row $row" >&2; return 2 ;;
   esac
   timeout 120 "$exe" bench --baseline "${args[@]}" "${quick[@]}" 2>&1 |
     awk -v row="$row" '
       /^pipeline:/ && row ~ /^pipe/ {print "64B-pipeline", $NF}
-      /^(8B|64B|4KiB) / && row !~ /^pipe/ {print $1 "-" $2, $NF}'
+      /^latency:/ && row ~ /^lat/ {for (i = 1; i < NF; i++) if ($i == "p50" && $(i-1) == "ratio") {v = $(i+1); sub(/;$/, "", v); print "8B-get-p50", v}}
+      /^(8B|64B|4KiB) / && row !~ /^(pipe|lat)/ {print $1 "-" $2, $NF}'
 }
 
 rc=0
