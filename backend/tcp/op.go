@@ -21,7 +21,7 @@ import (
 // agent) still allocates nothing.
 type op struct {
 	wr        *backend.WorkRequest
-	remaining atomic.Int32
+	remaining atomic.Int32 // chunks not yet settled; only where there are several
 	firstErr  atomic.Pointer[error]
 	r         *route
 	one       [1]chunk // the chunk of a single-chunk op
@@ -105,7 +105,9 @@ func newOp(r *route, wr *backend.WorkRequest, count int) *op {
 	if o.firstErr.Load() != nil { // a locked store only where the last use failed
 		o.firstErr.Store(nil)
 	}
-	o.remaining.Store(int32(count))
+	if count > 1 { // a single chunk's op needs no count (settle)
+		o.remaining.Store(int32(count))
+	}
 	if count == 1 {
 		o.chunks = o.one[:]
 	} else {
@@ -170,7 +172,7 @@ func (c *chunk) settle(err error) *op {
 		e := err // only a failure pays for the pointer
 		o.firstErr.CompareAndSwap(nil, &e)
 	}
-	if o.remaining.Add(-1) != 0 {
+	if len(o.chunks) > 1 && o.remaining.Add(-1) != 0 { // read before the count: the last chunk may recycle o
 		return nil
 	}
 	return o

@@ -77,33 +77,55 @@ func (b *Backend) ServedByPeer() map[uint64]backend.PeerServedStats {
 	return out
 }
 
+// servedTally is what a served connection counted since it last
+// published (publishServed): its serve goroutine's alone, so the
+// backend's and the peer's counters, which every connection adds to, take
+// an atomic add per batch of answers rather than per frame.
+type servedTally struct{ ops, in, out uint64 }
+
 // servedIn counts n bytes of a WRITE served, and the operation once, at
 // its first frame: served ops are operations, not chunks.
 func (s *serverConn) servedIn(n uint64, first bool) {
 	if first {
-		s.b.served.ops.Add(1)
+		s.tally.ops++
 	}
-	s.b.served.bytesIn.Add(n)
-	if s.peer != nil {
-		if first {
-			s.peer.ops.Add(1)
-		}
-		s.peer.bytesIn.Add(n)
-	}
+	s.tally.in += n
 }
 
 // servedOut counts n bytes of a READ served, and the operation at its
 // first frame.
 func (s *serverConn) servedOut(n uint64, first bool) {
 	if first {
-		s.b.served.ops.Add(1)
+		s.tally.ops++
 	}
-	s.b.served.bytesOut.Add(n)
+	s.tally.out += n
+}
+
+// publishServed adds what the connection counted since its last call to
+// the backend's and the peer's counters. flush calls it before it writes
+// a batch (a WRITE counts before its answer leaves) and once the batch is
+// out (a READ counts once its payload left).
+func (s *serverConn) publishServed() {
+	t := s.tally
+	if t == (servedTally{}) {
+		return
+	}
+	s.tally = servedTally{}
+	addServed(&s.b.served.ops, &s.b.served.bytesIn, &s.b.served.bytesOut, t)
 	if s.peer != nil {
-		if first {
-			s.peer.ops.Add(1)
-		}
-		s.peer.bytesOut.Add(n)
+		addServed(&s.peer.ops, &s.peer.bytesIn, &s.peer.bytesOut, t)
+	}
+}
+
+func addServed(ops, in, out *atomic.Uint64, t servedTally) {
+	if t.ops != 0 {
+		ops.Add(t.ops)
+	}
+	if t.in != 0 {
+		in.Add(t.in)
+	}
+	if t.out != 0 {
+		out.Add(t.out)
 	}
 }
 

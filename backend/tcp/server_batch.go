@@ -46,7 +46,11 @@ func (s *serverConn) flush() error {
 		if h := testHookGathered.Load(); h != nil {
 			(*h)(s)
 		}
+		s.publishServed()
 		err = s.writeBatch(deadline)
+		if h := testHookWritten.Load(); h != nil {
+			(*h)(s)
+		}
 	}
 	if timed {
 		err = s.endTimedWrite(err)
@@ -57,6 +61,7 @@ func (s *serverConn) flush() error {
 				s.servedOut(uint64(len(mem)), g.first)
 			}
 		}
+		s.publishServed()
 	}
 	s.release()
 	return err
@@ -103,8 +108,9 @@ func (s *serverConn) gather() {
 }
 
 // testHookFlush, when set by a test, runs as a batch's flush begins;
-// testHookGathered once its iov is built, before the write.
-var testHookFlush, testHookGathered atomic.Pointer[func(*serverConn)]
+// testHookGathered once its iov is built, before the write;
+// testHookWritten once it is written.
+var testHookFlush, testHookGathered, testHookWritten atomic.Pointer[func(*serverConn)]
 
 // writeBatch writes s.iov. A write cut short by a cut's grace goes on
 // while the peer took every cut READ's bytes (cutLeft).

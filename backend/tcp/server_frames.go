@@ -29,6 +29,7 @@ type serverConn struct {
 	b       *Backend
 	c       net.Conn
 	peer    *peerCounters // the peer manager's counters (peers.go)
+	tally   servedTally   // counted, not yet in peer's and the backend's: serve's alone
 	peerID  uint64        // the peer manager (events and messages name it)
 	out     []byte        // response headers of the batch
 	segs    []respSeg     // the batch, in order
@@ -110,6 +111,7 @@ const (
 )
 
 func (s *serverConn) serve() error {
+	defer s.publishServed() // at the very end: whatever was counted and not yet published
 	defer s.release()
 	defer s.endVia()
 	defer s.closeLate()

@@ -202,6 +202,7 @@ func (s *serverConn) readDevice(h *reqHeader, ref memreg.Ref, span memreg.Device
 	err = s.endTimedWrite(err)
 	if err == nil && served {
 		s.servedOut(span.Len, h.first)
+		s.publishServed()
 	}
 	s.release() // drops ref: Download left no copy running
 	return err
