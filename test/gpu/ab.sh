@@ -12,7 +12,8 @@
 #   small-split, small-any: 8 B and 64 B Put and Get, 64 in flight;
 #   procs: 8 bench processes against one daemon, 4 KiB Put and Get;
 #   lat-split, lat-any: the TCP 8 B Get alone in flight, p50 over the
-#     plain ping-pong's (its "latency:" line; label 8B-get-p50);
+#     plain ping-pong's (its "latency:" line; label 8B-get-p50) and ours
+#     alone in µs (8B-get-p50-us);
 #   shm-lat: the shm 8 B Get alone in flight at split, its p50 in µs
 #     (the report's .latency.ours_p50_us; label 8B-get-p50-us).
 # With --profile it also writes CPU profiles of this tree's build, the
@@ -74,7 +75,14 @@ run() {
   timeout 120 "$exe" bench --baseline "${args[@]}" "${quick[@]}" 2>&1 |
     awk -v row="$row" '
       /^pipeline:/ && row ~ /^pipe/ {print "64B-pipeline", $NF}
-      /^latency:/ && row ~ /^lat/ {for (i = 1; i < NF; i++) if ($i == "p50" && $(i-1) == "ratio") {v = $(i+1); sub(/;$/, "", v); print "8B-get-p50", v}}
+      function us(x) { sub(/;$/, "", x)
+        if (x ~ /µs$/) { sub(/µs$/, "", x); return x + 0 }
+        if (x ~ /ns$/) { sub(/ns$/, "", x); return x / 1000 }
+        if (x ~ /ms$/) { sub(/ms$/, "", x); return x * 1000 }
+        return x + 0 }
+      /^latency:/ && row ~ /^lat/ {for (i = 2; i < NF; i++) {
+        if ($i == "p50" && $(i-1) == "ratio") {v = $(i+1); sub(/;$/, "", v); print "8B-get-p50", v}
+        if ($i == "p50" && $(i-1) == "ours") print "8B-get-p50-us", us($(i+1)) }}
       /^(8B|64B|4KiB) / && row !~ /^(pipe|lat)/ {print $1 "-" $2, $NF}'
 }
 
