@@ -18,6 +18,11 @@
 // warm-up and the timed phase (`rdmamgr bench --baseline --procs N` starts
 // the timed phases of its N bench processes together with it).
 //
+// Each operation a worker posts and waits for is timed with LatencyClock
+// (clock.go): the CPU's time-stamp counter where the kernel keeps time
+// with it, as UCX and perftest time theirs, so the clock adds tens of
+// nanoseconds, not time.Now's two vDSO reads (internal/cycles).
+//
 // stats.go has the figures both bench and bench/baseline print: MiB/s,
 // operations per second, percentiles and microseconds.
 //
