@@ -22,10 +22,13 @@ import (
 type op struct {
 	wr        *backend.WorkRequest
 	remaining atomic.Int32 // chunks not yet settled; only where there are several
-	firstErr  atomic.Pointer[error]
-	r         *route
-	one       [1]chunk // the chunk of a single-chunk op
-	chunks    []chunk  // the op's chunks (one[:] or allocated)
+	// settled: a race build's check that a single chunk's op is settled
+	// once (settle), the count's net where there is none.
+	settled  atomic.Bool
+	firstErr atomic.Pointer[error]
+	r        *route
+	one      [1]chunk // the chunk of a single-chunk op
+	chunks   []chunk  // the op's chunks (one[:] or allocated)
 	// fenceEpoch is 1 + the fence epoch a WRITE or atomic counts in, 0
 	// if none (fence.go); set at Post, cleared by fenceDone.
 	fenceEpoch uint64
@@ -45,8 +48,9 @@ var postedOnce = new(op)
 //	sent -> receiving                           the reader reads its READ payload
 //	queued/sent -> abandoned                    deadline or cancel (cancel.go)
 //
-// and is finished (its op's count taken) exactly once, by whichever loop
-// or canceller last touched its memory.
+// and is finished (settled: its op's count taken, where it has several
+// chunks) exactly once, by whichever loop or canceller last touched its
+// memory.
 const (
 	stQueued    = iota // on the ring, not yet written
 	stSending          // writer is writing it
@@ -107,6 +111,8 @@ func newOp(r *route, wr *backend.WorkRequest, count int) *op {
 	}
 	if count > 1 { // a single chunk's op needs no count (settle)
 		o.remaining.Store(int32(count))
+	} else if raceEnabled {
+		o.settled.Store(false)
 	}
 	if count == 1 {
 		o.chunks = o.one[:]
@@ -172,8 +178,12 @@ func (c *chunk) settle(err error) *op {
 		e := err // only a failure pays for the pointer
 		o.firstErr.CompareAndSwap(nil, &e)
 	}
-	if len(o.chunks) > 1 && o.remaining.Add(-1) != 0 { // read before the count: the last chunk may recycle o
-		return nil
+	if len(o.chunks) > 1 { // read before the count: the last chunk may recycle o
+		if o.remaining.Add(-1) != 0 {
+			return nil
+		}
+	} else if raceEnabled && o.settled.Swap(true) {
+		panic("tcp: a chunk finished twice")
 	}
 	return o
 }

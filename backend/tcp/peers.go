@@ -104,7 +104,9 @@ func (s *serverConn) servedOut(n uint64, first bool) {
 // publishServed adds what the connection counted since its last call to
 // the backend's and the peer's counters. flush calls it before it writes
 // a batch (a WRITE counts before its answer leaves) and once the batch is
-// out (a READ counts once its payload left).
+// out (a READ counts once its payload left); a write-imm or a send before
+// its event or message reaches the owner (server_verbs.go), readDevice
+// once a staged READ's payload left, and serve as it ends.
 func (s *serverConn) publishServed() {
 	t := s.tally
 	if t == (servedTally{}) {

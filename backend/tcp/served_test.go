@@ -17,7 +17,9 @@ import (
 // the initiator has looked (testHookWritten), so a count published only
 // after the write would be missed here every time.
 func TestServedBeforeAnswer(t *testing.T) {
-	p := newPair(t, Config{}, Config{})
+	// Heartbeats rare (3 s, against a test of milliseconds): a ping's flush
+	// would take the hold meant for a put's.
+	p := newPair(t, Config{HeartbeatInterval: 3 * time.Second}, Config{})
 	rt := p.newRoute(t)
 	hr, _ := backendtest.Alloc(t, p.regB, 4096, buffer.AccessReadWrite)
 	local := make([]byte, 4096)
@@ -29,7 +31,7 @@ func TestServedBeforeAnswer(t *testing.T) {
 		}
 		select {
 		case <-looked:
-		case <-time.After(waitTimeout):
+		case <-time.After(waitTimeout / 2): // within the put's own deadline
 		}
 	}
 	testHookWritten.Store(&hook)

@@ -64,6 +64,7 @@ func (s *serverConn) serveWriteImm(br *connReader, h *reqHeader) error {
 		code = codeAborted
 	default:
 		s.servedIn(uint64(h.length), h.first)
+		s.publishServed() // counted before the owner hears of it, as before
 		ev := backend.Event{Peer: s.peerID, Region: h.region, Offset: end - h.total, Length: h.total, Imm: h.imm}
 		deferred, err := s.eventLate(h, ev) // late.go
 		if deferred {
@@ -114,6 +115,7 @@ func (s *serverConn) serveSend(br *connReader, h *reqHeader) error {
 		return nil
 	}
 	s.servedIn(uint64(n), true) // a send is one frame
+	s.publishServed()           // counted before the owner hears of it, as before
 	var code byte
 	if al, ok := l.(agentapi.AsyncLanding); ok { // a host agent's: answered later
 		answer := s.deferAnswer(h.op, h.wrid)

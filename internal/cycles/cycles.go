@@ -8,13 +8,15 @@ import (
 )
 
 // Clock reads a counter (Now) and turns the distance from an earlier
-// reading into a duration (Since). Its fields are set by Calibrate and
-// only read afterwards.
+// reading into a duration (Since). Calibrate sets its fields; it only
+// reads them afterwards. The zero Clock reads the monotonic clock.
 type Clock struct {
-	tsc       bool      // Now reads the time-stamp counter
-	nsPerTick float64   // with tsc: nanoseconds per tick
-	base      time.Time // without tsc: Now is the monotonic time since base
+	tsc       bool    // Now reads the time-stamp counter
+	nsPerTick float64 // with tsc: nanoseconds per tick
 }
+
+// base is what the monotonic readings of every Clock count from.
+var base = time.Now()
 
 // Source names what a Clock reads: "tsc" or "monotonic".
 func (c *Clock) Source() string {
@@ -29,7 +31,7 @@ func (c *Clock) Now() int64 {
 	if c.tsc {
 		return rdtsc()
 	}
-	return int64(time.Since(c.base))
+	return int64(time.Since(base))
 }
 
 // Since is the time from reading t (of Now) to now; never negative.
@@ -38,7 +40,7 @@ func (c *Clock) Since(t int64) time.Duration {
 	if c.tsc {
 		d = time.Duration(float64(rdtsc()-t) * c.nsPerTick)
 	} else {
-		d = time.Since(c.base) - time.Duration(t)
+		d = time.Since(base) - time.Duration(t)
 	}
 	return max(d, 0)
 }
@@ -59,10 +61,10 @@ func (c *Clock) Floor(n int) time.Duration {
 const calibration = 20 * time.Millisecond
 
 // Calibrate returns a clock reading the time-stamp counter where it can be
-// trusted (see the package comment) and the monotonic clock elsewhere,
-// or where the counter's two calibrations disagree by more than 0.2%.
+// trusted (see the package comment) and the monotonic clock elsewhere, or
+// where the counter's two calibrations disagree by more than 0.2%.
 func Calibrate() *Clock {
-	c := &Clock{base: time.Now()}
+	c := &Clock{}
 	if !haveTSC || !kernelTrustsTSC() {
 		return c
 	}
@@ -75,17 +77,36 @@ func Calibrate() *Clock {
 }
 
 // perTick measures the counter's nanoseconds per tick over about d; 0 if
-// it did not advance.
+// it did not advance or a reading could not be paired with the monotonic
+// clock closely.
 func perTick(d time.Duration) float64 {
-	m0 := time.Now()
-	t0 := rdtsc()
+	m0, t0, ok0 := paired()
 	time.Sleep(d)
-	t1 := rdtsc()
-	el := time.Since(m0)
-	if t1 <= t0 {
+	m1, t1, ok1 := paired()
+	if !ok0 || !ok1 || t1 <= t0 {
 		return 0
 	}
-	return float64(el) / float64(t1-t0)
+	return float64(m1-m0) / float64(t1-t0)
+}
+
+// pairSlack bounds the monotonic time around one counter reading that
+// paired accepts: a thread descheduled between the two reads would skew
+// the calibration by as long as it was away.
+const pairSlack = 20 * time.Microsecond
+
+// paired reads the counter between two monotonic readings and returns the
+// middle of those with it; false when five tries all took longer than
+// pairSlack.
+func paired() (mono time.Duration, tick int64, ok bool) {
+	for range 5 {
+		a := time.Since(base)
+		t := rdtsc()
+		b := time.Since(base)
+		if b-a <= pairSlack {
+			return a + (b-a)/2, t, true
+		}
+	}
+	return 0, 0, false
 }
 
 // clocksourceFile names the kernel's clock; a variable for tests.

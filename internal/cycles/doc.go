@@ -11,7 +11,10 @@
 // against the monotonic clock, as UCX's ucs_get_time and perftest's
 // get_cycles do; elsewhere it reads the monotonic clock once per call.
 //
-// Calibrate blocks for about 40 ms (two 20 ms calibrations that must agree
-// within 0.2%); Now and Since never block and allocate nothing. A Clock is
-// safe for concurrent use. Intervals are never negative.
+// Calibrate blocks for about 40 ms where it tries the counter (two 20 ms
+// calibrations that must agree within 0.2%); Now and Since never block and
+// allocate nothing. A Clock is safe for concurrent use; the zero Clock
+// reads the monotonic clock. Intervals are never negative. The kernel's
+// clocksource is read once: a counter the kernel gives up on later keeps
+// being read.
 package cycles

@@ -6,6 +6,4 @@ const haveTSC = true
 
 // rdtsc reads the time-stamp counter after the instructions before it
 // have executed (LFENCE; RDTSC). tsc_amd64.s.
-//
-//go:noescape
 func rdtsc() int64

@@ -2,4 +2,5 @@
 
 package tcp
 
+// raceEnabled: built with -race (race_on.go).
 const raceEnabled = false

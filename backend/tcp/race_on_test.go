@@ -1,5 +1,0 @@
-//go:build race
-
-package tcp
-
-const raceEnabled = true
