@@ -80,3 +80,9 @@ func benchOneAtATime(b *testing.B, op backend.Op) {
 		b.ReportMetric(float64(toEvent.Nanoseconds())/float64(n), "ns-to-event/op")
 	}
 }
+
+// BenchmarkGetOneAtATime is a 64-byte Get's round trip, one at a time:
+// with GOMAXPROCS=1 on one CPU, every step of both ends runs in turn, so
+// ns/op is their whole cost; BenchmarkWriteOneBuffer/write is a plain
+// ping-pong's.
+func BenchmarkGetOneAtATime(b *testing.B) { benchOneAtATime(b, backend.OpRead) }

@@ -51,7 +51,8 @@ type Config struct {
 	MaxConnsPerPeer int
 	// IdleTimeout closes an authenticated connection that sent nothing,
 	// not even a heartbeat ping, for this long (default 30 s; peers ping
-	// an idle connection every HeartbeatInterval).
+	// an idle connection every HeartbeatInterval); it is closed no sooner,
+	// and at most IdleTimeout/8 + 1 ms later.
 	IdleTimeout time.Duration
 	// MaxPendingConns bounds the connections accepted and not yet through
 	// the hello, in all (default 1024); more are closed as they are

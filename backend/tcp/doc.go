@@ -23,7 +23,11 @@
 // is copied, with the headers around it, into the writer's stage, so a
 // batch of small frames is one buffer of the writev rather than two per
 // frame (the kernel's cost per buffer exceeds such a copy; a WRITE so
-// copied no longer reads its memory once its batch is gathered). Each
+// copied no longer reads its memory once its batch is gathered; a batch
+// of answers whose READ payloads are all so copied lets go of their
+// regions before it is written, and is written without a deadline, as a
+// batch of answers alone is: flushCopied). A batch that is one buffer
+// goes with write, not writev (writeiov.go: cheaper in the kernel). Each
 // side reads a connection through a 4 KiB buffer that grows to 64 KiB
 // for a burst (reader.go): one read then takes in a batch of small frames,
 // and the owner answers the batch with one writev. A connection's frames
@@ -96,7 +100,8 @@
 // manager (MaxConnsPerPeer, MaxTokensPerPeer); a full table makes room for
 // a peer holding fewer at the expense of the peer holding the most; tokens
 // expire after TokenTTL, and a connection silent for IdleTimeout (no
-// request, no heartbeat ping) is closed. A listener that fails for good
+// request, no heartbeat ping) is closed (up to IdleTimeout/8 + 1 ms later: the
+// idle read deadline is moved only when it is that old, late.go). A listener that fails for good
 // shows in Addr and Listener.
 //
 // Leases and revocation cut in-flight work (server_frames.go): a WRITE's

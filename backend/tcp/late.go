@@ -9,6 +9,7 @@ import (
 
 	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/internal/agentapi"
+	"github.com/rdmamgr/rdmamgr/internal/coarseclock"
 	"github.com/rdmamgr/rdmamgr/internal/memreg"
 )
 
@@ -95,7 +96,7 @@ func (s *serverConn) readHeader(br *connReader, hdr []byte) error {
 			// idle connection every heartbeat, so one silent for
 			// IdleTimeout is gone or hostile, and gives its slot back.
 			// (Payload reads set deadlines of their own.)
-			if err := s.c.SetReadDeadline(time.Now().Add(s.b.cfg.IdleTimeout)); err != nil {
+			if err := s.idleDeadline(); err != nil {
 				return err
 			}
 		}
@@ -128,6 +129,40 @@ func (s *serverConn) readHeader(br *connReader, hdr []byte) error {
 	}
 }
 
+// idleDeadline makes sure the socket's read deadline is an idle one:
+// IdleTimeout, and at most idleSlack(IdleTimeout) more, after now. It is
+// set again only when the one set last (at s.idleAt, on the coarse clock)
+// is older than the slack: a connection that sends a request every few
+// microseconds no longer reads the clock and moves the socket's timer
+// for each one (a time.Now and a SetReadDeadline: about half a
+// microsecond). Anything else that sets the read deadline (a payload's
+// read, a late answer's wake) clears s.idleAt (serve, lateBusy).
+func (s *serverConn) idleDeadline() error {
+	idle := s.b.cfg.IdleTimeout
+	slack := int64(idle / 16)
+	m := coarseclock.Mono()
+	if s.idleAt != 0 && m-s.idleAt < slack {
+		return nil
+	}
+	// The coarse clock lags the real one by at most its resolution: the
+	// deadline covers that too, so a peer silent for IdleTimeout since
+	// its last header is never cut off sooner.
+	if err := s.c.SetReadDeadline(time.Now().Add(idle + 2*time.Duration(slack) + coarseclock.Resolution)); err != nil {
+		s.idleAt = 0
+		return err
+	}
+	s.idleAt = m
+	return nil
+}
+
+// keepsIdleDeadline reports whether serving a frame of op leaves the read
+// deadline that readHeader set: a READ, a ping and an atomic read nothing
+// more from the socket; every other frame reads a payload under a
+// deadline of its own.
+func keepsIdleDeadline(op byte) bool {
+	return op == opRead || op == opPing || op == opCompareSwap || op == opFetchAdd
+}
+
 // lateIdle marks the serve goroutine as waiting for a header, unless
 // answers are there to send (false).
 func (s *serverConn) lateIdle() bool {
@@ -150,6 +185,7 @@ func (s *serverConn) lateBusy() bool {
 	l.idle, l.woke = false, false
 	l.mu.Unlock()
 	if woke {
+		s.idleAt = 0 // readHeader sets the idle deadline again
 		_ = s.c.SetReadDeadline(time.Now().Add(s.b.cfg.IdleTimeout))
 	}
 	return woke

@@ -21,10 +21,14 @@ import (
 // one of its regions is revoked or released meanwhile (cut) while that
 // READ's bytes are still to go. A READ whose region was cut before the
 // write began (refuseCutLocked) is answered with the cut's code and no payload;
-// the rest of the batch goes out as it is.
+// the rest of the batch goes out as it is. A batch whose READ payloads
+// are all small enough to be copied goes by flushCopied instead.
 func (s *serverConn) flush() error {
 	if h := testHookFlush.Load(); h != nil {
 		(*h)(s)
+	}
+	if s.payload > 0 && s.copiesAll() {
+		return s.flushCopied()
 	}
 	timed := s.payload > 0
 	var err error
@@ -59,6 +63,60 @@ func (s *serverConn) flush() error {
 		for _, g := range s.segs {
 			if mem := g.ref.Bytes(); mem != nil {
 				s.servedOut(uint64(len(mem)), g.first)
+			}
+		}
+		s.publishServed()
+	}
+	s.release()
+	return err
+}
+
+// copiesAll reports whether gather will copy every READ payload of the
+// batch into the stage (each at most stageCopyMax bytes, and all of them
+// with the headers within stageCopyBudget).
+func (s *serverConn) copiesAll() bool {
+	if len(s.out)+s.payload > stageCopyBudget {
+		return false
+	}
+	for i := range s.segs {
+		if s.segs[i].n > stageCopyMax {
+			return false
+		}
+	}
+	return true
+}
+
+// flushCopied is flush for a batch whose READ payloads gather copies
+// (copiesAll): a READ whose region was cut before the copy is answered
+// as flush answers it (refuseCutLocked), the others' bytes are copied
+// while their references hold, and the references go before the write,
+// which then touches no region: it is written as a batch of answers
+// alone is, without a deadline (a revocation no longer waits on it), and
+// saves the deadline's set and clear. A cut after the copy finds nothing
+// of the batch to wait for; the bytes it sends were read while remote
+// access held, as a writev's are.
+func (s *serverConn) flushCopied() error {
+	s.mu.Lock()
+	drop := s.refuseCutLocked()
+	s.mu.Unlock()
+	releaseAll(drop)
+	s.gather()
+	for i := range s.segs {
+		s.segs[i].ref.Release() // copied: g.n still counts its bytes
+		s.segs[i].ref = memreg.Ref{}
+	}
+	if h := testHookGathered.Load(); h != nil {
+		(*h)(s)
+	}
+	s.publishServed()
+	err := s.writeBatch(time.Time{})
+	if h := testHookWritten.Load(); h != nil {
+		(*h)(s)
+	}
+	if err == nil {
+		for _, g := range s.segs {
+			if g.n > 0 {
+				s.servedOut(uint64(g.n), g.first)
 			}
 		}
 		s.publishServed()

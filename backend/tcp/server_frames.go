@@ -47,6 +47,10 @@ type serverConn struct {
 	peerAgent bool
 
 	late lateAnswers // answers an agent's inbox gives later (late.go)
+	// idleAt: the coarse clock's reading when readHeader last set the
+	// idle read deadline, 0 when another deadline (or none) may have
+	// replaced it since (idleDeadline). The serve goroutine's alone.
+	idleAt int64
 
 	mu sync.Mutex // guards writing and flushing, and segs while flushing
 	// writing is the region a WRITE payload is being read into (nil
@@ -152,6 +156,9 @@ func (s *serverConn) serve() error {
 			err = s.serveSend(br, &h)
 		default:
 			s.serveAtomic(&h)
+		}
+		if !keepsIdleDeadline(h.op) {
+			s.idleAt = 0
 		}
 		if err == nil {
 			err = s.via.err // a flush before a Resolve failed

@@ -287,12 +287,3 @@ func (t *tlsBufConn) handshake(deadline time.Time) error {
 	}
 	return t.arm()
 }
-
-// writeIOV writes v to c as v.WriteTo(c) does; on a TLS data connection
-// as records (tlsBufConn.WriteBuffers), which WriteTo cannot see through.
-func writeIOV(c net.Conn, v *net.Buffers) (int64, error) {
-	if t, ok := c.(*tlsBufConn); ok {
-		return t.WriteBuffers(v)
-	}
-	return v.WriteTo(c)
-}
