@@ -1,0 +1,90 @@
+package tcp
+
+import (
+	"io"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/rdmamgr/rdmamgr/backend"
+	"github.com/rdmamgr/rdmamgr/buffer"
+	"github.com/rdmamgr/rdmamgr/internal/backendtest"
+)
+
+// BenchmarkGetVsPingPong times an 8-byte Get's round trip, one at a time,
+// against a plain ping-pong of 8-byte messages over loopback in the same
+// process, in alternating windows of 1,000 round trips, and reports the
+// median of each (ours-ns/op, plain-ns/op) and of the windows' ratios
+// (ratio). Run on one CPU:
+//
+//	GOMAXPROCS=1 taskset -c 1 go test -run '^$' -bench GetVsPingPong -benchtime 200000x ./backend/tcp
+//
+// every step of both ends then runs in turn, so a window's time is their
+// whole cost, and the machine's drift (which moves a run by 10% on a
+// shared VM) falls on both sides of each ratio alike.
+func BenchmarkGetVsPingPong(b *testing.B) {
+	p := newPair(b, Config{}, Config{})
+	_, local := backendtest.Alloc(b, p.regA, 8, buffer.AccessReadWrite)
+	hr, _ := backendtest.Alloc(b, p.regB, 8, buffer.AccessReadWrite)
+	done := make(chanCompleter, 1)
+	wr := &backend.WorkRequest{Op: backend.OpRead, Local: local, Remote: hr, Done: done}
+	ours := func(n int) {
+		for range n {
+			wr.Deadline = time.Now().Add(time.Minute)
+			if err := p.route.Post(wr); err != nil {
+				b.Fatal(err)
+			}
+			if res := <-done; res.Err != nil {
+				b.Fatal(res.Err)
+			}
+		}
+	}
+	c, s := loopbackPair(b)
+	echoed := make(chan struct{})
+	go func() {
+		defer close(echoed)
+		m := make([]byte, 8)
+		for {
+			if _, err := io.ReadFull(s, m); err != nil {
+				return
+			}
+			if _, err := s.Write(m); err != nil {
+				return
+			}
+		}
+	}()
+	msg := make([]byte, 8)
+	plain := func(n int) {
+		for range n {
+			if _, err := c.Write(msg); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(c, msg); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	const window = 1000
+	ours(window) // warm both
+	plain(window)
+	var o, q, r []float64
+	b.ResetTimer()
+	for left := b.N; left > 0; {
+		n := min(window, left)
+		left -= n
+		t0 := time.Now()
+		ours(n)
+		t1 := time.Now()
+		plain(n)
+		t2 := time.Now()
+		oo, pp := float64(t1.Sub(t0))/float64(n), float64(t2.Sub(t1))/float64(n)
+		o, q, r = append(o, oo), append(q, pp), append(r, oo/pp)
+	}
+	b.StopTimer()
+	c.Close()
+	<-echoed
+	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	b.ReportMetric(median(o), "ours-ns/op")
+	b.ReportMetric(median(q), "plain-ns/op")
+	b.ReportMetric(median(r), "ratio")
+}
