@@ -65,8 +65,12 @@ type Config struct {
 	// WatchdogInterval is how often deadlines of in-flight work are checked.
 	WatchdogInterval time.Duration
 	// FrameTimeout bounds the time a WRITE's payload may take to arrive,
-	// and a batch of READ payloads to leave (default 30 s). A revocation,
-	// a release or the end of the lease cuts a stalled payload sooner.
+	// and a batch of READ payloads written from their regions to leave
+	// (default 30 s). A revocation, a release or the end of the lease cuts
+	// a stalled payload sooner. A batch whose READ payloads were copied
+	// (at most 512 bytes each) holds no region and, like a batch of
+	// answers without payload, is written without a deadline: a peer that
+	// stops reading holds up only its own connection.
 	FrameTimeout time.Duration
 	// HeartbeatInterval: a connection that heard nothing for this long
 	// sends a ping.

@@ -130,7 +130,7 @@ func (s *serverConn) readHeader(br *connReader, hdr []byte) error {
 }
 
 // idleDeadline makes sure the socket's read deadline is an idle one:
-// IdleTimeout, and at most idleSlack(IdleTimeout) more, after now. It is
+// IdleTimeout, and at most IdleTimeout/8 + 1 ms more, after now. It is
 // set again only when the one set last (at s.idleAt, on the coarse clock)
 // is older than the slack: a connection that sends a request every few
 // microseconds no longer reads the clock and moves the socket's timer
@@ -144,9 +144,10 @@ func (s *serverConn) idleDeadline() error {
 	if s.idleAt != 0 && m-s.idleAt < slack {
 		return nil
 	}
-	// The coarse clock lags the real one by at most its resolution: the
-	// deadline covers that too, so a peer silent for IdleTimeout since
-	// its last header is never cut off sooner.
+	// Set to IdleTimeout + 2 slack + the coarse clock's resolution: a
+	// peer silent for IdleTimeout since its last header is not cut off
+	// sooner as long as the coarse clock lags the real one by less than
+	// slack + 1 ms (it ticks every millisecond).
 	if err := s.c.SetReadDeadline(time.Now().Add(idle + 2*time.Duration(slack) + coarseclock.Resolution)); err != nil {
 		s.idleAt = 0
 		return err
