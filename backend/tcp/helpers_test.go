@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -99,4 +100,31 @@ func servedEventually(t testing.TB, b *Backend, ok func(backend.ServedStats) boo
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// loopbackPair returns the two ends of a loopback TCP connection.
+func loopbackPair(t testing.TB) (a, b net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			c = nil
+		}
+		got <- c
+	}()
+	a, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b = <-got; b == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
 }

@@ -19,30 +19,9 @@ import (
 func tlsBufPair(t *testing.T) (*tlsBufConn, *tls.Conn) {
 	t.Helper()
 	creds := tlsCreds(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			close(accepted)
-			return
-		}
-		_ = c.(*net.TCPConn).SetReadBuffer(32 << 10)
-		accepted <- c
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, sc := loopbackPair(t)
+	_ = sc.(*net.TCPConn).SetReadBuffer(32 << 10)
 	_ = c.(*net.TCPConn).SetWriteBuffer(32 << 10)
-	sc, ok := <-accepted
-	if !ok {
-		t.Fatal("accept failed")
-	}
 	srv := tls.Server(sc, creds.Server)
 	t.Cleanup(func() { srv.Close() })
 	cfg := creds.Client.Clone()

@@ -10,33 +10,6 @@ import (
 	"time"
 )
 
-// loopbackPair returns the two ends of a loopback TCP connection.
-func loopbackPair(t testing.TB) (a, b net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	got := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			c = nil
-		}
-		got <- c
-	}()
-	a, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b = <-got; b == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
-}
-
 // TestWriteIOVOneBuffer: a batch of one buffer, written with write, is
 // consumed from v as WriteTo consumes it: all of it, or (cut short by a
 // deadline) the part written, the rest left in v to go on with.
