@@ -3,6 +3,7 @@ package tcp
 import (
 	"context"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -134,4 +135,79 @@ func benchPipeline(b *testing.B, depth, size int, list bool) {
 		writevs += cc.writevs.Load()
 	}
 	b.ReportMetric(float64(writevs)/float64(b.N), "writev/op")
+}
+
+// BenchmarkPipelineVsPlain is Pipeline64/list against Pipeline64/plain in
+// alternating windows of 20,000 Puts in one process, and reports the
+// medians of each (ours-ns/op, plain-ns/op) and of the windows' ratios
+// of ours' time to the plain pipeline's (ratio: above 1, ours is slower).
+// Run on one CPU, every step of both ends runs in turn, so a window's
+// time is their whole CPU per operation:
+//
+//	GOMAXPROCS=1 taskset -c 1 go test -run '^$' -bench PipelineVsPlain -benchtime 400000x ./backend/tcp
+func BenchmarkPipelineVsPlain(b *testing.B) {
+	const depth, size, window = 64, 64, 20000
+	p := newPair(b, Config{}, Config{})
+	lp := p.route.(backend.ListPoster)
+	_, local := backendtest.Alloc(b, p.regA, depth*size, buffer.AccessReadWrite)
+	hr, _ := backendtest.Alloc(b, p.regB, depth*size, buffer.AccessReadWrite)
+	done := &reapDone{wake: make(chan struct{}, 1)}
+	wrs := make([]*backend.WorkRequest, depth)
+	deadline := time.Now().Add(time.Hour)
+	for i := range wrs {
+		off := i * size
+		wrs[i] = &backend.WorkRequest{Op: backend.OpWrite, Local: local[off : off+size], Remote: backendtest.Slice(b, hr, off, size), Done: done, Deadline: deadline}
+	}
+	ours := func(n int) time.Duration {
+		t0 := time.Now()
+		posted := min(n, depth)
+		if k, err := lp.PostList(wrs[:posted]); err != nil {
+			b.Fatalf("post list: %d, %v", k, err)
+		}
+		var got []*backend.WorkRequest
+		for completed := 0; completed < n; {
+			var errs int
+			got, errs = done.reap(got)
+			if errs > 0 {
+				b.Fatalf("%d puts failed", errs)
+			}
+			completed += len(got)
+			if k := min(len(got), n-posted); k > 0 {
+				if m, err := lp.PostList(got[:k]); err != nil {
+					b.Fatalf("post list: %d, %v", m, err)
+				}
+				posted += k
+			}
+		}
+		return time.Since(t0)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := baseline.NewServer(ln)
+	defer srv.Close()
+	plain := func(n int) time.Duration {
+		d, err := baseline.Pipeline(context.Background(), srv.Addr(), baseline.Load{Size: size, Count: n, Conns: 2, Depth: depth})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return d
+	}
+	ours(window) // warm both
+	plain(window)
+	var o, q, r []float64
+	b.ResetTimer()
+	for left := b.N; left > 0; {
+		n := min(window, left)
+		left -= n
+		oo := float64(ours(n)) / float64(n)
+		pp := float64(plain(n)) / float64(n)
+		o, q, r = append(o, oo), append(q, pp), append(r, oo/pp)
+	}
+	b.StopTimer()
+	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	b.ReportMetric(median(o), "ours-ns/op")
+	b.ReportMetric(median(q), "plain-ns/op")
+	b.ReportMetric(median(r), "ratio")
 }
