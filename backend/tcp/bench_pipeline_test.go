@@ -3,7 +3,6 @@ package tcp
 import (
 	"context"
 	"net"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -84,7 +83,10 @@ func BenchmarkPipeline64(b *testing.B) {
 	})
 }
 
-func benchPipeline(b *testing.B, depth, size int, list bool) {
+// pipelinePuts returns a loopback route's pair, its list poster, depth
+// Puts of size bytes each to their own slots of the peer's region, and
+// the completion collector they report to.
+func pipelinePuts(b *testing.B, depth, size int) (*pair, backend.ListPoster, []*backend.WorkRequest, *reapDone) {
 	p := newPair(b, Config{}, Config{})
 	lp := p.route.(backend.ListPoster)
 	_, local := backendtest.Alloc(b, p.regA, depth*size, buffer.AccessReadWrite)
@@ -96,6 +98,11 @@ func benchPipeline(b *testing.B, depth, size int, list bool) {
 		off := i * size
 		wrs[i] = &backend.WorkRequest{Op: backend.OpWrite, Local: local[off : off+size], Remote: backendtest.Slice(b, hr, off, size), Done: done, Deadline: deadline}
 	}
+	return p, lp, wrs, done
+}
+
+func benchPipeline(b *testing.B, depth, size int, list bool) {
+	p, lp, wrs, done := pipelinePuts(b, depth, size)
 	post := func(ws []*backend.WorkRequest) {
 		if list {
 			if n, err := lp.PostList(ws); err != nil {
@@ -147,17 +154,7 @@ func benchPipeline(b *testing.B, depth, size int, list bool) {
 //	GOMAXPROCS=1 taskset -c 1 go test -run '^$' -bench PipelineVsPlain -benchtime 400000x ./backend/tcp
 func BenchmarkPipelineVsPlain(b *testing.B) {
 	const depth, size, window = 64, 64, 20000
-	p := newPair(b, Config{}, Config{})
-	lp := p.route.(backend.ListPoster)
-	_, local := backendtest.Alloc(b, p.regA, depth*size, buffer.AccessReadWrite)
-	hr, _ := backendtest.Alloc(b, p.regB, depth*size, buffer.AccessReadWrite)
-	done := &reapDone{wake: make(chan struct{}, 1)}
-	wrs := make([]*backend.WorkRequest, depth)
-	deadline := time.Now().Add(time.Hour)
-	for i := range wrs {
-		off := i * size
-		wrs[i] = &backend.WorkRequest{Op: backend.OpWrite, Local: local[off : off+size], Remote: backendtest.Slice(b, hr, off, size), Done: done, Deadline: deadline}
-	}
+	_, lp, wrs, done := pipelinePuts(b, depth, size)
 	ours := func(n int) time.Duration {
 		t0 := time.Now()
 		posted := min(n, depth)
@@ -194,20 +191,5 @@ func BenchmarkPipelineVsPlain(b *testing.B) {
 		}
 		return d
 	}
-	ours(window) // warm both
-	plain(window)
-	var o, q, r []float64
-	b.ResetTimer()
-	for left := b.N; left > 0; {
-		n := min(window, left)
-		left -= n
-		oo := float64(ours(n)) / float64(n)
-		pp := float64(plain(n)) / float64(n)
-		o, q, r = append(o, oo), append(q, pp), append(r, oo/pp)
-	}
-	b.StopTimer()
-	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
-	b.ReportMetric(median(o), "ours-ns/op")
-	b.ReportMetric(median(q), "plain-ns/op")
-	b.ReportMetric(median(r), "ratio")
+	alternate(b, window, ours, plain)
 }
