@@ -3,7 +3,6 @@ package tcp
 import (
 	"bytes"
 	"context"
-	"io"
 	"sync"
 	"testing"
 	"time"
@@ -48,17 +47,7 @@ func TestCopiedAnswersHoldNoRegion(t *testing.T) {
 		wrid   uint64
 		off, n int
 	}{{1, 16, 8}, {2, 1024, 512}} {
-		resp := readResp(t, c)
-		if resp.code != 0 || resp.wrid != want.wrid || int(resp.length) != want.n {
-			t.Fatalf("answer %+v, want wrid %d OK with %d bytes", resp, want.wrid, want.n)
-		}
-		got := make([]byte, want.n)
-		if _, err := io.ReadFull(c, got); err != nil {
-			t.Fatalf("read payload: %v", err)
-		}
-		if !bytes.Equal(got, before[want.off:want.off+want.n]) {
-			t.Errorf("answer %d: payload differs from the region's bytes", want.wrid)
-		}
+		expectReadAnswer(t, c, want.wrid, before[want.off:want.off+want.n])
 	}
 	if err := <-revoked; err != nil {
 		t.Fatalf("Revoke while a copied batch waited to be written: %v", err)

@@ -3,6 +3,7 @@ package tcp
 import (
 	"bytes"
 	"io"
+	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -138,22 +139,29 @@ func TestAnswersStaged(t *testing.T) {
 	}
 	writeRaw(t, c, msg) // one write: the server serves all four, then answers them in one batch
 	for _, r := range reads {
-		resp := readResp(t, c)
-		if resp.code != 0 || resp.wrid != r.wrid || int(resp.length) != r.n {
-			t.Fatalf("answer %+v, want wrid %d OK with %d bytes", resp, r.wrid, r.n)
-		}
-		got := make([]byte, r.n)
-		if _, err := io.ReadFull(c, got); err != nil {
-			t.Fatalf("read payload: %v", err)
-		}
-		if !bytes.Equal(got, mem[r.off:r.off+r.n]) {
-			t.Errorf("answer %d: payload differs from the region's bytes", r.wrid)
-		}
+		expectReadAnswer(t, c, r.wrid, mem[r.off:r.off+r.n])
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	want := []int{2*respHeaderSize + 8 + 64, respHeaderSize, 1024, respHeaderSize + 8}
 	if len(lens) != 1 || !slices.Equal(lens[0], want) {
 		t.Errorf("batches' buffers %v, want one batch of %v", lens, want)
+	}
+}
+
+// expectReadAnswer reads a READ's answer from c: wrid, OK, and want's
+// bytes as its payload.
+func expectReadAnswer(t *testing.T, c net.Conn, wrid uint64, want []byte) {
+	t.Helper()
+	resp := readResp(t, c)
+	if resp.code != 0 || resp.wrid != wrid || int(resp.length) != len(want) {
+		t.Fatalf("answer %+v, want wrid %d OK with %d bytes", resp, wrid, len(want))
+	}
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(c, got); err != nil {
+		t.Fatalf("read payload: %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("answer %d: payload differs from the region's bytes", wrid)
 	}
 }
