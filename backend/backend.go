@@ -113,6 +113,11 @@ type WorkRequest struct {
 	// Imm is the immediate value of OpWriteImm, and of OpSend when HasImm.
 	Imm    uint32
 	HasImm bool
+	// Waited says the poster means to wait for this operation on its own
+	// (package queuepair: a single verb, no completion queue), so a route
+	// that is a Driver may leave reading its outcome to that wait. The
+	// poster calls Driver.Undrive if it polls the operation instead.
+	Waited bool
 	// Compare and Swap are the operands of OpCompareSwap; Swap is the
 	// addend of OpFetchAdd.
 	Compare, Swap uint64
@@ -162,6 +167,7 @@ func (wr *WorkRequest) Reset() {
 	wr.Op, wr.Local, wr.LocalRegion, wr.Remote = 0, nil, nil, buffer.Buffer{}
 	wr.Deadline, wr.Done, wr.Cancel = time.Time{}, nil, nil
 	wr.Imm, wr.HasImm, wr.Compare, wr.Swap, wr.Result = 0, false, 0, 0, 0
+	wr.Waited = false
 	wr.Via, wr.Origin = 0, 0
 	if wr.cause.Load() != nil { // a store costs a barrier: only when there is one to clear
 		wr.cause.Store(nil)
@@ -217,6 +223,24 @@ type Route interface {
 // of Post otherwise.
 type ListPoster interface {
 	PostList(wrs []*WorkRequest) (n int, err error)
+}
+
+// Driver is an optional interface of a Route whose waiter can read the
+// route's answers itself: the network poller then wakes the waiting
+// goroutine directly, with no hand-off from a reader goroutine (TCP).
+// Package queuepair calls Drive from Wait for an operation posted with
+// Waited, before it spins or parks, and Undrive from Poll, Err, Done and
+// Cancel of such an operation.
+type Driver interface {
+	// Drive reads answers in the caller's goroutine while the route lends
+	// it the means to, until wr has been reported, ctx ended (noticed
+	// within the route's watchdog tick) or the route takes the means back;
+	// it may return at once. Either way the caller then waits as usual:
+	// Drive reports nothing and Done.Complete is still called exactly once.
+	Drive(ctx context.Context, wr *WorkRequest)
+	// Undrive says wr's outcome will not be driven by a wait: the route
+	// reads it itself.
+	Undrive(wr *WorkRequest)
 }
 
 // SlowCompleter is an optional interface of a Route: SlowCompletions

@@ -62,6 +62,7 @@ func (q *QueuePair) armOne(w *WorkRequest, op backend.Op, local, remote *buffer.
 	wr.Done, wr.Cancel, wr.Result = (*completer)(w), cancel, 0
 	wr.Via, wr.Origin = 0, 0
 	wr.Imm, wr.HasImm, wr.Compare, wr.Swap = 0, false, 0, 0
+	wr.Waited = q.drv != nil && cq == nil // backend.Driver: Wait may read its answer
 	w.id = id
 	if cq != nil {
 		w.cq = cq

@@ -44,7 +44,15 @@
 // that comes meanwhile wakes no other thread; spins that run out make the
 // next waits park at once (spin.go). Waits for operations on a route that
 // says its completions are slow (backend.SlowCompleter: the host agent's,
-// 200 µs and more) never spin: they park at once. PostOps posts a chain of operations (any
+// 200 µs and more) never spin: they park at once. On a route that lets
+// a waiter read its own answer (backend.Driver: TCP), an operation
+// posted on its own with no completion queue (Put, Get, the single verbs
+// and their Post forms) is posted Waited, and its Wait first reads the
+// answer itself when the route lends it the connection (one idle, the
+// operation alone on it): the network poller then wakes the waiter
+// directly, as a plain ping-pong's one goroutine. Its Poll, Err and Done
+// hand the connection back, so an operation that is polled rather than
+// waited for is read by the route as before. PostOps posts a chain of operations (any
 // verb: Op carries Imm, HasImm, Compare and Swap) into caller-owned work
 // requests at the cost of one post: the route's backend.ListPoster when
 // it has one (one lock, one wake-up of its sender), a loop of posts

@@ -45,6 +45,9 @@ type QueuePair struct {
 	// slow: the route's operations take long (backend.SlowCompleter):
 	// waits for them park at once, never spin.
 	slow bool
+	// drv: the route lets a waiter read its own answer (backend.Driver):
+	// single operations without a completion queue are posted Waited.
+	drv backend.Driver
 	// near is the local region an operation was last posted from: the
 	// next one from it is resolved without the registry's lookup.
 	near atomic.Pointer[memreg.Region]
@@ -81,6 +84,7 @@ func newQueuePair(id, peerID uint64, route backend.Route, local qpbind.Resolver,
 	if s, ok := route.(backend.SlowCompleter); ok {
 		q.slow = s.SlowCompletions()
 	}
+	q.drv, _ = route.(backend.Driver)
 	if d, ok := route.(DeviceLocalRoute); ok {
 		q.devLocal = d.TakesDeviceLocal()
 	}
@@ -171,6 +175,7 @@ func postCtx(ctx context.Context) context.Context {
 // Every path ends in w.finish or in a Post that will complete w.
 func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote *buffer.Buffer, deadline time.Time, ctx context.Context, opd operands) {
 	if q.prepare(w, op, local, remote, deadline, ctx, &opd, nil) {
+		w.wr.Waited = q.drv != nil && w.cq == nil && w.batch == nil && !w.staged.Load()
 		q.post(w, ctx)
 	}
 }

@@ -188,7 +188,7 @@ func BenchmarkPostOpsRun(b *testing.B) {
 // is the one field reset leaves: the backend's, kept across posts.
 func TestResetWritesEveryField(t *testing.T) {
 	want := []string{"Op", "cause", "Result", "Local", "LocalRegion", "Remote", "Deadline", "Done", "Cancel",
-		"Imm", "HasImm", "Compare", "Swap", "Via", "Origin", "Scratch"}
+		"Imm", "HasImm", "Waited", "Compare", "Swap", "Via", "Origin", "Scratch"}
 	typ := reflect.TypeFor[backend.WorkRequest]()
 	var got []string
 	for i := range typ.NumField() {

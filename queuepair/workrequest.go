@@ -225,7 +225,7 @@ func (w *WorkRequest) reset(op backend.Op, remote *buffer.Buffer, deadline time.
 	wr.Op, wr.Local, wr.LocalRegion = op, nil, nil
 	wr.Deadline, wr.Done, wr.Cancel, wr.Result = deadline, (*completer)(w), nil, 0
 	w.dlMono = 0
-	wr.Via, wr.Origin = 0, 0
+	wr.Via, wr.Origin, wr.Waited = 0, 0, false
 	if ctx != nil {
 		wr.Cancel = ctx.Done()
 	}
@@ -319,6 +319,7 @@ func (w *WorkRequest) Done() <-chan struct{} {
 	if w.sig == nil { // never posted: the first post's completion sends
 		w.sig = make(chan struct{}, 1)
 	}
+	w.undrive()
 	if w.want.Or(wantDone)&wantDone == 0 {
 		// First call: an operation whose finish read want before this
 		// would send nothing; send its token here.
@@ -348,7 +349,18 @@ func (w *WorkRequest) Poll() (bool, error) {
 	if finished(w.settled()) {
 		return true, w.err
 	}
+	w.undrive()
 	return false, nil
+}
+
+// undrive tells a route that lets waiters read (backend.Driver) that
+// w's outcome is polled, not waited for: the route reads it itself.
+func (w *WorkRequest) undrive() {
+	if w.wr.Waited {
+		if q := w.owner.Load(); q != nil && q.drv != nil {
+			q.drv.Undrive(&w.wr)
+		}
+	}
 }
 
 // Err returns the outcome; nil while pending.
@@ -368,8 +380,12 @@ func (w *WorkRequest) Err() error {
 // the same outcome.
 func (w *WorkRequest) Wait(ctx context.Context) error {
 	var spin spinner // spin.go: an outcome that comes soon costs no wake-up
-	if q := w.owner.Load(); q != nil && q.slow {
-		spin.off = true // its route is slow: park at once
+	if q := w.owner.Load(); q != nil {
+		if q.slow {
+			spin.off = true // its route is slow: park at once
+		} else if w.wr.Waited && w.state.Load() == statePending {
+			q.drv.Drive(ctx, &w.wr) // reads its own answer if the route lends it the means
+		}
 	}
 	for w.state.Load() == statePending && spin.more() {
 	}

@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"context"
 	"io"
 	"slices"
 	"testing"
@@ -22,18 +23,37 @@ import (
 // every step of both ends then runs in turn, so a window's time is their
 // whole cost, and the machine's drift (which moves a run by 10% on a
 // shared VM) falls on both sides of each ratio alike.
+//
+// Sub-benchmark drive posts each Get as Waited and waits through the
+// route's Drive (drive.go: the waiter reads its own answer), as package
+// queuepair's Wait does; reader waits for the reader goroutine's
+// completion, as a poller does.
 func BenchmarkGetVsPingPong(b *testing.B) {
+	for _, drive := range []bool{true, false} {
+		name := "reader"
+		if drive {
+			name = "drive"
+		}
+		b.Run(name, func(b *testing.B) { benchGetVsPingPong(b, drive) })
+	}
+}
+
+func benchGetVsPingPong(b *testing.B, drive bool) {
 	p := newPair(b, Config{}, Config{})
 	_, local := backendtest.Alloc(b, p.regA, 8, buffer.AccessReadWrite)
 	hr, _ := backendtest.Alloc(b, p.regB, 8, buffer.AccessReadWrite)
 	done := make(chanCompleter, 1)
-	wr := &backend.WorkRequest{Op: backend.OpRead, Local: local, Remote: hr, Done: done}
+	wr := &backend.WorkRequest{Op: backend.OpRead, Local: local, Remote: hr, Done: done, Waited: drive}
+	ctx := context.Background()
 	ours := func(n int) time.Duration {
 		t0 := time.Now()
 		for range n {
 			wr.Deadline = time.Now().Add(time.Minute)
 			if err := p.route.Post(wr); err != nil {
 				b.Fatal(err)
+			}
+			if drive {
+				p.route.(backend.Driver).Drive(ctx, wr)
 			}
 			if res := <-done; res.Err != nil {
 				b.Fatal(res.Err)

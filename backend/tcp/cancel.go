@@ -72,6 +72,7 @@ func (r *route) Cancel(wr *backend.WorkRequest) {
 // endChunks ends every chunk held by cc for which why returns an error.
 func (cc *clientConn) endChunks(why func(*chunk) error) {
 	var ended []*chunk
+	touched := false
 	now := time.Now()
 	cc.mu.Lock()
 	for _, c := range cc.slots.chunks {
@@ -99,6 +100,13 @@ func (cc *clientConn) endChunks(why func(*chunk) error) {
 			c.interrupted = true
 			_ = cc.c.SetWriteDeadline(now)
 		}
+		touched = true
+	}
+	if touched {
+		// drive.go: an abandoned answer is the reader goroutine's to
+		// drain; a driving waiter looks again at what it waits for.
+		cc.unparkLocked()
+		cc.interruptLocked()
 	}
 	cc.mu.Unlock()
 	for _, c := range ended {

@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"sync"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rdmamgr/rdmamgr"
+	"github.com/rdmamgr/rdmamgr/backend"
 	"github.com/rdmamgr/rdmamgr/backend/internal/routestate"
 )
 
@@ -88,6 +90,34 @@ type clientConn struct {
 	sleeping bool
 	wake     chan struct{}
 
+	// The read role (drive.go), under mu: who reads the connection; the
+	// operation a parked role is lent to (lentTo mirrors lent for Drive's
+	// lock-free look) and its chunk's id; pings written or queued and
+	// not yet answered; a driving waiter's ctx, whether its read was
+	// interrupted (a deadline of now) and whether a read deadline is set
+	// for it (to clear when it hands the role back); parkGen moves on at
+	// each park and lend, parkSeen is its value at the watchdog's last
+	// tick; drove counts the operations their own waiters read.
+	role     int
+	lent     *backend.WorkRequest
+	lentTo   atomic.Pointer[backend.WorkRequest]
+	lentID   uint64
+	rwake    chan struct{} // wakes the reader goroutine when its parked role is back
+	pings    int
+	drvCtx   context.Context
+	drvInt   bool
+	drvDl    bool
+	drove    uint64
+	parkGen  uint64
+	parkSeen uint64
+
+	// Whoever holds the read role uses these: the buffered reader, a
+	// batch of headers and the chunks it ends.
+	br   *connReader
+	hb   [respMaxSize]byte
+	hs   [maxReadBatch]respHeader
+	done doneBatch
+
 	// wmu is held by whoever writes: the writer goroutine, or a poster
 	// writing its own small frame (client_write.go). It guards the
 	// writer scratch below. A writer takes chunks off pend only while it
@@ -108,7 +138,8 @@ type clientConn struct {
 }
 
 func newClientConn(r *route, c net.Conn) *clientConn {
-	return &clientConn{r: r, c: c, wake: make(chan struct{}, 1), lastHeardAt: time.Now()}
+	return &clientConn{r: r, c: c, wake: make(chan struct{}, 1), rwake: make(chan struct{}, 1),
+		br: newConnReader(c), lastHeardAt: time.Now()}
 }
 
 // enqueue gives each chunk of the chain head (linked by next) an id and
@@ -119,8 +150,11 @@ func newClientConn(r *route, c net.Conn) *clientConn {
 // itself (writeInline): no wake-up of the writer goroutine, whose hand-off
 // costs a cross-core round trip where goroutines run on several cores.
 // Otherwise it wakes the writer at most once, or (small frames behind many
-// on the wire) lets them wait for company.
-func (cc *clientConn) enqueue(head *chunk) {
+// on the wire) lets them wait for company. Where the connection's read
+// role is parked (drive.go), lend says the chain's poster is the one to
+// wait for it (not the fence's releaser, whose waiter may be waiting
+// already), so a single chunk posted Waited is lent the role.
+func (cc *clientConn) enqueue(head *chunk, lend bool) {
 	cc.mu.Lock()
 	if cc.failing {
 		cc.mu.Unlock()
@@ -137,6 +171,8 @@ func (cc *clientConn) enqueue(head *chunk) {
 	// pipeline flushes once its poster has nothing more to add.
 	now := head.next != nil
 	var canceled *chunk // chained by next: ended once mu is let go
+	var last *chunk     // the last chunk queued, and how many were
+	queued := 0
 	for c := head; c != nil; {
 		next := c.next
 		c.next = nil
@@ -155,7 +191,12 @@ func (cc *clientConn) enqueue(head *chunk) {
 		c.state = stQueued
 		cc.pend = append(cc.pend, c)
 		cc.pendBytes += frameBytes(c)
+		last = c
+		queued++
 		c = next
+	}
+	if cc.role == roleParked && queued > 0 {
+		cc.lendLocked(last, lend && queued == 1) // drive.go: to a waiter, or back to the reader
 	}
 	if len(cc.pend) > 0 && (now || len(cc.pend) >= wakeFrames || int(cc.slots.held.Load())-len(cc.pend) < wireLow) {
 		if cc.pendBytes <= inlineMax && cc.slots.wire <= inlineMax && cc.wmu.TryLock() {
@@ -209,6 +250,10 @@ func (cc *clientConn) push(c *chunk) bool {
 	}
 	cc.pend = append(cc.pend, c)
 	cc.pendBytes += frameBytes(c)
+	if c == pingChunk {
+		cc.pings++
+	}
+	cc.unparkLocked() // drive.go: its answer is to be read
 	cc.kickLocked()
 	return true
 }

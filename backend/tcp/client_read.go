@@ -22,22 +22,28 @@ const maxReadBatch = 64
 // buffered behind it (up to maxReadBatch, and up to one with payload);
 // the batch is matched under one hold of the lock and its chunks finished
 // together. It returns after failing the route when the connection fails
-// or the peer breaks the protocol.
+// or the peer breaks the protocol. It reads only while it holds the
+// connection's read role, which it parks for a waiter while the
+// connection is idle (drive.go).
 func (cc *clientConn) readLoop() {
 	defer cc.r.b.wg.Done()
 	defer cc.r.ioWG.Done()
-	br := newConnReader(cc.c)
+	br := cc.br
 	defer br.close()
-	var hb [respMaxSize]byte
-	var hs [maxReadBatch]respHeader
-	var done doneBatch
+	hb, hs, done := &cc.hb, &cc.hs, &cc.done
 	for {
+		if br.Buffered() == 0 && cc.r.wantDrive.Load() {
+			// drive.go: parked, a waiter may read meanwhile; the role
+			// comes back with something to read (or an idle connection
+			// to watch), so it reads before it parks again.
+			cc.parkRole()
+		}
 		k := 0
 		for k < len(hs) {
 			if k > 0 && (hs[k-1].length != 0 || !br.bufferedHeader()) {
 				break
 			}
-			n, err := readRespHeader(br, &hb)
+			n, err := readRespHeader(br, hb)
 			if err != nil {
 				if errors.Is(err, net.ErrClosed) {
 					cc.r.fail(fmt.Errorf("tcp: connection closed: %w", rdmamgr.ErrClosed))
@@ -53,7 +59,7 @@ func (cc *clientConn) readLoop() {
 			k++
 		}
 		cc.heard.Add(uint64(k))
-		if err := cc.onResponses(br, hs[:k], &done); err != nil {
+		if err := cc.onResponses(br, hs[:k], done); err != nil {
 			cc.r.fail(err)
 			return
 		}
@@ -171,6 +177,9 @@ func (cc *clientConn) match(h *respHeader, done *doneBatch) (*chunk, bool, error
 	if h.op == opPing {
 		if h.length != 0 || h.code != 0 {
 			return nil, false, fmt.Errorf("tcp: malformed ping response: %w", rdmamgr.ErrProtocol)
+		}
+		if cc.pings > 0 {
+			cc.pings--
 		}
 		return nil, false, nil
 	}

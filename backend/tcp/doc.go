@@ -58,6 +58,28 @@
 // request that fails the key, access or bounds check is answered with its
 // error code and changes nothing.
 //
+// A waiter reads its own answer (drive.go). A connection's answers are
+// read by whoever holds its read role: the reader goroutine, or the
+// goroutine that waits for an operation (backend.Driver: queuepair's Wait
+// of a single operation posted with no completion queue, which posts it
+// Waited). Once some wait found no role to take, a connection's reader
+// parks its role whenever nothing is in flight on it, and the next post
+// lends the role to its operation if that is a single chunk posted Waited
+// and the connection's only one. That operation's Wait then reads the
+// socket itself: the network poller wakes the waiter directly, with no
+// hand-off from the reader goroutine (one wake-up of another thread less
+// where goroutines run on several cores, and no read that finds nothing
+// before the reader parks). The waiter handles only frames that lie whole
+// in the buffer (a large READ answer goes to the reader goroutine), and
+// stops once its operation was answered or ended (cancel, deadline), its
+// ctx ended (a deadline less than two watchdog ticks away is set on its
+// read; a cancel is seen within a tick) or the route failed. Any other
+// post, a ping, a cancel, Undrive (a Poll, Done or Err of the operation),
+// a wait for room in flight, a failing route and the watchdog (a role
+// lent or parked through a whole tick) hand the role back to the reader
+// goroutine: an operation nobody waits for is read within two ticks, and
+// an idle connection notices its peer's close within two ticks.
+//
 // PutWithImm, Send and the atomics (verbs.go, server_verbs.go). The owner
 // writes a write-imm's bytes as a WRITE's and then, once they are in
 // place, hands the event to the manager's inbox (backend.InboxUser); the

@@ -239,7 +239,7 @@ func (r *route) fenceRelease() {
 			// A cancel that came meanwhile is carried out by enqueue;
 			// nothing acts on wr after it (it may have completed and
 			// been posted again).
-			r.conns[0].enqueue(link(o.chunks, 0, 1))
+			r.conns[0].enqueue(link(o.chunks, 0, 1), false) // its waiter may be waiting already: no lend
 			if testHookQueued != nil {
 				testHookQueued(wr)
 			}

@@ -152,7 +152,7 @@ func (b *listBatch) flush() {
 		if b.fenced > 0 {
 			b.r.fenceCountChain(b.head, b.fenced) // fence.go: one lock for the chain
 		}
-		b.cc.enqueue(b.head)
+		b.cc.enqueue(b.head, true)
 	}
 	b.head, b.tail, b.cc, b.fenced = nil, nil, nil, 0
 }

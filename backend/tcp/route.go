@@ -29,7 +29,12 @@ type route struct {
 	next   atomic.Uint32 // round-robin start
 	chunkN uint64
 
-	kick chan struct{} // wakes the watchdog when work is posted
+	kick chan struct{} // wakes the watchdog when work is posted or a read role parks
+
+	// wantDrive: a waiter found no read role to take (Drive), and none
+	// has since polled instead (Undrive): idle connections park their
+	// readers for the next waiter (drive.go).
+	wantDrive atomic.Bool
 
 	fence fence // fence.go: notices after earlier WRITEs and atomics
 
@@ -100,7 +105,7 @@ func (r *route) queue(o *op) {
 		return
 	}
 	if lane(o.wr) {
-		r.conns[0].enqueue(link(o.chunks, 0, 1))
+		r.conns[0].enqueue(link(o.chunks, 0, 1), true)
 		return
 	}
 	r.fenceCount(o) // fence.go
@@ -112,7 +117,7 @@ func (r *route) queue(o *op) {
 		start /= smallRun
 	}
 	for j := range min(n, len(o.chunks)) {
-		r.conns[(start+j)%n].enqueue(link(o.chunks, j, n))
+		r.conns[(start+j)%n].enqueue(link(o.chunks, j, n), true)
 	}
 }
 
@@ -192,6 +197,7 @@ func (r *route) reserve(count int, wr *backend.WorkRequest, b *listBatch) error 
 			b.room = 0
 		}
 	}
+	r.unparkAll() // drive.go: an answer nobody reads gives no room back
 	s.waiters.Add(1)
 	defer s.waiters.Add(-1)
 	timer := time.NewTimer(time.Until(wr.Deadline))
@@ -220,6 +226,7 @@ func (r *route) reserve(count int, wr *backend.WorkRequest, b *listBatch) error 
 func (r *route) fail(err error) {
 	if r.SetFailed(err) {
 		r.closeConns()
+		r.unparkAll() // drive.go: a parked reader must see its connection closed
 	}
 }
 
@@ -260,7 +267,7 @@ func (r *route) watchdog() {
 	idle := time.NewTimer(cfg.HeartbeatInterval)
 	defer idle.Stop()
 	for {
-		if r.InFlight() == 0 {
+		if r.InFlight() == 0 && !r.parked() {
 			idle.Reset(cfg.HeartbeatInterval)
 			select {
 			case <-r.kick:
@@ -281,6 +288,7 @@ func (r *route) watchdog() {
 		now := time.Now()
 		for _, cc := range r.conns {
 			cc.expire(now)
+			cc.reclaimStale() // drive.go
 		}
 		r.fenceExpire(now) // fence.go
 		r.heartbeat(now)
