@@ -140,7 +140,7 @@ func (q *QueuePair) unrun(wrs []*WorkRequest, ops []Op, iops []qpbind.InlineOp, 
 		wr.LocalRegion = ch.local.Last()
 		wr.Deadline, wr.Done, wr.Cancel = dl, (*completer)(w), cancel
 		w.dlMono = 0
-		wr.Via, wr.Origin = 0, 0
+		wr.Via, wr.Origin, wr.Waited = 0, 0, false
 		wr.Imm, wr.HasImm, wr.Compare, wr.Swap = 0, false, 0, 0
 		if w.wr.CancelCause() != nil && !q.ready(w) { // a Cancel from elsewhere since the check: ready reported it
 			continue

@@ -177,7 +177,7 @@ func (q *QueuePair) armFast(w *WorkRequest, o *Op, dl time.Time, cancel <-chan s
 	wr.Op, wr.Local, wr.LocalRegion = o.Op, mem, ch.local.Last()
 	wr.Deadline, wr.Done, wr.Cancel, wr.Result = dl, (*completer)(w), cancel, 0
 	w.dlMono = 0
-	wr.Via, wr.Origin = 0, 0
+	wr.Via, wr.Origin, wr.Waited = 0, 0, false
 	wr.Imm, wr.HasImm, wr.Compare, wr.Swap = o.Imm, o.HasImm, o.Compare, o.Swap
 	w.id = o.ID
 	ch.give(w, q)

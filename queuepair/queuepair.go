@@ -175,7 +175,9 @@ func postCtx(ctx context.Context) context.Context {
 // Every path ends in w.finish or in a Post that will complete w.
 func (q *QueuePair) arm(w *WorkRequest, op backend.Op, local, remote *buffer.Buffer, deadline time.Time, ctx context.Context, opd operands) {
 	if q.prepare(w, op, local, remote, deadline, ctx, &opd, nil) {
-		w.wr.Waited = q.drv != nil && w.cq == nil && w.batch == nil && !w.staged.Load()
+		// Waited: a Wait may read its answer (backend.Driver); not where
+		// a kept Done channel (wantDone) observes it instead.
+		w.wr.Waited = q.drv != nil && w.cq == nil && w.batch == nil && !w.staged.Load() && w.want.Load()&wantDone == 0
 		q.post(w, ctx)
 	}
 }

@@ -75,8 +75,9 @@
 // ctx ended (a deadline less than two watchdog ticks away is set on its
 // read; a cancel is seen within a tick) or the route failed. Any other
 // post, a ping, a cancel, Undrive (a Poll, Done or Err of the operation),
-// a wait for room in flight, a failing route and the watchdog (a role
-// lent or parked through a whole tick) hand the role back to the reader
+// a wait for room in flight, a notice the fence holds, a failing route
+// and the watchdog (a role lent or parked through a whole tick) hand the
+// role back to the reader
 // goroutine: an operation nobody waits for is read within two ticks, and
 // an idle connection notices its peer's close within two ticks.
 //

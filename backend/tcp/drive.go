@@ -23,20 +23,23 @@ import (
 // lends the role to its operation when that is a single chunk posted
 // with backend.WorkRequest.Waited and the connection's only one; any
 // other post, a ping, a cancel, a failing route, Undrive (the
-// operation's Poll, Done or Err) and the watchdog (a role lent or parked
-// for a whole tick) hand the role back to the reader goroutine. So an
-// operation nobody waits for is read within a watchdog tick, and a route
-// whose operations are not waited on alone never parks its readers.
+// operation's Poll, Done or Err), a wait for room in flight, a notice the
+// fence holds and the watchdog (a role lent or parked for a whole tick)
+// hand the role back to the reader goroutine. So an operation nobody
+// waits for is read within two watchdog ticks, and a route whose
+// operations are not waited on alone never parks its readers.
 //
 // The waiter that takes the role (Drive) reads once into the
 // connection's buffer and handles the whole frames there, until its own
 // operation has ended. It never blocks in the middle of a frame: a frame
 // not whole in the buffer (a large READ payload) goes back to the reader
-// goroutine, which reads frames however they come and has no deadline.
-// The waiter's read ends early by a deadline set to now, under mu: when
-// a cancel or deadline ends one of the connection's chunks
-// (endChunks), and when the watchdog finds the waiter's ctx ended. It
-// clears that deadline (under mu) before it hands the role back.
+// goroutine, which reads frames however they come and has no deadline. A
+// frame that breaks the protocol fails the route and empties the buffer,
+// as readLoop stops there. The waiter's read ends early by a deadline,
+// set under mu: now, when a cancel or deadline ends one of the
+// connection's chunks (endChunks) or the watchdog finds the waiter's ctx
+// ended; its ctx's deadline, once less than two ticks away. It clears
+// that deadline (under mu) before it hands the role back.
 const (
 	roleReader = iota // the reader goroutine reads (or is about to)
 	roleParked        // the reader goroutine waits on rwake; nobody reads
@@ -91,11 +94,17 @@ func (cc *clientConn) parkRole() {
 	cc.role = roleParked
 	cc.parkGen++
 	cc.mu.Unlock()
-	select { // the watchdog reclaims a role parked for a whole tick
-	case cc.r.kick <- struct{}{}:
+	cc.r.kickWatchdog() // it reclaims a role parked for a whole tick
+	<-cc.rwake
+}
+
+// kickWatchdog wakes an idle watchdog, which then ticks while a role is
+// parked (reclaimStale).
+func (r *route) kickWatchdog() {
+	select {
+	case r.kick <- struct{}{}:
 	default:
 	}
-	<-cc.rwake
 }
 
 // lendLocked, under mu with the role parked and c just queued, lends the
@@ -170,9 +179,9 @@ func (cc *clientConn) drive(ctx context.Context, wr *backend.WorkRequest) {
 	}
 	cc.mu.Unlock()
 	br := cc.br
-	own := true
+	own, answered := true, false
 	for ctx.Err() == nil {
-		if own = cc.driveOwn(id); !own || br.Buffered() != 0 {
+		if own, answered = cc.driveOwn(id); !own || br.Buffered() != 0 {
 			break // done, or a frame not whole: the reader goroutine's
 		}
 		if err := br.fill(); err != nil {
@@ -183,7 +192,7 @@ func (cc *clientConn) drive(ctx context.Context, wr *backend.WorkRequest) {
 		}
 	}
 	cc.mu.Lock()
-	if !own {
+	if answered {
 		cc.drove++
 	}
 	cc.drvCtx, cc.drvInt = nil, false
@@ -192,12 +201,16 @@ func (cc *clientConn) drive(ctx context.Context, wr *backend.WorkRequest) {
 		_ = cc.c.SetReadDeadline(time.Time{})
 	}
 	cc.role = roleParked // the reader goroutine still waits on rwake
-	if br.Buffered() == 0 && cc.idleLocked() {
+	parked := br.Buffered() == 0 && cc.idleLocked()
+	if parked {
 		cc.parkGen++
 	} else {
 		cc.unparkLocked()
 	}
 	cc.mu.Unlock()
+	if parked {
+		cc.r.kickWatchdog() // it may have gone idle while the role was driven
+	}
 }
 
 // idleLocked reports, under mu, whether the read role may stay parked:
@@ -209,15 +222,19 @@ func (cc *clientConn) idleLocked() bool {
 }
 
 // driveOwn reports whether the chunk id (the driver's) is still to be
-// answered: held, not abandoned by a cancel or deadline, and not answered
-// while its payload was being written (stAnswered: the writer completes
-// it once its write returned, markSent), and the driver not interrupted.
-func (cc *clientConn) driveOwn(id uint64) bool {
+// answered (own): held, not abandoned by a cancel or deadline, not
+// answered while its payload was being written (stAnswered: the writer
+// completes it once its write returned, markSent), and the driver not
+// interrupted. answered says its answer was read (by the driver, the
+// role's only reader): its slot freed, or stAnswered; a cancel or
+// deadline that ended it interrupted the driver under the same lock.
+func (cc *clientConn) driveOwn(id uint64) (own, answered bool) {
 	cc.mu.Lock()
 	c := cc.slots.get(id)
-	own := c != nil && c.state != stAbandoned && c.state != stAnswered && !cc.drvInt
+	answered = !cc.drvInt && (c == nil || c.state == stAnswered)
+	own = c != nil && c.state != stAbandoned && c.state != stAnswered && !cc.drvInt
 	cc.mu.Unlock()
-	return own
+	return own, answered
 }
 
 // driveFrames handles the whole frames in the buffer as readLoop would,
@@ -250,6 +267,10 @@ func (cc *clientConn) driveFrames() bool {
 		}
 		cc.heard.Add(uint64(k))
 		if err := cc.onResponses(br, hs[:k], &cc.done); err != nil {
+			// As readLoop, nothing after a frame that breaks the protocol
+			// is read: the reader goroutine must not parse what is
+			// buffered behind it (a payload that is itself a header).
+			br.r = br.w
 			cc.r.fail(err)
 			return false
 		}
@@ -304,10 +325,13 @@ func (r *route) parked() bool {
 	return false
 }
 
-func (cc *clientConn) parkedNow() bool {
+func (cc *clientConn) parkedNow() bool { return cc.roleNow() == roleParked }
+
+// roleNow returns who holds the read role.
+func (cc *clientConn) roleNow() int {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	return cc.role == roleParked
+	return cc.role
 }
 
 // unparkAll hands every parked role back to its reader goroutine: the

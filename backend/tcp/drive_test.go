@@ -138,13 +138,7 @@ func fakeDriven(t *testing.T, cfg Config) (*route, *fakeConn, *waitedGet, reqHea
 	if err := g.result(t); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(waitTimeout)
-	for !rt.conns[0].parkedNow() {
-		if time.Now().After(deadline) {
-			t.Fatal("the reader never parked its role")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitParked(t, rt.conns[0])
 	g.post(t, rt)
 	if rt.conns[0].lentTo.Load() != g.wr {
 		t.Fatal("the Get was not lent the read role")
@@ -163,7 +157,8 @@ func TestDriveCtxEnds(t *testing.T) {
 		defer close(returned)
 		rt.Drive(ctx, g.wr)
 	}()
-	cancel()
+	waitDriven(t, rt.conns[0])
+	cancel() // while it reads: the watchdog interrupts it
 	select {
 	case <-returned:
 	case <-time.After(waitTimeout):
@@ -203,6 +198,30 @@ func TestDriveCtxDeadline(t *testing.T) {
 	rt.Cancel(cancelled(g.wr))
 	if err := g.result(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled get: %v", err)
+	}
+}
+
+// waitParked waits until cc's reader parked its read role.
+func waitParked(t *testing.T, cc *clientConn) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cc.parkedNow() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the reader never parked its role (role %d, wantDrive %v, held %d, pings %d, route %v)", cc.roleNow(), cc.r.wantDrive.Load(), cc.slots.held.Load(), cc.pings, cc.r.Err())
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// waitDriven waits until a waiter holds cc's read role.
+func waitDriven(t *testing.T, cc *clientConn) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for cc.roleNow() != roleDriven {
+		if time.Now().After(deadline) {
+			t.Fatal("no waiter took the read role")
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }
 
@@ -261,6 +280,7 @@ func TestDriveClose(t *testing.T) {
 		defer close(returned)
 		rt.Drive(context.Background(), g.wr)
 	}()
+	waitDriven(t, rt.conns[0])
 	rt.Close()
 	if err := g.result(t); !errors.Is(err, rdmamgr.ErrClosed) {
 		t.Fatalf("get on a closed route: %v", err)
@@ -293,7 +313,7 @@ func TestDriveParkedNoticesPeerGone(t *testing.T) {
 // A READ answer larger than the read buffer is not whole in it: the
 // driver hands it to the reader goroutine, which reads it into place.
 func TestDriveLargeAnswer(t *testing.T) {
-	p := newPair(t, Config{}, Config{})
+	p := newPair(t, Config{ConnsPerRoute: 1}, Config{})
 	const n = 64 << 10 // one chunk, sixteen times the small read buffer
 	_, local := backendtest.Alloc(t, p.regA, n, buffer.AccessReadWrite)
 	hr, mem := backendtest.Alloc(t, p.regB, n, buffer.AccessReadWrite)
@@ -315,7 +335,11 @@ func TestDriveLargeAnswer(t *testing.T) {
 	before := rt.drivenOps()
 	for range 20 {
 		clear(local)
+		waitParked(t, rt.conns[0])
 		big.post(t, rt)
+		if rt.conns[0].lentTo.Load() != big.wr {
+			t.Fatal("the large Get was not lent the read role")
+		}
 		rt.Drive(context.Background(), big.wr)
 		if err := big.result(t); err != nil {
 			t.Fatal(err)

@@ -102,6 +102,9 @@ func (r *route) prepare(wr *backend.WorkRequest, b *listBatch) (*op, error) {
 // wake-up).
 func (r *route) queue(o *op) {
 	if r.fenceHold(o) { // fence.go: a notice held behind earlier WRITEs and atomics
+		// drive.go: the answers it waits for may be lent to a waiter
+		// that waits for the notice first.
+		r.unparkAll()
 		return
 	}
 	if lane(o.wr) {
@@ -277,6 +280,9 @@ func (r *route) watchdog() {
 				r.drain()
 				return
 			}
+			// Ticks count from now: a role parked or lent from here on
+			// is reclaimed no sooner than a whole tick later (drive.go).
+			t.Reset(cfg.WatchdogInterval)
 			continue
 		}
 		select {
