@@ -55,12 +55,7 @@ func TestDriveHeldNoticeBehindLentPut(t *testing.T) {
 	done := make(chanCompleter, 2)
 	put := &backend.WorkRequest{Op: backend.OpWrite, Local: local[:8], Remote: fakeRemote(8), Done: done, Waited: true,
 		Deadline: time.Now().Add(waitTimeout)}
-	if err := rt.Post(put); err != nil {
-		t.Fatal(err)
-	}
-	if rt.conns[0].lentTo.Load() != put {
-		t.Fatal("the Put was not lent the read role")
-	}
+	postLent(t, rt, put)
 	notice := &backend.WorkRequest{Op: backend.OpWriteImm, Local: local[8:16], Remote: fakeRemote(8), Imm: 1, Done: done,
 		Waited: true, Deadline: time.Now().Add(waitTimeout)}
 	if err := rt.Post(notice); err != nil {
@@ -72,6 +67,18 @@ func TestDriveHeldNoticeBehindLentPut(t *testing.T) {
 	fc.respond(t, respHeader{op: opWrite, wrid: h.wrid}, nil)
 	if h2 := fc.readReq(t); h2.op != opWriteImm {
 		t.Fatalf("after the Put's answer came op %d, want the held write-imm", h2.op)
+	}
+}
+
+// postLent posts wr on rt and fails the test unless the post was lent
+// the read role of rt's first connection.
+func postLent(t *testing.T, rt *route, wr *backend.WorkRequest) {
+	t.Helper()
+	if err := rt.Post(wr); err != nil {
+		t.Fatal(err)
+	}
+	if rt.conns[0].lentTo.Load() != wr {
+		t.Fatal("the post was not lent the read role")
 	}
 }
 
@@ -97,12 +104,7 @@ func TestDriveReparkWakesWatchdog(t *testing.T) {
 	sc := slowCompleter{ch: make(chan error, 1), d: 50 * time.Millisecond}
 	wr := &backend.WorkRequest{Op: backend.OpRead, Local: local[:8], Remote: fakeRemote(8), Done: sc, Waited: true,
 		Deadline: time.Now().Add(waitTimeout)}
-	if err := rt.Post(wr); err != nil {
-		t.Fatal(err)
-	}
-	if rt.conns[0].lentTo.Load() != wr {
-		t.Fatal("the Get was not lent the read role")
-	}
+	postLent(t, rt, wr)
 	h := fc.readReq(t)
 	fc.respond(t, respHeader{op: opRead, length: 8, wrid: h.wrid}, make([]byte, 8))
 	rt.Drive(context.Background(), wr)
@@ -123,10 +125,8 @@ func TestDriveReparkWakesWatchdog(t *testing.T) {
 func TestDriveProtocolErrorStopsReading(t *testing.T) {
 	rt, fc, local := parkedFake(t, quietCfg())
 	g := newWaitedGet(local[:8], fakeRemote(8))
-	g.post(t, rt)
-	if rt.conns[0].lentTo.Load() != g.wr {
-		t.Fatal("the Get was not lent the read role")
-	}
+	g.wr.Deadline = time.Now().Add(waitTimeout)
+	postLent(t, rt, g.wr)
 	fc.readReq(t)
 	returned := make(chan struct{})
 	go func() {

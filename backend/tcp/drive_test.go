@@ -139,10 +139,8 @@ func fakeDriven(t *testing.T, cfg Config) (*route, *fakeConn, *waitedGet, reqHea
 		t.Fatal(err)
 	}
 	waitParked(t, rt.conns[0])
-	g.post(t, rt)
-	if rt.conns[0].lentTo.Load() != g.wr {
-		t.Fatal("the Get was not lent the read role")
-	}
+	g.wr.Deadline = time.Now().Add(waitTimeout)
+	postLent(t, rt, g.wr)
 	return rt, fc, g, fc.readReq(t)
 }
 
@@ -374,12 +372,7 @@ func TestDriveWriteAnsweredEarly(t *testing.T) {
 	done := make(chanCompleter, 1)
 	put := &backend.WorkRequest{Op: backend.OpWrite, Local: src, Remote: fakeRemote(n), Done: done, Waited: true,
 		Deadline: time.Now().Add(waitTimeout)}
-	if err := rt.Post(put); err != nil {
-		t.Fatal(err)
-	}
-	if rt.conns[0].lentTo.Load() != put {
-		t.Fatal("the Put was not lent the read role")
-	}
+	postLent(t, rt, put)
 	returned := make(chan struct{})
 	go func() {
 		defer close(returned)
