@@ -383,7 +383,7 @@ func (w *WorkRequest) Wait(ctx context.Context) error {
 	if q := w.owner.Load(); q != nil {
 		if q.slow {
 			spin.off = true // its route is slow: park at once
-		} else if w.wr.Waited && w.state.Load() == statePending {
+		} else if w.wr.Waited && q.drv != nil && w.state.Load() == statePending {
 			q.drv.Drive(ctx, &w.wr) // reads its own answer if the route lends it the means
 		}
 	}
