@@ -303,17 +303,6 @@ func (cc *clientConn) reclaimStale() {
 	cc.mu.Unlock()
 }
 
-// drivenOps is the number of operations their own waiters read (drove).
-func (r *route) drivenOps() uint64 {
-	var n uint64
-	for _, cc := range r.conns {
-		cc.mu.Lock()
-		n += cc.drove
-		cc.mu.Unlock()
-	}
-	return n
-}
-
 // parked reports whether some connection's role is parked (the watchdog
 // then keeps ticking to reclaim it).
 func (r *route) parked() bool {

@@ -32,3 +32,14 @@ func (b *Backend) stalledIn(r uint64) bool {
 	}
 	return false
 }
+
+// drivenOps is the number of operations their own waiters read (drove).
+func (r *route) drivenOps() uint64 {
+	var n uint64
+	for _, cc := range r.conns {
+		cc.mu.Lock()
+		n += cc.drove
+		cc.mu.Unlock()
+	}
+	return n
+}
